@@ -1,0 +1,106 @@
+/* inferprobe.h: every event the BPF programs send to user space.
+ *
+ * This is the one place the byte layout of an event is defined. It is
+ * included by the BPF programs (compiled by bcc) and, in the contract test
+ * tests/collector/test_event_layout.py, by a host C program whose sizeof /
+ * offsetof output is compared with the ctypes mirrors in collector/events.py.
+ *
+ * Rules: fixed-width __u/__s types only, every struct opens with
+ * struct event_header, no pointers, explicit padding, no bitfields.
+ */
+#ifndef INFERPROBE_H
+#define INFERPROBE_H
+
+#ifndef __KERNEL__
+#include <linux/types.h>
+#endif
+
+#define INFERPROBE_LAYOUT_VERSION 1
+
+/* How much of a socket buffer the kernel side looks at to classify it. The
+ * bytes stay in a per-CPU scratch buffer: only derived fields (method, path,
+ * status, lengths, counts, flags) are copied into an event. */
+#define SCAN_HEAD_BYTES 512
+#define SCAN_TAIL_BYTES 32
+#define PATH_MAX_BYTES 64
+
+enum event_type {
+    EVENT_CONN_OPEN = 1,   /* accept()/accept4() returned a socket */
+    EVENT_CONN_CLOSE = 2,  /* close() of a tracked socket */
+    EVENT_SOCK_READ = 3,   /* read-family syscall on a tracked socket */
+    EVENT_SOCK_WRITE = 4,  /* write-family syscall on a tracked socket */
+};
+
+/* What the first bytes of a socket buffer were. */
+enum http_kind {
+    HTTP_KIND_DATA = 0,         /* continuation: body bytes or unparsed */
+    HTTP_KIND_REQUEST = 1,      /* starts with "<METHOD> <path> HTTP/1.x" */
+    HTTP_KIND_RESPONSE = 2,     /* starts with "HTTP/1.x <status>" */
+    HTTP_KIND_EOF = 3,          /* read returned 0: the peer closed its side */
+    HTTP_KIND_ERROR = 4,        /* the syscall failed (bytes holds -errno) */
+};
+
+enum http_method {
+    HTTP_METHOD_UNKNOWN = 0,
+    HTTP_METHOD_GET = 1,
+    HTTP_METHOD_POST = 2,
+    HTTP_METHOD_PUT = 3,
+    HTTP_METHOD_DELETE = 4,
+    HTTP_METHOD_HEAD = 5,
+    HTTP_METHOD_OPTIONS = 6,
+    HTTP_METHOD_PATCH = 7,
+};
+
+/* io_event.flags */
+#define HTTP_FLAG_HEADERS_END    0x0001 /* the blank line ending the headers was inside the scan window */
+#define HTTP_FLAG_CHUNKED        0x0002 /* Transfer-Encoding: chunked */
+#define HTTP_FLAG_EVENT_STREAM   0x0004 /* Content-Type: text/event-stream */
+#define HTTP_FLAG_SSE_DONE       0x0008 /* "data: [DONE]" in this write */
+#define HTTP_FLAG_CHUNKED_END    0x0010 /* the last chunk "0\r\n\r\n" ends this write */
+#define HTTP_FLAG_CONN_CLOSE     0x0020 /* Connection: close */
+#define HTTP_FLAG_HAS_LENGTH     0x0040 /* content_length is valid */
+#define HTTP_FLAG_VECTORED       0x0080 /* readv/writev/sendmsg/recvmsg: only the first iovec was scanned */
+
+struct event_header {
+    __u32 type;     /* enum event_type: must be first */
+    __u32 pid;      /* thread group id (what ps calls the pid) */
+    __u32 tid;      /* thread id */
+    __u32 cpu;
+    __u64 ts_ns;    /* CLOCK_MONOTONIC (bpf_ktime_get_ns) at syscall entry */
+};
+
+struct conn_event {
+    struct event_header hdr;
+    __u64 conn_id;      /* unique for the recording; fds get reused, ids do not */
+    __s32 fd;
+    __u16 family;       /* AF_INET, AF_INET6, AF_UNIX, 0 when unknown */
+    __u16 peer_port;    /* host byte order */
+    __u8 peer_addr[16]; /* IPv4 in the first 4 bytes, IPv6 in all 16 */
+};
+
+struct io_event {
+    struct event_header hdr;
+    __u64 conn_id;
+    __u64 exit_ns;          /* CLOCK_MONOTONIC at syscall exit */
+    __s64 bytes;            /* syscall return: bytes moved, or -errno */
+    __s64 content_length;   /* valid when HTTP_FLAG_HAS_LENGTH */
+    __s32 fd;
+    __u16 kind;             /* enum http_kind */
+    __u16 flags;            /* HTTP_FLAG_* */
+    __u16 status;           /* HTTP status code for HTTP_KIND_RESPONSE */
+    __u16 header_bytes;     /* bytes up to and including the blank line, when HEADERS_END */
+    __u16 sse_events;       /* "data:" lines starting in the scanned part of the body */
+    __u8 method;            /* enum http_method for HTTP_KIND_REQUEST */
+    __u8 path_len;
+    char path[PATH_MAX_BYTES]; /* request path without the query string */
+};
+
+/* Indexes of the per-CPU counters array (user space sums them). */
+enum counter_index {
+    COUNTER_EVENTS_SENT = 0,    /* events submitted to the ring buffer */
+    COUNTER_EVENTS_LOST = 1,    /* ring buffer full: event dropped */
+    COUNTER_IO_SKIPPED = 2,     /* socket I/O on connections that never carried HTTP */
+    COUNTER_MAX = 4,
+};
+
+#endif /* INFERPROBE_H */

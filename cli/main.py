@@ -1,0 +1,67 @@
+"""The `inferprobe` command: a click group that catches InferprobeError once.
+
+Each subcommand lives in its own module; this file only wires them up and
+turns library errors into one sentence and an exit code (no tracebacks for
+problems the user can fix).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from inferprobe.collector.errors import InferprobeError
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("inferprobe")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(_version(), prog_name="inferprobe")
+def cli() -> None:
+    """eBPF latency tracing for LLM inference servers.
+
+    Run `inferprobe doctor` first on a new host, then `inferprobe record`
+    next to a running server and `inferprobe report` on the recording.
+    """
+
+
+def _register() -> None:
+    from inferprobe.cli.doctor import doctor
+    from inferprobe.cli.record import record
+    from inferprobe.cli.report import report
+
+    cli.add_command(doctor)
+    cli.add_command(record)
+    cli.add_command(report)
+
+
+_register()
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        cli.main(args=argv, prog_name="inferprobe", standalone_mode=False)
+    except InferprobeError as err:
+        click.echo(f"inferprobe: {err}", err=True)
+        return err.exit_code
+    except click.exceptions.Abort:
+        click.echo("inferprobe: aborted", err=True)
+        return 130
+    except click.ClickException as err:
+        err.show()
+        return err.exit_code
+    except click.exceptions.Exit as err:
+        return err.exit_code
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

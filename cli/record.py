@@ -1,0 +1,180 @@
+"""`inferprobe record`: attach to running servers and write a recording."""
+
+from __future__ import annotations
+
+import os
+import platform
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from inferprobe.cli.options import (
+    apply_kernel_headers,
+    duration_option,
+    kernel_headers_option,
+    pid_option,
+)
+from inferprobe.collector import targets as target_procs
+from inferprobe.collector.events import LAYOUT_VERSION
+from inferprobe.collector.recording import RecordingWriter
+
+EXAMPLES = """
+\b
+Examples:
+  sudo inferprobe record -p 1234 -d 30 -o run.ipr    # 30 s of pid 1234
+  sudo inferprobe record -p 1234 -p 5678 -o run.ipr  # until Ctrl-C
+  inferprobe report run.ipr
+"""
+
+
+def _clock_offset_ns() -> int:
+    """CLOCK_REALTIME - CLOCK_MONOTONIC, to place kernel times on the wall clock."""
+    before = time.monotonic_ns()
+    wall = time.time_ns()
+    after = time.monotonic_ns()
+    return wall - (before + after) // 2
+
+
+def _meta(pids: list[int], argv: list[str]) -> dict:
+    import importlib.metadata
+
+    try:
+        bcc_version = importlib.metadata.version("bcc")
+    except importlib.metadata.PackageNotFoundError:
+        try:
+            import bcc
+
+            bcc_version = getattr(bcc, "__version__", "unknown")
+        except ImportError:
+            bcc_version = "unknown"
+    try:
+        version = importlib.metadata.version("inferprobe")
+    except importlib.metadata.PackageNotFoundError:
+        version = "unknown"
+    return {
+        "inferprobe_version": version,
+        "layout_version": LAYOUT_VERSION,
+        "host": socket.gethostname(),
+        "kernel": platform.release(),
+        "bcc_version": bcc_version,
+        "targets": [{"pid": p, "comm": target_procs.process_name(p)} for p in pids],
+        "command_line": argv,
+        "started_monotonic_ns": time.monotonic_ns(),
+        "realtime_offset_ns": _clock_offset_ns(),
+        "probe_sets": ["sockets"],
+    }
+
+
+class _Stop:
+    """Set by SIGTERM/SIGINT; the loop drains and writes before exiting."""
+
+    def __init__(self) -> None:
+        self.reason: str | None = None
+
+    def __call__(self, signum, _frame) -> None:
+        self.reason = signal.Signals(signum).name
+
+
+@click.command(epilog=EXAMPLES)
+@pid_option
+@duration_option
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, writable=True),
+    default="inferprobe.ipr",
+    show_default=True,
+    help="Recording file to write.",
+)
+@click.option(
+    "--ringbuf-mb",
+    type=click.IntRange(1, 1024),
+    default=8,
+    show_default=True,
+    help="Kernel ring buffer size (rounded down to a power of two).",
+)
+@kernel_headers_option
+def record(pids, duration, output, ringbuf_mb, kernel_headers) -> None:
+    """Record every HTTP request the given processes serve.
+
+    Attaches to syscall tracepoints (no change to the server, no restart),
+    follows requests on accepted sockets, and writes a recording that
+    `inferprobe report` reads. Request and response bodies never leave the
+    kernel. Prints one line starting with "inferprobe: attached" once every
+    probe is in place; Ctrl-C or SIGTERM stops and still writes a complete
+    recording.
+    """
+    from inferprobe.collector.loader import load_socket_tracer
+    from inferprobe.collector.ringbuf import RingBufferReader
+
+    apply_kernel_headers(kernel_headers)
+    pids = list(dict.fromkeys(pids))
+    pages = 1 << ((ringbuf_mb * 256).bit_length() - 1)
+    tracer = load_socket_tracer(pids, ringbuf_pages=pages)
+    writer = None
+    try:
+        writer = RecordingWriter(Path(output), _meta(tracer.pids, sys.argv))
+        reader = RingBufferReader(tracer, writer.add_event)
+        stop = _Stop()
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
+        click.echo(
+            f"inferprobe: attached to {len(tracer.pids)} process(es) "
+            f"({', '.join(map(str, tracer.pids))}), writing {output}",
+        )
+        sys.stdout.flush()
+        status_line = sys.stderr.isatty()
+        started = time.monotonic()
+        next_flush = started + 1.0
+        end_reason = "duration"
+        while True:
+            reader.poll(100)
+            now = time.monotonic()
+            if stop.reason:
+                end_reason = stop.reason
+                break
+            if duration is not None and now - started >= duration:
+                break
+            if now >= next_flush:
+                next_flush = now + 1.0
+                counters = tracer.counters()
+                writer.flush(stats={"t": now - started, "lost_events": counters["events_lost"],
+                                    **counters})
+                if status_line:
+                    click.echo(
+                        f"\r{now - started:6.1f}s  requests {reader.requests}  "
+                        f"events {reader.events}  lost {counters['events_lost']}",
+                        err=True,
+                        nl=False,
+                    )
+                if not any(target_procs.alive(p) for p in pids):
+                    end_reason = "targets exited"
+                    break
+        reader.drain()
+        counters = tracer.counters()
+        if status_line:
+            click.echo("", err=True)
+        final = {
+            "duration_s": time.monotonic() - started,
+            "end_reason": end_reason,
+            "lost_events": counters["events_lost"],
+            "events_received": reader.events,
+            **counters,
+        }
+        writer.close(final)
+        click.echo(
+            f"inferprobe: wrote {output}: {reader.requests} requests, {reader.events} events, "
+            f"{counters['events_lost']} lost ({end_reason})"
+        )
+    finally:
+        tracer.close()
+        if writer is not None and not writer.closed:
+            # An unexpected error: keep everything received so far readable.
+            writer.flush()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.environ.pop("BCC_KERNEL_SOURCE", None) if kernel_headers else None

@@ -1,0 +1,100 @@
+"""`inferprobe report`: read a recording and say what the latency was."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from inferprobe.analyzers.cadence import CadenceSummary, Distribution
+from inferprobe.analyzers.report_data import ReportData, build, to_json
+from inferprobe.collector.recording import read_recording
+
+EXAMPLES = """
+\b
+Examples:
+  inferprobe report run.ipr                      # terminal summary
+  inferprobe report run.ipr --format json -o r.json
+"""
+
+
+def _ms(ns: float | None) -> str:
+    return "-" if ns is None else f"{ns / 1e6:.2f}"
+
+
+def _dist_row(name: str, d: Distribution, unit_ms: bool = True) -> list[str]:
+    fmt = _ms if unit_ms else (lambda v: "-" if v is None else f"{v:g}")
+    return [name, str(d.count), fmt(d.p50), fmt(d.p90), fmt(d.p99), fmt(d.max)]
+
+
+def _latency_table(title: str, s: CadenceSummary) -> Table:
+    table = Table(title=title, title_justify="left")
+    for col in ("metric", "count", "p50", "p90", "p99", "max"):
+        table.add_column(col, justify="right" if col != "metric" else "left")
+    table.add_row(*_dist_row("TTFT (ms)", s.ttft_ns))
+    table.add_row(*_dist_row("inter-token (ms)", s.itl_ns))
+    table.add_row(*_dist_row("end-to-end (ms)", s.e2e_ns))
+    table.add_row(*_dist_row("token chunks/request", s.tokens_per_request, unit_ms=False))
+    return table
+
+
+def render_text(data: ReportData, console: Console) -> None:
+    rec = data.recording
+    meta = rec.meta
+    targets = ", ".join(f"{t['comm']}({t['pid']})" for t in meta.get("targets", []))
+    duration = (rec.final or {}).get("duration_s")
+    console.print(f"[bold]inferprobe report[/bold]  {rec.path}")
+    console.print(
+        f"host {meta.get('host', '?')}  kernel {meta.get('kernel', '?')}  targets {targets}  "
+        f"duration {'-' if duration is None else f'{duration:.1f} s'}"
+    )
+    if rec.problem:
+        console.print(f"[yellow]warning:[/yellow] recording {rec.problem}; reporting what is readable")
+    s = data.overall
+    oc = s.outcomes
+    console.print(
+        f"requests {s.requests}  (complete {oc['complete']}, aborted {oc['aborted']}, "
+        f"incomplete {oc['incomplete']})  errors (status >= 400) {s.errors}  "
+        f"lost events {data.lost_events}"
+    )
+    console.print(_latency_table("All requests", s))
+    endpoints = Table(title="Per endpoint", title_justify="left")
+    for col in ("endpoint", "requests", "errors", "TTFT p50", "TTFT p99", "ITL p50", "ITL p99",
+                "E2E p50", "E2E p99"):
+        endpoints.add_column(col, justify="left" if col == "endpoint" else "right")
+    for ep, es in data.endpoints.items():
+        endpoints.add_row(
+            ep, str(es.requests), str(es.errors), _ms(es.ttft_ns.p50), _ms(es.ttft_ns.p99),
+            _ms(es.itl_ns.p50), _ms(es.itl_ns.p99), _ms(es.e2e_ns.p50), _ms(es.e2e_ns.p99),
+        )
+    console.print(endpoints)
+    console.print(
+        "Times in ms. A token chunk is one write carrying SSE data; a chunk can hold "
+        "more than one token."
+    )
+
+
+@click.command(epilog=EXAMPLES)
+@click.argument("recording", type=click.Path(dir_okay=False))
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
+              show_default=True, help="Output format.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), default=None,
+              help="Write to this file instead of standard output.")
+def report(recording, fmt, output) -> None:
+    """Summarise a recording: requests, TTFT, inter-token and end-to-end latency."""
+    data = build(read_recording(recording))
+    if data.recording.problem:
+        click.echo(f"inferprobe: warning: {recording}: {data.recording.problem}", err=True)
+    out = open(output, "w") if output else sys.stdout  # noqa: SIM115
+    try:
+        if fmt == "json":
+            json.dump(to_json(data), out, indent=1)
+            out.write("\n")
+        else:
+            render_text(data, Console(file=out, width=None if out.isatty() else 120))
+    finally:
+        if output:
+            out.close()

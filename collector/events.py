@@ -1,0 +1,214 @@
+"""Python mirrors of the event structs in bpf/inferprobe.h.
+
+This is the only Python module that knows byte layouts. The contract test
+tests/collector/test_event_layout.py compiles the header with the host C
+compiler and checks every size, offset and enum value below against it, so
+a change on one side without the other fails the tests instead of silently
+mis-decoding recordings.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import enum
+from dataclasses import dataclass
+
+LAYOUT_VERSION = 1
+PATH_MAX_BYTES = 64
+
+
+class EventType(enum.IntEnum):
+    CONN_OPEN = 1
+    CONN_CLOSE = 2
+    SOCK_READ = 3
+    SOCK_WRITE = 4
+
+
+class HttpKind(enum.IntEnum):
+    DATA = 0
+    REQUEST = 1
+    RESPONSE = 2
+    EOF = 3
+    ERROR = 4
+
+
+class HttpMethod(enum.IntEnum):
+    UNKNOWN = 0
+    GET = 1
+    POST = 2
+    PUT = 3
+    DELETE = 4
+    HEAD = 5
+    OPTIONS = 6
+    PATCH = 7
+
+
+class HttpFlag(enum.IntFlag):
+    HEADERS_END = 0x0001
+    CHUNKED = 0x0002
+    EVENT_STREAM = 0x0004
+    SSE_DONE = 0x0008
+    CHUNKED_END = 0x0010
+    CONN_CLOSE = 0x0020
+    HAS_LENGTH = 0x0040
+    VECTORED = 0x0080
+
+
+class Counter(enum.IntEnum):
+    EVENTS_SENT = 0
+    EVENTS_LOST = 1
+    IO_SKIPPED = 2
+
+
+COUNTER_MAX = 4
+
+
+class EventHeader(ctypes.Structure):
+    _fields_ = [
+        ("type", ctypes.c_uint32),
+        ("pid", ctypes.c_uint32),
+        ("tid", ctypes.c_uint32),
+        ("cpu", ctypes.c_uint32),
+        ("ts_ns", ctypes.c_uint64),
+    ]
+
+
+class ConnEvent(ctypes.Structure):
+    _fields_ = [
+        ("hdr", EventHeader),
+        ("conn_id", ctypes.c_uint64),
+        ("fd", ctypes.c_int32),
+        ("family", ctypes.c_uint16),
+        ("peer_port", ctypes.c_uint16),
+        ("peer_addr", ctypes.c_uint8 * 16),
+    ]
+
+
+class IoEvent(ctypes.Structure):
+    _fields_ = [
+        ("hdr", EventHeader),
+        ("conn_id", ctypes.c_uint64),
+        ("exit_ns", ctypes.c_uint64),
+        ("bytes", ctypes.c_int64),
+        ("content_length", ctypes.c_int64),
+        ("fd", ctypes.c_int32),
+        ("kind", ctypes.c_uint16),
+        ("flags", ctypes.c_uint16),
+        ("status", ctypes.c_uint16),
+        ("header_bytes", ctypes.c_uint16),
+        ("sse_events", ctypes.c_uint16),
+        ("method", ctypes.c_uint8),
+        ("path_len", ctypes.c_uint8),
+        ("path", ctypes.c_char * PATH_MAX_BYTES),
+    ]
+
+
+STRUCT_FOR_TYPE: dict[EventType, type[ctypes.Structure]] = {
+    EventType.CONN_OPEN: ConnEvent,
+    EventType.CONN_CLOSE: ConnEvent,
+    EventType.SOCK_READ: IoEvent,
+    EventType.SOCK_WRITE: IoEvent,
+}
+
+
+class DecodeError(ValueError):
+    """Bytes that are not an event of this layout version."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConnRecord:
+    type: EventType
+    pid: int
+    tid: int
+    ts_ns: int
+    conn_id: int
+    fd: int
+    family: int
+    peer_port: int
+    peer_addr: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class IoRecord:
+    type: EventType
+    pid: int
+    tid: int
+    ts_ns: int  # syscall entry
+    exit_ns: int  # syscall exit
+    conn_id: int
+    fd: int
+    bytes: int  # bytes moved, or -errno
+    kind: HttpKind
+    flags: HttpFlag
+    status: int
+    content_length: int | None
+    header_bytes: int
+    sse_events: int
+    method: str | None
+    path: str | None
+
+    @property
+    def is_read(self) -> bool:
+        return self.type == EventType.SOCK_READ
+
+
+Event = ConnRecord | IoRecord
+
+
+def event_type_of(raw: bytes) -> EventType:
+    if len(raw) < ctypes.sizeof(EventHeader):
+        raise DecodeError(f"event of {len(raw)} bytes is shorter than its header")
+    value = int.from_bytes(raw[:4], "little")
+    try:
+        return EventType(value)
+    except ValueError:
+        raise DecodeError(f"unknown event type {value}") from None
+
+
+def decode(raw: bytes) -> Event:
+    """Decodes one event exactly as the kernel wrote it."""
+    etype = event_type_of(raw)
+    struct = STRUCT_FOR_TYPE[etype]
+    if len(raw) < ctypes.sizeof(struct):
+        raise DecodeError(
+            f"{etype.name} event has {len(raw)} bytes, expected {ctypes.sizeof(struct)}"
+        )
+    ev = struct.from_buffer_copy(raw[: ctypes.sizeof(struct)])
+    hdr = ev.hdr
+    if struct is ConnEvent:
+        return ConnRecord(
+            type=etype,
+            pid=hdr.pid,
+            tid=hdr.tid,
+            ts_ns=hdr.ts_ns,
+            conn_id=ev.conn_id,
+            fd=ev.fd,
+            family=ev.family,
+            peer_port=ev.peer_port,
+            peer_addr=bytes(ev.peer_addr),
+        )
+    kind = HttpKind(ev.kind) if ev.kind in HttpKind._value2member_map_ else HttpKind.DATA
+    flags = HttpFlag(ev.flags)
+    method = None
+    path = None
+    if kind == HttpKind.REQUEST:
+        method = HttpMethod(ev.method).name if ev.method in HttpMethod._value2member_map_ else None
+        path = ev.path[: ev.path_len].decode("latin-1") if ev.path_len else "/"
+    return IoRecord(
+        type=etype,
+        pid=hdr.pid,
+        tid=hdr.tid,
+        ts_ns=hdr.ts_ns,
+        exit_ns=ev.exit_ns,
+        conn_id=ev.conn_id,
+        fd=ev.fd,
+        bytes=ev.bytes,
+        kind=kind,
+        flags=flags,
+        status=ev.status,
+        content_length=ev.content_length if HttpFlag.HAS_LENGTH in flags else None,
+        header_bytes=ev.header_bytes,
+        sse_events=ev.sse_events,
+        method=method,
+        path=path,
+    )

@@ -1,0 +1,208 @@
+"""Recording files (.ipr): the kernel's events as they arrived, framed.
+
+Layout, all integers little-endian (documented in docs/recording-format.md):
+
+    file header   8s magic "INFPRB\\r\\n" | u16 format_version | u16 reserved | u32 meta_len
+    metadata      meta_len bytes of UTF-8 JSON (host, kernel, targets, clock offset, ...)
+    records       u32 payload_len | u16 record_type | u16 reserved | u32 crc32(payload) | payload
+
+Record types: EVENTS (u16 length + raw event bytes, repeated), STATS (JSON
+counters taken while recording), END (JSON final counters; its absence
+means the recorder did not stop cleanly).
+
+Events are stored raw, exactly as bpf/inferprobe.h lays them out, so that
+`report` can be re-run with better analyzers on an old recording. They hold
+no request or response body bytes: the kernel side never copies those out.
+
+The writer flushes at least once a second, so a crash or kill -9 of the
+recorder loses at most the last second; the reader stops at the first torn
+or corrupt record and says where.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+
+from inferprobe.collector.errors import RecordingProblem
+
+MAGIC = b"INFPRB\r\n"
+FORMAT_VERSION = 1
+FILE_HEADER = struct.Struct("<8sHHI")
+RECORD_HEADER = struct.Struct("<IHHI")
+EVENT_LENGTH = struct.Struct("<H")
+
+RECORD_EVENTS = 1
+RECORD_STATS = 2
+RECORD_END = 3
+
+MAX_RECORD_BYTES = 64 << 20  # a larger length field means corruption
+
+
+class RecordingWriter:
+    """Appends events to a recording; call flush() at least once a second."""
+
+    def __init__(self, path: str | os.PathLike, meta: dict, flush_bytes: int = 1 << 20):
+        self.path = Path(path)
+        try:
+            self._file: BinaryIO = open(self.path, "wb")  # noqa: SIM115 - closed in close()
+        except OSError as err:
+            raise RecordingProblem(f"cannot write the recording {self.path}: {err.strerror}") from None
+        meta_bytes = json.dumps(meta, sort_keys=True).encode()
+        self._file.write(FILE_HEADER.pack(MAGIC, FORMAT_VERSION, 0, len(meta_bytes)))
+        self._file.write(meta_bytes)
+        self._file.flush()
+        self._pending: list[bytes] = []
+        self._pending_bytes = 0
+        self._flush_bytes = flush_bytes
+        self.events_written = 0
+        self.closed = False
+
+    def add_event(self, raw: bytes) -> None:
+        self._pending.append(EVENT_LENGTH.pack(len(raw)))
+        self._pending.append(raw)
+        self._pending_bytes += len(raw) + EVENT_LENGTH.size
+        if self._pending_bytes >= self._flush_bytes:
+            self._write_events()
+
+    def _write_record(self, record_type: int, payload: bytes) -> None:
+        header = RECORD_HEADER.pack(len(payload), record_type, 0, zlib.crc32(payload))
+        self._file.write(header)
+        self._file.write(payload)
+
+    def _write_events(self) -> None:
+        if not self._pending:
+            return
+        payload = b"".join(self._pending)
+        self.events_written += len(self._pending) // 2
+        self._pending.clear()
+        self._pending_bytes = 0
+        self._write_record(RECORD_EVENTS, payload)
+
+    def flush(self, stats: dict | None = None) -> None:
+        """Writes buffered events (and optionally a stats record) to the OS."""
+        self._write_events()
+        if stats is not None:
+            self._write_record(RECORD_STATS, json.dumps(stats, sort_keys=True).encode())
+        self._file.flush()
+
+    def close(self, final_stats: dict) -> None:
+        if self.closed:
+            return
+        self._write_events()
+        self._write_record(RECORD_END, json.dumps(final_stats, sort_keys=True).encode())
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self._file.close()
+        self.closed = True
+
+
+@dataclass
+class Recording:
+    path: Path
+    meta: dict
+    events: list[bytes] = field(default_factory=list)
+    stats: list[dict] = field(default_factory=list)
+    final: dict | None = None
+    problem: str | None = None  # why reading stopped early, if it did
+
+    @property
+    def complete(self) -> bool:
+        return self.final is not None and self.problem is None
+
+    @property
+    def lost_events(self) -> int:
+        """Events the kernel could not hand over (ring buffer full)."""
+        if self.final is not None:
+            return int(self.final.get("lost_events", 0))
+        if self.stats:
+            return int(self.stats[-1].get("lost_events", 0))
+        return 0
+
+
+def _read_exact(f: BinaryIO, n: int) -> bytes:
+    data = f.read(n)
+    return data
+
+
+def iter_events(payload: bytes) -> Iterator[bytes]:
+    offset = 0
+    end = len(payload)
+    while offset + EVENT_LENGTH.size <= end:
+        (length,) = EVENT_LENGTH.unpack_from(payload, offset)
+        offset += EVENT_LENGTH.size
+        if offset + length > end:
+            raise ValueError("event runs past the end of its record")
+        yield payload[offset : offset + length]
+        offset += length
+    if offset != end:
+        raise ValueError("trailing bytes after the last event")
+
+
+def read_recording(path: str | os.PathLike) -> Recording:
+    """Reads every intact record; a torn tail is reported in .problem."""
+    path = Path(path)
+    try:
+        f = open(path, "rb")  # noqa: SIM115
+    except FileNotFoundError:
+        raise RecordingProblem(f"no recording at {path}") from None
+    except OSError as err:
+        raise RecordingProblem(f"cannot read {path}: {err.strerror}") from None
+    with f:
+        head = _read_exact(f, FILE_HEADER.size)
+        if len(head) < FILE_HEADER.size or not head.startswith(MAGIC[:6]):
+            raise RecordingProblem(f"{path} is not an inferprobe recording (bad magic)")
+        magic, version, _reserved, meta_len = FILE_HEADER.unpack(head)
+        if magic != MAGIC:
+            raise RecordingProblem(f"{path} is not an inferprobe recording (bad magic)")
+        if version > FORMAT_VERSION:
+            raise RecordingProblem(
+                f"{path} was written by a newer inferprobe (format {version}; this one reads "
+                f"up to {FORMAT_VERSION}): upgrade inferprobe to read it"
+            )
+        meta_raw = _read_exact(f, meta_len)
+        try:
+            meta = json.loads(meta_raw)
+        except (ValueError, UnicodeDecodeError):
+            raise RecordingProblem(f"{path} has a corrupt header (metadata unreadable)") from None
+        rec = Recording(path=path, meta=meta)
+        offset = FILE_HEADER.size + meta_len
+        while True:
+            header = _read_exact(f, RECORD_HEADER.size)
+            if not header:
+                break
+            if len(header) < RECORD_HEADER.size:
+                rec.problem = f"truncated at byte {offset} (a torn record header)"
+                break
+            length, rtype, _res, crc = RECORD_HEADER.unpack(header)
+            if length > MAX_RECORD_BYTES:
+                rec.problem = f"corrupt at byte {offset} (record length {length})"
+                break
+            payload = _read_exact(f, length)
+            if len(payload) < length:
+                rec.problem = f"truncated at byte {offset} (last record cut short)"
+                break
+            if zlib.crc32(payload) != crc:
+                rec.problem = f"corrupt at byte {offset} (checksum mismatch)"
+                break
+            try:
+                if rtype == RECORD_EVENTS:
+                    rec.events.extend(iter_events(payload))
+                elif rtype == RECORD_STATS:
+                    rec.stats.append(json.loads(payload))
+                elif rtype == RECORD_END:
+                    rec.final = json.loads(payload)
+                # unknown record types from newer minor versions are skipped
+            except ValueError:
+                rec.problem = f"corrupt at byte {offset} (record contents unreadable)"
+                break
+            offset += RECORD_HEADER.size + length
+        if rec.problem is None and rec.final is None:
+            rec.problem = "the recorder did not stop cleanly (no end record)"
+        return rec

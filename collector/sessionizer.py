@@ -1,0 +1,212 @@
+"""Turns decoded socket events into Request timelines.
+
+One state machine per connection, fed in the order the syscalls completed.
+HTTP/1.1 rules it follows (RFC 9112):
+- a read that starts with a request line opens a request; keep-alive gives
+  many per connection, and pipelined requests wait in a FIFO for their
+  responses, so timelines never mix;
+- a write that starts with a status line starts the response of the oldest
+  waiting request (1xx interim responses do not);
+- the response ends at: the last chunk of a chunked body, Content-Length
+  bytes of body, no body at all (HEAD, 204, 304), or close() when the body
+  is delimited by the connection closing;
+- each write carrying SSE "data:" fields is one token emit. A write may
+  carry several tokens: we record how many data fields it held and do not
+  guess further.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from inferprobe.collector.events import ConnRecord, EventType, HttpFlag, HttpKind, IoRecord
+from inferprobe.collector.timeline import Outcome, Request, SessionStats
+
+
+@dataclass(slots=True)
+class _Response:
+    request: Request
+    chunked: bool = False
+    length: int | None = None  # Content-Length, when given
+    body_seen: int = 0
+    close_delimited: bool = False
+    last_write_ns: int = 0
+
+
+@dataclass(slots=True)
+class _Conn:
+    waiting: deque[Request] = field(default_factory=deque)  # read, no response yet
+    reading: Request | None = None  # the request whose bytes reads belong to
+    responding: _Response | None = None
+
+
+def _order_key(ev: ConnRecord | IoRecord) -> int:
+    # Data moved on the socket when the syscall returned: order by exit for
+    # I/O so a request read is always before the writes that answer it.
+    return ev.exit_ns if isinstance(ev, IoRecord) else ev.ts_ns
+
+
+class Sessionizer:
+    def __init__(self) -> None:
+        self._conns: dict[int, _Conn] = {}
+        self.requests: list[Request] = []
+        self.stats = SessionStats()
+
+    # -- feeding ---------------------------------------------------------------
+    def feed_all(self, events: Iterable[ConnRecord | IoRecord]) -> None:
+        for ev in sorted(events, key=_order_key):
+            self.feed(ev)
+
+    def feed(self, ev: ConnRecord | IoRecord) -> None:
+        if isinstance(ev, ConnRecord):
+            if ev.type == EventType.CONN_CLOSE:
+                self._on_close(ev.conn_id, ev.ts_ns, "close")
+            else:
+                # A new connection under a reused id cannot happen (ids are
+                # unique); a fresh state is all an open needs.
+                self._conns.setdefault(ev.conn_id, _Conn())
+            return
+        conn = self._conns.setdefault(ev.conn_id, _Conn())
+        if ev.is_read:
+            self._on_read(conn, ev)
+        else:
+            self._on_write(conn, ev)
+
+    def finish(self) -> list[Request]:
+        """Ends the recording: whatever is still open is incomplete."""
+        for conn in self._conns.values():
+            if conn.responding is not None:
+                conn.responding.request.outcome = Outcome.INCOMPLETE
+                conn.responding = None
+            for req in conn.waiting:
+                req.outcome = Outcome.INCOMPLETE
+            conn.waiting.clear()
+        self._conns.clear()
+        return self.requests
+
+    # -- reads -----------------------------------------------------------------
+    def _on_read(self, conn: _Conn, ev: IoRecord) -> None:
+        if ev.kind == HttpKind.REQUEST:
+            req = Request(
+                pid=ev.pid,
+                tid=ev.tid,
+                conn=ev.conn_id,
+                method=ev.method,
+                path=ev.path,
+                t_ingress_ns=ev.exit_ns,
+                bytes_in=ev.bytes,
+            )
+            self.requests.append(req)
+            self.stats.requests += 1
+            conn.waiting.append(req)
+            conn.reading = req
+        elif ev.kind == HttpKind.DATA and ev.bytes > 0:
+            if conn.reading is not None:
+                conn.reading.bytes_in += ev.bytes
+        elif ev.kind == HttpKind.EOF:
+            conn.reading = None
+
+    # -- writes ----------------------------------------------------------------
+    def _on_write(self, conn: _Conn, ev: IoRecord) -> None:
+        if ev.kind == HttpKind.ERROR:
+            return  # a failed write moved nothing; close() decides the outcome
+        body_bytes = ev.bytes
+        if ev.kind == HttpKind.RESPONSE:
+            if 100 <= ev.status < 200:
+                return  # interim response (100 Continue): the real one follows
+            self._start_response(conn, ev)
+            if conn.responding is None:
+                return
+            if HttpFlag.HEADERS_END in ev.flags:
+                body_bytes = ev.bytes - ev.header_bytes
+            else:
+                body_bytes = 0
+        resp = conn.responding
+        if resp is None:
+            if ev.bytes > 0:
+                self.stats.writes_without_response += 1
+            return
+        req = resp.request
+        req.bytes_out += max(ev.bytes, 0)
+        req.write_tids.add(ev.tid)
+        resp.last_write_ns = ev.ts_ns
+        if ev.sse_events and (req.streaming or ev.kind == HttpKind.DATA):
+            req.token_ns.append(ev.ts_ns)
+            req.token_events.append(ev.sse_events)
+        if HttpFlag.SSE_DONE in ev.flags and req.t_done_ns is None:
+            req.t_done_ns = ev.ts_ns
+        resp.body_seen += max(body_bytes, 0)
+        if self._response_ended(resp, ev):
+            self._end_response(conn, ev.ts_ns, "framing")
+
+    def _start_response(self, conn: _Conn, ev: IoRecord) -> None:
+        if conn.responding is not None:
+            # The previous response had no length we could see: a new status
+            # line on the connection means it ended with its last write.
+            self._end_response(conn, conn.responding.last_write_ns, "next response")
+        if not conn.waiting:
+            self.stats.responses_without_request += 1
+            return
+        req = conn.waiting.popleft()
+        if conn.reading is req:
+            conn.reading = None
+        req.status = ev.status
+        req.t_response_start_ns = ev.ts_ns
+        req.streaming = HttpFlag.EVENT_STREAM in ev.flags
+        headers_seen = HttpFlag.HEADERS_END in ev.flags
+        resp = _Response(
+            request=req,
+            chunked=HttpFlag.CHUNKED in ev.flags,
+            length=ev.content_length,
+            last_write_ns=ev.ts_ns,
+        )
+        no_body = req.method == "HEAD" or ev.status in (204, 304)
+        if no_body:
+            resp.length = 0
+        resp.close_delimited = headers_seen and not resp.chunked and resp.length is None
+        conn.responding = resp
+
+    @staticmethod
+    def _response_ended(resp: _Response, ev: IoRecord) -> bool:
+        if resp.chunked:
+            return HttpFlag.CHUNKED_END in ev.flags
+        if resp.length is not None:
+            return resp.body_seen >= resp.length
+        return False
+
+    def _end_response(self, conn: _Conn, t_end: int, reason: str) -> None:
+        resp = conn.responding
+        if resp is None:
+            return
+        req = resp.request
+        req.outcome = Outcome.COMPLETE
+        req.t_end_ns = t_end
+        req.end_reason = reason
+        conn.responding = None
+
+    # -- close -----------------------------------------------------------------
+    def _on_close(self, conn_id: int, ts: int, reason: str) -> None:
+        conn = self._conns.pop(conn_id, None)
+        if conn is None:
+            return
+        resp = conn.responding
+        if resp is not None:
+            if resp.close_delimited:
+                self._end_response(conn, resp.last_write_ns, "close")
+            else:
+                req = resp.request
+                req.outcome = Outcome.ABORTED
+                req.t_end_ns = ts
+                req.end_reason = reason
+        for req in conn.waiting:
+            req.outcome = Outcome.ABORTED
+            req.t_end_ns = ts
+            req.end_reason = "closed before a response"
+
+
+def sessionize(events: Iterable[ConnRecord | IoRecord]) -> tuple[list[Request], SessionStats]:
+    s = Sessionizer()
+    s.feed_all(events)
+    return s.finish(), s.stats

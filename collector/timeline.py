@@ -1,0 +1,71 @@
+"""Request timelines: what the sessionizer builds and every analyzer reads.
+
+No BPF types here; times are the kernel's CLOCK_MONOTONIC in nanoseconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class Outcome(StrEnum):
+    COMPLETE = "complete"  # the response ended as its framing says
+    ABORTED = "aborted"  # the connection closed (or broke) before that
+    INCOMPLETE = "incomplete"  # still open when the recording ended
+
+
+@dataclass(slots=True)
+class Request:
+    pid: int
+    tid: int  # the thread that read the request line
+    conn: int
+    method: str | None
+    path: str | None
+    t_ingress_ns: int  # the read that returned the request line completed
+    status: int | None = None
+    outcome: Outcome = Outcome.INCOMPLETE
+    t_response_start_ns: int | None = None  # entry of the write carrying the status line
+    token_ns: list[int] = field(default_factory=list)  # entry of each write with SSE data
+    token_events: list[int] = field(default_factory=list)  # "data:" fields in each such write
+    t_done_ns: int | None = None  # "data: [DONE]" written
+    t_end_ns: int | None = None
+    bytes_in: int = 0
+    bytes_out: int = 0
+    streaming: bool = False  # text/event-stream response
+    end_reason: str | None = None
+    write_tids: set[int] = field(default_factory=set)
+
+    @property
+    def t_first_token_ns(self) -> int | None:
+        return self.token_ns[0] if self.token_ns else None
+
+    @property
+    def ttft_ns(self) -> int | None:
+        first = self.t_first_token_ns
+        return None if first is None else first - self.t_ingress_ns
+
+    @property
+    def e2e_ns(self) -> int | None:
+        if self.outcome != Outcome.COMPLETE or self.t_end_ns is None:
+            return None
+        return self.t_end_ns - self.t_ingress_ns
+
+    @property
+    def itl_ns(self) -> list[int]:
+        return [b - a for a, b in zip(self.token_ns, self.token_ns[1:], strict=False)]
+
+    @property
+    def endpoint(self) -> str:
+        return f"{self.method or '?'} {self.path or '?'}"
+
+    @property
+    def is_error(self) -> bool:
+        return self.status is not None and self.status >= 400
+
+
+@dataclass(slots=True)
+class SessionStats:
+    requests: int = 0
+    responses_without_request: int = 0  # e.g. connections already mid-response at start
+    writes_without_response: int = 0
