@@ -11,7 +11,7 @@ from inferprobe.analyzers.cadence import CadenceSummary, by_endpoint, summarize
 from inferprobe.collector.events import DecodeError, decode
 from inferprobe.collector.recording import Recording
 from inferprobe.collector.sessionizer import sessionize
-from inferprobe.collector.timeline import Request, SessionStats
+from inferprobe.collector.timeline import Connection, Request, SessionStats
 
 JSON_FORMAT_VERSION = 1
 
@@ -23,6 +23,7 @@ class ReportData:
     overall: CadenceSummary
     endpoints: dict[str, CadenceSummary]
     session: SessionStats
+    connections: list[Connection]
     undecodable_events: int
 
     @property
@@ -38,14 +39,15 @@ def build(recording: Recording) -> ReportData:
             decoded.append(decode(raw))
         except DecodeError:
             bad += 1
-    requests, stats = sessionize(decoded)
-    requests.sort(key=lambda r: r.t_ingress_ns)
+    session = sessionize(decoded)
+    requests = sorted(session.requests, key=lambda r: r.t_ingress_ns)
     return ReportData(
         recording=recording,
         requests=requests,
         overall=summarize(requests),
         endpoints={ep: summarize(reqs) for ep, reqs in by_endpoint(requests).items()},
-        session=stats,
+        session=session.stats,
+        connections=sorted(session.connections.values(), key=lambda c: c.conn_id),
         undecodable_events=bad,
     )
 
@@ -104,4 +106,18 @@ def to_json(data: ReportData) -> dict:
         "summary": summary_json(data.overall),
         "endpoints": {ep: summary_json(s) for ep, s in data.endpoints.items()},
         "requests": [request_json(r) for r in data.requests],
+        "connections": [connection_json(c) for c in data.connections],
+    }
+
+
+def connection_json(c: Connection) -> dict:
+    return {
+        "conn_id": c.conn_id,
+        "pid": c.pid,
+        "fd": c.fd,
+        "family": c.family,
+        "peer": c.peer,
+        "peer_port": c.peer_port,
+        "t_open_ns": c.t_open_ns,
+        "t_close_ns": c.t_close_ns,
     }

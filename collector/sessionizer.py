@@ -22,7 +22,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from inferprobe.collector.events import ConnRecord, EventType, HttpFlag, HttpKind, IoRecord
-from inferprobe.collector.timeline import Outcome, Request, SessionStats
+import ipaddress
+import socket
+
+from inferprobe.collector.timeline import Connection, Outcome, Request, SessionStats
 
 
 @dataclass(slots=True)
@@ -42,6 +45,26 @@ class _Conn:
     responding: _Response | None = None
 
 
+def _connection(ev: ConnRecord) -> Connection:
+    if ev.family == socket.AF_INET:
+        family, peer = "ipv4", str(ipaddress.IPv4Address(ev.peer_addr[:4]))
+    elif ev.family == socket.AF_INET6:
+        family, peer = "ipv6", str(ipaddress.IPv6Address(ev.peer_addr))
+    elif ev.family == socket.AF_UNIX:
+        family, peer = "unix", None
+    else:
+        family, peer = "unknown", None
+    return Connection(
+        conn_id=ev.conn_id,
+        pid=ev.pid,
+        fd=ev.fd,
+        family=family,
+        peer=peer,
+        peer_port=ev.peer_port if peer else None,
+        t_open_ns=ev.ts_ns,
+    )
+
+
 def _order_key(ev: ConnRecord | IoRecord) -> int:
     # Data moved on the socket when the syscall returned: order by exit for
     # I/O so a request read is always before the writes that answer it.
@@ -52,6 +75,7 @@ class Sessionizer:
     def __init__(self) -> None:
         self._conns: dict[int, _Conn] = {}
         self.requests: list[Request] = []
+        self.connections: dict[int, Connection] = {}
         self.stats = SessionStats()
 
     # -- feeding ---------------------------------------------------------------
@@ -62,12 +86,20 @@ class Sessionizer:
     def feed(self, ev: ConnRecord | IoRecord) -> None:
         if isinstance(ev, ConnRecord):
             if ev.type == EventType.CONN_CLOSE:
+                if ev.conn_id in self.connections:
+                    self.connections[ev.conn_id].t_close_ns = ev.ts_ns
                 self._on_close(ev.conn_id, ev.ts_ns, "close")
             else:
+                self.connections[ev.conn_id] = _connection(ev)
                 # A new connection under a reused id cannot happen (ids are
                 # unique); a fresh state is all an open needs.
                 self._conns.setdefault(ev.conn_id, _Conn())
             return
+        if ev.conn_id not in self.connections:
+            # open before the recording started: known only by its first I/O
+            self.connections[ev.conn_id] = Connection(
+                conn_id=ev.conn_id, pid=ev.pid, fd=ev.fd, family="unknown", peer=None,
+                peer_port=None, t_open_ns=None)
         conn = self._conns.setdefault(ev.conn_id, _Conn())
         if ev.is_read:
             self._on_read(conn, ev)
@@ -206,7 +238,9 @@ class Sessionizer:
             req.end_reason = "closed before a response"
 
 
-def sessionize(events: Iterable[ConnRecord | IoRecord]) -> tuple[list[Request], SessionStats]:
+def sessionize(events: Iterable[ConnRecord | IoRecord]) -> Sessionizer:
+    """Feeds every event and finishes: read .requests, .connections, .stats."""
     s = Sessionizer()
     s.feed_all(events)
-    return s.finish(), s.stats
+    s.finish()
+    return s

@@ -65,6 +65,18 @@ class Request:
 
 
 @dataclass(slots=True)
+class Connection:
+    conn_id: int
+    pid: int
+    fd: int
+    family: str  # "ipv4", "ipv6", "unix", or "unknown" (open before recording)
+    peer: str | None  # address without port
+    peer_port: int | None
+    t_open_ns: int | None
+    t_close_ns: int | None = None
+
+
+@dataclass(slots=True)
 class SessionStats:
     requests: int = 0
     responses_without_request: int = 0  # e.g. connections already mid-response at start

@@ -1,0 +1,109 @@
+"""Builders of raw kernel events for tests of the pure stages.
+
+They produce the same bytes the BPF program writes (through the ctypes
+mirrors that the layout contract test pins to bpf/inferprobe.h).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+
+from inferprobe.collector import events as ev
+
+_clock = itertools.count(1_000_000_000, 1_000)
+
+
+def now() -> int:
+    return next(_clock)
+
+
+def conn_open(conn_id: int, pid: int = 100, port: int = 40000, ts: int | None = None) -> bytes:
+    e = ev.ConnEvent()
+    e.hdr.type = ev.EventType.CONN_OPEN
+    e.hdr.pid = e.hdr.tid = pid
+    e.hdr.ts_ns = ts if ts is not None else now()
+    e.conn_id = conn_id
+    e.fd = 10
+    e.family = 2
+    e.peer_port = port
+    e.peer_addr[:4] = [127, 0, 0, 1]
+    return bytes(e)
+
+
+def conn_close(conn_id: int, pid: int = 100, ts: int | None = None) -> bytes:
+    e = ev.ConnEvent()
+    e.hdr.type = ev.EventType.CONN_CLOSE
+    e.hdr.pid = e.hdr.tid = pid
+    e.hdr.ts_ns = ts if ts is not None else now()
+    e.conn_id = conn_id
+    e.fd = 10
+    return bytes(e)
+
+
+def io(
+    conn_id: int,
+    *,
+    read: bool,
+    nbytes: int,
+    kind: ev.HttpKind = ev.HttpKind.DATA,
+    flags: ev.HttpFlag = ev.HttpFlag(0),
+    status: int = 0,
+    content_length: int | None = None,
+    header_bytes: int = 0,
+    sse_events: int = 0,
+    method: ev.HttpMethod = ev.HttpMethod.UNKNOWN,
+    path: str = "",
+    pid: int = 100,
+    tid: int | None = None,
+    ts: int | None = None,
+) -> bytes:
+    e = ev.IoEvent()
+    e.hdr.type = ev.EventType.SOCK_READ if read else ev.EventType.SOCK_WRITE
+    e.hdr.pid = pid
+    e.hdr.tid = tid if tid is not None else pid
+    start = ts if ts is not None else now()
+    e.hdr.ts_ns = start
+    e.exit_ns = start + 10
+    e.conn_id = conn_id
+    e.bytes = nbytes
+    e.kind = kind
+    if content_length is not None:
+        flags |= ev.HttpFlag.HAS_LENGTH
+        e.content_length = content_length
+    else:
+        e.content_length = -1
+    e.flags = flags
+    e.status = status
+    e.header_bytes = header_bytes
+    e.sse_events = sse_events
+    e.method = method
+    raw_path = path.encode()
+    e.path_len = len(raw_path)
+    ctypes.memmove(ctypes.addressof(e) + ev.IoEvent.path.offset, raw_path, len(raw_path))
+    return bytes(e)
+
+
+def request(conn_id: int, path: str = "/v1/completions", **kw) -> bytes:
+    return io(conn_id, read=True, nbytes=200, kind=ev.HttpKind.REQUEST,
+              method=ev.HttpMethod.POST, path=path, flags=ev.HttpFlag.HEADERS_END,
+              header_bytes=150, content_length=50, **kw)
+
+
+def sse_headers(conn_id: int, status: int = 200, **kw) -> bytes:
+    F = ev.HttpFlag
+    return io(conn_id, read=False, nbytes=120, kind=ev.HttpKind.RESPONSE, status=status,
+              flags=F.HEADERS_END | F.CHUNKED | F.EVENT_STREAM, header_bytes=120, **kw)
+
+
+def sse_chunk(conn_id: int, events: int = 1, done: bool = False, end: bool = False, **kw) -> bytes:
+    flags = ev.HttpFlag(0)
+    if done:
+        flags |= ev.HttpFlag.SSE_DONE
+    if end:
+        flags |= ev.HttpFlag.CHUNKED_END
+    return io(conn_id, read=False, nbytes=60, sse_events=events, flags=flags, **kw)
+
+
+def decoded(*raws: bytes) -> list:
+    return [ev.decode(r) for r in raws]

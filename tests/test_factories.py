@@ -1,0 +1,18 @@
+"""The builders in factories.py produce events that decode back to their inputs."""
+
+from factories import conn_open, decoded, request, sse_chunk
+
+from inferprobe.collector.events import EventType, HttpFlag, HttpKind
+
+
+def test_request_builder_round_trips():
+    (r,) = decoded(request(7, "/v1/chat/completions", ts=5000))
+    assert r.type == EventType.SOCK_READ and r.kind == HttpKind.REQUEST
+    assert (r.conn_id, r.method, r.path, r.ts_ns, r.exit_ns) == (7, "POST", "/v1/chat/completions", 5000, 5010)
+    assert r.content_length == 50
+
+
+def test_chunk_and_open_builders_round_trip():
+    chunk, opened = decoded(sse_chunk(3, events=2, done=True), conn_open(3, port=4321))
+    assert chunk.sse_events == 2 and HttpFlag.SSE_DONE in chunk.flags
+    assert opened.type == EventType.CONN_OPEN and opened.peer_port == 4321
