@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import click
-
 from inferprobe.cli.options import (
     apply_kernel_headers,
     duration_option,
@@ -97,8 +96,13 @@ class _Stop:
     show_default=True,
     help="Kernel ring buffer size (rounded down to a power of two).",
 )
+@click.option(
+    "--no-listen-check",
+    is_flag=True,
+    help="Attach even if the targets hold no listening socket yet (a server still starting).",
+)
 @kernel_headers_option
-def record(pids, duration, output, ringbuf_mb, kernel_headers) -> None:
+def record(pids, duration, output, ringbuf_mb, no_listen_check, kernel_headers) -> None:
     """Record every HTTP request the given processes serve.
 
     Attaches to syscall tracepoints (no change to the server, no restart),
@@ -114,7 +118,7 @@ def record(pids, duration, output, ringbuf_mb, kernel_headers) -> None:
     apply_kernel_headers(kernel_headers)
     pids = list(dict.fromkeys(pids))
     pages = 1 << ((ringbuf_mb * 256).bit_length() - 1)
-    tracer = load_socket_tracer(pids, ringbuf_pages=pages)
+    tracer = load_socket_tracer(pids, ringbuf_pages=pages, require_listener=not no_listen_check)
     writer = None
     try:
         writer = RecordingWriter(Path(output), _meta(tracer.pids, sys.argv))

@@ -13,8 +13,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from inferprobe.collector import preflight
 from inferprobe.collector import targets as target_procs
-from inferprobe.collector.errors import EnvironmentProblem
+from inferprobe.collector.errors import EnvironmentProblem, TargetProblem
 from inferprobe.collector.events import COUNTER_MAX, Counter
 
 BPF_DIR = Path(__file__).resolve().parent.parent / "bpf"
@@ -127,12 +128,24 @@ class LoadedTracer:
         self.bpf.cleanup()
 
 
-def load_socket_tracer(pids: list[int], ringbuf_pages: int = 2048) -> LoadedTracer:
+def load_socket_tracer(
+    pids: list[int], ringbuf_pages: int = 2048, require_listener: bool = True
+) -> LoadedTracer:
     """Compiles and attaches the socket tracer to pids and their descendants."""
     ensure_privileges()
     for pid in pids:
         target_procs.check_alive(pid)
+    all_pids = target_procs.with_descendants(pids)
+    if require_listener and not target_procs.listening_sockets(all_pids):
+        raise TargetProblem(
+            f"pid {', '.join(map(str, pids))} has no listening TCP or Unix socket, so it is not "
+            "serving HTTP (pass the server process, or --no-listen-check if it is still starting)"
+        )
     ensure_tracefs()
+    headers = preflight.check_kernel_headers()
+    if not headers.ok:
+        fix = f"; fix: {headers.fix}" if headers.fix else ""
+        raise EnvironmentProblem(f"kernel headers are not usable by bcc: {headers.detail}{fix}")
     bcc = _import_bcc()
     if ringbuf_pages & (ringbuf_pages - 1):
         raise EnvironmentProblem(f"ring buffer pages must be a power of two, got {ringbuf_pages}")
@@ -156,7 +169,6 @@ def load_socket_tracer(pids: list[int], ringbuf_pages: int = 2048) -> LoadedTrac
             "run 'inferprobe doctor' to see what is missing"
         )
 
-    all_pids = target_procs.with_descendants(pids)
     tgids = bpf["targets"]
     for pid in all_pids:
         tgids[ctypes.c_uint32(pid)] = ctypes.c_uint8(1)

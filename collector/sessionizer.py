@@ -17,14 +17,13 @@ HTTP/1.1 rules it follows (RFC 9112):
 
 from __future__ import annotations
 
+import ipaddress
+import socket
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from inferprobe.collector.events import ConnRecord, EventType, HttpFlag, HttpKind, IoRecord
-import ipaddress
-import socket
-
 from inferprobe.collector.timeline import Connection, Outcome, Request, SessionStats
 
 

@@ -83,3 +83,67 @@ def process_name(pid: int) -> str:
 
 def alive(pid: int) -> bool:
     return (PROC / str(pid)).is_dir()
+
+
+def _socket_inodes(pid: int) -> set[int]:
+    inodes = set()
+    try:
+        entries = list((PROC / str(pid) / "fd").iterdir())
+    except OSError:
+        return inodes
+    for entry in entries:
+        try:
+            link = os.readlink(entry)
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            inodes.add(int(link[8:-1]))
+    return inodes
+
+
+def listening_sockets(pids: list[int]) -> list[str]:
+    """Listening TCP and Unix stream sockets held by pids, e.g. ["tcp 127.0.0.1:8000"].
+
+    Read from /proc/<pid>/net so that a server in another network namespace
+    (a container) is seen in its own namespace.
+    """
+    found: list[str] = []
+    for pid in pids:
+        inodes = _socket_inodes(pid)
+        if not inodes:
+            continue
+        for name in ("tcp", "tcp6"):
+            try:
+                lines = (PROC / str(pid) / "net" / name).read_text().splitlines()[1:]
+            except OSError:
+                continue
+            for line in lines:
+                fields = line.split()
+                # fields: sl local rem st ... uid timeout inode
+                if len(fields) > 9 and fields[3] == "0A" and int(fields[9]) in inodes:
+                    found.append(f"{name} {_hex_address(fields[1])}")
+        try:
+            lines = (PROC / str(pid) / "net" / "unix").read_text().splitlines()[1:]
+        except OSError:
+            lines = []
+        for line in lines:
+            fields = line.split()
+            # Num RefCount Protocol Flags Type St Inode [Path]; flags 0x10000 = listening
+            if len(fields) >= 7 and int(fields[3], 16) & 0x10000 and int(fields[6]) in inodes:
+                found.append(f"unix {fields[7] if len(fields) > 7 else '(unnamed)'}")
+    return sorted(set(found))
+
+
+def _hex_address(field: str) -> str:
+    import ipaddress
+    import socket as socket_module
+
+    addr_hex, port_hex = field.split(":")
+    raw = bytes.fromhex(addr_hex)
+    if len(raw) == 4:
+        addr = socket_module.inet_ntop(socket_module.AF_INET, raw[::-1])
+    else:
+        # /proc prints IPv6 as four host-order 32-bit words
+        words = [raw[i : i + 4][::-1] for i in range(0, 16, 4)]
+        addr = str(ipaddress.IPv6Address(b"".join(words)))
+    return f"{addr}:{int(port_hex, 16)}"

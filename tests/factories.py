@@ -11,6 +11,7 @@ import itertools
 
 from inferprobe.collector import events as ev
 
+NO_FLAGS = ev.HttpFlag(0)
 _clock = itertools.count(1_000_000_000, 1_000)
 
 
@@ -47,7 +48,7 @@ def io(
     read: bool,
     nbytes: int,
     kind: ev.HttpKind = ev.HttpKind.DATA,
-    flags: ev.HttpFlag = ev.HttpFlag(0),
+    flags: ev.HttpFlag = NO_FLAGS,
     status: int = 0,
     content_length: int | None = None,
     header_bytes: int = 0,

@@ -4,7 +4,6 @@ import struct
 
 import pytest
 from factories import request, sse_chunk
-
 from inferprobe.collector.errors import RecordingProblem
 from inferprobe.collector.recording import (
     FILE_HEADER,

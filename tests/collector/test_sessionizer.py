@@ -1,8 +1,7 @@
 """The HTTP/1.1 state machine on event sequences that real servers produce."""
 
 from factories import conn_close, conn_open, decoded, io, request, sse_chunk, sse_headers
-
-from inferprobe.collector.events import HttpFlag, HttpKind
+from inferprobe.collector.events import HttpFlag, HttpKind, HttpMethod
 from inferprobe.collector.sessionizer import sessionize
 
 
@@ -109,7 +108,7 @@ def test_interim_100_continue_does_not_consume_the_request():
 def test_head_and_204_have_no_body():
     s = run(
         io(1, read=True, nbytes=40, kind=HttpKind.REQUEST, path="/x",
-           method=__import__("inferprobe.collector.events", fromlist=["HttpMethod"]).HttpMethod.HEAD,
+           method=HttpMethod.HEAD,
            ts=100),
         io(1, read=False, nbytes=80, kind=HttpKind.RESPONSE, status=200,
            flags=HttpFlag.HEADERS_END, header_bytes=80, content_length=5000, ts=200),

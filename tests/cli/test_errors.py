@@ -1,0 +1,109 @@
+"""Bad input gets one clear sentence, a non-zero exit and no traceback."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import Recorder, inferprobe_cmd, needs_root
+from inferprobe.collector.errors import EnvironmentProblem, RecordingProblem, TargetProblem
+
+
+def run(*args: str, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(inferprobe_cmd(*args), capture_output=True, text=True, timeout=120, **kw)
+
+
+def assert_one_sentence(result: subprocess.CompletedProcess, exit_code: int, *words: str) -> None:
+    assert result.returncode == exit_code, result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, lines
+    for word in words:
+        assert word in lines[0], lines[0]
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+@needs_root
+def test_dead_pid(tmp_path):
+    pid = _dead_pid()
+    result = run("record", "-p", str(pid), "-d", "1", "-o", str(tmp_path / "r.ipr"))
+    assert_one_sentence(result, TargetProblem.exit_code, f"no process with pid {pid}")
+    assert not (tmp_path / "r.ipr").exists()
+
+
+@needs_root
+def test_pid_that_serves_no_http(tmp_path):
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        result = run("record", "-p", str(sleeper.pid), "-d", "1", "-o", str(tmp_path / "r.ipr"))
+    finally:
+        sleeper.kill()
+    assert_one_sentence(result, TargetProblem.exit_code, "no listening", "not serving HTTP")
+
+
+def test_duration_not_a_number(tmp_path):
+    result = run("record", "-p", "1", "-d", "soon", "-o", str(tmp_path / "r.ipr"))
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert "'soon' is not a valid float" in result.stderr
+
+
+@pytest.mark.skipif(shutil.which("setpriv") is None, reason="needs setpriv to drop privileges")
+def test_no_permission(tmp_path, sse_server):
+    os.chmod(tmp_path, 0o777)
+    cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+           *inferprobe_cmd("record", "-p", str(sse_server.pid), "-d", "1",
+                           "-o", str(tmp_path / "r.ipr"))]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert_one_sentence(result, EnvironmentProblem.exit_code, "needs root", "sudo")
+
+
+@needs_root
+def test_missing_kernel_headers(tmp_path, sse_server):
+    empty = tmp_path / "no-headers"
+    empty.mkdir()
+    result = run("record", "-p", str(sse_server.pid), "-d", "1", "-o", str(tmp_path / "r.ipr"),
+                 "--kernel-headers", str(empty))
+    assert_one_sentence(result, EnvironmentProblem.exit_code, "kernel headers", str(empty))
+
+
+def test_corrupt_recording(tmp_path):
+    path = tmp_path / "bad.ipr"
+    path.write_bytes(b"definitely not a recording")
+    result = run("report", str(path))
+    assert_one_sentence(result, RecordingProblem.exit_code, "not an inferprobe recording")
+
+
+def test_missing_recording(tmp_path):
+    result = run("report", str(tmp_path / "none.ipr"))
+    assert_one_sentence(result, RecordingProblem.exit_code, "no recording at")
+
+
+@needs_root
+def test_kill_9_of_recorder_keeps_what_was_flushed(tmp_path, sse_server):
+    import sse_client
+
+    recording = tmp_path / "killed.ipr"
+    rec = Recorder([sse_server.pid], recording)
+    sse_client.run_load("127.0.0.1", sse_server.port, connections=2, requests_per_connection=5,
+                        body_factory=lambda c, i: {"prompt": "a b c", "max_tokens": 3,
+                                                   "stream": True, "interval_ms": 1})
+    time.sleep(1.5)  # the recorder flushes at least once a second
+    rec.proc.kill()
+    rec.proc.wait()
+    result = run("report", str(recording), "--format", "json")
+    assert result.returncode == 0
+    assert "did not stop cleanly" in result.stderr
+    import json
+
+    doc = json.loads(result.stdout)
+    assert len([r for r in doc["requests"] if r["outcome"] == "complete"]) == 10
