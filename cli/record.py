@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import click
+
 from inferprobe.cli.options import (
     apply_kernel_headers,
     duration_option,

@@ -6,11 +6,12 @@ import json
 import sys
 
 import click
+from rich.console import Console
+from rich.table import Table
+
 from inferprobe.analyzers.cadence import CadenceSummary, Distribution
 from inferprobe.analyzers.report_data import ReportData, build, to_json
 from inferprobe.collector.recording import read_recording
-from rich.console import Console
-from rich.table import Table
 
 EXAMPLES = """
 \b

@@ -9,8 +9,10 @@ import sys
 import time
 
 import pytest
-from conftest import Recorder, inferprobe_cmd, needs_root
+
 from inferprobe.collector.errors import EnvironmentProblem, RecordingProblem, TargetProblem
+
+from conftest import Recorder, inferprobe_cmd, needs_root
 
 
 def run(*args: str, **kw) -> subprocess.CompletedProcess:

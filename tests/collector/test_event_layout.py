@@ -12,6 +12,7 @@ import shutil
 import subprocess
 
 import pytest
+
 from inferprobe.collector import events, ringbuf
 from inferprobe.collector.loader import BPF_DIR
 

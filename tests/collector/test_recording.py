@@ -3,7 +3,7 @@
 import struct
 
 import pytest
-from factories import request, sse_chunk
+
 from inferprobe.collector.errors import RecordingProblem
 from inferprobe.collector.recording import (
     FILE_HEADER,
@@ -12,6 +12,8 @@ from inferprobe.collector.recording import (
     RecordingWriter,
     read_recording,
 )
+
+from factories import request, sse_chunk
 
 
 def write(path, events, close=True):

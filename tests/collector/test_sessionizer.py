@@ -1,8 +1,9 @@
 """The HTTP/1.1 state machine on event sequences that real servers produce."""
 
-from factories import conn_close, conn_open, decoded, io, request, sse_chunk, sse_headers
 from inferprobe.collector.events import HttpFlag, HttpKind, HttpMethod
 from inferprobe.collector.sessionizer import sessionize
+
+from factories import conn_close, conn_open, decoded, io, request, sse_chunk, sse_headers
 
 
 def run(*raws):

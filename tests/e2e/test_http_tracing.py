@@ -14,6 +14,7 @@ import subprocess
 import threading
 
 import pytest
+
 import sse_client
 from conftest import Recorder, inferprobe_cmd, needs_root
 

@@ -1,0 +1,50 @@
+"""Children forked after recording starts are traced too (pre-fork servers)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from conftest import SERVERS, Recorder, inferprobe_cmd, needs_root
+
+pytestmark = [needs_root, pytest.mark.bpf]
+
+
+def test_worker_forked_after_attach_is_traced(tmp_path):
+    server = subprocess.Popen([sys.executable, str(SERVERS / "forking_server.py")],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    child = None
+    try:
+        port = int(server.stdout.readline().rsplit(":", 1)[1])
+        rec = Recorder([server.pid], tmp_path / "fork.ipr")
+        server.stdin.write("fork\n")
+        server.stdin.flush()
+        child = int(server.stdout.readline().split()[1])
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            for i in range(3):
+                sock.sendall(f"GET /item/{i}?secret=x HTTP/1.1\r\nHost: t\r\n\r\n".encode())
+                reply = b""
+                while not reply.endswith(b'{"ok": true}'):
+                    reply += sock.recv(4096)
+        rec.stop()
+    finally:
+        # the worker is not our child: kill it by pid, then its parent
+        for pid in (child, server.pid):
+            if pid:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        server.wait()
+    doc = json.loads(subprocess.run(inferprobe_cmd("report", str(tmp_path / "fork.ipr"), "--format",
+                                                   "json"), capture_output=True, text=True,
+                                    check=True).stdout)
+    reqs = doc["requests"]
+    assert [r["path"] for r in reqs] == ["/item/0", "/item/1", "/item/2"]  # no query strings
+    assert all(r["pid"] == child and r["status"] == 200 and r["outcome"] == "complete" for r in reqs)
