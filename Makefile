@@ -1,0 +1,20 @@
+# Entry points; scripts/setup.sh does the real work and is safe to rerun.
+# `make test` is the test command (as root: the tests load real BPF programs).
+
+VENV   ?= .venv
+PYTHON := $(VENV)/bin/python
+RUFF   := $(firstword $(wildcard $(VENV)/bin/ruff) ruff)
+
+.PHONY: setup test lint demo
+
+setup:
+	VENV="$(abspath $(VENV))" bash scripts/setup.sh
+
+test: setup
+	$(PYTHON) -m pytest -q tests
+
+lint:
+	$(RUFF) check .
+
+demo: setup
+	bash scripts/demo.sh

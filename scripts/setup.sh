@@ -1,0 +1,166 @@
+#!/usr/bin/env bash
+# One-command, idempotent set-up of a host for inferprobe (run as root):
+#   Debian packages (bcc, kernel headers, sdt headers), kernel header links for
+#   bcc, tracefs, the project venv and the package with its test extras.
+# Every step checks before it acts, so a second run takes a few seconds.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${VENV:-$ROOT/.venv}"
+SYSTEM_PYTHON=/usr/bin/python3   # python3-bpfcc installs bcc for this interpreter only
+STAMP="$VENV/.inferprobe-setup-stamp"
+START=$SECONDS
+
+say() { printf 'setup: %s\n' "$*"; }
+die() { printf 'setup: error: %s\n' "$*" >&2; exit 1; }
+
+if [[ $(id -u) -ne 0 ]]; then
+    die "must run as root (it installs packages, links kernel headers and mounts tracefs): run sudo make setup"
+fi
+
+export DEBIAN_FRONTEND=noninteractive
+export PIP_NO_INPUT=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
+
+arch="$(dpkg --print-architecture)"
+release="$(uname -r)"
+modules="/lib/modules/$release"
+
+# ---------------------------------------------------------------- headers helpers
+
+# True when bcc will find headers for the running kernel without our help.
+headers_usable() {
+    if [[ -d "$modules/build" && -d "$modules/source" ]]; then
+        [[ -f "$modules/source/include/linux/kconfig.h" && -f "$modules/build/include/generated/autoconf.h" ]]
+    elif [[ -d "$modules/build" ]]; then
+        [[ -f "$modules/build/include/linux/kconfig.h" && -f "$modules/build/include/generated/autoconf.h" ]]
+    else
+        [[ -e /sys/kernel/kheaders.tar.xz ]]
+    fi
+}
+
+# Newest installed Debian headers pair: prints "<arch dir> <common dir>".
+newest_headers() {
+    local dir ver best=""
+    for dir in /usr/src/linux-headers-*-"$arch"; do
+        [[ -d "$dir" ]] || continue
+        ver="${dir#/usr/src/linux-headers-}"
+        ver="${ver%-"$arch"}"
+        # Flavours such as -cloud-amd64 or -rt-amd64 share the plain version's
+        # common dir but are not what bcc wants by default: keep N.N.N-N only.
+        [[ "$ver" =~ ^[0-9]+\.[0-9]+\.[0-9]+-[0-9]+$ ]] || continue
+        [[ -d "/usr/src/linux-headers-$ver-common" ]] || continue
+        best+="$ver"$'\n'
+    done
+    ver="$(printf '%s' "$best" | sort -V | tail -n 1)"
+    [[ -n "$ver" ]] || return 1
+    printf '%s %s\n' "/usr/src/linux-headers-$ver-$arch" "/usr/src/linux-headers-$ver-common"
+}
+
+# ---------------------------------------------------------------- 1. packages
+
+packages=(python3-bpfcc bpfcc-tools python3-venv python3-dev systemtap-sdt-dev strace)
+if ! headers_usable && ! newest_headers >/dev/null; then
+    packages+=("linux-headers-$arch")
+fi
+
+missing=()
+for pkg in "${packages[@]}"; do
+    if [[ "$(dpkg-query -W -f='${db:Status-Abbrev}' "$pkg" 2>/dev/null)" != "ii " ]]; then
+        missing+=("$pkg")
+    fi
+done
+if ((${#missing[@]})); then
+    say "installing ${missing[*]}"
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+else
+    say "packages: all present"
+fi
+
+# ---------------------------------------------------------------- 2. kernel headers
+
+# A link we may replace: absent, or a symlink (ours from an earlier run, or
+# dangling). A real directory is someone's real headers: never touch it.
+replaceable() { [[ ! -e "$1" || -L "$1" ]]; }
+
+if headers_usable; then
+    say "kernel headers: usable for $release ($(readlink -f "$modules/build" 2>/dev/null || echo in-kernel))"
+else
+    pair="$(newest_headers)" || die "no linux-headers-*-$arch package installed under /usr/src; run apt-get install linux-headers-$arch"
+    read -r build_dir common_dir <<<"$pair"
+    if ! replaceable "$modules/build" || ! replaceable "$modules/source"; then
+        die "$modules/build or source is a real directory but bcc cannot use it (no include/linux/kconfig.h or include/generated/autoconf.h); fix or move it, then rerun"
+    fi
+    mkdir -p "$modules"
+    ln -sfn "$build_dir" "$modules/build"
+    ln -sfn "$common_dir" "$modules/source"
+    say "kernel headers: linked $modules/{build,source} -> ${build_dir##*/}, ${common_dir##*/} (running $release; a close version is fine for tracepoints, uprobes and USDT)"
+    headers_usable || die "linked $build_dir but bcc still would not find include/generated/autoconf.h and include/linux/kconfig.h there"
+fi
+
+# ---------------------------------------------------------------- 3. tracefs
+
+if grep -qsE '^\S+ /sys/kernel(/debug)?/tracing tracefs ' /proc/self/mounts; then
+    say "tracefs: mounted"
+else
+    mount -t tracefs tracefs /sys/kernel/tracing \
+        || die "tracefs is not mounted and mount -t tracefs tracefs /sys/kernel/tracing failed"
+    say "tracefs: mounted at /sys/kernel/tracing"
+fi
+
+# ---------------------------------------------------------------- 4. venv
+
+venv_ok() {
+    [[ -x "$VENV/bin/python" ]] \
+        && grep -qs '^include-system-site-packages = true' "$VENV/pyvenv.cfg" \
+        && "$VENV/bin/python" -c 'import sys, bcc; assert sys.base_prefix == "/usr"' 2>/dev/null
+}
+
+if ! venv_ok; then
+    if [[ -e "$VENV" ]]; then
+        say "venv: $VENV cannot import the system bcc (not made by $SYSTEM_PYTHON with --system-site-packages): recreating it"
+        rm -rf "$VENV"
+    fi
+    "$SYSTEM_PYTHON" -m venv --system-site-packages "$VENV"
+    venv_ok || die "$VENV was created but cannot import bcc; check that python3-bpfcc is installed for $SYSTEM_PYTHON"
+    say "venv: created $VENV"
+else
+    say "venv: $VENV ok (sees the system bcc)"
+fi
+
+# ---------------------------------------------------------------- 5. python package
+
+# The stamp records what the last install was made from; pip runs again only
+# when pyproject.toml or the interpreter changed, or the package stopped importing.
+want_stamp="$(sha256sum "$ROOT/pyproject.toml" | cut -d' ' -f1) $("$VENV/bin/python" -V 2>&1)"
+
+imports_ok() {
+    # From /tmp, so the repo checkout on sys.path cannot mask a broken install.
+    (cd /tmp && "$VENV/bin/python" -c 'import inferprobe.collector.errors, inferprobe.cli' 2>/dev/null) \
+        && [[ -x "$VENV/bin/inferprobe" ]]
+}
+
+if [[ -f "$STAMP" && "$(head -n 1 "$STAMP")" == "$want_stamp" ]] && imports_ok; then
+    if [[ "$(sed -n 2p "$STAMP")" == copy ]]; then
+        # A copied install goes stale with every source edit: refresh it.
+        "$VENV/bin/python" -m pip install -q --no-deps --force-reinstall "$ROOT"
+        say "python package: refreshed the installed copy"
+    else
+        say "python package: up to date (editable install)"
+    fi
+else
+    say "python package: pip install -e '.[test]' (first run takes a minute)"
+    mode=editable
+    if ! "$VENV/bin/python" -m pip install -q -e "$ROOT[test]" || ! imports_ok; then
+        # Some setuptools versions cannot map a namespace package's
+        # subpackages onto other folders in editable mode: install a copy,
+        # which every later run of this script refreshes (make test runs it).
+        say "python package: editable install unusable, installing a copy instead"
+        mode=copy
+        "$VENV/bin/python" -m pip install -q "$ROOT[test]"
+        imports_ok || die "inferprobe still does not import from $VENV after pip install"
+    fi
+    printf '%s\n%s\n' "$want_stamp" "$mode" >"$STAMP"
+fi
+
+say "done in $((SECONDS - START))s; next: sudo $VENV/bin/inferprobe doctor"
