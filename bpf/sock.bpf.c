@@ -151,11 +151,17 @@ static __always_inline int accept_enter(u64 sockaddr_ptr)
 static __always_inline int accept_exit(long ret)
 {
     u64 id = bpf_get_current_pid_tgid();
+    u64 addr = 0;
     u64 *sockaddr_ptr = pending_accept.lookup(&id);
-    if (!sockaddr_ptr)
+    if (sockaddr_ptr) {
+        addr = *sockaddr_ptr;
+        pending_accept.delete(&id);
+    } else if (!is_target(id >> 32)) {
         return 0;
-    u64 addr = *sockaddr_ptr;
-    pending_accept.delete(&id);
+    }
+    /* No entry but a target: the accept() was already blocking when we
+     * attached (an idle threaded server). Track the connection anyway; only
+     * its peer address is unknown. */
     if (ret < 0)
         return 0;
 

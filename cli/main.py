@@ -48,7 +48,8 @@ _register()
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        cli.main(args=argv, prog_name="inferprobe", standalone_mode=False)
+        # standalone_mode=False hands back ctx.exit(n)'s code instead of exiting
+        rc = cli.main(args=argv, prog_name="inferprobe", standalone_mode=False)
     except InferprobeError as err:
         click.echo(f"inferprobe: {err}", err=True)
         return err.exit_code
@@ -60,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         return err.exit_code
     except click.exceptions.Exit as err:
         return err.exit_code
-    return 0
+    return rc if isinstance(rc, int) else 0
 
 
 if __name__ == "__main__":
