@@ -1,0 +1,517 @@
+#!/usr/bin/env python3
+"""Tracer overhead benchmark: the same server, untraced and traced, side by side.
+
+One server process (tests/servers/sse_server.py) runs for the whole benchmark.
+It is driven by closed-loop streaming load (tests/servers/sse_client.py, run
+as its own process per phase so this driver never competes for the client's
+GIL) in alternating phases::
+
+    warm-up, then N rounds of: [untraced D s] [traced D s]
+
+A traced phase attaches ``inferprobe record -p <server>`` first (compile and
+attach time is not measured), runs the same load, then stops the recorder with
+SIGTERM and reads its recording with ``inferprobe report --format json``.
+Interleaving the phases cancels most of the drift of a small, noisy machine.
+
+Measured per phase: client requests/s, tokens/s, p50 TTFT and p99 ITL; CPU
+time of the server, of the load client and of the whole box (they all share
+the same cores with the tracer).  Traced phases add the recorder's CPU time
+from "attached" to just before SIGTERM, its peak RSS (VmHWM), lost events and
+the number of requests it recorded (which should match the client's count).
+
+Note that the BPF programs run in the server's own syscalls: their cost shows
+up as extra *server* CPU time, not in the recorder's.
+
+Usage (needs root for the BPF part)::
+
+    sudo .venv/bin/python benchmarks/bench_overhead.py [--duration 10] [--rounds 3]
+        [--connections 32] [--max-tokens 16] [--interval-ms 2] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import resource
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+SERVER = REPO / "tests" / "servers" / "sse_server.py"
+CLIENT = REPO / "tests" / "servers" / "sse_client.py"
+PY = sys.executable
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+ATTACH_TIMEOUT_S = 120.0
+STOP_TIMEOUT_S = 60.0
+
+
+# -- /proc helpers -------------------------------------------------------------
+
+
+def proc_cpu_s(pid: int) -> float:
+    """utime + stime of a live process (all its threads), in seconds."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+        data = f.read()
+    # comm (field 2) may contain spaces/parens: split after the last ')'.
+    fields = data[data.rindex(")") + 2 :].split()
+    # fields[0] is field 3 (state); utime/stime are fields 14/15.
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def proc_status_kb(pid: int, key: str) -> int | None:
+    with open(f"/proc/{pid}/status", encoding="ascii") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    return None
+
+
+def box_cpu() -> tuple[int, int]:
+    """(busy, total) jiffies of the whole machine, from /proc/stat."""
+    with open("/proc/stat", encoding="ascii") as f:
+        vals = [int(v) for v in f.readline().split()[1:]]
+    idle = vals[3] + (vals[4] if len(vals) > 4 else 0)  # idle + iowait
+    total = sum(vals[:8])  # guest time is already counted in user/nice
+    return total - idle, total
+
+
+def children_cpu_s() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+# -- processes -----------------------------------------------------------------
+
+
+class Server:
+    def __init__(self, log: Path | None) -> None:
+        cmd = [PY, str(SERVER), "--host", "127.0.0.1", "--port", "0"]
+        if log is not None:
+            cmd += ["--log", str(log)]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline()
+        if not line.startswith("LISTENING"):
+            self.stop()
+            raise RuntimeError(f"test server did not start: {line!r}")
+        self.port = int(line.rsplit(":", 1)[1])
+        self.pid = self.proc.pid
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+class Recorder:
+    """`inferprobe record -p PID` as a subprocess; returns from __init__ once attached."""
+
+    def __init__(self, pid: int, output: Path, stderr_path: Path) -> None:
+        self.output = output
+        self._stderr_f = open(stderr_path, "w", encoding="utf-8")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [PY, "-m", "inferprobe.cli.main", "record", "-p", str(pid), "-o", str(output)],
+            stdout=subprocess.PIPE,
+            stderr=self._stderr_f,
+            text=True,
+        )
+        self.stderr_path = stderr_path
+        self.lines: list[str] = []
+        t0 = time.monotonic()
+        while True:
+            line = self.proc.stdout.readline()
+            if line.startswith("inferprobe: attached"):
+                # CPU spent so far is start-up + BPF compile: excluded.
+                self.cpu_at_attach_s = proc_cpu_s(self.proc.pid)
+                self.attach_s = time.monotonic() - t0
+                self.lines.append(line)
+                return
+            if not line or time.monotonic() - t0 > ATTACH_TIMEOUT_S:
+                self.kill()
+                err = stderr_path.read_text(encoding="utf-8", errors="replace")
+                raise RuntimeError(f"recorder did not attach: {''.join(self.lines)}{err}")
+            self.lines.append(line)
+
+    def sample_before_stop(self) -> tuple[float, int | None]:
+        """(CPU seconds since attach, VmHWM in kB), read just before stopping."""
+        cpu = proc_cpu_s(self.proc.pid) - self.cpu_at_attach_s
+        return cpu, proc_status_kb(self.proc.pid, "VmHWM")
+
+    def stop(self) -> float:
+        """SIGTERM, wait until the recording is written; returns stop time (s)."""
+        t0 = time.monotonic()
+        self.proc.terminate()
+        try:
+            out, _ = self.proc.communicate(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise RuntimeError("recorder did not stop within the timeout") from None
+        finally:
+            self._stderr_f.close()
+        self.lines.append(out or "")
+        if self.proc.returncode != 0:
+            err = self.stderr_path.read_text(encoding="utf-8", errors="replace")
+            raise RuntimeError(f"recorder exited with {self.proc.returncode}: {err}")
+        return time.monotonic() - t0
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if not self._stderr_f.closed:
+            self._stderr_f.close()
+
+
+def run_client(args: argparse.Namespace, port: int, duration: float) -> tuple[dict, float]:
+    """One closed-loop load phase in a separate process; (summary, client CPU s)."""
+    cmd = [
+        PY, str(CLIENT), "--host", "127.0.0.1", "--port", str(port),
+        "--connections", str(args.connections), "--duration", str(duration),
+        "--max-tokens", str(args.max_tokens), "--interval-ms", str(args.interval_ms),
+    ]  # fmt: skip
+    c0 = children_cpu_s()
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 120)
+    c1 = children_cpu_s()
+    if res.returncode != 0:
+        raise RuntimeError(f"load client failed ({res.returncode}): {res.stderr}")
+    return json.loads(res.stdout), c1 - c0
+
+
+def read_report(path: Path) -> dict:
+    res = subprocess.run(
+        [PY, "-m", "inferprobe.cli.main", "report", str(path), "--format", "json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if res.returncode != 0:
+        raise RuntimeError(f"inferprobe report failed ({res.returncode}): {res.stderr}")
+    return json.loads(res.stdout)
+
+
+# -- phases --------------------------------------------------------------------
+
+
+def run_phase(
+    args: argparse.Namespace, server: Server, workdir: Path, rnd: int, traced: bool
+) -> dict:
+    rec = None
+    if traced:
+        rec = Recorder(server.pid, workdir / f"round{rnd}.ipr", workdir / f"round{rnd}.err")
+    try:
+        s0 = proc_cpu_s(server.pid)
+        b0 = box_cpu()
+        summary, client_cpu = run_client(args, server.port, args.duration)
+        b1 = box_cpu()
+        s1 = proc_cpu_s(server.pid)
+        phase: dict = {
+            "round": rnd,
+            "mode": "traced" if traced else "untraced",
+            "client": summary,
+            "client_cpu_s": round(client_cpu, 3),
+            "server_cpu_s": round(s1 - s0, 3),
+            "box_busy_pct": round(100.0 * (b1[0] - b0[0]) / max(1, b1[1] - b0[1]), 1),
+        }
+        if rec is not None:
+            cpu, hwm_kb = rec.sample_before_stop()
+            stop_s = rec.stop()
+            report = read_report(rec.output)
+            recd = report.get("recording") or {}
+            phase["tracer"] = {
+                "attach_s": round(rec.attach_s, 2),
+                "cpu_s": round(cpu, 3),
+                "peak_rss_kb": hwm_kb,
+                "stop_s": round(stop_s, 2),
+                "lost_events": report.get("lost_events"),
+                "requests": (report.get("summary") or {}).get("requests"),
+                "events": recd.get("events"),
+                "complete": recd.get("complete"),
+            }
+            rec = None
+        return phase
+    finally:
+        if rec is not None:
+            rec.kill()
+
+
+# -- output --------------------------------------------------------------------
+
+
+def per_1k(ms_total: float, requests: int) -> float | None:
+    return 1000.0 * ms_total / requests if requests else None
+
+
+def fmt(v: float | None, spec: str) -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def print_table(phases: list[dict], duration: float) -> None:
+    hdr = (
+        f"{'rnd':>3} {'mode':<8} {'req/s':>8} {'tok/s':>9} {'TTFTp50':>8} {'ITLp99':>7} "
+        f"{'srvCPU':>7} {'srv/1k':>7} {'cliCPU':>7} {'box':>5} "
+        f"{'trcCPU':>7} {'trc/1k':>7} {'RSS':>6} {'req cli/trc':>13} {'lost':>5}"
+    )
+    units = (
+        f"{'':>3} {'':<8} {'':>8} {'':>9} {'ms':>8} {'ms':>7} "
+        f"{'%core':>7} {'ms':>7} {'%core':>7} {'%':>5} "
+        f"{'ms':>7} {'ms':>7} {'MB':>6} {'':>13} {'':>5}"
+    )
+    print(hdr)
+    print(units)
+    print("-" * len(hdr))
+    for p in phases:
+        c = p["client"]
+        wall = c["wall_s"] or duration
+        t = p.get("tracer")
+        trc_ms = t["cpu_s"] * 1000 if t else None
+        reqs = f"{c['completed']}/{t['requests']}" if t else f"{c['completed']}/-"
+        print(
+            f"{p['round']:>3} {p['mode']:<8} {c['requests_per_s']:>8.1f} "
+            f"{c['tokens_per_s']:>9.0f} {fmt(c['ttft_ms_p50'], '.2f'):>8} "
+            f"{fmt(c['itl_ms_p99'], '.2f'):>7} "
+            f"{100 * p['server_cpu_s'] / wall:>7.1f} "
+            f"{fmt(per_1k(p['server_cpu_s'] * 1000, c['completed']), '.1f'):>7} "
+            f"{100 * p['client_cpu_s'] / wall:>7.1f} {p['box_busy_pct']:>5.1f} "
+            f"{fmt(trc_ms, '.0f'):>7} "
+            f"{fmt(per_1k(trc_ms, c['completed']) if t else None, '.1f'):>7} "
+            f"{fmt(t['peak_rss_kb'] / 1024 if t and t['peak_rss_kb'] else None, '.1f'):>6} "
+            f"{reqs:>13} {fmt(t['lost_events'] if t else None, 'd'):>5}"
+        )
+
+
+def aggregate(phases: list[dict]) -> dict:
+    def mode(m: str) -> list[dict]:
+        return [p for p in phases if p["mode"] == m]
+
+    def agg(ps: list[dict]) -> dict:
+        wall = sum(p["client"]["wall_s"] for p in ps)
+        done = sum(p["client"]["completed"] for p in ps)
+        toks = sum(p["client"]["tokens"] for p in ps)
+
+        def mean(key: str) -> float | None:
+            vals = [p["client"][key] for p in ps if p["client"][key] is not None]
+            return statistics.fmean(vals) if vals else None
+
+        return {
+            "phases": len(ps),
+            "wall_s": wall,
+            "completed": done,
+            "requests_per_s": done / wall if wall else None,
+            "tokens_per_s": toks / wall if wall else None,
+            "itl_ms_p99_mean": mean("itl_ms_p99"),
+            "ttft_ms_p50_mean": mean("ttft_ms_p50"),
+            "server_cpu_ms_per_1k": per_1k(sum(p["server_cpu_s"] for p in ps) * 1000, done),
+        }
+
+    u, t = agg(mode("untraced")), agg(mode("traced"))
+    traced = mode("traced")
+    trc_cpu_ms = sum(p["tracer"]["cpu_s"] for p in traced) * 1000
+    rss = [p["tracer"]["peak_rss_kb"] for p in traced if p["tracer"]["peak_rss_kb"]]
+
+    def ratio(a: float | None, b: float | None) -> float | None:
+        return a / b if a is not None and b else None
+
+    paired = []
+    ps_u, ps_t = mode("untraced"), mode("traced")
+    for pu, pt in zip(ps_u, ps_t, strict=False):
+        paired.append(
+            {
+                "round": pu["round"],
+                "throughput_ratio": ratio(
+                    pt["client"]["requests_per_s"], pu["client"]["requests_per_s"]
+                ),
+                "itl_p99_ratio": ratio(pt["client"]["itl_ms_p99"], pu["client"]["itl_ms_p99"]),
+            }
+        )
+    return {
+        "untraced": u,
+        "traced": t,
+        "throughput_ratio": ratio(t["requests_per_s"], u["requests_per_s"]),
+        "tokens_per_s_ratio": ratio(t["tokens_per_s"], u["tokens_per_s"]),
+        "itl_p99_ratio": ratio(t["itl_ms_p99_mean"], u["itl_ms_p99_mean"]),
+        "ttft_p50_ratio": ratio(t["ttft_ms_p50_mean"], u["ttft_ms_p50_mean"]),
+        "server_cpu_per_1k_ratio": ratio(t["server_cpu_ms_per_1k"], u["server_cpu_ms_per_1k"]),
+        "tracer_cpu_ms": trc_cpu_ms,
+        "tracer_cpu_ms_per_1k_requests": per_1k(trc_cpu_ms, t["completed"]),
+        "tracer_peak_rss_mb": max(rss) / 1024 if rss else None,
+        "lost_events": sum(p["tracer"]["lost_events"] or 0 for p in traced),
+        "traced_requests_recorded": sum(p["tracer"]["requests"] or 0 for p in traced),
+        "traced_requests_client": t["completed"],
+        "per_round": paired,
+    }
+
+
+def print_summary(s: dict) -> None:
+    def pct(r: float | None) -> str:
+        return "-" if r is None else f"{(r - 1) * 100:+.1f} %"
+
+    print()
+    print("per round (traced/untraced):")
+    for r in s["per_round"]:
+        print(
+            f"  round {r['round']}: throughput {fmt(r['throughput_ratio'], '.3f')}, "
+            f"p99 ITL {fmt(r['itl_p99_ratio'], '.3f')}"
+        )
+    u, t = s["untraced"], s["traced"]
+    print(
+        f"requests recorded by tracer / completed by client = "
+        f"{s['traced_requests_recorded']} / {s['traced_requests_client']}"
+    )
+    print(
+        f"server CPU per 1k requests: untraced = {fmt(u['server_cpu_ms_per_1k'], '.0f')} ms, "
+        f"traced = {fmt(t['server_cpu_ms_per_1k'], '.0f')} ms "
+        f"({pct(s['server_cpu_per_1k_ratio'])})"
+    )
+    print(
+        f"p50 TTFT traced/untraced = {fmt(s['ttft_p50_ratio'], '.3f')} "
+        f"({pct(s['ttft_p50_ratio'])})"
+    )
+    print()
+    print("== summary ==")
+    thr = s["throughput_ratio"]
+    loss = "-" if thr is None else f"{(1 - thr) * 100:.1f} %"
+    print(f"throughput traced/untraced = {fmt(thr, '.3f')} (loss {loss})")
+    print(f"tokens/s ratio traced/untraced = {fmt(s['tokens_per_s_ratio'], '.3f')}")
+    print(
+        f"p99 ITL traced/untraced = {fmt(s['itl_p99_ratio'], '.3f')} "
+        f"({pct(s['itl_p99_ratio'])})"
+    )
+    print(
+        f"tracer CPU per 1k requests = {fmt(s['tracer_cpu_ms_per_1k_requests'], '.0f')} ms"
+    )
+    print(f"tracer peak RSS = {fmt(s['tracer_peak_rss_mb'], '.0f')} MB")
+    print(f"lost events = {s['lost_events']}")
+
+
+# -- main ----------------------------------------------------------------------
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--duration", type=float, default=10.0, help="seconds per phase")
+    ap.add_argument("--rounds", type=int, default=3, help="untraced+traced pairs")
+    ap.add_argument("--warmup", type=float, default=2.0, help="untimed load first (s)")
+    ap.add_argument("--connections", type=int, default=32)
+    ap.add_argument("--max-tokens", type=int, default=16)
+    ap.add_argument("--interval-ms", type=float, default=2.0)
+    ap.add_argument("--json", type=Path, default=None, help="write all numbers here")
+    ap.add_argument(
+        "--keep-dir", type=Path, default=None, help="keep recordings and logs in this folder"
+    )
+    ap.add_argument(
+        "--server-log", action="store_true", help="let the server write its JSONL request log"
+    )
+    args = ap.parse_args(argv)
+
+    if os.geteuid() != 0:
+        print("bench_overhead: loading BPF programs needs root", file=sys.stderr)
+        return 2
+
+    # SIGINT too: a shell may start background jobs with it ignored.
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _raise_interrupt)
+    with contextlib.ExitStack() as stack:
+        if args.keep_dir is not None:
+            args.keep_dir.mkdir(parents=True, exist_ok=True)
+            workdir = args.keep_dir
+        else:
+            workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ipbench-")))
+        server = Server(workdir / "server_log.jsonl" if args.server_log else None)
+        stack.callback(server.stop)
+
+        print(
+            f"server pid {server.pid} port {server.port}; {args.rounds} rounds x "
+            f"({args.duration:g} s untraced + {args.duration:g} s traced), "
+            f"{args.connections} connections, max_tokens {args.max_tokens}, "
+            f"interval_ms {args.interval_ms:g}; {os.cpu_count()} CPUs",
+            flush=True,
+        )
+        if args.warmup > 0:
+            run_client(args, server.port, args.warmup)
+
+        phases: list[dict] = []
+        try:
+            for rnd in range(1, args.rounds + 1):
+                for traced in (False, True):
+                    p = run_phase(args, server, workdir, rnd, traced)
+                    phases.append(p)
+                    c = p["client"]
+                    extra = ""
+                    if traced:
+                        tr = p["tracer"]
+                        extra = (
+                            f", tracer {tr['cpu_s'] * 1000:.0f} ms CPU, "
+                            f"{tr['requests']} recorded, {tr['lost_events']} lost"
+                        )
+                    print(
+                        f"  round {rnd} {p['mode']:<8}: {c['requests_per_s']:.1f} req/s, "
+                        f"p99 ITL {c['itl_ms_p99']} ms{extra}",
+                        flush=True,
+                    )
+                    if c["errors"] or c["non_200"]:
+                        print(
+                            f"  warning: {c['errors']} client errors, {c['non_200']} non-200",
+                            file=sys.stderr,
+                        )
+        except KeyboardInterrupt:
+            print("\ninterrupted; cleaning up", file=sys.stderr)
+            return 130
+
+        print()
+        print_table(phases, args.duration)
+        summary = aggregate(phases)
+        for p in phases:
+            t = p.get("tracer")
+            if t and t["requests"] is not None:
+                n = p["client"]["completed"]
+                if abs(t["requests"] - n) > max(2, 0.01 * n):
+                    print(
+                        f"warning: round {p['round']}: tracer recorded {t['requests']} "
+                        f"requests, client completed {n}",
+                        file=sys.stderr,
+                    )
+        print_summary(summary)
+
+        if args.json is not None:
+            doc = {
+                "config": {
+                    "duration_s": args.duration,
+                    "rounds": args.rounds,
+                    "warmup_s": args.warmup,
+                    "connections": args.connections,
+                    "max_tokens": args.max_tokens,
+                    "interval_ms": args.interval_ms,
+                    "cpus": os.cpu_count(),
+                    "server_log": args.server_log,
+                },
+                "phases": phases,
+                "summary": summary,
+            }
+            args.json.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+            print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        sys.exit(130)
