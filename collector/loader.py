@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import tempfile
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,30 +35,6 @@ def bpf_source_dir() -> Path:
     if (BPF_DIR / "sock.bpf.c").exists():
         return BPF_DIR
     raise EnvironmentProblem(f"the BPF sources are missing from {BPF_DIR}: reinstall inferprobe")
-
-
-@contextmanager
-def _captured_stderr():
-    """bcc and clang print to fd 2; keep that for an error message instead."""
-    with tempfile.TemporaryFile(mode="w+b") as tmp:
-        saved = os.dup(2)
-        os.dup2(tmp.fileno(), 2)
-        out: list[str] = []
-        try:
-            yield out
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-            tmp.seek(0)
-            out.append(tmp.read().decode(errors="replace"))
-
-
-def _first_error(compiler_output: str) -> str:
-    for line in compiler_output.splitlines():
-        if "error" in line.lower() or "fatal" in line.lower():
-            return line.strip()
-    lines = [ln.strip() for ln in compiler_output.splitlines() if ln.strip()]
-    return lines[-1] if lines else "no compiler output"
 
 
 def _import_bcc():
@@ -151,7 +125,7 @@ def load_socket_tracer(
         raise EnvironmentProblem(f"ring buffer pages must be a power of two, got {ringbuf_pages}")
 
     source = bpf_source_dir() / "sock.bpf.c"
-    with _captured_stderr() as compiler_output:
+    with preflight.captured_native_output() as compiler_output:
         try:
             bpf = bcc.BPF(src_file=str(source).encode(), cflags=_cflags(ringbuf_pages))
             prog_array = bpf["classifiers"]
@@ -163,7 +137,9 @@ def load_socket_tracer(
         else:
             failure = None
     if failure is not None:
-        detail = _first_error(compiler_output[0] if compiler_output else "") or str(failure)
+        detail = preflight.first_error_line(compiler_output[0] if compiler_output else "") or str(
+            failure
+        )
         raise EnvironmentProblem(
             f"the BPF program did not compile or load ({detail}); "
             "run 'inferprobe doctor' to see what is missing"
