@@ -19,13 +19,18 @@ def now() -> int:
     return next(_clock)
 
 
-def conn_open(conn_id: int, pid: int = 100, port: int = 40000, ts: int | None = None) -> bytes:
+def _conn_event(etype: ev.EventType, conn_id: int, pid: int, ts: int | None) -> ev.ConnEvent:
     e = ev.ConnEvent()
-    e.hdr.type = ev.EventType.CONN_OPEN
+    e.hdr.type = etype
     e.hdr.pid = e.hdr.tid = pid
     e.hdr.ts_ns = ts if ts is not None else now()
     e.conn_id = conn_id
     e.fd = 10
+    return e
+
+
+def conn_open(conn_id: int, pid: int = 100, port: int = 40000, ts: int | None = None) -> bytes:
+    e = _conn_event(ev.EventType.CONN_OPEN, conn_id, pid, ts)
     e.family = 2
     e.peer_port = port
     e.peer_addr[:4] = [127, 0, 0, 1]
@@ -33,13 +38,7 @@ def conn_open(conn_id: int, pid: int = 100, port: int = 40000, ts: int | None = 
 
 
 def conn_close(conn_id: int, pid: int = 100, ts: int | None = None) -> bytes:
-    e = ev.ConnEvent()
-    e.hdr.type = ev.EventType.CONN_CLOSE
-    e.hdr.pid = e.hdr.tid = pid
-    e.hdr.ts_ns = ts if ts is not None else now()
-    e.conn_id = conn_id
-    e.fd = 10
-    return bytes(e)
+    return bytes(_conn_event(ev.EventType.CONN_CLOSE, conn_id, pid, ts))
 
 
 def io(
