@@ -182,4 +182,5 @@ def record(pids, duration, output, ringbuf_mb, no_listen_check, kernel_headers) 
             writer.flush()
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        os.environ.pop("BCC_KERNEL_SOURCE", None) if kernel_headers else None
+        if kernel_headers:
+            os.environ.pop("BCC_KERNEL_SOURCE", None)

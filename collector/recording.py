@@ -126,11 +126,6 @@ class Recording:
         return 0
 
 
-def _read_exact(f: BinaryIO, n: int) -> bytes:
-    data = f.read(n)
-    return data
-
-
 def iter_events(payload: bytes) -> Iterator[bytes]:
     offset = 0
     end = len(payload)
@@ -155,7 +150,7 @@ def read_recording(path: str | os.PathLike) -> Recording:
     except OSError as err:
         raise RecordingProblem(f"cannot read {path}: {err.strerror}") from None
     with f:
-        head = _read_exact(f, FILE_HEADER.size)
+        head = f.read(FILE_HEADER.size)
         if len(head) < FILE_HEADER.size or not head.startswith(MAGIC[:6]):
             raise RecordingProblem(f"{path} is not an inferprobe recording (bad magic)")
         magic, version, _reserved, meta_len = FILE_HEADER.unpack(head)
@@ -166,7 +161,7 @@ def read_recording(path: str | os.PathLike) -> Recording:
                 f"{path} was written by a newer inferprobe (format {version}; this one reads "
                 f"up to {FORMAT_VERSION}): upgrade inferprobe to read it"
             )
-        meta_raw = _read_exact(f, meta_len)
+        meta_raw = f.read(meta_len)
         try:
             meta = json.loads(meta_raw)
         except (ValueError, UnicodeDecodeError):
@@ -174,7 +169,7 @@ def read_recording(path: str | os.PathLike) -> Recording:
         rec = Recording(path=path, meta=meta)
         offset = FILE_HEADER.size + meta_len
         while True:
-            header = _read_exact(f, RECORD_HEADER.size)
+            header = f.read(RECORD_HEADER.size)
             if not header:
                 break
             if len(header) < RECORD_HEADER.size:
@@ -184,7 +179,7 @@ def read_recording(path: str | os.PathLike) -> Recording:
             if length > MAX_RECORD_BYTES:
                 rec.problem = f"corrupt at byte {offset} (record length {length})"
                 break
-            payload = _read_exact(f, length)
+            payload = f.read(length)
             if len(payload) < length:
                 rec.problem = f"truncated at byte {offset} (last record cut short)"
                 break

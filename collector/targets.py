@@ -58,20 +58,26 @@ def with_descendants(pids: list[int]) -> list[int]:
     return sorted(found)
 
 
-def socket_fds(pid: int) -> list[int]:
-    """File descriptors of pid that are sockets (already open at start)."""
-    fds = []
+def _sockets(pid: int) -> dict[int, int]:
+    """fd -> socket inode for every socket pid holds open."""
+    found: dict[int, int] = {}
     try:
         entries = list((PROC / str(pid) / "fd").iterdir())
     except OSError:
-        return []
+        return found
     for entry in entries:
         try:
-            if os.readlink(entry).startswith("socket:"):
-                fds.append(int(entry.name))
+            link = os.readlink(entry)
         except OSError:
             continue
-    return sorted(fds)
+        if link.startswith("socket:["):
+            found[int(entry.name)] = int(link[8:-1])
+    return found
+
+
+def socket_fds(pid: int) -> list[int]:
+    """File descriptors of pid that are sockets (already open at start)."""
+    return sorted(_sockets(pid))
 
 
 def process_name(pid: int) -> str:
@@ -85,22 +91,6 @@ def alive(pid: int) -> bool:
     return (PROC / str(pid)).is_dir()
 
 
-def _socket_inodes(pid: int) -> set[int]:
-    inodes = set()
-    try:
-        entries = list((PROC / str(pid) / "fd").iterdir())
-    except OSError:
-        return inodes
-    for entry in entries:
-        try:
-            link = os.readlink(entry)
-        except OSError:
-            continue
-        if link.startswith("socket:["):
-            inodes.add(int(link[8:-1]))
-    return inodes
-
-
 def listening_sockets(pids: list[int]) -> list[str]:
     """Listening TCP and Unix stream sockets held by pids, e.g. ["tcp 127.0.0.1:8000"].
 
@@ -109,7 +99,7 @@ def listening_sockets(pids: list[int]) -> list[str]:
     """
     found: list[str] = []
     for pid in pids:
-        inodes = _socket_inodes(pid)
+        inodes = set(_sockets(pid).values())
         if not inodes:
             continue
         for name in ("tcp", "tcp6"):
