@@ -24,12 +24,34 @@
 #define SCAN_TAIL_BYTES 32
 #define PATH_MAX_BYTES 64
 
+/* Each probe set owns a range of type numbers so that sets can grow
+ * independently: 1-15 sockets and USDT, 16-31 locks and scheduling,
+ * 32-47 stacks and profiling, 48-63 GPU, 64-79 network. */
 enum event_type {
     EVENT_CONN_OPEN = 1,   /* accept()/accept4() returned a socket */
     EVENT_CONN_CLOSE = 2,  /* close() of a tracked socket */
     EVENT_SOCK_READ = 3,   /* read-family syscall on a tracked socket */
     EVENT_SOCK_WRITE = 4,  /* write-family syscall on a tracked socket */
+    EVENT_USDT = 5,        /* an inferprobe USDT probe fired in the server */
 };
+
+/* The USDT probes of provider "inferprobe" (probes/, docs/usdt-probes.md).
+ * usdt_event.args holds the probe's arguments in their documented order;
+ * unused slots are 0. */
+enum usdt_probe {
+    USDT_REQUEST_START = 1,     /* req_id, prompt_tokens, conn_fd */
+    USDT_REQUEST_QUEUED = 2,    /* req_id, queue_depth */
+    USDT_REQUEST_SCHEDULED = 3, /* req_id, batch_size */
+    USDT_PREFILL_START = 4,     /* req_id, prompt_tokens */
+    USDT_PREFILL_END = 5,       /* req_id, prompt_tokens */
+    USDT_DECODE_STEP_START = 6, /* step_id, batch_size, tokens_in_batch */
+    USDT_DECODE_STEP_END = 7,   /* step_id, batch_size, tokens_in_batch */
+    USDT_TOKEN_EMIT = 8,        /* req_id, token_index */
+    USDT_REQUEST_END = 9,       /* req_id, output_tokens, status */
+    USDT_QUEUE_DEPTH = 10,      /* waiting, running */
+    USDT_KV_USAGE = 11,         /* used, capacity */
+};
+#define USDT_MAX_ARGS 3
 
 /* What the first bytes of a socket buffer were. */
 enum http_kind {
@@ -95,12 +117,20 @@ struct io_event {
     char path[PATH_MAX_BYTES]; /* request path without the query string */
 };
 
+struct usdt_event {
+    struct event_header hdr;
+    __u32 probe;            /* enum usdt_probe */
+    __u32 nargs;
+    __s64 args[USDT_MAX_ARGS];
+};
+
 /* Indexes of the per-CPU counters array (user space sums them). */
 enum counter_index {
     COUNTER_EVENTS_SENT = 0,    /* events submitted to the ring buffer */
     COUNTER_EVENTS_LOST = 1,    /* ring buffer full: event dropped */
     COUNTER_IO_SKIPPED = 2,     /* socket I/O on connections that never carried HTTP */
-    COUNTER_MAX = 4,
+    COUNTER_USDT_BAD_ARGS = 3,  /* a USDT argument could not be read */
+    COUNTER_MAX = 16,           /* room for the other probe sets' counters */
 };
 
 #endif /* INFERPROBE_H */

@@ -9,16 +9,10 @@
  * the kernel. Only the method, the path (without query string), the status
  * code, lengths, counts and flags reach user space: no body byte does.
  *
- * Compile-time settings arrive as -D flags from collector/loader.py:
- *   RINGBUF_PAGES          size of the event ring buffer, in pages
- *   HAVE_EXIT_GROUP_DEAD   sched_process_exit has the group_dead field
+ * Shared maps (targets, events, counters) and the process-tree tracking live
+ * in common.bpf.h.
  */
-#include <uapi/linux/ptrace.h>
-#include "inferprobe.h"
-
-#ifndef RINGBUF_PAGES
-#define RINGBUF_PAGES 2048
-#endif
+#include "common.bpf.h"
 
 /* The scratch buffer is twice the scan window so that a copy of up to
  * SCAN_HEAD_BYTES starting anywhere below SCAN_HEAD_BYTES stays inside it:
@@ -75,67 +69,11 @@ struct user_iovec {
     u64 len;
 };
 
-BPF_HASH(targets, u32, u8, 65536);                      /* tgids (and tids) we trace */
 BPF_TABLE("lru_hash", struct sock_key, struct conn_state, socks, 65536);
 BPF_TABLE("lru_hash", u64, struct pending_io, pending, 16384);   /* per tid */
 BPF_TABLE("lru_hash", u64, u64, pending_accept, 4096);           /* per tid: sockaddr ptr */
 BPF_ARRAY(next_conn_id, u64, 1);
-BPF_PERCPU_ARRAY(counters, u64, COUNTER_MAX);
 BPF_PERCPU_ARRAY(scratch_area, struct scratch, 1);
-BPF_RINGBUF_OUTPUT(events, RINGBUF_PAGES);
-
-static __always_inline void count(u32 index)
-{
-    u64 *value = counters.lookup(&index);
-    if (value)
-        *value += 1;
-}
-
-static __always_inline int is_target(u32 tgid)
-{
-    return targets.lookup(&tgid) != 0;
-}
-
-static __always_inline void fill_header(struct event_header *hdr, u32 type, u64 ts_ns, u64 pid_tgid)
-{
-    hdr->type = type;
-    hdr->pid = pid_tgid >> 32;
-    hdr->tid = (u32)pid_tgid;
-    hdr->cpu = bpf_get_smp_processor_id();
-    hdr->ts_ns = ts_ns;
-}
-
-/* ---------------------------------------------------------------- process tree */
-
-TRACEPOINT_PROBE(sched, sched_process_fork)
-{
-    u32 parent = bpf_get_current_pid_tgid() >> 32;
-    if (!is_target(parent))
-        return 0;
-    /* child_pid is a new process's tgid or a new thread's tid: both are
-     * added; thread entries are never looked up as a tgid and are removed
-     * again when the thread exits. */
-    u32 child = args->child_pid;
-    u8 one = 1;
-    targets.update(&child, &one);
-    return 0;
-}
-
-TRACEPOINT_PROBE(sched, sched_process_exit)
-{
-    u64 id = bpf_get_current_pid_tgid();
-    u32 tid = (u32)id;
-    u32 tgid = id >> 32;
-    if (tid != tgid) {
-        targets.delete(&tid);
-        return 0;
-    }
-#ifdef HAVE_EXIT_GROUP_DEAD
-    if (args->group_dead)
-        targets.delete(&tgid);
-#endif
-    return 0;
-}
 
 /* ---------------------------------------------------------------- accept / close */
 
@@ -558,12 +496,7 @@ static __always_inline int submit(struct scratch *s)
         if (state)
             state->http_seen = 1;
     }
-    if (events.ringbuf_output(ev, sizeof(*ev), 0) != 0) {
-        count(COUNTER_EVENTS_LOST);
-        return 0;
-    }
-    count(COUNTER_EVENTS_SENT);
-    return 0;
+    return send_event(ev, sizeof(*ev));
 }
 
 static __always_inline struct scratch *get_scratch(void)

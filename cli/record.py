@@ -39,7 +39,7 @@ def _clock_offset_ns() -> int:
     return wall - (before + after) // 2
 
 
-def _meta(pids: list[int], argv: list[str]) -> dict:
+def _meta(tracer, argv: list[str]) -> dict:
     import importlib.metadata
 
     try:
@@ -61,11 +61,14 @@ def _meta(pids: list[int], argv: list[str]) -> dict:
         "host": socket.gethostname(),
         "kernel": platform.release(),
         "bcc_version": bcc_version,
-        "targets": [{"pid": p, "comm": target_procs.process_name(p)} for p in pids],
+        "targets": [{"pid": p, "comm": target_procs.process_name(p)} for p in tracer.pids],
         "command_line": argv,
         "started_monotonic_ns": time.monotonic_ns(),
         "realtime_offset_ns": _clock_offset_ns(),
-        "probe_sets": ["sockets"],
+        "probe_sets": {
+            "active": {name: s.description for name, s in tracer.active.items()},
+            "inactive": dict(tracer.inactive),
+        },
     }
 
 
@@ -102,8 +105,13 @@ class _Stop:
     is_flag=True,
     help="Attach even if the targets hold no listening socket yet (a server still starting).",
 )
+@click.option(
+    "--no-usdt",
+    is_flag=True,
+    help="Do not attach the server's inferprobe USDT probes even if it has them.",
+)
 @kernel_headers_option
-def record(pids, duration, output, ringbuf_mb, no_listen_check, kernel_headers) -> None:
+def record(pids, duration, output, ringbuf_mb, no_listen_check, no_usdt, kernel_headers) -> None:
     """Record every HTTP request the given processes serve.
 
     Attaches to syscall tracepoints (no change to the server, no restart),
@@ -113,24 +121,28 @@ def record(pids, duration, output, ringbuf_mb, no_listen_check, kernel_headers) 
     probe is in place; Ctrl-C or SIGTERM stops and still writes a complete
     recording.
     """
-    from inferprobe.collector.loader import load_socket_tracer
+    from inferprobe.collector.loader import load_tracer
     from inferprobe.collector.ringbuf import RingBufferReader
 
     apply_kernel_headers(kernel_headers)
     pids = list(dict.fromkeys(pids))
     pages = 1 << ((ringbuf_mb * 256).bit_length() - 1)
-    tracer = load_socket_tracer(pids, ringbuf_pages=pages, require_listener=not no_listen_check)
+    sets = ("sockets",) if no_usdt else ("sockets", "usdt")
+    tracer = load_tracer(pids, sets=sets, ringbuf_pages=pages, require_listener=not no_listen_check)
     writer = None
     try:
-        writer = RecordingWriter(Path(output), _meta(tracer.pids, sys.argv))
+        writer = RecordingWriter(Path(output), _meta(tracer, sys.argv))
         reader = RingBufferReader(tracer, writer.add_event)
         stop = _Stop()
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
         click.echo(
             f"inferprobe: attached to {len(tracer.pids)} process(es) "
-            f"({', '.join(map(str, tracer.pids))}), writing {output}",
+            f"({', '.join(map(str, tracer.pids))}) with probe sets {', '.join(tracer.active)}, "
+            f"writing {output}",
         )
+        for name, reason in tracer.inactive.items():
+            click.echo(f"inferprobe: probe set {name} off: {reason}")
         sys.stdout.flush()
         status_line = sys.stderr.isatty()
         started = time.monotonic()
@@ -160,6 +172,8 @@ def record(pids, duration, output, ringbuf_mb, no_listen_check, kernel_headers) 
                     end_reason = "targets exited"
                     break
         reader.drain()
+        for name, data in tracer.snapshots().items():
+            writer.add_snapshot(name, data)
         counters = tracer.counters()
         if status_line:
             click.echo("", err=True)

@@ -22,6 +22,26 @@ class EventType(enum.IntEnum):
     CONN_CLOSE = 2
     SOCK_READ = 3
     SOCK_WRITE = 4
+    USDT = 5
+
+
+class UsdtProbe(enum.IntEnum):
+    """The inferprobe USDT probes; argument names in docs/usdt-probes.md."""
+
+    REQUEST_START = 1
+    REQUEST_QUEUED = 2
+    REQUEST_SCHEDULED = 3
+    PREFILL_START = 4
+    PREFILL_END = 5
+    DECODE_STEP_START = 6
+    DECODE_STEP_END = 7
+    TOKEN_EMIT = 8
+    REQUEST_END = 9
+    QUEUE_DEPTH = 10
+    KV_USAGE = 11
+
+
+USDT_MAX_ARGS = 3
 
 
 class HttpKind(enum.IntEnum):
@@ -58,9 +78,10 @@ class Counter(enum.IntEnum):
     EVENTS_SENT = 0
     EVENTS_LOST = 1
     IO_SKIPPED = 2
+    USDT_BAD_ARGS = 3
 
 
-COUNTER_MAX = 4
+COUNTER_MAX = 16
 
 
 class EventHeader(ctypes.Structure):
@@ -103,11 +124,21 @@ class IoEvent(ctypes.Structure):
     ]
 
 
+class UsdtEvent(ctypes.Structure):
+    _fields_ = [
+        ("hdr", EventHeader),
+        ("probe", ctypes.c_uint32),
+        ("nargs", ctypes.c_uint32),
+        ("args", ctypes.c_int64 * USDT_MAX_ARGS),
+    ]
+
+
 STRUCT_FOR_TYPE: dict[EventType, type[ctypes.Structure]] = {
     EventType.CONN_OPEN: ConnEvent,
     EventType.CONN_CLOSE: ConnEvent,
     EventType.SOCK_READ: IoEvent,
     EventType.SOCK_WRITE: IoEvent,
+    EventType.USDT: UsdtEvent,
 }
 
 
@@ -152,7 +183,17 @@ class IoRecord:
         return self.type == EventType.SOCK_READ
 
 
-Event = ConnRecord | IoRecord
+@dataclass(frozen=True, slots=True)
+class UsdtRecord:
+    type: EventType
+    pid: int
+    tid: int
+    ts_ns: int
+    probe: UsdtProbe
+    args: tuple[int, ...]  # in the probe's documented order
+
+
+Event = ConnRecord | IoRecord | UsdtRecord
 
 
 def event_type_of(raw: bytes) -> EventType:
@@ -186,6 +227,17 @@ def decode(raw: bytes) -> Event:
             family=ev.family,
             peer_port=ev.peer_port,
             peer_addr=bytes(ev.peer_addr),
+        )
+    if struct is UsdtEvent:
+        if ev.probe not in UsdtProbe._value2member_map_:
+            raise DecodeError(f"unknown USDT probe {ev.probe}")
+        return UsdtRecord(
+            type=etype,
+            pid=hdr.pid,
+            tid=hdr.tid,
+            ts_ns=hdr.ts_ns,
+            probe=UsdtProbe(ev.probe),
+            args=tuple(ev.args[: min(ev.nargs, USDT_MAX_ARGS)]),
         )
     kind = HttpKind(ev.kind) if ev.kind in HttpKind._value2member_map_ else HttpKind.DATA
     flags = HttpFlag(ev.flags)

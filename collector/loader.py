@@ -1,33 +1,26 @@
-"""Compiles bpf/sock.bpf.c with bcc, attaches it and seeds its maps.
+"""Compiles the active probe sets with bcc in one go, attaches and seeds them.
 
-bcc is imported here and in collector/ringbuf.py only; everything above the
-collector works on decoded events and never needs it.
+bcc is imported here, in collector/ringbuf.py and in collector/probe_sets/
+only; everything above the collector works on decoded events and never
+needs it.
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from inferprobe.collector import preflight
 from inferprobe.collector import targets as target_procs
 from inferprobe.collector.errors import EnvironmentProblem, TargetProblem
 from inferprobe.collector.events import COUNTER_MAX, Counter
+from inferprobe.collector.probe_sets import ProbeSet, TargetContext, available_sets
 
 BPF_DIR = Path(__file__).resolve().parent.parent / "bpf"
 TRACEFS = Path("/sys/kernel/tracing")
-
-# The tail-call chain of sock.bpf.c, in enum classify_prog order.
-CLASSIFIER_PROGRAMS = [
-    "classify_read",
-    "classify_write",
-    "scan_header_block",
-    "finish_headers",
-    "scan_body",
-    "finish_body",
-]
+DEFAULT_SETS = ("sockets", "usdt")
 
 
 def bpf_source_dir() -> Path:
@@ -84,11 +77,12 @@ def _cflags(ringbuf_pages: int) -> list[str]:
 
 @dataclass
 class LoadedTracer:
-    """The compiled, attached socket tracer of one recording session."""
+    """The compiled, attached probe sets of one recording session."""
 
     bpf: object  # bcc.BPF
     pids: list[int]
-    preexisting_sockets: int
+    active: dict[str, ProbeSet]
+    inactive: dict[str, str] = field(default_factory=dict)  # set name -> why not
 
     def counters(self) -> dict[str, int]:
         table = self.bpf["counters"]
@@ -98,14 +92,46 @@ class LoadedTracer:
             totals[counter.name.lower()] = int(sum(per_cpu))
         return totals
 
+    def snapshots(self) -> dict[str, dict]:
+        """Each active set's kernel-side aggregates, for the recording."""
+        out = {}
+        for name, probe_set in self.active.items():
+            snap = probe_set.snapshot(self.bpf)
+            if snap is not None:
+                out[name] = snap
+        return out
+
     def close(self) -> None:
         self.bpf.cleanup()
 
 
-def load_socket_tracer(
-    pids: list[int], ringbuf_pages: int = 2048, require_listener: bool = True
+def _translation_unit(sets: list[ProbeSet]) -> str:
+    """The text of common.bpf.h and every set's source, as one program.
+
+    One clang run for every set. The files are pasted rather than #included
+    because bcc rewrites tracepoint and map code only in its main file;
+    #line keeps compiler messages pointing at the real file and line. Each
+    source's own #include "common.bpf.h" is then a no-op (include guard).
+    """
+    parts = []
+    for path in [bpf_source_dir() / "common.bpf.h"] + [bpf_source_dir() / s.source for s in sets]:
+        parts.append(f'#line 1 "{path}"\n{path.read_text()}\n')
+    return "".join(parts)
+
+
+def load_tracer(
+    pids: list[int],
+    sets: tuple[str, ...] = DEFAULT_SETS,
+    ringbuf_pages: int = 2048,
+    require_listener: bool = True,
+    options: dict | None = None,
 ) -> LoadedTracer:
-    """Compiles and attaches the socket tracer to pids and their descendants."""
+    """Compiles and attaches the named probe sets to pids and their descendants.
+
+    "sockets" is required; any other set that does not apply to the targets
+    (e.g. no USDT probes in them) is left out and the reason kept in
+    LoadedTracer.inactive, for the report to say.
+    """
     ensure_privileges()
     for pid in pids:
         target_procs.check_alive(pid)
@@ -124,15 +150,35 @@ def load_socket_tracer(
     if ringbuf_pages & (ringbuf_pages - 1):
         raise EnvironmentProblem(f"ring buffer pages must be a power of two, got {ringbuf_pages}")
 
-    source = bpf_source_dir() / "sock.bpf.c"
+    known = available_sets()
+    unknown = [name for name in sets if name not in known]
+    if unknown:
+        raise EnvironmentProblem(
+            f"unknown probe set {', '.join(unknown)} (known: {', '.join(sorted(known))})"
+        )
+    ctx = TargetContext(pids=all_pids, options=options or {})
+    active: dict[str, ProbeSet] = {}
+    inactive: dict[str, str] = {}
+    for name in dict.fromkeys(("sockets", *sets)):
+        probe_set = known[name]()
+        reason = probe_set.prepare(ctx)
+        if reason is None:
+            active[name] = probe_set
+        else:
+            inactive[name] = reason
+
+    cflags = _cflags(ringbuf_pages) + [f for s in active.values() for f in s.cflags()]
     with preflight.captured_native_output() as compiler_output:
         try:
-            bpf = bcc.BPF(src_file=str(source).encode(), cflags=_cflags(ringbuf_pages))
-            prog_array = bpf["classifiers"]
-            for index, name in enumerate(CLASSIFIER_PROGRAMS):
-                fn = bpf.load_func(name.encode(), bcc.BPF.TRACEPOINT)
-                prog_array[ctypes.c_int(index)] = ctypes.c_int(fn.fd)
-        except Exception as err:  # bcc raises bare Exception for compile/load errors
+            usdt_contexts = [c for s in active.values() for c in s.usdt_contexts()]
+            bpf = bcc.BPF(
+                text=_translation_unit(list(active.values())).encode(),
+                cflags=cflags,
+                usdt_contexts=usdt_contexts,
+            )
+            for probe_set in active.values():
+                probe_set.after_load(bpf, ctx)
+        except Exception as err:  # bcc raises bare Exception for compile/load/attach errors
             failure = err
         else:
             failure = None
@@ -141,26 +187,14 @@ def load_socket_tracer(
             failure
         )
         raise EnvironmentProblem(
-            f"the BPF program did not compile or load ({detail}); "
+            f"the BPF programs did not compile, load or attach ({detail}); "
             "run 'inferprobe doctor' to see what is missing"
         )
 
     tgids = bpf["targets"]
     for pid in all_pids:
         tgids[ctypes.c_uint32(pid)] = ctypes.c_uint8(1)
-
-    # Sockets open before we started (keep-alive connections of a running
-    # server): give them ids now; the kernel counts on from there.
-    socks = bpf["socks"]
-    next_id = 1
-    for pid in all_pids:
-        for fd in target_procs.socket_fds(pid):
-            key = socks.Key(pid=pid, fd=fd)
-            value = socks.Leaf(conn_id=next_id, http_seen=0)
-            socks[key] = value
-            next_id += 1
-    bpf["next_conn_id"][ctypes.c_int(0)] = ctypes.c_uint64(next_id)
-    return LoadedTracer(bpf=bpf, pids=all_pids, preexisting_sockets=next_id - 1)
+    return LoadedTracer(bpf=bpf, pids=all_pids, active=active, inactive=inactive)
 
 
 assert COUNTER_MAX >= len(Counter)

@@ -8,7 +8,8 @@ Layout, all integers little-endian (documented in docs/recording-format.md):
 
 Record types: EVENTS (u16 length + raw event bytes, repeated), STATS (JSON
 counters taken while recording), END (JSON final counters; its absence
-means the recorder did not stop cleanly).
+means the recorder did not stop cleanly), SNAPSHOT (JSON: one probe set's
+kernel-side aggregates, e.g. stack tables, written before END).
 
 Events are stored raw, exactly as bpf/inferprobe.h lays them out, so that
 `report` can be re-run with better analyzers on an old recording. They hold
@@ -41,6 +42,7 @@ EVENT_LENGTH = struct.Struct("<H")
 RECORD_EVENTS = 1
 RECORD_STATS = 2
 RECORD_END = 3
+RECORD_SNAPSHOT = 4
 
 MAX_RECORD_BYTES = 64 << 20  # a larger length field means corruption
 
@@ -92,6 +94,12 @@ class RecordingWriter:
             self._write_record(RECORD_STATS, json.dumps(stats, sort_keys=True).encode())
         self._file.flush()
 
+    def add_snapshot(self, probe_set: str, data: dict) -> None:
+        """Stores one probe set's aggregates (written at once, not buffered)."""
+        self._write_events()
+        payload = json.dumps({"probe_set": probe_set, "data": data}, sort_keys=True).encode()
+        self._write_record(RECORD_SNAPSHOT, payload)
+
     def close(self, final_stats: dict) -> None:
         if self.closed:
             return
@@ -110,6 +118,7 @@ class Recording:
     events: list[bytes] = field(default_factory=list)
     stats: list[dict] = field(default_factory=list)
     final: dict | None = None
+    snapshots: dict[str, dict] = field(default_factory=dict)  # probe set -> aggregates
     problem: str | None = None  # why reading stopped early, if it did
 
     @property
@@ -191,10 +200,13 @@ def read_recording(path: str | os.PathLike) -> Recording:
                     rec.events.extend(iter_events(payload))
                 elif rtype == RECORD_STATS:
                     rec.stats.append(json.loads(payload))
+                elif rtype == RECORD_SNAPSHOT:
+                    snap = json.loads(payload)
+                    rec.snapshots[snap["probe_set"]] = snap["data"]
                 elif rtype == RECORD_END:
                     rec.final = json.loads(payload)
                 # unknown record types from newer minor versions are skipped
-            except ValueError:
+            except (ValueError, KeyError, TypeError):
                 rec.problem = f"corrupt at byte {offset} (record contents unreadable)"
                 break
             offset += RECORD_HEADER.size + length

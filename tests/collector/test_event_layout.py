@@ -22,37 +22,25 @@ STRUCTS = {
     "event_header": events.EventHeader,
     "conn_event": events.ConnEvent,
     "io_event": events.IoEvent,
+    "usdt_event": events.UsdtEvent,
+}
+
+# Every member of these Python enums must exist in the header under
+# PREFIX + member name, with the same value; a member added on one side
+# only fails the test.
+ENUM_PREFIXES = {
+    "EVENT_": events.EventType,
+    "HTTP_KIND_": events.HttpKind,
+    "HTTP_FLAG_": events.HttpFlag,
+    "COUNTER_": events.Counter,
+    "USDT_": events.UsdtProbe,
 }
 
 ENUMS = {
-    "EVENT_CONN_OPEN": events.EventType.CONN_OPEN,
-    "EVENT_CONN_CLOSE": events.EventType.CONN_CLOSE,
-    "EVENT_SOCK_READ": events.EventType.SOCK_READ,
-    "EVENT_SOCK_WRITE": events.EventType.SOCK_WRITE,
-    "HTTP_KIND_DATA": events.HttpKind.DATA,
-    "HTTP_KIND_REQUEST": events.HttpKind.REQUEST,
-    "HTTP_KIND_RESPONSE": events.HttpKind.RESPONSE,
-    "HTTP_KIND_EOF": events.HttpKind.EOF,
-    "HTTP_KIND_ERROR": events.HttpKind.ERROR,
-    "HTTP_METHOD_GET": events.HttpMethod.GET,
-    "HTTP_METHOD_POST": events.HttpMethod.POST,
-    "HTTP_METHOD_PUT": events.HttpMethod.PUT,
-    "HTTP_METHOD_DELETE": events.HttpMethod.DELETE,
-    "HTTP_METHOD_HEAD": events.HttpMethod.HEAD,
-    "HTTP_METHOD_OPTIONS": events.HttpMethod.OPTIONS,
-    "HTTP_METHOD_PATCH": events.HttpMethod.PATCH,
-    "HTTP_FLAG_HEADERS_END": events.HttpFlag.HEADERS_END,
-    "HTTP_FLAG_CHUNKED": events.HttpFlag.CHUNKED,
-    "HTTP_FLAG_EVENT_STREAM": events.HttpFlag.EVENT_STREAM,
-    "HTTP_FLAG_SSE_DONE": events.HttpFlag.SSE_DONE,
-    "HTTP_FLAG_CHUNKED_END": events.HttpFlag.CHUNKED_END,
-    "HTTP_FLAG_CONN_CLOSE": events.HttpFlag.CONN_CLOSE,
-    "HTTP_FLAG_HAS_LENGTH": events.HttpFlag.HAS_LENGTH,
-    "HTTP_FLAG_VECTORED": events.HttpFlag.VECTORED,
-    "COUNTER_EVENTS_SENT": events.Counter.EVENTS_SENT,
-    "COUNTER_EVENTS_LOST": events.Counter.EVENTS_LOST,
-    "COUNTER_IO_SKIPPED": events.Counter.IO_SKIPPED,
+    **{prefix + member.name: member for prefix, enum in ENUM_PREFIXES.items() for member in enum},
+    **{f"HTTP_METHOD_{m.name}": m for m in events.HttpMethod if m.name != "UNKNOWN"},
     "COUNTER_MAX": events.COUNTER_MAX,
+    "USDT_MAX_ARGS": events.USDT_MAX_ARGS,
     "INFERPROBE_LAYOUT_VERSION": events.LAYOUT_VERSION,
     "PATH_MAX_BYTES": events.PATH_MAX_BYTES,
 }

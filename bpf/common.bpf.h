@@ -1,0 +1,92 @@
+/* common.bpf.h: what every probe set shares when compiled together.
+ *
+ * collector/loader.py compiles the enabled probe sets as one translation unit
+ * (one clang run at start-up instead of one per set), so the target filter,
+ * the event ring buffer and the counters exist once and every set reports
+ * through them. Include this first from every *.bpf.c.
+ *
+ * Compile-time settings arrive as -D flags from collector/loader.py:
+ *   RINGBUF_PAGES          size of the event ring buffer, in pages
+ *   HAVE_EXIT_GROUP_DEAD   sched_process_exit has the group_dead field
+ */
+#ifndef INFERPROBE_COMMON_BPF_H
+#define INFERPROBE_COMMON_BPF_H
+
+#include <uapi/linux/ptrace.h>
+#include "inferprobe.h"
+
+#ifndef RINGBUF_PAGES
+#define RINGBUF_PAGES 2048
+#endif
+
+BPF_HASH(targets, u32, u8, 65536);                      /* tgids (and tids) we trace */
+BPF_PERCPU_ARRAY(counters, u64, COUNTER_MAX);
+BPF_RINGBUF_OUTPUT(events, RINGBUF_PAGES);
+
+static __always_inline void count(u32 index)
+{
+    u64 *value = counters.lookup(&index);
+    if (value)
+        *value += 1;
+}
+
+static __always_inline int is_target(u32 tgid)
+{
+    return targets.lookup(&tgid) != 0;
+}
+
+static __always_inline void fill_header(struct event_header *hdr, u32 type, u64 ts_ns, u64 pid_tgid)
+{
+    hdr->type = type;
+    hdr->pid = pid_tgid >> 32;
+    hdr->tid = (u32)pid_tgid;
+    hdr->cpu = bpf_get_smp_processor_id();
+    hdr->ts_ns = ts_ns;
+}
+
+/* Copies a fully built event into the ring buffer, counting the outcome. */
+static __always_inline int send_event(void *ev, u32 size)
+{
+    if (events.ringbuf_output(ev, size, 0) != 0) {
+        count(COUNTER_EVENTS_LOST);
+        return 0;
+    }
+    count(COUNTER_EVENTS_SENT);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- process tree
+ * The target set follows fork(): children and new threads of a target are
+ * targets, so a pre-forking server's workers are traced from their birth. */
+
+TRACEPOINT_PROBE(sched, sched_process_fork)
+{
+    u32 parent = bpf_get_current_pid_tgid() >> 32;
+    if (!is_target(parent))
+        return 0;
+    /* child_pid is a new process's tgid or a new thread's tid: both are
+     * added; thread entries are never looked up as a tgid and are removed
+     * again when the thread exits. */
+    u32 child = args->child_pid;
+    u8 one = 1;
+    targets.update(&child, &one);
+    return 0;
+}
+
+TRACEPOINT_PROBE(sched, sched_process_exit)
+{
+    u64 id = bpf_get_current_pid_tgid();
+    u32 tid = (u32)id;
+    u32 tgid = id >> 32;
+    if (tid != tgid) {
+        targets.delete(&tid);
+        return 0;
+    }
+#ifdef HAVE_EXIT_GROUP_DEAD
+    if (args->group_dead)
+        targets.delete(&tgid);
+#endif
+    return 0;
+}
+
+#endif /* INFERPROBE_COMMON_BPF_H */

@@ -1,0 +1,58 @@
+"""Probe sets: the groups of BPF programs `record` can turn on.
+
+A probe set is one bpf/<name>.bpf.c plus the Python that decides whether it
+applies to the targets, attaches what bcc does not attach by itself (USDT,
+uprobes, perf events), seeds its maps, and at the end snapshots whatever it
+aggregated in the kernel (stack maps, histograms) into the recording.
+
+All active sets are compiled as one translation unit by collector/loader.py:
+one clang run at start-up, one ring buffer, one target filter. To add a set:
+write bpf/<name>.bpf.c (include "common.bpf.h"), subclass ProbeSet here, and
+list it in available_sets().
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class TargetContext:
+    """What every probe set may look at while preparing to attach."""
+
+    pids: list[int]  # the targets and their descendants
+    options: dict = field(default_factory=dict)  # per-set settings from the command line
+
+
+class ProbeSet:
+    """Base class: a set that needs nothing beyond its tracepoints."""
+
+    name: str = ""
+    source: str = ""  # file name under bpf/
+    description: str = ""
+
+    def prepare(self, ctx: TargetContext) -> str | None:
+        """Looks at the targets; returns why the set cannot be used, or None."""
+        return None
+
+    def cflags(self) -> list[str]:
+        return []
+
+    def usdt_contexts(self) -> list:
+        """bcc USDT objects; they must exist before compiling (bcc generates
+        the argument readers from them)."""
+        return []
+
+    def after_load(self, bpf, ctx: TargetContext) -> None:
+        """Attaches what bcc did not attach by itself and seeds maps."""
+
+    def snapshot(self, bpf) -> dict | None:
+        """Kernel-side aggregates to store in the recording when it stops."""
+        return None
+
+
+def available_sets() -> dict[str, type[ProbeSet]]:
+    from inferprobe.collector.probe_sets.sockets import SocketProbes
+    from inferprobe.collector.probe_sets.usdt import UsdtProbes
+
+    return {cls.name: cls for cls in (SocketProbes, UsdtProbes)}

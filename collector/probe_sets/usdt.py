@@ -1,0 +1,61 @@
+"""The USDT probe set (bpf/usdt.bpf.c): the server's own view of each request.
+
+Servers that import inferprobe.probes (or include probes/include/inferprobe/
+usdt.h) carry ELF notes for provider "inferprobe". This set finds them in
+every target process, attaches a handler to each probe present, and so turns
+their semaphores on: the probes cost nothing until this happens.
+"""
+
+from __future__ import annotations
+
+from inferprobe.collector.events import UsdtProbe
+from inferprobe.collector.probe_sets import ProbeSet, TargetContext
+
+PROVIDER = b"inferprobe"
+PROBE_NAMES = [p.name.lower() for p in UsdtProbe]
+
+
+def _probes_in(pid: int) -> set[str]:
+    """Names of the inferprobe USDT probes in the files pid has mapped."""
+    from bcc import USDT
+
+    try:
+        found = USDT(pid=pid).enumerate_probes()
+    except Exception:  # bcc raises bare Exception for a process it cannot read
+        return set()
+    return {p.name.decode() for p in found if p.provider == PROVIDER} & set(PROBE_NAMES)
+
+
+class UsdtProbes(ProbeSet):
+    name = "usdt"
+    source = "usdt.bpf.c"
+    description = "the server's inferprobe USDT probes: queueing, prefill, decode steps, tokens"
+
+    def __init__(self) -> None:
+        self.by_pid: dict[int, set[str]] = {}
+        self._contexts: list = []
+
+    def prepare(self, ctx: TargetContext) -> str | None:
+        self.by_pid = {pid: names for pid in ctx.pids if (names := _probes_in(pid))}
+        if not self.by_pid:
+            return "no target maps a file with inferprobe USDT probes"
+        return None
+
+    def probe_names(self) -> set[str]:
+        return set().union(*self.by_pid.values()) if self.by_pid else set()
+
+    def cflags(self) -> list[str]:
+        # Only handlers for probes some target has: bcc cannot compile a
+        # bpf_usdt_readarg() in a function attached to no probe.
+        return [f"-DUSDT_WANT_{name}" for name in sorted(self.probe_names())]
+
+    def usdt_contexts(self) -> list:
+        from bcc import USDT
+
+        if not self._contexts:
+            for pid, names in sorted(self.by_pid.items()):
+                context = USDT(pid=pid)
+                for name in sorted(names):
+                    context.enable_probe(probe=name, fn_name=f"usdt_{name}")
+                self._contexts.append(context)
+        return self._contexts
