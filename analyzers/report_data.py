@@ -7,13 +7,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from inferprobe.analyzers.cadence import CadenceSummary, by_endpoint, summarize
-from inferprobe.collector.events import DecodeError, decode
+from inferprobe.analyzers.cadence import CadenceSummary, by_endpoint, percentile, summarize
+from inferprobe.analyzers.decompose import TTFT_PHASES, phases_ns
+from inferprobe.analyzers.scheduler import SchedulerSummary, stall_ns_by_request, summarize_scheduler
+from inferprobe.collector.correlate import correlate
+from inferprobe.collector.events import DecodeError, UsdtRecord, decode
 from inferprobe.collector.recording import Recording
+from inferprobe.collector.server_view import ServerView, build_server_view
 from inferprobe.collector.sessionizer import sessionize
 from inferprobe.collector.timeline import Connection, Request, SessionStats
 
 JSON_FORMAT_VERSION = 1
+DECOMPOSITION_PERCENTILES = (50, 90, 99)
 
 
 @dataclass(frozen=True)
@@ -25,6 +30,18 @@ class ReportData:
     session: SessionStats
     connections: list[Connection]
     undecodable_events: int
+    server: ServerView
+    scheduler: SchedulerSummary
+    correlated: int  # requests tied to the server's own (USDT) view of them
+    stall_ns: dict[tuple[int, int], int]  # (pid, req_id) -> time spent in stalled batches
+    decomposition: dict[int, Request]  # percentile -> the request at that TTFT percentile
+
+    @property
+    def probe_sets(self) -> dict:
+        sets = self.recording.meta.get("probe_sets", {})
+        if isinstance(sets, list):  # recordings from before probe sets had reasons
+            return {"active": {name: "" for name in sets}, "inactive": {}}
+        return sets
 
     @property
     def lost_events(self) -> int:
@@ -39,8 +56,12 @@ def build(recording: Recording) -> ReportData:
             decoded.append(decode(raw))
         except DecodeError:
             bad += 1
-    session = sessionize(decoded)
+    usdt = [ev for ev in decoded if isinstance(ev, UsdtRecord)]
+    session = sessionize(ev for ev in decoded if not isinstance(ev, UsdtRecord))
     requests = sorted(session.requests, key=lambda r: r.t_ingress_ns)
+    server = build_server_view(usdt)
+    correlated = correlate(requests, session.connections, server)
+    scheduler = summarize_scheduler(server)
     return ReportData(
         recording=recording,
         requests=requests,
@@ -49,10 +70,47 @@ def build(recording: Recording) -> ReportData:
         session=session.stats,
         connections=sorted(session.connections.values(), key=lambda c: c.conn_id),
         undecodable_events=bad,
+        server=server,
+        scheduler=scheduler,
+        correlated=correlated,
+        stall_ns=stall_ns_by_request(scheduler.stalls),
+        decomposition=requests_at_ttft_percentiles(requests),
     )
 
 
-def request_json(r: Request) -> dict:
+def requests_at_ttft_percentiles(requests: list[Request]) -> dict[int, Request]:
+    """The request whose TTFT is the p50 (p90, p99) one: the rows of the
+    latency decomposition. Nearest rank, like every percentile here."""
+    with_ttft = sorted((r for r in requests if r.ttft_ns is not None), key=lambda r: r.ttft_ns)
+    if not with_ttft:
+        return {}
+    out = {}
+    for q in DECOMPOSITION_PERCENTILES:
+        target = percentile([r.ttft_ns for r in with_ttft], q)
+        out[q] = next(r for r in with_ttft if r.ttft_ns == target)
+    return out
+
+
+def server_json(r: Request, stall_ns: dict[tuple[int, int], int]) -> dict:
+    """The USDT fields of one request; null when the server has no probes."""
+    s = r.server
+    if s is None:
+        return {"usdt_request_id": None, "correlated_by": None, "prompt_tokens": None,
+                "output_tokens": None, "server_status": None, "decode_steps": None,
+                "batch_size_p50": None, "batch_stall_ns": None}
+    return {
+        "usdt_request_id": s.req_id,
+        "correlated_by": r.correlated_by,
+        "prompt_tokens": s.prompt_tokens,
+        "output_tokens": s.output_tokens,
+        "server_status": s.status,
+        "decode_steps": len(s.steps),
+        "batch_size_p50": percentile([st.batch_size for st in s.steps], 50),
+        "batch_stall_ns": stall_ns.get((s.pid, s.req_id), 0),
+    }
+
+
+def request_json(r: Request, stall_ns: dict[tuple[int, int], int] | None = None) -> dict:
     """One request in the documented JSON shape (docs/report-json.md)."""
     return {
         "pid": r.pid,
@@ -74,7 +132,41 @@ def request_json(r: Request) -> dict:
         "e2e_ns": r.e2e_ns,
         "bytes_in": r.bytes_in,
         "bytes_out": r.bytes_out,
+        "phases_ns": phases_ns(r),
+        **server_json(r, stall_ns or {}),
     }
+
+
+def series_json(points: list[tuple[int, float]], peak: float | None) -> dict:
+    return {"max": peak, "points": [[t, v] for t, v in points]}
+
+
+def scheduler_json(data: ReportData) -> dict:
+    sched = data.scheduler
+    return {
+        "probes_seen": sorted(data.server.probes_seen),
+        "requests_announced": len(data.server.requests),
+        "requests_correlated": data.correlated,
+        "decode_steps": sched.steps,
+        "batch_size": sched.batch_size.as_dict(),
+        "scheduler_queue_length": series_json(sched.queue_length, sched.queue_length_max),
+        "token_occupancy_ratio": series_json(sched.occupancy, sched.occupancy_max),
+        "batch_stall_duration_ns": sched.stall_ns.as_dict(),
+    }
+
+
+def decomposition_json(data: ReportData) -> dict:
+    out = {}
+    for q, r in data.decomposition.items():
+        phases = phases_ns(r)
+        out[f"p{q}"] = {
+            "ttft_ns": r.ttft_ns,
+            "e2e_ns": r.e2e_ns,
+            "t_ingress_ns": r.t_ingress_ns,
+            "conn": r.conn,
+            "ttft_phases_ns": {k: v for k, v in phases.items() if k in TTFT_PHASES},
+        }
+    return out
 
 
 def summary_json(s: CadenceSummary) -> dict:
@@ -105,7 +197,10 @@ def to_json(data: ReportData) -> dict:
         },
         "summary": summary_json(data.overall),
         "endpoints": {ep: summary_json(s) for ep, s in data.endpoints.items()},
-        "requests": [request_json(r) for r in data.requests],
+        "probe_sets": data.probe_sets,
+        "latency_decomposition": decomposition_json(data),
+        "scheduler": scheduler_json(data) if not data.server.empty else None,
+        "requests": [request_json(r, data.stall_ns) for r in data.requests],
         "connections": [connection_json(c) for c in data.connections],
     }
 
