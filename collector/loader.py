@@ -103,6 +103,8 @@ class LoadedTracer:
         return out
 
     def close(self) -> None:
+        for probe_set in self.active.values():
+            probe_set.release()
         self.bpf.cleanup()
 
 
