@@ -67,7 +67,8 @@ class WallClock:
                 return
             elapsed = sample.monotonic_ns - last.monotonic_ns
             slew_limit = elapsed * MAX_SLEW_PPM // 1_000_000
-            if abs(sample.offset_ns - last.offset_ns) > slew_limit + sample.uncertainty_ns + last.uncertainty_ns:
+            tolerance = slew_limit + sample.uncertainty_ns + last.uncertainty_ns
+            if abs(sample.offset_ns - last.offset_ns) > tolerance:
                 self.steps += 1
         self.samples.append(sample)
         self._keys.append(sample.monotonic_ns)

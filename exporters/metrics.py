@@ -98,6 +98,9 @@ class Metrics:
         self._server = None
 
     # -- labels -----------------------------------------------------------------
+    def set_targets(self, targets: dict[int, str]) -> None:
+        self._targets = dict(targets)
+
     def target(self, pid: int) -> str:
         return self._targets.get(pid) or next(iter(self._targets.values()), "unknown")
 

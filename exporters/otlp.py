@@ -222,7 +222,7 @@ class SpanShipper:
         exporter,
         clock: WallClock,
         resource_for_pid: Callable[[int], dict[str, object]],
-        server: ServerInfo = ServerInfo(),
+        server: ServerInfo | None = None,
         max_token_events: int = DEFAULT_MAX_TOKEN_EVENTS,
         queue_traces: int = 4096,
         batch_traces: int = 256,
@@ -234,7 +234,7 @@ class SpanShipper:
 
         self._exporter = exporter
         self._clock = clock
-        self._server = server
+        self._server = server or ServerInfo()
         self._max_token_events = max_token_events
         self._resource_for_pid = resource_for_pid
         self._resources: dict[int, Resource] = {}
@@ -251,11 +251,12 @@ class SpanShipper:
         self._worker.start()
 
     # -- recording thread -------------------------------------------------------
-    def submit(self, req: Request) -> bool:
+    def submit(self, req: Request, block: bool = False) -> bool:
+        """Queues one finished request; block=True (replay) waits for room instead of dropping."""
         with self._lock:
             self.stats.submitted += 1
         try:
-            self._queue.put_nowait(req)
+            self._queue.put(req, block=block)
             return True
         except queue.Full:
             with self._lock:
@@ -298,7 +299,8 @@ class SpanShipper:
         while len(batch) < self._batch_traces:
             remaining = deadline - time.monotonic()
             try:
-                batch.append(self._queue.get(timeout=remaining) if remaining > 0 else self._queue.get_nowait())
+                item = self._queue.get(timeout=remaining) if remaining > 0 else self._queue.get_nowait()
+                batch.append(item)
             except queue.Empty:
                 break
         return batch

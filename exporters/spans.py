@@ -192,8 +192,9 @@ def root_name(req: Request) -> str:
     return op if op is not None else f"{req.method or 'HTTP'} {req.path or '/'}"
 
 
-def request_trace(req: Request, server: ServerInfo = ServerInfo(),
+def request_trace(req: Request, server: ServerInfo | None = None,
                   max_token_events: int = DEFAULT_MAX_TOKEN_EVENTS) -> SpanShape:
+    server = server or ServerInfo()
     end = last_seen_ns(req)
     root = SpanShape(
         name=root_name(req),
@@ -211,8 +212,11 @@ def request_trace(req: Request, server: ServerInfo = ServerInfo(),
 
 def server_info(meta: dict) -> ServerInfo:
     """The one TCP listener the recorder saw; none when there were several or none."""
-    tcp = [entry.split(" ", 1)[1] for entry in meta.get("listening", []) if entry.startswith("tcp")]
-    if len(set(tcp)) != 1:
+    tcp = [entry.split(" ", 1)[1].rpartition(":") for entry in meta.get("listening", [])
+           if entry.startswith("tcp")]
+    ports = {int(port) for _host, _, port in tcp}
+    hosts = {host.strip("[]") for host, _, _port in tcp}
+    if len(ports) != 1:
         return ServerInfo()
-    host, _, port = tcp[0].rpartition(":")
-    return ServerInfo(address=host.strip("[]"), port=int(port))
+    # one port on 0.0.0.0 and :: is still one server; its address is then unknown
+    return ServerInfo(address=hosts.pop() if len(hosts) == 1 else None, port=ports.pop())
