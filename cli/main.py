@@ -35,10 +35,12 @@ def cli() -> None:
 
 def _register() -> None:
     from inferprobe.cli.doctor import doctor
+    from inferprobe.cli.export import export
     from inferprobe.cli.record import record
     from inferprobe.cli.report import report
 
     cli.add_command(doctor)
+    cli.add_command(export)
     cli.add_command(record)
     cli.add_command(report)
 

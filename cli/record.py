@@ -12,6 +12,7 @@ from pathlib import Path
 
 import click
 
+from inferprobe.cli.export_options import live_export_options
 from inferprobe.cli.options import (
     apply_kernel_headers,
     duration_option,
@@ -63,6 +64,7 @@ def _meta(tracer, argv: list[str]) -> dict:
         "bcc_version": bcc_version,
         "targets": [{"pid": p, "comm": target_procs.process_name(p)} for p in tracer.pids],
         "command_line": argv,
+        "listening": target_procs.listening_sockets(tracer.pids),
         "started_monotonic_ns": time.monotonic_ns(),
         "realtime_offset_ns": _clock_offset_ns(),
         "probe_sets": {
@@ -110,8 +112,10 @@ class _Stop:
     is_flag=True,
     help="Do not attach the server's inferprobe USDT probes even if it has them.",
 )
+@live_export_options
 @kernel_headers_option
-def record(pids, duration, output, ringbuf_mb, no_listen_check, no_usdt, kernel_headers) -> None:
+def record(pids, duration, output, ringbuf_mb, no_listen_check, no_usdt, kernel_headers, otlp, prometheus,
+           **otlp_opts) -> None:
     """Record every HTTP request the given processes serve.
 
     Attaches to syscall tracepoints (no change to the server, no restart),
@@ -123,17 +127,24 @@ def record(pids, duration, output, ringbuf_mb, no_listen_check, no_usdt, kernel_
     """
     from inferprobe.collector.loader import load_tracer
     from inferprobe.collector.ringbuf import RingBufferReader
+    from inferprobe.exporters.clock import measure_offset
+    from inferprobe.exporters.setup import bind_prometheus, start_live_export
 
     apply_kernel_headers(kernel_headers)
+    metrics = bind_prometheus(prometheus)
     pids = list(dict.fromkeys(pids))
     pages = 1 << ((ringbuf_mb * 256).bit_length() - 1)
     sets = ("sockets",) if no_usdt else ("sockets", "usdt")
     tracer = load_tracer(pids, sets=sets, ringbuf_pages=pages, require_listener=not no_listen_check)
     writer = None
     reader = None
+    live = None
     try:
-        writer = RecordingWriter(Path(output), _meta(tracer, sys.argv))
-        reader = RingBufferReader(tracer, writer.add_ring_chunk)
+        meta = _meta(tracer, sys.argv)
+        writer = RecordingWriter(Path(output), meta)
+        live = start_live_export(meta, metrics, otlp, otlp_opts)
+        sink = writer.add_ring_chunk if live is None else live.tee(writer.add_ring_chunk)
+        reader = RingBufferReader(tracer, sink)
         stop = _Stop()
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
@@ -149,8 +160,11 @@ def record(pids, duration, output, ringbuf_mb, no_listen_check, no_usdt, kernel_
         started = time.monotonic()
         next_flush = started + 1.0
         end_reason = "duration"
+        lost = 0
         while True:
             reader.poll(100)
+            if live is not None:
+                live.tick(lost)
             now = time.monotonic()
             if stop.reason:
                 end_reason = stop.reason
@@ -160,8 +174,9 @@ def record(pids, duration, output, ringbuf_mb, no_listen_check, no_usdt, kernel_
             if now >= next_flush:
                 next_flush = now + 1.0
                 counters = tracer.counters()
+                lost = counters["events_lost"]
                 writer.flush(stats={"t": now - started, "lost_events": counters["events_lost"],
-                                    **counters})
+                                    "clock": measure_offset().as_dict(), **counters})
                 if status_line:
                     click.echo(
                         f"\r{now - started:6.1f}s  requests {counters['requests']}  "
@@ -185,15 +200,22 @@ def record(pids, duration, output, ringbuf_mb, no_listen_check, no_usdt, kernel_
             "events_received": reader.events,
             **counters,
         }
+        if live is not None:
+            final["export"] = live.close(counters["events_lost"])
         writer.close(final)
         click.echo(
             f"inferprobe: wrote {output}: {counters['requests']} requests, {reader.events} events, "
             f"{counters['events_lost']} lost ({end_reason})"
         )
+        if live is not None and "otlp" in final["export"]:
+            o = final["export"]["otlp"]
+            click.echo(f"inferprobe: OTLP: {o['exported']} traces exported, {o['dropped']} dropped")
     finally:
         if reader is not None:
             reader.close()
         tracer.close()
+        if metrics is not None:
+            metrics.close()
         if writer is not None and not writer.closed:
             # An unexpected error: keep everything received so far readable.
             writer.flush()

@@ -61,6 +61,10 @@ def render_text(data: ReportData, console: Console) -> None:
         f"incomplete {oc['incomplete']})  errors (status >= 400) {s.errors}  "
         f"lost events {data.lost_events}"
     )
+    otlp = ((rec.final or {}).get("export") or {}).get("otlp")
+    if otlp:
+        console.print(f"OTLP export while recording: {otlp['exported']} traces delivered, "
+                      f"{otlp['dropped']} dropped")
     console.print(_latency_table("All requests", s))
     endpoints = Table(title="Per endpoint", title_justify="left")
     for col in ("endpoint", "requests", "errors", "TTFT p50", "TTFT p99", "ITL p50", "ITL p99",

@@ -43,7 +43,11 @@ def correlate(requests: list[Request], connections: dict[int, Connection], view:
             key = (srv.pid, srv.conn_fd)
             candidates = by_fd.get(key, [])
             i = bisect.bisect_right(ingress.get(key, []), srv.t_start_ns) - 1
-            if i >= 0 and candidates[i].server is None:
+            # ...and only if that request was still going: on a keep-alive
+            # connection the latest *finished* one is not it.
+            if i >= 0 and candidates[i].server is None and (
+                candidates[i].t_end_ns is None or candidates[i].t_end_ns >= srv.t_start_ns
+            ):
                 candidates[i].server, candidates[i].correlated_by = srv, "conn_fd"
                 matched += 1
             continue

@@ -8,7 +8,6 @@ every field it cannot fill stays None.
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -33,10 +32,17 @@ def _arg(ev: UsdtRecord, index: int) -> int | None:
     return ev.args[index] if index < len(ev.args) else None
 
 
-class _Builder:
+class ServerViewBuilder:
+    """Feeds USDT events, in timestamp order, into a ServerView.
+
+    Incremental so the live exporter can use it; a whole recording goes
+    through build_server_view(), which sorts first.
+    """
+
     def __init__(self) -> None:
         self.view = ServerView()
         self._open_steps: dict[tuple[int, int], DecodeStep] = {}  # (pid, step_id)
+        self._last_step: dict[int, DecodeStep] = {}  # pid -> the step that started last
 
     def request(self, ev: UsdtRecord) -> ServerRequest:
         key = (ev.pid, ev.args[0])
@@ -64,7 +70,9 @@ class _Builder:
         elif p == UsdtProbe.PREFILL_END:
             self.request(ev).t_prefill_end_ns = ev.ts_ns
         elif p == UsdtProbe.TOKEN_EMIT:
-            self.request(ev).token_ns.append(ev.ts_ns)
+            req = self.request(ev)
+            req.token_ns.append(ev.ts_ns)
+            self._assign_to_step(req, ev)
         elif p == UsdtProbe.REQUEST_END:
             r = self.request(ev)
             r.t_end_ns, r.output_tokens, r.status = ev.ts_ns, _arg(ev, 1), _arg(ev, 2)
@@ -72,6 +80,7 @@ class _Builder:
             step = DecodeStep(pid=ev.pid, tid=ev.tid, step_id=ev.args[0], t_start_ns=ev.ts_ns,
                               t_end_ns=None, batch_size=ev.args[1], tokens_in_batch=ev.args[2])
             self._open_steps[(ev.pid, step.step_id)] = step
+            self._last_step[ev.pid] = step
             self.view.steps.append(step)
         elif p == UsdtProbe.DECODE_STEP_END:
             step = self._open_steps.pop((ev.pid, ev.args[0]), None)
@@ -82,38 +91,34 @@ class _Builder:
         elif p == UsdtProbe.KV_USAGE:
             self.view.kv_usage.append((ev.ts_ns, ev.args[0], ev.args[1]))
 
-    def assign_tokens_to_steps(self, token_events: list[UsdtRecord]) -> None:
+    def _assign_to_step(self, req: ServerRequest, ev: UsdtRecord) -> None:
         """A token belongs to the last step its process started before it.
 
         Not "inside the step's start..end": servers hand tokens over after
-        decode_step_end as often as before it, and a token is produced by the
-        step that ran last either way.
+        decode_step_end as often as before it, and a token is produced by
+        the step that ran last either way. A step that began before the
+        request's prefill ended did not produce its token: prefill did.
         """
-        by_pid: dict[int, list[DecodeStep]] = {}
-        for step in self.view.steps:
-            by_pid.setdefault(step.pid, []).append(step)
-        starts = {pid: [s.t_start_ns for s in steps] for pid, steps in by_pid.items()}
-        for ev in token_events:
-            steps = by_pid.get(ev.pid)
-            if not steps:
-                continue
-            i = bisect.bisect_right(starts[ev.pid], ev.ts_ns) - 1
-            if i < 0:
-                continue  # produced by prefill, before the first step we saw
-            step = steps[i]
-            req = self.view.requests[(ev.pid, ev.args[0])]
-            if req.t_prefill_end_ns is not None and step.t_start_ns < req.t_prefill_end_ns:
-                continue  # its prefill ended after that step began: a prefill token
-            if ev.args[0] not in step.requests:
-                step.requests.add(ev.args[0])
-                req.steps.append(step)
+        step = self._last_step.get(ev.pid)
+        if step is None:
+            return
+        if req.t_prefill_end_ns is not None and step.t_start_ns < req.t_prefill_end_ns:
+            return
+        if req.req_id not in step.requests:
+            step.requests.add(req.req_id)
+            req.steps.append(step)
+
+    def forget_before(self, t_ns: int) -> None:
+        """Drops what ended before t_ns: keeps a live view's memory bounded."""
+        v = self.view
+        v.requests = {k: r for k, r in v.requests.items() if r.t_end_ns is None or r.t_end_ns >= t_ns}
+        v.steps = [s for s in v.steps if s.t_end_ns is None or s.t_end_ns >= t_ns]
+        v.queue_depth = [q for q in v.queue_depth if q[0] >= t_ns]
+        v.kv_usage = [k for k in v.kv_usage if k[0] >= t_ns]
 
 
 def build_server_view(events: Iterable[UsdtRecord]) -> ServerView:
-    ordered = sorted(events, key=lambda ev: ev.ts_ns)
-    builder = _Builder()
-    for ev in ordered:
+    builder = ServerViewBuilder()
+    for ev in sorted(events, key=lambda ev: ev.ts_ns):
         builder.feed(ev)
-    builder.view.steps.sort(key=lambda s: s.t_start_ns)
-    builder.assign_tokens_to_steps([ev for ev in ordered if ev.probe == UsdtProbe.TOKEN_EMIT])
     return builder.view

@@ -58,7 +58,8 @@ newest_headers() {
 
 # ---------------------------------------------------------------- 1. packages
 
-packages=(python3-bpfcc bpfcc-tools python3-venv python3-dev systemtap-sdt-dev strace)
+# prometheus: the server and promtool for the exporter, rule and dashboard tests
+packages=(python3-bpfcc bpfcc-tools python3-venv python3-dev systemtap-sdt-dev strace prometheus)
 if ! headers_usable && ! newest_headers >/dev/null; then
     packages+=("linux-headers-$arch")
 fi
@@ -167,6 +168,25 @@ else
         imports_ok || die "inferprobe still does not import from $VENV after pip install"
     fi
     printf '%s\n%s\n' "$want_stamp" "$mode" >"$STAMP"
+fi
+
+# ---------------------------------------------------------------- 6. Phoenix (test backend)
+
+# Arize Phoenix, the real OTLP backend of tests/exporters/test_backends.py, in
+# a venv of its own: it pins hundreds of packages (about 850 MB) that must not
+# meet the tracer's. Reinstalled only when the pinned version changes.
+PHOENIX_VENV="${PHOENIX_VENV:-$ROOT/.venv-phoenix}"
+PHOENIX_SPEC="arize-phoenix==20.26.1"
+if [[ "$(cat "$PHOENIX_VENV/.inferprobe-phoenix" 2>/dev/null)" == "$PHOENIX_SPEC" ]] \
+        && compgen -G "$PHOENIX_VENV/lib/python3*/site-packages/phoenix/server/main.py" >/dev/null; then
+    # (a file check: importing Phoenix to test it takes ~10 s)
+    say "phoenix: $PHOENIX_VENV ok ($PHOENIX_SPEC)"
+else
+    say "phoenix: installing $PHOENIX_SPEC into $PHOENIX_VENV (about 3 minutes, once)"
+    rm -rf "$PHOENIX_VENV"
+    "$SYSTEM_PYTHON" -m venv "$PHOENIX_VENV"
+    "$PHOENIX_VENV/bin/python" -m pip install -q "$PHOENIX_SPEC"
+    printf '%s\n' "$PHOENIX_SPEC" >"$PHOENIX_VENV/.inferprobe-phoenix"
 fi
 
 say "done in $((SECONDS - START))s; next: sudo $VENV/bin/inferprobe doctor"

@@ -1,0 +1,207 @@
+"""Prometheus metrics for finished requests and the server's USDT gauges.
+
+Names: the OpenTelemetry GenAI server metrics where they exist
+(gen_ai.server.* become gen_ai_server_*_seconds, with the bucket boundaries
+the GenAI conventions recommend), the design card's own names for the
+scheduler gauges, and inferprobe_* for the rest. Labels are endpoint
+("METHOD /path", capped at MAX_ENDPOINTS distinct values, the rest
+"other"), status_class and target (the process name): never a request id.
+"""
+
+from __future__ import annotations
+
+import errno
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from inferprobe.collector.errors import InferprobeError
+from inferprobe.collector.events import UsdtProbe, UsdtRecord
+from inferprobe.collector.timeline import Outcome, Request
+from inferprobe.exporters.spans import output_tokens, phases
+
+# GenAI semantic conventions, metrics gen_ai.server.time_to_first_token,
+# gen_ai.server.time_per_output_token and gen_ai.server.request.duration.
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
+TPOT_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5)
+DURATION_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92)
+# Inter-token gaps are usually shorter than time per output token's buckets resolve.
+ITL_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.5)
+# 0.37 is the design card's mutex-wait alert threshold: a bucket edge, so the
+# share of requests above it is exact.
+RATIO_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.37, 0.5, 0.75, 0.9, 1.0)
+STALL_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
+
+MAX_ENDPOINTS = 64
+LABELS = ("endpoint", "status_class", "target")
+
+
+class PortBusy(InferprobeError):
+    exit_code = 2
+
+
+def status_class(req: Request) -> str:
+    if req.status is not None:
+        return f"{req.status // 100}xx"
+    return "aborted" if req.outcome == Outcome.ABORTED else "none"
+
+
+class Metrics:
+    """Owns one registry; observe_*() are called from the recording thread."""
+
+    def __init__(self, targets: dict[int, str]):
+        self.registry = CollectorRegistry(auto_describe=True)
+        self._targets = targets  # pid -> process name
+        self._endpoints: set[str] = set()
+        r = self.registry
+        self.ttft = Histogram("gen_ai_server_time_to_first_token_seconds",
+                              "Time from the request read to the first token chunk written.",
+                              LABELS, buckets=TTFT_BUCKETS, registry=r)
+        self.tpot = Histogram("gen_ai_server_time_per_output_token_seconds",
+                              "Per request: (last - first token time) / (output tokens - 1).",
+                              LABELS, buckets=TPOT_BUCKETS, registry=r)
+        self.duration = Histogram("gen_ai_server_request_duration_seconds",
+                                  "Time from the request read to the end of the response.",
+                                  LABELS, buckets=DURATION_BUCKETS, registry=r)
+        self.itl = Histogram("inferprobe_inter_token_latency_seconds",
+                             "Gap between consecutive token chunk writes.",
+                             LABELS, buckets=ITL_BUCKETS, registry=r)
+        self.phase = Histogram("inferprobe_phase_duration_seconds",
+                               "Time spent in each request phase.",
+                               (*LABELS, "phase"), buckets=DURATION_BUCKETS, registry=r)
+        self.mutex_ratio = Histogram("inferprobe_mutex_wait_ratio",
+                                     "Share of a request's time its threads waited on locks.",
+                                     LABELS, buckets=RATIO_BUCKETS, registry=r)
+        self.requests = Counter("inferprobe_requests", "Requests finished.", LABELS, registry=r)
+        self.token_chunks = Counter("inferprobe_token_chunks", "Token chunks (writes with SSE data).",
+                                    LABELS, registry=r)
+        self.tokens = Counter("inferprobe_output_tokens",
+                              "Output tokens as counted by the server (USDT), when it reports them.",
+                              LABELS, registry=r)
+        self.in_flight = Gauge("inferprobe_in_flight_requests", "Requests read but not yet finished.",
+                               ("target",), registry=r)
+        self.lost_events = Counter("inferprobe_lost_events",
+                                   "Kernel events lost because the ring buffer was full.", registry=r)
+        self.otlp_dropped = Counter("inferprobe_otlp_dropped_traces",
+                                    "Traces not delivered to the OTLP backend.", registry=r)
+        self.queue_length = Gauge("scheduler_queue_length", "Requests waiting in the server's scheduler.",
+                                  ("target",), registry=r)
+        self.occupancy = Gauge("token_occupancy_ratio", "KV-cache token slots in use / capacity.",
+                               ("target",), registry=r)
+        self.batch_stall = Histogram("batch_stall_duration_seconds",
+                                     "Gap between one decode step's end and the next one's start "
+                                     "while requests were running.",
+                                     ("target",), buckets=STALL_BUCKETS, registry=r)
+        self._lost_seen = 0
+        self._dropped_seen = 0
+        self._step_end: dict[int, int] = {}  # pid -> end of its last decode step
+        self._running: dict[int, int] = {}  # pid -> running requests (queue_depth probe)
+        self._server = None
+
+    # -- labels -----------------------------------------------------------------
+    def set_targets(self, targets: dict[int, str]) -> None:
+        self._targets = dict(targets)
+
+    def target(self, pid: int) -> str:
+        return self._targets.get(pid) or next(iter(self._targets.values()), "unknown")
+
+    def _endpoint(self, req: Request) -> str:
+        ep = req.endpoint
+        if ep in self._endpoints:
+            return ep
+        if len(self._endpoints) >= MAX_ENDPOINTS:
+            return "other"
+        self._endpoints.add(ep)
+        return ep
+
+    # -- requests ---------------------------------------------------------------
+    def request_started(self, pid: int) -> None:
+        self.in_flight.labels(self.target(pid)).inc()
+
+    def request_finished(self, req: Request) -> None:
+        target = self.target(req.pid)
+        self.in_flight.labels(target).dec()
+        labels = (self._endpoint(req), status_class(req), target)
+        self.requests.labels(*labels).inc()
+        if req.ttft_ns is not None:
+            self.ttft.labels(*labels).observe(req.ttft_ns / 1e9)
+        if req.e2e_ns is not None:
+            self.duration.labels(*labels).observe(req.e2e_ns / 1e9)
+        if req.token_ns:
+            self.token_chunks.labels(*labels).inc(len(req.token_ns))
+            itl = self.itl.labels(*labels)
+            for gap in req.itl_ns:
+                itl.observe(gap / 1e9)
+        tokens = output_tokens(req)
+        if tokens is not None:
+            self.tokens.labels(*labels).inc(tokens)
+        n = tokens if tokens is not None else sum(req.token_events)
+        if n > 1 and len(req.token_ns) > 1:
+            self.tpot.labels(*labels).observe((req.token_ns[-1] - req.token_ns[0]) / 1e9 / (n - 1))
+        for name, start, end, _attrs in phases(req):
+            self.phase.labels(*labels, name).observe((end - start) / 1e9)
+        ratio = getattr(req, "mutex_wait_ratio", None)
+        if ratio is not None:
+            self.mutex_ratio.labels(*labels).observe(float(ratio))
+
+    # -- kernel and exporter counters ------------------------------------------------
+    def set_totals(self, lost_events: int, otlp_dropped: int) -> None:
+        """Counters that only grow, given as totals: add what is new."""
+        if lost_events > self._lost_seen:
+            self.lost_events.inc(lost_events - self._lost_seen)
+            self._lost_seen = lost_events
+        if otlp_dropped > self._dropped_seen:
+            self.otlp_dropped.inc(otlp_dropped - self._dropped_seen)
+            self._dropped_seen = otlp_dropped
+
+    # -- USDT -------------------------------------------------------------------
+    def observe_usdt(self, ev: UsdtRecord) -> None:
+        target = self.target(ev.pid)
+        args = ev.args
+        if ev.probe == UsdtProbe.QUEUE_DEPTH and len(args) >= 2:
+            self.queue_length.labels(target).set(args[0])
+            self._running[ev.pid] = args[1]
+        elif ev.probe == UsdtProbe.KV_USAGE and len(args) >= 2 and args[1] > 0:
+            self.occupancy.labels(target).set(args[0] / args[1])
+        elif ev.probe == UsdtProbe.DECODE_STEP_END:
+            self._step_end[ev.pid] = ev.ts_ns
+        elif ev.probe == UsdtProbe.DECODE_STEP_START:
+            last_end = self._step_end.pop(ev.pid, None)
+            if last_end is not None and self._running.get(ev.pid, 1) > 0:
+                self.batch_stall.labels(target).observe((ev.ts_ns - last_end) / 1e9)
+
+    # -- HTTP endpoint ----------------------------------------------------------
+    def serve(self, address: str) -> tuple[str, int]:
+        """Starts the /metrics endpoint; a busy or bad address is one sentence."""
+        from prometheus_client import start_http_server
+
+        host, port = parse_listen_address(address)
+        try:
+            server, _thread = start_http_server(port, addr=host, registry=self.registry)
+        except OSError as err:
+            if err.errno == errno.EADDRINUSE:
+                raise PortBusy(f"cannot serve Prometheus metrics on {address}: the port is already in use "
+                               "(pick another with --prometheus HOST:PORT)") from None
+            raise PortBusy(f"cannot serve Prometheus metrics on {address}: {err.strerror or err}") from None
+        self._server = server
+        return server.server_address[0], server.server_address[1]
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+
+def parse_listen_address(address: str) -> tuple[str, int]:
+    """'127.0.0.1:9464', '[::1]:9464' or ':9464' (localhost); any other host is the user's choice."""
+    host, sep, port = address.rpartition(":")
+    if not sep:
+        host, port = "", address
+    host = host.strip("[]") or "127.0.0.1"
+    try:
+        number = int(port)
+    except ValueError:
+        raise PortBusy(f"--prometheus {address!r} is not HOST:PORT") from None
+    if not 0 <= number <= 65535:
+        raise PortBusy(f"--prometheus {address!r}: port out of range")
+    return host, number

@@ -1,0 +1,74 @@
+"""Builds the exporters from command-line values and a recording's metadata."""
+
+from __future__ import annotations
+
+from inferprobe.collector.errors import InferprobeError
+from inferprobe.exporters.clock import WallClock
+from inferprobe.exporters.metrics import Metrics
+from inferprobe.exporters.otlp import SpanShipper, make_exporter, resolve_settings, resource_attributes
+from inferprobe.exporters.spans import server_info
+
+
+class ExportProblem(InferprobeError):
+    """Traces could not be delivered."""
+
+    exit_code = 6
+
+
+def target_names(meta: dict) -> dict[int, str]:
+    return {int(t["pid"]): t.get("comm") or "unknown" for t in meta.get("targets", [])}
+
+
+def make_shipper(meta: dict, clock: WallClock, opts: dict, live: bool) -> tuple[SpanShipper, str]:
+    """A shipper for the OTLP flags in opts; returns it and the endpoint it sends to."""
+    settings = resolve_settings(
+        protocol=opts.get("otlp_protocol"),
+        endpoint=opts.get("otlp_endpoint"),
+        headers=opts.get("otlp_headers"),
+        timeout_s=opts.get("otlp_timeout"),
+        certificate=opts.get("otlp_certificate"),
+        insecure=opts.get("otlp_insecure"),
+    )
+    names = target_names(meta)
+    default_name = next(iter(names.values()), "unknown")
+    service = opts.get("service_name") or default_name
+
+    def resource_for_pid(pid: int) -> dict[str, object]:
+        exe = names.get(pid)
+        if exe is None and live:
+            from inferprobe.collector.targets import process_name
+
+            exe = process_name(pid) or default_name
+        return resource_attributes(service, pid, exe or default_name)
+
+    shipper = SpanShipper(
+        make_exporter(settings), clock, resource_for_pid, server=server_info(meta),
+        max_token_events=opts.get("max_token_events", 256),
+    )
+    return shipper, f"{settings.endpoint} ({settings.protocol})"
+
+
+def make_metrics(meta: dict) -> Metrics:
+    return Metrics(target_names(meta))
+
+
+def bind_prometheus(address: str | None) -> Metrics | None:
+    """Serves /metrics at once, so a busy port fails before any BPF is compiled."""
+    if not address:
+        return None
+    metrics = Metrics({})
+    metrics.serve(address)
+    return metrics
+
+
+def start_live_export(meta: dict, metrics: Metrics | None, otlp: bool, opts: dict):
+    """The LiveExport for `record`, or None when neither --otlp nor --prometheus was given."""
+    from inferprobe.exporters.live import LiveExport
+
+    if metrics is None and not otlp:
+        return None
+    clock = WallClock.from_recording(meta, [])
+    if metrics is not None:
+        metrics.set_targets(target_names(meta))
+    shipper = make_shipper(meta, clock, opts, live=True)[0] if otlp else None
+    return LiveExport(clock, shipper=shipper, metrics=metrics)

@@ -1,0 +1,201 @@
+"""The shape of one request's trace, as plain data (no OpenTelemetry types).
+
+One root SERVER span over ingress -> end, one child per phase (contiguous,
+ingress -> end), and each token chunk as an event on the root, up to a
+bound. Times stay on the kernel's monotonic clock here; otlp.py converts
+them to wall-clock when it builds the real spans, so this module is pure
+and tested directly.
+
+Names and attributes follow the OpenTelemetry GenAI and HTTP semantic
+conventions where they name a thing; the rest is under `inferprobe.*`.
+Request and response bodies are never known here: the kernel does not
+send them, so no prompt, completion or model name can appear.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from inferprobe.analyzers.decompose import phases_ns
+from inferprobe.collector.timeline import Outcome, Request
+
+DEFAULT_MAX_TOKEN_EVENTS = 256
+TOKEN_EVENT = "inferprobe.token_chunk"
+TOKEN_SUMMARY_EVENT = "inferprobe.token_chunks.truncated"
+
+
+@dataclass(slots=True)
+class SpanEvent:
+    name: str
+    time_ns: int  # monotonic
+    attributes: dict[str, object] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class SpanShape:
+    name: str
+    start_ns: int  # monotonic
+    end_ns: int
+    kind: str  # "server" or "internal"
+    attributes: dict[str, object] = field(default_factory=dict)
+    events: list[SpanEvent] = field(default_factory=list)
+    children: list[SpanShape] = field(default_factory=list)
+    error: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ServerInfo:
+    """What every span of one target shares: where the server listens."""
+
+    address: str | None = None
+    port: int | None = None
+
+
+def operation_name(path: str | None) -> str | None:
+    """gen_ai.operation.name for OpenAI-style paths; None for other HTTP traffic."""
+    p = (path or "").lower()
+    if "chat/completions" in p:
+        return "chat"
+    if p.endswith("/completions") or p.endswith("/generate") or p.endswith("/generate_stream"):
+        return "text_completion"
+    if p.endswith("/embeddings"):
+        return "embeddings"
+    return None
+
+
+def last_seen_ns(req: Request) -> int:
+    """The end of a request, or the last thing seen of it when it never ended."""
+    if req.t_end_ns is not None:
+        return req.t_end_ns
+    candidates = [req.t_ingress_ns, req.t_response_start_ns or 0, req.t_done_ns or 0]
+    if req.token_ns:
+        candidates.append(req.token_ns[-1])
+    return max(candidates)
+
+
+def phases(req: Request) -> list[tuple[str, int, int, dict[str, object]]]:
+    """(name, start, end, attributes) per phase, contiguous from ingress to the end.
+
+    The phases are analyzers/decompose.py's: split by the server's USDT
+    probes when it has them, by the socket alone otherwise (docs/report-json.md).
+    """
+    source = "server" if req.server is not None else "socket"
+    out: list[tuple[str, int, int, dict[str, object]]] = []
+    t = req.t_ingress_ns
+    for name, duration in phases_ns(req).items():
+        out.append((name, t, t + duration, {"inferprobe.phase": name, "inferprobe.phase.source": source}))
+        t += duration
+    end = last_seen_ns(req)
+    if end > t:
+        # an unfinished request: what came after the last boundary we know of
+        out.append(("unfinished", t, end, {"inferprobe.phase": "unfinished",
+                                            "inferprobe.phase.source": source}))
+    return out
+
+
+def output_tokens(req: Request) -> int | None:
+    """Known only from the server's own count (USDT request_end), never guessed from chunks."""
+    value = req.server.output_tokens if req.server is not None else None
+    return int(value) if value is not None else None
+
+
+def error_type(req: Request) -> str | None:
+    if req.outcome == Outcome.ABORTED:
+        return "aborted"
+    if req.status is not None and req.status >= 500:
+        return str(req.status)
+    return None
+
+
+def root_attributes(req: Request, server: ServerInfo) -> dict[str, object]:
+    attrs: dict[str, object] = {}
+    op = operation_name(req.path)
+    if op is not None:
+        attrs["gen_ai.operation.name"] = op
+        attrs["gen_ai.request.stream"] = req.streaming
+        if req.ttft_ns is not None:
+            attrs["gen_ai.response.time_to_first_chunk"] = req.ttft_ns / 1e9
+        tokens = output_tokens(req)
+        if tokens is not None:
+            attrs["gen_ai.usage.output_tokens"] = tokens
+    if server.address:
+        attrs["server.address"] = server.address
+    if server.port:
+        attrs["server.port"] = server.port
+    if req.method:
+        attrs["http.request.method"] = req.method
+    if req.path:
+        attrs["url.path"] = req.path
+    if req.status is not None:
+        attrs["http.response.status_code"] = req.status
+    err = error_type(req)
+    if err is not None:
+        attrs["error.type"] = err
+    ratio = getattr(req, "mutex_wait_ratio", None)
+    if ratio is not None:
+        attrs["mutex.wait.ratio"] = float(ratio)
+    attrs.update({
+        "inferprobe.outcome": req.outcome.value,
+        "inferprobe.pid": req.pid,
+        "inferprobe.tid": req.tid,
+        "inferprobe.conn_id": req.conn,
+        "inferprobe.bytes_in": req.bytes_in,
+        "inferprobe.bytes_out": req.bytes_out,
+        "inferprobe.token_chunks": len(req.token_ns),
+        "inferprobe.sse_events": sum(req.token_events),
+    })
+    if req.end_reason:
+        attrs["inferprobe.end_reason"] = req.end_reason
+    if req.server is not None:
+        attrs["inferprobe.usdt_request_id"] = int(req.server.req_id)
+        attrs["inferprobe.correlated_by"] = req.correlated_by or ""
+    return attrs
+
+
+def token_events(req: Request, bound: int) -> list[SpanEvent]:
+    events = [
+        SpanEvent(TOKEN_EVENT, t, {"inferprobe.token_chunk.index": i,
+                                   "inferprobe.token_chunk.sse_events": n})
+        for i, (t, n) in enumerate(zip(req.token_ns[:bound], req.token_events[:bound], strict=False))
+    ]
+    if len(req.token_ns) > bound:
+        events.append(SpanEvent(TOKEN_SUMMARY_EVENT, req.token_ns[-1], {
+            "inferprobe.token_chunks.total": len(req.token_ns),
+            "inferprobe.token_chunks.not_shown": len(req.token_ns) - bound,
+        }))
+    return events
+
+
+def root_name(req: Request) -> str:
+    op = operation_name(req.path)
+    return op if op is not None else f"{req.method or 'HTTP'} {req.path or '/'}"
+
+
+def request_trace(req: Request, server: ServerInfo | None = None,
+                  max_token_events: int = DEFAULT_MAX_TOKEN_EVENTS) -> SpanShape:
+    server = server or ServerInfo()
+    end = last_seen_ns(req)
+    root = SpanShape(
+        name=root_name(req),
+        start_ns=req.t_ingress_ns,
+        end_ns=end,
+        kind="server",
+        attributes=root_attributes(req, server),
+        events=token_events(req, max_token_events),
+        error=error_type(req) is not None,
+    )
+    root.children = [SpanShape(name=name, start_ns=s, end_ns=e, kind="internal", attributes=attrs)
+                     for name, s, e, attrs in phases(req)]
+    return root
+
+
+def server_info(meta: dict) -> ServerInfo:
+    """The one TCP listener the recorder saw; none when there were several or none."""
+    tcp = [entry.split(" ", 1)[1].rpartition(":") for entry in meta.get("listening", [])
+           if entry.startswith("tcp")]
+    ports = {int(port) for _host, _, port in tcp}
+    hosts = {host.strip("[]") for host, _, _port in tcp}
+    if len(ports) != 1:
+        return ServerInfo()
+    # one port on 0.0.0.0 and :: is still one server; its address is then unknown
+    return ServerInfo(address=hosts.pop() if len(hosts) == 1 else None, port=ports.pop())

@@ -1,0 +1,109 @@
+"""Trace shapes built from Request timelines (pure, no OpenTelemetry)."""
+
+from __future__ import annotations
+
+from inferprobe.analyzers.decompose import phases_ns
+from inferprobe.collector.timeline import Outcome, Request, ServerRequest
+from inferprobe.exporters.spans import (
+    TOKEN_EVENT,
+    TOKEN_SUMMARY_EVENT,
+    ServerInfo,
+    operation_name,
+    request_trace,
+    server_info,
+)
+
+MS = 1_000_000
+
+
+def _streamed(tokens: int, path: str = "/v1/chat/completions") -> Request:
+    t0 = 10_000 * MS
+    return Request(pid=7, tid=8, conn=3, method="POST", path=path, t_ingress_ns=t0, status=200,
+                   outcome=Outcome.COMPLETE, t_response_start_ns=t0 + 5 * MS,
+                   token_ns=[t0 + (20 + 2 * i) * MS for i in range(tokens)], token_events=[1] * tokens,
+                   t_end_ns=t0 + (21 + 2 * tokens) * MS, streaming=True, end_reason="framing")
+
+
+def _assert_contiguous(root) -> None:
+    assert root.children[0].start_ns == root.start_ns
+    assert root.children[-1].end_ns == root.end_ns
+    for a, b in zip(root.children, root.children[1:], strict=False):
+        assert a.end_ns == b.start_ns
+
+
+def test_streamed_request_root_phases_and_genai_attributes():
+    req = _streamed(5)
+    root = request_trace(req, ServerInfo("127.0.0.1", 8000))
+    assert root.kind == "server" and root.name == "chat"
+    assert (root.start_ns, root.end_ns) == (req.t_ingress_ns, req.t_end_ns)
+    assert [c.name for c in root.children] == ["response_headers", "first_token", "decode", "finish"]
+    _assert_contiguous(root)
+    a = root.attributes
+    assert a["gen_ai.operation.name"] == "chat"
+    assert a["gen_ai.request.stream"] is True
+    assert a["gen_ai.response.time_to_first_chunk"] == req.ttft_ns / 1e9
+    assert "gen_ai.usage.output_tokens" not in a  # chunks are not tokens: never guessed
+    assert (a["server.address"], a["server.port"]) == ("127.0.0.1", 8000)
+    assert (a["http.request.method"], a["url.path"], a["http.response.status_code"]) == (
+        "POST", "/v1/chat/completions", 200)
+    assert "error.type" not in a and not root.error
+    assert [e.time_ns for e in root.events] == req.token_ns
+
+
+def test_token_events_are_bounded_with_a_summary():
+    req = _streamed(40)
+    root = request_trace(req, max_token_events=16)
+    shown = [e for e in root.events if e.name == TOKEN_EVENT]
+    summary = [e for e in root.events if e.name == TOKEN_SUMMARY_EVENT]
+    assert len(shown) == 16 and len(summary) == 1
+    assert summary[0].attributes == {"inferprobe.token_chunks.total": 40,
+                                     "inferprobe.token_chunks.not_shown": 24}
+    assert len(request_trace(req, max_token_events=0).events) == 1
+
+
+def test_server_phases_and_usdt_fields_win_when_present():
+    req = _streamed(3)
+    t0 = req.t_ingress_ns
+    req.server = ServerRequest(pid=7, req_id=42, t_start_ns=t0 + MS, t_queued_ns=t0 + MS,
+                               t_scheduled_ns=t0 + 3 * MS, t_prefill_start_ns=t0 + 4 * MS,
+                               t_prefill_end_ns=t0 + 15 * MS, token_ns=[t0 + 19 * MS],
+                               t_end_ns=req.t_end_ns, output_tokens=9, status=0)
+    req.correlated_by = "conn_fd"
+    root = request_trace(req)
+    assert [c.name for c in root.children] == ["ingress", "queue", "schedule", "prefill", "first_token",
+                                               "network_flush", "decode", "finish"]
+    assert [c.end_ns - c.start_ns for c in root.children] == list(phases_ns(req).values())
+    assert root.children[3].end_ns - root.children[3].start_ns == 11 * MS  # prefill
+    _assert_contiguous(root)
+    assert root.attributes["inferprobe.usdt_request_id"] == 42
+    assert root.attributes["gen_ai.usage.output_tokens"] == 9
+
+
+def test_errors_and_aborts_set_error_type():
+    req = _streamed(2)
+    req.status = 503
+    assert request_trace(req).attributes["error.type"] == "503"
+    aborted = _streamed(2)
+    aborted.outcome = Outcome.ABORTED
+    root = request_trace(aborted)
+    assert root.error and root.attributes["error.type"] == "aborted"
+
+
+def test_plain_http_request_is_named_by_route_and_has_no_genai_attributes():
+    t0 = 5 * MS
+    req = Request(pid=1, tid=1, conn=1, method="GET", path="/health", t_ingress_ns=t0, status=200,
+                  outcome=Outcome.COMPLETE, t_response_start_ns=t0 + MS, t_end_ns=t0 + 2 * MS)
+    root = request_trace(req)
+    assert root.name == "GET /health"
+    assert not any(k.startswith("gen_ai.") for k in root.attributes)
+    assert [c.name for c in root.children] == ["response_headers", "finish"]
+    _assert_contiguous(root)
+
+
+def test_operation_names_and_server_info():
+    assert operation_name("/v1/completions") == "text_completion"
+    assert operation_name("/v1/embeddings") == "embeddings"
+    assert operation_name("/metrics") is None
+    assert server_info({"listening": ["tcp 127.0.0.1:8000"]}) == ServerInfo("127.0.0.1", 8000)
+    assert server_info({"listening": ["tcp 0.0.0.0:8000", "tcp6 :::8000"]}) == ServerInfo(None, 8000)
+    assert server_info({"listening": ["tcp 0.0.0.0:8000", "tcp 0.0.0.0:9000"]}) == ServerInfo()
