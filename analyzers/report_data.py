@@ -5,10 +5,16 @@ Outputs (terminal, JSON) only read a ReportData; they compute nothing.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from inferprobe.analyzers import verdict
 from inferprobe.analyzers.cadence import CadenceSummary, by_endpoint, summarize
-from inferprobe.collector.events import DecodeError, decode
+from inferprobe.analyzers.decompose import Decomposition, decompose
+from inferprobe.analyzers.findings import Finding, FindingList
+from inferprobe.analyzers.registry import ANALYZERS
+from inferprobe.analyzers.sections import AnalysisInput, AnalyzerSection
+from inferprobe.analyzers.timeseries import TimeSeries, over_time
+from inferprobe.collector.events import DecodeError, UsdtRecord, decode
 from inferprobe.collector.recording import Recording
 from inferprobe.collector.sessionizer import sessionize
 from inferprobe.collector.timeline import Connection, Request, SessionStats
@@ -25,6 +31,10 @@ class ReportData:
     session: SessionStats
     connections: list[Connection]
     undecodable_events: int
+    decomposition: Decomposition | None = None
+    series: TimeSeries | None = None
+    sections: list[AnalyzerSection] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)  # ranked, largest share first
 
     @property
     def lost_events(self) -> int:
@@ -39,8 +49,20 @@ def build(recording: Recording) -> ReportData:
             decoded.append(decode(raw))
         except DecodeError:
             bad += 1
-    session = sessionize(decoded)
+    usdt = [e for e in decoded if isinstance(e, UsdtRecord)]
+    session = sessionize([e for e in decoded if not isinstance(e, UsdtRecord)])
     requests = sorted(session.requests, key=lambda r: r.t_ingress_ns)
+    decomposition = decompose(requests)
+    series = over_time(requests, usdt, recording.meta.get("started_monotonic_ns"))
+    findings = FindingList(verdict.core_findings(requests, decomposition, series))
+    sections = []
+    inp = AnalysisInput(recording=recording, requests=requests, events=decoded)
+    for analyze in ANALYZERS:
+        result = analyze(inp)
+        if result is not None:
+            if result.section is not None:
+                sections.append(result.section)
+            findings.extend(result.findings)
     return ReportData(
         recording=recording,
         requests=requests,
@@ -49,6 +71,10 @@ def build(recording: Recording) -> ReportData:
         session=session.stats,
         connections=sorted(session.connections.values(), key=lambda c: c.conn_id),
         undecodable_events=bad,
+        decomposition=decomposition,
+        series=series,
+        sections=sections,
+        findings=findings.ranked(),
     )
 
 
@@ -107,6 +133,27 @@ def to_json(data: ReportData) -> dict:
         "endpoints": {ep: summary_json(s) for ep, s in data.endpoints.items()},
         "requests": [request_json(r) for r in data.requests],
         "connections": [connection_json(c) for c in data.connections],
+        "findings": [finding_json(f) for f in data.findings],
+        "decomposition": decomposition_json(data.decomposition),
+    }
+
+
+def finding_json(f: Finding) -> dict:
+    return {"kind": f.kind, "share": f.share, "of": f.of, "sentence": f.sentence,
+            "recommendation": f.recommendation, "evidence": f.evidence, "source": f.source}
+
+
+def decomposition_json(d: Decomposition | None) -> dict | None:
+    if d is None:
+        return None
+    return {
+        "source": d.source,
+        "phases": list(d.phase_names),
+        "ttft": [
+            {"label": b.label, "conn": b.request.conn, "t_ingress_ns": b.request.t_ingress_ns,
+             "ttft_ns": b.ttft_ns, "phases_ns": dict(b.phases)}
+            for b in d.ttft
+        ],
     }
 
 
