@@ -36,7 +36,8 @@ def render_table(t: Table, css_class: str = "") -> str:
     cls = f' class="{css_class}"' if css_class else ""
     head = "".join(f"<th>{_e(c)}</th>" for c in t.columns)
     body = "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>" for row in t.rows)
-    return f"<table{cls}><caption>{_e(t.caption)}</caption><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    return (f"<table{cls}><caption>{_e(t.caption)}</caption><thead><tr>{head}</tr></thead>"
+            f"<tbody>{body}</tbody></table>")
 
 
 def _figure(svg: str, caption: str) -> str:

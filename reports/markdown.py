@@ -70,7 +70,8 @@ def render_markdown(data: ReportData) -> str:
     if s is not None and data.requests:
         out += ["## Over time", ""]
         rows = tuple(
-            (f"{b.t_s:g}", f"{b.requests / s.bin_s:.1f}", tables.fmt_ms(b.itl_p50_ns), tables.fmt_ms(b.itl_p99_ns))
+            (f"{b.t_s:g}", f"{b.requests / s.bin_s:.1f}", tables.fmt_ms(b.itl_p50_ns),
+             tables.fmt_ms(b.itl_p99_ns))
             for b in s.bins
         )
         out.extend(render_table(Table(caption=f"Per {s.bin_s:g} s bin",
