@@ -5,7 +5,7 @@ VENV   ?= .venv
 PYTHON := $(VENV)/bin/python
 RUFF   := $(firstword $(wildcard $(VENV)/bin/ruff) ruff)
 
-.PHONY: setup test lint demo
+.PHONY: setup test lint demo bench
 
 setup:
 	VENV="$(abspath $(VENV))" bash scripts/setup.sh
@@ -18,3 +18,8 @@ lint:
 
 demo: setup
 	bash scripts/demo.sh
+
+# Side-by-side ratios, traced vs untraced (root: they attach BPF programs).
+bench: setup
+	$(PYTHON) benchmarks/bench_probes.py
+	$(PYTHON) benchmarks/bench_overhead.py

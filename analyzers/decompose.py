@@ -1,155 +1,80 @@
 """Latency decomposition: where each request's time went, phase by phase.
 
-Phases come from `Request.phases_ns` (phase -> ns, contiguous from ingress to
-end, in order) when the server's USDT probes provided them. Without those the
-socket view still splits a request at the moments the kernel saw: the request
-read, the response's status line, the first token chunk and the end. Those
-three socket phases are coarse (queueing and prefill both hide in the first)
-and the report says so.
+Phases are contiguous intervals between boundaries, so they always sum to
+the request's end-to-end time (and the ones before the first token to its
+TTFT). A boundary the recording lacks (a probe the server does not fire)
+merges its phase into the next one; a boundary earlier than the previous
+one (clocks are one clock here, but probes can be fired out of order by a
+server) is clamped to it, so no phase is negative.
 
-Pure functions over Request timelines; no I/O.
+Boundaries, in order (docs/report-json.md, "phases"):
+  t_ingress        the socket read that returned the request line
+  ingress          -> request_queued (else request_start): body read, parse, tokenize
+  queue            -> request_scheduled: waiting for a batch slot / KV space
+  schedule         -> prefill_start
+  prefill          -> prefill_end
+  first_token      -> the first token_emit: sampling and hand-off to the API layer
+  network_flush    -> the first SSE write on the socket (streaming) [TTFT ends here]
+  decode           -> the last token write (streaming) / the last token_emit (non-streaming)
+  response         -> the write of the status line (non-streaming only)
+  finish           -> the end of the response on the socket
+Without USDT probes only the socket boundaries exist:
+  response_headers -> the write of the status line
+  first_token      -> the first SSE write (streaming)  [TTFT ends here]
+  decode           -> the last SSE write (streaming)
+  finish           -> the end of the response
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
-from dataclasses import dataclass
-
 from inferprobe.collector.timeline import Request
 
-SOCKET_BEFORE_RESPONSE = "request read → response headers"
-SOCKET_HEADERS_TO_TOKEN = "response headers → first token"
-SOCKET_STREAMING = "first token → end"
-SOCKET_PHASES = (SOCKET_BEFORE_RESPONSE, SOCKET_HEADERS_TO_TOKEN, SOCKET_STREAMING)
-
-SOURCE_USDT = "usdt"
-SOURCE_SOCKETS = "sockets"
+TTFT_PHASES = ("ingress", "queue", "schedule", "prefill", "response_headers", "first_token",
+               "network_flush")
+PHASES = (*TTFT_PHASES, "decode", "response", "finish")
 
 
-def socket_phases(r: Request) -> list[tuple[str, int]] | None:
-    """The split the kernel's socket view gives: read, status line, first token, end."""
-    if r.t_response_start_ns is None:
-        return None
-    phases = [(SOCKET_BEFORE_RESPONSE, r.t_response_start_ns - r.t_ingress_ns)]
-    first = r.t_first_token_ns
-    if first is not None:
-        phases.append((SOCKET_HEADERS_TO_TOKEN, first - r.t_response_start_ns))
-        end = r.t_end_ns if r.t_end_ns is not None else r.token_ns[-1]
-        if end > first:
-            phases.append((SOCKET_STREAMING, end - first))
-    return [(name, max(0, ns)) for name, ns in phases]
+def _boundaries(r: Request) -> list[tuple[str, int | None]]:
+    """(phase that ends here, time) pairs in phase order."""
+    s = r.server
+    last_token_write = r.token_ns[-1] if r.token_ns else None
+    if s is None:
+        if r.streaming:
+            return [("response_headers", r.t_response_start_ns), ("first_token", r.t_first_token_ns),
+                    ("decode", last_token_write), ("finish", r.t_end_ns)]
+        return [("response_headers", r.t_response_start_ns), ("finish", r.t_end_ns)]
+    first_emit = s.token_ns[0] if s.token_ns else None
+    head = [
+        ("ingress", s.t_queued_ns if s.t_queued_ns is not None else s.t_start_ns),
+        ("queue", s.t_scheduled_ns),
+        ("schedule", s.t_prefill_start_ns),
+        ("prefill", s.t_prefill_end_ns),
+        ("first_token", first_emit),
+    ]
+    if r.streaming:
+        return head + [("network_flush", r.t_first_token_ns), ("decode", last_token_write),
+                       ("finish", r.t_end_ns)]
+    last_emit = s.token_ns[-1] if s.token_ns else None
+    return head + [("decode", last_emit), ("response", r.t_response_start_ns), ("finish", r.t_end_ns)]
 
 
-def request_phases(r: Request) -> tuple[str, list[tuple[str, int]]] | None:
-    """(source, [(phase, ns), ...]) in time order, or None if nothing to split."""
-    probed = getattr(r, "phases_ns", None)
-    if probed:
-        return SOURCE_USDT, [(name, int(ns)) for name, ns in probed.items()]
-    phases = socket_phases(r)
-    return None if phases is None else (SOURCE_SOCKETS, phases)
+def phases_ns(r: Request) -> dict[str, int]:
+    """Phase name -> ns, in order, for the part of the request that happened.
 
-
-def clip_phases(phases: Sequence[tuple[str, int]], limit_ns: int) -> list[tuple[str, int]]:
-    """The phases that fill the first limit_ns (e.g. TTFT) of a request, cut at the limit."""
-    out = []
-    used = 0
-    for name, ns in phases:
-        if used >= limit_ns and out:
-            break
-        take = min(ns, max(0, limit_ns - used))
-        out.append((name, take))
-        used += ns
+    Stops at the last boundary seen: an aborted request has phases up to
+    where it got.
+    """
+    out: dict[str, int] = {}
+    previous = r.t_ingress_ns
+    for name, t in _boundaries(r):
+        if t is None:
+            continue  # its time goes to the next phase that has an end
+        t = max(t, previous)
+        out[name] = t - previous
+        previous = t
     return out
 
 
-@dataclass(frozen=True)
-class RequestRef:
-    """Enough to find a request again in the JSON report or the recording."""
-
-    conn: int
-    t_ingress_ns: int
-    endpoint: str
-
-    @classmethod
-    def of(cls, r: Request) -> RequestRef:
-        return cls(conn=r.conn, t_ingress_ns=r.t_ingress_ns, endpoint=r.endpoint)
-
-
-@dataclass(frozen=True)
-class PercentileBreakdown:
-    label: str  # "p50", "p90", "p99"
-    request: RequestRef  # the request at that nearest-rank percentile of TTFT
-    ttft_ns: int
-    phases: tuple[tuple[str, int], ...]  # clipped to TTFT; sums to ttft_ns
-
-    def share(self, phase: str) -> float:
-        ns = dict(self.phases).get(phase, 0)
-        return ns / self.ttft_ns if self.ttft_ns > 0 else 0.0
-
-    def dominant(self) -> tuple[str, int]:
-        return max(self.phases, key=lambda p: (p[1], p[0]))
-
-
-@dataclass(frozen=True)
-class WaterfallRow:
-    request: RequestRef
-    ttft_ns: int
-    phases: tuple[tuple[str, int], ...]  # the whole request, ingress to end
-    token_offsets_ns: tuple[int, ...]  # each token chunk, relative to ingress
-    outcome: str
-
-
-@dataclass(frozen=True)
-class Decomposition:
-    source: str | None  # SOURCE_USDT, SOURCE_SOCKETS, or None when no request had phases
-    phase_names: tuple[str, ...]  # in time order
-    ttft: tuple[PercentileBreakdown, ...]
-    waterfall: tuple[WaterfallRow, ...]  # slowest requests by TTFT, slowest first
-
-
-PERCENTILES = (("p50", 50), ("p90", 90), ("p99", 99))
-
-
-def decompose(requests: Sequence[Request], slowest: int = 10) -> Decomposition:
-    split = []
-    for r in requests:
-        if r.ttft_ns is None:
-            continue
-        found = request_phases(r)
-        if found is not None:
-            split.append((r, found[0], found[1]))
-    if not split:
-        return Decomposition(source=None, phase_names=(), ttft=(), waterfall=())
-    # one source for the whole report: USDT phases where every request has them
-    source = SOURCE_USDT if all(s == SOURCE_USDT for _, s, _ in split) else SOURCE_SOCKETS
-    if source == SOURCE_SOCKETS:
-        # a mixed recording (probes attached mid-run): compare like with like
-        split = [(r, SOURCE_SOCKETS, p) for r, _, _ in split if (p := socket_phases(r))]
-        if not split:
-            return Decomposition(source=None, phase_names=(), ttft=(), waterfall=())
-    names: list[str] = []
-    for _, _, phases in split:
-        for name, _ns in phases:
-            if name not in names:
-                names.append(name)
-    by_ttft = sorted(split, key=lambda x: (x[0].ttft_ns, x[0].conn, x[0].t_ingress_ns))
-    breakdowns = []
-    for label, q in PERCENTILES:
-        rank = max(1, math.ceil(q / 100 * len(by_ttft)))
-        r, _, phases = by_ttft[rank - 1]
-        breakdowns.append(
-            PercentileBreakdown(label=label, request=RequestRef.of(r), ttft_ns=r.ttft_ns,
-                                phases=tuple(clip_phases(phases, r.ttft_ns)))
-        )
-    rows = []
-    for r, _, phases in reversed(by_ttft[-slowest:]):
-        rows.append(
-            WaterfallRow(
-                request=RequestRef.of(r), ttft_ns=r.ttft_ns, phases=tuple(phases),
-                token_offsets_ns=tuple(t - r.t_ingress_ns for t in r.token_ns),
-                outcome=r.outcome.value,
-            )
-        )
-    return Decomposition(source=source, phase_names=tuple(names), ttft=tuple(breakdowns),
-                         waterfall=tuple(rows))
+def ttft_phases_ns(r: Request) -> dict[str, int]:
+    """The phases that make up the time to the first token write."""
+    return {k: v for k, v in phases_ns(r).items() if k in TTFT_PHASES}

@@ -8,18 +8,23 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from inferprobe.analyzers import verdict
-from inferprobe.analyzers.cadence import CadenceSummary, by_endpoint, summarize
-from inferprobe.analyzers.decompose import Decomposition, decompose
+from inferprobe.analyzers.breakdown import Breakdown, break_down
+from inferprobe.analyzers.cadence import CadenceSummary, by_endpoint, percentile, summarize
+from inferprobe.analyzers.decompose import TTFT_PHASES, phases_ns
 from inferprobe.analyzers.findings import Finding, FindingList
 from inferprobe.analyzers.registry import ANALYZERS
+from inferprobe.analyzers.scheduler import SchedulerSummary, stall_ns_by_request, summarize_scheduler
 from inferprobe.analyzers.sections import AnalysisInput, AnalyzerSection
 from inferprobe.analyzers.timeseries import TimeSeries, over_time
+from inferprobe.collector.correlate import correlate
 from inferprobe.collector.events import DecodeError, UsdtRecord, decode
 from inferprobe.collector.recording import Recording
+from inferprobe.collector.server_view import ServerView, build_server_view
 from inferprobe.collector.sessionizer import sessionize
 from inferprobe.collector.timeline import Connection, Request, SessionStats
 
 JSON_FORMAT_VERSION = 1
+DECOMPOSITION_PERCENTILES = (50, 90, 99)
 
 
 @dataclass(frozen=True)
@@ -31,10 +36,23 @@ class ReportData:
     session: SessionStats
     connections: list[Connection]
     undecodable_events: int
-    decomposition: Decomposition | None = None
+    server: ServerView
+    scheduler: SchedulerSummary
+    correlated: int  # requests tied to the server's own (USDT) view of them
+    stall_ns: dict[tuple[int, int], int]  # (pid, req_id) -> time spent in stalled batches
+    decomposition: dict[int, Request]  # percentile -> the request at that TTFT percentile
+    # the HTML/Markdown report (reports/): phase split drawn, series, analyzer sections, verdict
+    breakdown: Breakdown | None = None
     series: TimeSeries | None = None
     sections: list[AnalyzerSection] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)  # ranked, largest share first
+
+    @property
+    def probe_sets(self) -> dict:
+        sets = self.recording.meta.get("probe_sets", {})
+        if isinstance(sets, list):  # recordings from before probe sets had reasons
+            return {"active": {name: "" for name in sets}, "inactive": {}}
+        return sets
 
     @property
     def lost_events(self) -> int:
@@ -49,12 +67,15 @@ def build(recording: Recording) -> ReportData:
             decoded.append(decode(raw))
         except DecodeError:
             bad += 1
-    usdt = [e for e in decoded if isinstance(e, UsdtRecord)]
-    session = sessionize([e for e in decoded if not isinstance(e, UsdtRecord)])
+    usdt = [ev for ev in decoded if isinstance(ev, UsdtRecord)]
+    session = sessionize(ev for ev in decoded if not isinstance(ev, UsdtRecord))
     requests = sorted(session.requests, key=lambda r: r.t_ingress_ns)
-    decomposition = decompose(requests)
+    server = build_server_view(usdt)
+    correlated = correlate(requests, session.connections, server)
+    scheduler = summarize_scheduler(server)
+    breakdown = break_down(requests)
     series = over_time(requests, usdt, recording.meta.get("started_monotonic_ns"))
-    findings = FindingList(verdict.core_findings(requests, decomposition, series))
+    findings = FindingList(verdict.core_findings(requests, breakdown, series))
     sections = []
     inp = AnalysisInput(recording=recording, requests=requests, events=decoded)
     for analyze in ANALYZERS:
@@ -71,14 +92,51 @@ def build(recording: Recording) -> ReportData:
         session=session.stats,
         connections=sorted(session.connections.values(), key=lambda c: c.conn_id),
         undecodable_events=bad,
-        decomposition=decomposition,
+        server=server,
+        scheduler=scheduler,
+        correlated=correlated,
+        stall_ns=stall_ns_by_request(scheduler.stalls),
+        decomposition=requests_at_ttft_percentiles(requests),
+        breakdown=breakdown,
         series=series,
         sections=sections,
         findings=findings.ranked(),
     )
 
 
-def request_json(r: Request) -> dict:
+def requests_at_ttft_percentiles(requests: list[Request]) -> dict[int, Request]:
+    """The request whose TTFT is the p50 (p90, p99) one: the rows of the
+    latency decomposition. Nearest rank, like every percentile here."""
+    with_ttft = sorted((r for r in requests if r.ttft_ns is not None), key=lambda r: r.ttft_ns)
+    if not with_ttft:
+        return {}
+    out = {}
+    for q in DECOMPOSITION_PERCENTILES:
+        target = percentile([r.ttft_ns for r in with_ttft], q)
+        out[q] = next(r for r in with_ttft if r.ttft_ns == target)
+    return out
+
+
+def server_json(r: Request, stall_ns: dict[tuple[int, int], int]) -> dict:
+    """The USDT fields of one request; null when the server has no probes."""
+    s = r.server
+    if s is None:
+        return {"usdt_request_id": None, "correlated_by": None, "prompt_tokens": None,
+                "output_tokens": None, "server_status": None, "decode_steps": None,
+                "batch_size_p50": None, "batch_stall_ns": None}
+    return {
+        "usdt_request_id": s.req_id,
+        "correlated_by": r.correlated_by,
+        "prompt_tokens": s.prompt_tokens,
+        "output_tokens": s.output_tokens,
+        "server_status": s.status,
+        "decode_steps": len(s.steps),
+        "batch_size_p50": percentile([st.batch_size for st in s.steps], 50),
+        "batch_stall_ns": stall_ns.get((s.pid, s.req_id), 0),
+    }
+
+
+def request_json(r: Request, stall_ns: dict[tuple[int, int], int] | None = None) -> dict:
     """One request in the documented JSON shape (docs/report-json.md)."""
     return {
         "pid": r.pid,
@@ -100,7 +158,46 @@ def request_json(r: Request) -> dict:
         "e2e_ns": r.e2e_ns,
         "bytes_in": r.bytes_in,
         "bytes_out": r.bytes_out,
+        "phases_ns": phases_ns(r),
+        **server_json(r, stall_ns or {}),
     }
+
+
+def series_json(points: list[tuple[int, float]], peak: float | None) -> dict:
+    return {"max": peak, "points": [[t, v] for t, v in points]}
+
+
+def scheduler_json(data: ReportData) -> dict:
+    sched = data.scheduler
+    return {
+        "probes_seen": sorted(data.server.probes_seen),
+        "requests_announced": len(data.server.requests),
+        "requests_correlated": data.correlated,
+        "decode_steps": sched.steps,
+        "batch_size": sched.batch_size.as_dict(),
+        "scheduler_queue_length": series_json(sched.queue_length, sched.queue_length_max),
+        "token_occupancy_ratio": series_json(sched.occupancy, sched.occupancy_max),
+        "batch_stall_duration_ns": sched.stall_ns.as_dict(),
+    }
+
+
+def decomposition_json(data: ReportData) -> dict:
+    out = {}
+    for q, r in data.decomposition.items():
+        phases = phases_ns(r)
+        out[f"p{q}"] = {
+            "ttft_ns": r.ttft_ns,
+            "e2e_ns": r.e2e_ns,
+            "t_ingress_ns": r.t_ingress_ns,
+            "conn": r.conn,
+            "ttft_phases_ns": {k: v for k, v in phases.items() if k in TTFT_PHASES},
+        }
+    return out
+
+
+def finding_json(f: Finding) -> dict:
+    return {"kind": f.kind, "share": f.share, "of": f.of, "sentence": f.sentence,
+            "recommendation": f.recommendation, "evidence": f.evidence, "source": f.source}
 
 
 def summary_json(s: CadenceSummary) -> dict:
@@ -131,29 +228,12 @@ def to_json(data: ReportData) -> dict:
         },
         "summary": summary_json(data.overall),
         "endpoints": {ep: summary_json(s) for ep, s in data.endpoints.items()},
-        "requests": [request_json(r) for r in data.requests],
-        "connections": [connection_json(c) for c in data.connections],
+        "probe_sets": data.probe_sets,
+        "latency_decomposition": decomposition_json(data),
         "findings": [finding_json(f) for f in data.findings],
-        "decomposition": decomposition_json(data.decomposition),
-    }
-
-
-def finding_json(f: Finding) -> dict:
-    return {"kind": f.kind, "share": f.share, "of": f.of, "sentence": f.sentence,
-            "recommendation": f.recommendation, "evidence": f.evidence, "source": f.source}
-
-
-def decomposition_json(d: Decomposition | None) -> dict | None:
-    if d is None:
-        return None
-    return {
-        "source": d.source,
-        "phases": list(d.phase_names),
-        "ttft": [
-            {"label": b.label, "conn": b.request.conn, "t_ingress_ns": b.request.t_ingress_ns,
-             "ttft_ns": b.ttft_ns, "phases_ns": dict(b.phases)}
-            for b in d.ttft
-        ],
+        "scheduler": scheduler_json(data) if not data.server.empty else None,
+        "requests": [request_json(r, data.stall_ns) for r in data.requests],
+        "connections": [connection_json(c) for c in data.connections],
     }
 
 

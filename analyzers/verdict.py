@@ -9,13 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from inferprobe.analyzers.cadence import percentile
-from inferprobe.analyzers.decompose import (
-    SOCKET_BEFORE_RESPONSE,
-    SOCKET_HEADERS_TO_TOKEN,
+from inferprobe.analyzers.breakdown import (
+    SOCKET_PHASE_WORDS,
     SOURCE_SOCKETS,
-    Decomposition,
+    Breakdown,
 )
+from inferprobe.analyzers.cadence import percentile
 from inferprobe.analyzers.findings import Finding, ms
 from inferprobe.analyzers.timeseries import TimeSeries
 from inferprobe.collector.timeline import Request
@@ -39,7 +38,10 @@ PHASE_ADVICE = (
     ("prefill", "prefill dominates: enable prefix caching or chunked prefill, or cap prompt length"),
     ("launch", "the first GPU launch is late: the GPU is busy with other work or the launch "
                "path blocks; look at the GPU section"),
-    ("flush", "the first token waits in the network path: set TCP_NODELAY and flush each SSE event"),
+    ("flush", "the first token waits between the engine and the socket (API layer, detokenizer, "
+              "Nagle): set TCP_NODELAY and flush each SSE event as it is produced"),
+    ("first_token", "sampling and handing the first token to the API layer is slow: look at the "
+                    "detokenizer and the queue between engine and API server"),
     ("ingress", "reading the request is slow: large bodies or a slow client upload"),
 )
 
@@ -53,7 +55,7 @@ def _queue_context(series: TimeSeries | None) -> str:
     return text
 
 
-def ttft_phase_finding(decomp: Decomposition, series: TimeSeries | None) -> Finding | None:
+def ttft_phase_finding(decomp: Breakdown, series: TimeSeries | None) -> Finding | None:
     p99 = next((b for b in decomp.ttft if b.label == "p99"), None)
     if p99 is None or p99.ttft_ns <= 0:
         return None
@@ -62,19 +64,14 @@ def ttft_phase_finding(decomp: Decomposition, series: TimeSeries | None) -> Find
     head = f"{round(share * 100)} % of p99 TTFT ({ms(phase_ns)} of {ms(p99.ttft_ns)})"
     queue = _queue_context(series)
     if decomp.source == SOURCE_SOCKETS:
-        where = {
-            SOCKET_BEFORE_RESPONSE: "passes between reading the request and writing the response headers, "
-                                    "where the server queues and prefills",
-            SOCKET_HEADERS_TO_TOKEN: "passes between the response headers and the first token, "
-                                     "where the server queues and prefills after answering",
-        }.get(phase, f"is in the phase '{phase}'")
+        where = SOCKET_PHASE_WORDS.get(phase, f"is in the phase '{phase}'")
         sentence = f"{head} {where}{queue}."
         recommendation = (
             "Load the server's inferprobe USDT probes (import inferprobe.probes) to split queueing "
             "from prefill; if requests queue, raise the maximum batch size or add capacity."
         )
     else:
-        sentence = f"{head} is {phase}{queue}."
+        sentence = f"{head} is the {phase.replace('_', ' ')} phase{queue}."
         advice = next((a for word, a in PHASE_ADVICE if word in phase.lower()),
                       f"look at what the server does during '{phase}'")
         recommendation = advice[0].upper() + advice[1:] + "."
@@ -107,7 +104,7 @@ def itl_stall_finding(requests: Sequence[Request]) -> Finding | None:
                    recommendation=recommendation, evidence=ANCHOR_DISTRIBUTIONS, source="cadence")
 
 
-def core_findings(requests: Sequence[Request], decomp: Decomposition,
+def core_findings(requests: Sequence[Request], decomp: Breakdown,
                   series: TimeSeries | None) -> list[Finding]:
     found = [ttft_phase_finding(decomp, series), itl_stall_finding(requests)]
     return [f for f in found if f is not None]

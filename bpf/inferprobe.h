@@ -130,6 +130,7 @@ enum counter_index {
     COUNTER_EVENTS_LOST = 1,    /* ring buffer full: event dropped */
     COUNTER_IO_SKIPPED = 2,     /* socket I/O on connections that never carried HTTP */
     COUNTER_USDT_BAD_ARGS = 3,  /* a USDT argument could not be read */
+    COUNTER_REQUESTS = 4,       /* request lines sent (a live count without decoding) */
     COUNTER_MAX = 16,           /* room for the other probe sets' counters */
 };
 

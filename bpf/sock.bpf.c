@@ -496,6 +496,8 @@ static __always_inline int submit(struct scratch *s)
         if (state)
             state->http_seen = 1;
     }
+    if (ev->kind == HTTP_KIND_REQUEST)
+        count(COUNTER_REQUESTS);
     return send_event(ev, sizeof(*ev));
 }
 

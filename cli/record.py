@@ -95,7 +95,7 @@ class _Stop:
 )
 @click.option(
     "--ringbuf-mb",
-    type=click.IntRange(1, 1024),
+    type=click.IntRange(1, 512),
     default=8,
     show_default=True,
     help="Kernel ring buffer size (rounded down to a power of two).",
@@ -130,9 +130,10 @@ def record(pids, duration, output, ringbuf_mb, no_listen_check, no_usdt, kernel_
     sets = ("sockets",) if no_usdt else ("sockets", "usdt")
     tracer = load_tracer(pids, sets=sets, ringbuf_pages=pages, require_listener=not no_listen_check)
     writer = None
+    reader = None
     try:
         writer = RecordingWriter(Path(output), _meta(tracer, sys.argv))
-        reader = RingBufferReader(tracer, writer.add_event)
+        reader = RingBufferReader(tracer, writer.add_ring_chunk)
         stop = _Stop()
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
@@ -164,7 +165,7 @@ def record(pids, duration, output, ringbuf_mb, no_listen_check, no_usdt, kernel_
                 if status_line:
                     # \x1b[K clears what a longer previous line left behind
                     click.echo(
-                        f"\r{now - started:6.1f}s  requests {reader.requests}  "
+                        f"\r{now - started:6.1f}s  requests {counters['requests']}  "
                         f"events {reader.events}  lost {counters['events_lost']}\x1b[K",
                         err=True,
                         nl=False,
@@ -187,10 +188,12 @@ def record(pids, duration, output, ringbuf_mb, no_listen_check, no_usdt, kernel_
         }
         writer.close(final)
         click.echo(
-            f"inferprobe: wrote {output}: {reader.requests} requests, {reader.events} events, "
+            f"inferprobe: wrote {output}: {counters['requests']} requests, {reader.events} events, "
             f"{counters['events_lost']} lost ({end_reason})"
         )
     finally:
+        if reader is not None:
+            reader.close()
         tracer.close()
         if writer is not None and not writer.closed:
             # An unexpected error: keep everything received so far readable.

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from inferprobe.analyzers.cadence import CadenceSummary, Distribution
+from inferprobe.analyzers.decompose import TTFT_PHASES, ttft_phases_ns
 from inferprobe.analyzers.report_data import ReportData, build, to_json
 from inferprobe.collector.recording import read_recording
 
@@ -77,6 +78,58 @@ def render_text(data: ReportData, console: Console) -> None:
     console.print(
         "Times in ms. A token chunk is one write carrying SSE data; a chunk can hold "
         "more than one token."
+    )
+    _render_probe_sets(data, console)
+    _render_decomposition(data, console)
+    _render_scheduler(data, console)
+
+
+def _render_probe_sets(data: ReportData, console: Console) -> None:
+    sets = data.probe_sets
+    active = ", ".join(sets.get("active", {})) or "none"
+    console.print(f"probe sets active: {active}")
+    for name, reason in sets.get("inactive", {}).items():
+        console.print(f"probe set {name} off: {reason}")
+
+
+def _render_decomposition(data: ReportData, console: Console) -> None:
+    if not data.decomposition:
+        return
+    rows = {q: ttft_phases_ns(r) for q, r in data.decomposition.items()}
+    names = [p for p in TTFT_PHASES if any(p in phases for phases in rows.values())]
+    table = Table(title="Where TTFT went (the p50/p90/p99 request by TTFT)", title_justify="left")
+    table.add_column("request", justify="left")
+    table.add_column("TTFT", justify="right")
+    for name in names:
+        table.add_column(name, justify="right")
+    for q, r in data.decomposition.items():
+        phases = rows[q]
+        cells = []
+        for name in names:
+            v = phases.get(name)
+            cells.append("-" if v is None else f"{_ms(v)} ({100 * v / r.ttft_ns:.0f}%)" if r.ttft_ns
+                         else _ms(v))
+        table.add_row(f"p{q}", _ms(r.ttft_ns), *cells)
+    console.print(table)
+
+
+def _render_scheduler(data: ReportData, console: Console) -> None:
+    if data.server.empty:
+        return
+    sched = data.scheduler
+    console.print(
+        f"server probes: {len(data.server.requests)} requests announced, {data.correlated} tied to "
+        f"their socket request; {sched.steps} decode steps, batch size p50 "
+        f"{sched.batch_size.p50 if sched.batch_size.p50 is not None else '-'} "
+        f"max {sched.batch_size.max if sched.batch_size.max is not None else '-'}"
+    )
+    if sched.queue_length_max is not None:
+        console.print(f"scheduler_queue_length max {sched.queue_length_max}")
+    if sched.occupancy_max is not None:
+        console.print(f"token_occupancy_ratio max {sched.occupancy_max:.2f}")
+    st = sched.stall_ns
+    console.print(
+        f"batch stalls {st.count}: p50 {_ms(st.p50)} p99 {_ms(st.p99)} max {_ms(st.max)} ms"
     )
 
 

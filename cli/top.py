@@ -27,6 +27,7 @@ from inferprobe.analyzers.live import LiveSnapshot, LiveWindow
 from inferprobe.cli.options import apply_kernel_headers, kernel_headers_option, pid_option
 from inferprobe.collector import targets as target_procs
 from inferprobe.collector.events import DecodeError, decode
+from inferprobe.collector.ringbuf_format import iter_ring_records
 
 EXAMPLES = """
 \b
@@ -135,11 +136,13 @@ def top(pids, window, interval, no_usdt, kernel_headers) -> None:
     tracer = load_tracer(pids, sets=("sockets",) if no_usdt else ("sockets", "usdt"), ringbuf_pages=1024)
     model = LiveWindow(window_s=window)
 
-    def sink(raw: bytes) -> None:
-        with contextlib.suppress(DecodeError):
-            model.feed(decode(raw))
+    def sink(chunk: bytes) -> None:
+        for raw in iter_ring_records(chunk):
+            with contextlib.suppress(DecodeError):
+                model.feed(decode(raw))
 
     stop: list[str] = []
+    reader = None
     try:
         reader = RingBufferReader(tracer, sink)
         signal.signal(signal.SIGINT, lambda *_: stop.append("interrupt"))
@@ -174,6 +177,8 @@ def top(pids, window, interval, no_usdt, kernel_headers) -> None:
                     click.echo("inferprobe: the target processes exited", err=True)
                     break
     finally:
+        if reader is not None:
+            reader.close()
         tracer.close()
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)

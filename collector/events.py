@@ -79,6 +79,7 @@ class Counter(enum.IntEnum):
     EVENTS_LOST = 1
     IO_SKIPPED = 2
     USDT_BAD_ARGS = 3
+    REQUESTS = 4
 
 
 COUNTER_MAX = 16

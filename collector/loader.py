@@ -82,10 +82,11 @@ class LoadedTracer:
     bpf: object  # bcc.BPF
     pids: list[int]
     active: dict[str, ProbeSet]
+    ringbuf_pages: int
     inactive: dict[str, str] = field(default_factory=dict)  # set name -> why not
 
     def counters(self) -> dict[str, int]:
-        table = self.bpf["counters"]
+        table = self.bpf[b"counters"]
         totals = {}
         for counter in Counter:
             per_cpu = table[ctypes.c_int(counter.value)]
@@ -102,6 +103,8 @@ class LoadedTracer:
         return out
 
     def close(self) -> None:
+        for probe_set in self.active.values():
+            probe_set.release()
         self.bpf.cleanup()
 
 
@@ -191,10 +194,11 @@ def load_tracer(
             "run 'inferprobe doctor' to see what is missing"
         )
 
-    tgids = bpf["targets"]
+    tgids = bpf[b"targets"]
     for pid in all_pids:
         tgids[ctypes.c_uint32(pid)] = ctypes.c_uint8(1)
-    return LoadedTracer(bpf=bpf, pids=all_pids, active=active, inactive=inactive)
+    return LoadedTracer(bpf=bpf, pids=all_pids, active=active, ringbuf_pages=ringbuf_pages,
+                        inactive=inactive)
 
 
 assert COUNTER_MAX >= len(Counter)

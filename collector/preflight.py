@@ -469,7 +469,7 @@ def check_tracepoint_program() -> Check:
         try:
             for _ in range(3):
                 os.getppid()
-            count = bpf["inferprobe_preflight"][0].value
+            count = bpf[b"inferprobe_preflight"][0].value
         finally:
             bpf.cleanup()
         if count >= 1:

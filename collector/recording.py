@@ -6,7 +6,9 @@ Layout, all integers little-endian (documented in docs/recording-format.md):
     metadata      meta_len bytes of UTF-8 JSON (host, kernel, targets, clock offset, ...)
     records       u32 payload_len | u16 record_type | u16 reserved | u32 crc32(payload) | payload
 
-Record types: EVENTS (u16 length + raw event bytes, repeated), STATS (JSON
+Record types: EVENTS (u16 length + raw event bytes, repeated), RINGBUF
+(events in the kernel ring buffer's own framing, as collector/ringbuf.py
+copied them out in bulk), STATS (JSON
 counters taken while recording), END (JSON final counters; its absence
 means the recorder did not stop cleanly), SNAPSHOT (JSON: one probe set's
 kernel-side aggregates, e.g. stack tables, written before END).
@@ -32,6 +34,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from inferprobe.collector.errors import RecordingProblem
+from inferprobe.collector.ringbuf_format import iter_ring_records
 
 MAGIC = b"INFPRB\r\n"
 FORMAT_VERSION = 1
@@ -43,8 +46,9 @@ RECORD_EVENTS = 1
 RECORD_STATS = 2
 RECORD_END = 3
 RECORD_SNAPSHOT = 4
+RECORD_RINGBUF = 5
 
-MAX_RECORD_BYTES = 64 << 20  # a larger length field means corruption
+MAX_RECORD_BYTES = 1 << 30  # a larger length field means corruption (ring buffers are <= 512 MiB)
 
 
 class RecordingWriter:
@@ -61,15 +65,29 @@ class RecordingWriter:
         self._file.write(meta_bytes)
         self._file.flush()
         self._pending: list[bytes] = []
+        self._pending_kind = RECORD_EVENTS
         self._pending_bytes = 0
         self._flush_bytes = flush_bytes
         self.events_written = 0
         self.closed = False
 
     def add_event(self, raw: bytes) -> None:
+        if self._pending_bytes and self._pending_kind != RECORD_EVENTS:
+            self._write_events()
+        self._pending_kind = RECORD_EVENTS
         self._pending.append(EVENT_LENGTH.pack(len(raw)))
         self._pending.append(raw)
         self._pending_bytes += len(raw) + EVENT_LENGTH.size
+        if self._pending_bytes >= self._flush_bytes:
+            self._write_events()
+
+    def add_ring_chunk(self, chunk: bytes) -> None:
+        """A run of ring buffer records, stored as it is (no per-event work)."""
+        if self._pending_bytes and self._pending_kind != RECORD_RINGBUF:
+            self._write_events()
+        self._pending_kind = RECORD_RINGBUF
+        self._pending.append(chunk)
+        self._pending_bytes += len(chunk)
         if self._pending_bytes >= self._flush_bytes:
             self._write_events()
 
@@ -82,10 +100,11 @@ class RecordingWriter:
         if not self._pending:
             return
         payload = b"".join(self._pending)
-        self.events_written += len(self._pending) // 2
+        if self._pending_kind == RECORD_EVENTS:
+            self.events_written += len(self._pending) // 2
         self._pending.clear()
         self._pending_bytes = 0
-        self._write_record(RECORD_EVENTS, payload)
+        self._write_record(self._pending_kind, payload)
 
     def flush(self, stats: dict | None = None) -> None:
         """Writes buffered events (and optionally a stats record) to the OS."""
@@ -198,6 +217,8 @@ def read_recording(path: str | os.PathLike) -> Recording:
             try:
                 if rtype == RECORD_EVENTS:
                     rec.events.extend(iter_events(payload))
+                elif rtype == RECORD_RINGBUF:
+                    rec.events.extend(iter_ring_records(payload))
                 elif rtype == RECORD_STATS:
                     rec.stats.append(json.loads(payload))
                 elif rtype == RECORD_SNAPSHOT:

@@ -35,6 +35,9 @@ class Request:
     streaming: bool = False  # text/event-stream response
     end_reason: str | None = None
     write_tids: set[int] = field(default_factory=set)
+    # Filled in when the server has inferprobe USDT probes (collector/correlate.py):
+    server: ServerRequest | None = None
+    correlated_by: str | None = None  # "conn_fd", "thread" or "time"
 
     @property
     def t_first_token_ns(self) -> int | None:
@@ -81,3 +84,43 @@ class SessionStats:
     requests: int = 0
     responses_without_request: int = 0  # e.g. connections already mid-response at start
     writes_without_response: int = 0
+
+
+# -- the server's own view, from its inferprobe USDT probes ---------------------
+
+
+@dataclass(slots=True)
+class DecodeStep:
+    """One decode_step_start .. decode_step_end of a server's engine."""
+
+    pid: int
+    tid: int
+    step_id: int
+    t_start_ns: int
+    t_end_ns: int | None
+    batch_size: int
+    tokens_in_batch: int
+    requests: set[int] = field(default_factory=set)  # req ids that emitted a token in it
+
+
+@dataclass(slots=True)
+class ServerRequest:
+    """What the server's probes said about one request (one req_id in one pid)."""
+
+    pid: int
+    req_id: int
+    tid: int | None = None  # the thread that fired request_start
+    t_start_ns: int | None = None
+    prompt_tokens: int | None = None
+    conn_fd: int | None = None  # None when the server passed -1
+    t_queued_ns: int | None = None
+    queue_depth_at_queue: int | None = None
+    t_scheduled_ns: int | None = None
+    batch_size_at_schedule: int | None = None
+    t_prefill_start_ns: int | None = None
+    t_prefill_end_ns: int | None = None
+    token_ns: list[int] = field(default_factory=list)  # token_emit times, index order
+    t_end_ns: int | None = None
+    output_tokens: int | None = None
+    status: int | None = None  # 0 ok, 1 aborted by the client, 2 server error, 3 rejected
+    steps: list[DecodeStep] = field(default_factory=list)  # the decode steps it took part in

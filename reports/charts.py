@@ -14,8 +14,8 @@ import io
 import re
 from collections.abc import Sequence
 
+from inferprobe.analyzers.breakdown import Breakdown
 from inferprobe.analyzers.cadence import percentile
-from inferprobe.analyzers.decompose import Decomposition
 from inferprobe.analyzers.sections import BarChart
 from inferprobe.analyzers.timeseries import TimeSeries
 from inferprobe.collector.errors import InferprobeError
@@ -66,7 +66,7 @@ def phase_colours(names: Sequence[str]) -> dict[str, str]:
     return {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(names)}
 
 
-def ttft_breakdown(decomp: Decomposition) -> str:
+def ttft_breakdown(decomp: Breakdown) -> str:
     fig, (ax,) = _figure(0.9 + 0.45 * len(decomp.ttft))
     colours = phase_colours(decomp.phase_names)
     labels = [f"{b.label}  ({b.ttft_ns / 1e6:.1f} ms)" for b in decomp.ttft]
@@ -86,7 +86,7 @@ def ttft_breakdown(decomp: Decomposition) -> str:
     return _svg(fig)
 
 
-def waterfall(decomp: Decomposition) -> str:
+def waterfall(decomp: Breakdown) -> str:
     rows = decomp.waterfall
     fig, (ax,) = _figure(1.0 + 0.3 * len(rows))
     colours = phase_colours(decomp.phase_names)

@@ -69,7 +69,7 @@ def _verdict(data: ReportData, titles: dict[str, str]) -> str:
 
 
 def _decomposition(data: ReportData, progress: Progress) -> str:
-    d = data.decomposition
+    d = data.breakdown
     parts = [f'<section id="{ANCHOR_DECOMPOSITION}"><h2>Latency decomposition</h2>',
              f"<p>{_e(tables.decomposition_source_text(d.source if d else None))}</p>"]
     if d is not None and d.ttft:

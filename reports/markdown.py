@@ -57,7 +57,7 @@ def render_markdown(data: ReportData) -> str:
     out.extend(render_table(tables.headline_table(data)))
 
     out += ["## Latency decomposition", "",
-            tables.decomposition_source_text(data.decomposition.source if data.decomposition else None), ""]
+            tables.decomposition_source_text(data.breakdown.source if data.breakdown else None), ""]
     for t in (tables.ttft_phase_table(data), tables.waterfall_table(data)):
         if t is not None:
             out.extend(render_table(t))

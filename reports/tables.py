@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import datetime as dt
 
+from inferprobe.analyzers.breakdown import SOURCE_SOCKETS, SOURCE_USDT
 from inferprobe.analyzers.cadence import CadenceSummary, Distribution
-from inferprobe.analyzers.decompose import SOURCE_SOCKETS, SOURCE_USDT
 from inferprobe.analyzers.report_data import ReportData
 from inferprobe.analyzers.sections import Table
 
@@ -50,11 +50,14 @@ def decomposition_source_text(source: str | None) -> str:
         return ("Phases from the socket view only (no USDT phases in this recording): request read, "
                 "response headers written, first token chunk written, end. Queueing and prefill "
                 "both fall before the first token and are not told apart here.")
+    if source == "mixed":
+        return ("Phases from the server's USDT probes where a request could be tied to them, from the "
+                "socket view otherwise (probes attached mid-run, or requests the server did not report).")
     return "No request had a first token, so there is nothing to split."
 
 
 def ttft_phase_table(data: ReportData) -> Table | None:
-    d = data.decomposition
+    d = data.breakdown
     if d is None or not d.ttft:
         return None
     names = [n for n in d.phase_names if any(dict(b.phases).get(n) for b in d.ttft)]
@@ -70,7 +73,7 @@ def ttft_phase_table(data: ReportData) -> Table | None:
 
 
 def waterfall_table(data: ReportData) -> Table | None:
-    d = data.decomposition
+    d = data.breakdown
     if d is None or not d.waterfall:
         return None
     names = list(d.phase_names)

@@ -132,12 +132,18 @@ fi
 # ---------------------------------------------------------------- 5. python package
 
 # The stamp records what the last install was made from; pip runs again only
-# when pyproject.toml or the interpreter changed, or the package stopped importing.
-want_stamp="$(sha256sum "$ROOT/pyproject.toml" | cut -d' ' -f1) $("$VENV/bin/python" -V 2>&1)"
+# when the build inputs (pyproject.toml, setup.py, the C extension's source) or
+# the interpreter changed, or the package stopped importing. An editable
+# install builds the extension in place once, so a changed _usdt.c needs pip.
+want_stamp="$(cat "$ROOT/pyproject.toml" "$ROOT/setup.py" "$ROOT/probes/_usdt.c" | sha256sum | cut -d' ' -f1) $("$VENV/bin/python" -V 2>&1)"
 
 imports_ok() {
     # From /tmp, so the repo checkout on sys.path cannot mask a broken install.
-    (cd /tmp && "$VENV/bin/python" -c 'import inferprobe.collector.errors, inferprobe.cli' 2>/dev/null) \
+    # The USDT extension is optional for users (no-ops without it) but not
+    # here, where systemtap-sdt-dev is installed: a failed build must show.
+    (cd /tmp && "$VENV/bin/python" -c 'import inferprobe.collector.errors, inferprobe.cli
+from inferprobe.probes import usdt
+assert usdt.available, usdt.reason' 2>/dev/null) \
         && [[ -x "$VENV/bin/inferprobe" ]]
 }
 

@@ -19,18 +19,18 @@ def now() -> int:
     return next(_clock)
 
 
-def _conn_event(etype: ev.EventType, conn_id: int, pid: int, ts: int | None) -> ev.ConnEvent:
+def _conn_event(etype: ev.EventType, conn_id: int, pid: int, ts: int | None, fd: int = 10) -> ev.ConnEvent:
     e = ev.ConnEvent()
     e.hdr.type = etype
     e.hdr.pid = e.hdr.tid = pid
     e.hdr.ts_ns = ts if ts is not None else now()
     e.conn_id = conn_id
-    e.fd = 10
+    e.fd = fd
     return e
 
 
-def conn_open(conn_id: int, pid: int = 100, port: int = 40000, ts: int | None = None) -> bytes:
-    e = _conn_event(ev.EventType.CONN_OPEN, conn_id, pid, ts)
+def conn_open(conn_id: int, pid: int = 100, port: int = 40000, ts: int | None = None, fd: int = 10) -> bytes:
+    e = _conn_event(ev.EventType.CONN_OPEN, conn_id, pid, ts, fd)
     e.family = 2
     e.peer_port = port
     e.peer_addr[:4] = [127, 0, 0, 1]
@@ -107,3 +107,18 @@ def sse_chunk(conn_id: int, events: int = 1, done: bool = False, end: bool = Fal
 
 def decoded(*raws: bytes) -> list:
     return [ev.decode(r) for r in raws]
+
+
+def usdt(probe: ev.UsdtProbe, *args: int, pid: int = 100, tid: int | None = None,
+         ts: int | None = None) -> bytes:
+    """One USDT probe firing, with its arguments in documented order."""
+    e = ev.UsdtEvent()
+    e.hdr.type = ev.EventType.USDT
+    e.hdr.pid = pid
+    e.hdr.tid = tid if tid is not None else pid
+    e.hdr.ts_ns = ts if ts is not None else now()
+    e.probe = probe
+    e.nargs = len(args)
+    for i, value in enumerate(args):
+        e.args[i] = value
+    return bytes(e)

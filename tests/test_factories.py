@@ -17,3 +17,12 @@ def test_chunk_and_open_builders_round_trip():
     chunk, opened = decoded(sse_chunk(3, events=2, done=True), conn_open(3, port=4321))
     assert chunk.sse_events == 2 and HttpFlag.SSE_DONE in chunk.flags
     assert opened.type == EventType.CONN_OPEN and opened.peer_port == 4321
+
+
+def test_usdt_builder_round_trips():
+    from inferprobe.collector.events import UsdtProbe
+
+    from factories import usdt
+
+    (u,) = decoded(usdt(UsdtProbe.REQUEST_END, 9, 16, 1, pid=5, tid=6, ts=777))
+    assert (u.probe, u.args, u.pid, u.tid, u.ts_ns) == (UsdtProbe.REQUEST_END, (9, 16, 1), 5, 6, 777)

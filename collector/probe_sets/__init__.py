@@ -50,6 +50,9 @@ class ProbeSet:
         """Kernel-side aggregates to store in the recording when it stops."""
         return None
 
+    def release(self) -> None:
+        """Drops native handles; called just before the BPF programs are detached."""
+
 
 def available_sets() -> dict[str, type[ProbeSet]]:
     from inferprobe.collector.probe_sets.sockets import SocketProbes

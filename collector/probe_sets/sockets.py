@@ -29,18 +29,18 @@ class SocketProbes(ProbeSet):
     def after_load(self, bpf, ctx: TargetContext) -> None:
         import bcc
 
-        prog_array = bpf["classifiers"]
+        prog_array = bpf[b"classifiers"]
         for index, name in enumerate(CLASSIFIER_PROGRAMS):
             fn = bpf.load_func(name.encode(), bcc.BPF.TRACEPOINT)
             prog_array[ctypes.c_int(index)] = ctypes.c_int(fn.fd)
 
         # Sockets open before we started (keep-alive connections of a running
         # server): give them ids now; the kernel counts on from there.
-        socks = bpf["socks"]
+        socks = bpf[b"socks"]
         next_id = 1
         for pid in ctx.pids:
             for fd in target_procs.socket_fds(pid):
                 socks[socks.Key(pid=pid, fd=fd)] = socks.Leaf(conn_id=next_id, http_seen=0)
                 next_id += 1
-        bpf["next_conn_id"][ctypes.c_int(0)] = ctypes.c_uint64(next_id)
+        bpf[b"next_conn_id"][ctypes.c_int(0)] = ctypes.c_uint64(next_id)
         self.preexisting_sockets = next_id - 1

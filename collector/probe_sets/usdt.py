@@ -8,6 +8,8 @@ their semaphores on: the probes cost nothing until this happens.
 
 from __future__ import annotations
 
+import gc
+
 from inferprobe.collector.events import UsdtProbe
 from inferprobe.collector.probe_sets import ProbeSet, TargetContext
 
@@ -48,6 +50,15 @@ class UsdtProbes(ProbeSet):
         # Only handlers for probes some target has: bcc cannot compile a
         # bpf_usdt_readarg() in a function attached to no probe.
         return [f"-DUSDT_WANT_{name}" for name in sorted(self.probe_names())]
+
+    def release(self) -> None:
+        # bcc 0.26 closes one fd twice when a USDT context is freed: the BPF
+        # module's BTF fd, whose number may by then belong to something else
+        # (a recording file). Freeing the contexts while that fd is still the
+        # module's, right before BPF.cleanup(), keeps the stray close harmless.
+        # Freeing them also lowers the probes' semaphores in the target.
+        self._contexts.clear()
+        gc.collect()
 
     def usdt_contexts(self) -> list:
         from bcc import USDT

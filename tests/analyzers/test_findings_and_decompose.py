@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pytest
 
-from inferprobe.analyzers.decompose import SOCKET_BEFORE_RESPONSE, SOCKET_HEADERS_TO_TOKEN, decompose
+from inferprobe.analyzers.breakdown import break_down
 from inferprobe.analyzers.findings import Finding, FindingList
 from inferprobe.analyzers.timeseries import over_time
 from inferprobe.collector.events import EventType, UsdtProbe, UsdtRecord
@@ -43,29 +41,13 @@ def _request(t0: int, headers_after: int, first_after: int, gaps: list[int], con
 def test_socket_decomposition_splits_ttft_at_the_response_headers():
     reqs = [_request(i * 100 * MS, headers_after=(i + 1) * MS, first_after=(i + 1) * 3 * MS,
                      gaps=[2 * MS], conn=i) for i in range(100)]
-    d = decompose(reqs)
+    d = break_down(reqs)
     p99 = next(b for b in d.ttft if b.label == "p99")
     assert p99.request.conn == 98  # nearest rank 99 of 100
     assert p99.ttft_ns == 99 * 3 * MS
-    assert dict(p99.phases) == {SOCKET_BEFORE_RESPONSE: 99 * MS, SOCKET_HEADERS_TO_TOKEN: 2 * 99 * MS}
-    assert p99.dominant()[0] == SOCKET_HEADERS_TO_TOKEN
+    assert dict(p99.phases) == {"response_headers": 99 * MS, "first_token": 2 * 99 * MS}
+    assert p99.dominant()[0] == "first_token"
     assert [w.request.conn for w in d.waterfall][:2] == [99, 98]
-
-
-@dataclass(slots=True)
-class _Probed(Request):
-    """A Request with the USDT phase split (the field the USDT sessionizer fills)."""
-
-    phases_ns: dict | None = None
-
-
-def test_usdt_phases_win_when_every_request_has_them():
-    r = _request(0, MS, 10 * MS, [MS])
-    p = _Probed(**{f: getattr(r, f) for f in Request.__slots__},
-                phases_ns={"queue": 6 * MS, "prefill": 4 * MS, "decode": MS + 10})
-    d = decompose([p])
-    assert d.source == "usdt"
-    assert dict(d.ttft[0].phases) == {"queue": 6 * MS, "prefill": 4 * MS}
 
 
 def test_time_series_bins_and_server_gauges():

@@ -116,7 +116,7 @@ def test_every_finding_has_evidence_and_matches_the_analyzer(reports):
     ttft = next(f for f in data.findings if f.kind == "ttft.phase")
     p99_ttft = percentile([r.ttft_ns for r in data.requests if r.ttft_ns is not None], 99)
     assert p99_ttft == data.overall.ttft_ns.p99
-    p99 = next(b for b in data.decomposition.ttft if b.label == "p99")
+    p99 = next(b for b in data.breakdown.ttft if b.label == "p99")
     assert p99.ttft_ns == p99_ttft
     assert sum(ns for _, ns in p99.phases) == p99_ttft
     phase, phase_ns = p99.dominant()
