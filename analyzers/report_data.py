@@ -5,11 +5,17 @@ Outputs (terminal, JSON) only read a ReportData; they compute nothing.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from inferprobe.analyzers import verdict
+from inferprobe.analyzers.breakdown import Breakdown, break_down
 from inferprobe.analyzers.cadence import CadenceSummary, by_endpoint, percentile, summarize
 from inferprobe.analyzers.decompose import TTFT_PHASES, phases_ns
+from inferprobe.analyzers.findings import Finding, FindingList
+from inferprobe.analyzers.registry import ANALYZERS
 from inferprobe.analyzers.scheduler import SchedulerSummary, stall_ns_by_request, summarize_scheduler
+from inferprobe.analyzers.sections import AnalysisInput, AnalyzerSection
+from inferprobe.analyzers.timeseries import TimeSeries, over_time
 from inferprobe.collector.correlate import correlate
 from inferprobe.collector.events import DecodeError, UsdtRecord, decode
 from inferprobe.collector.recording import Recording
@@ -35,6 +41,11 @@ class ReportData:
     correlated: int  # requests tied to the server's own (USDT) view of them
     stall_ns: dict[tuple[int, int], int]  # (pid, req_id) -> time spent in stalled batches
     decomposition: dict[int, Request]  # percentile -> the request at that TTFT percentile
+    # the HTML/Markdown report (reports/): phase split drawn, series, analyzer sections, verdict
+    breakdown: Breakdown | None = None
+    series: TimeSeries | None = None
+    sections: list[AnalyzerSection] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)  # ranked, largest share first
 
     @property
     def probe_sets(self) -> dict:
@@ -62,6 +73,17 @@ def build(recording: Recording) -> ReportData:
     server = build_server_view(usdt)
     correlated = correlate(requests, session.connections, server)
     scheduler = summarize_scheduler(server)
+    breakdown = break_down(requests)
+    series = over_time(requests, usdt, recording.meta.get("started_monotonic_ns"))
+    findings = FindingList(verdict.core_findings(requests, breakdown, series))
+    sections = []
+    inp = AnalysisInput(recording=recording, requests=requests, events=decoded)
+    for analyze in ANALYZERS:
+        result = analyze(inp)
+        if result is not None:
+            if result.section is not None:
+                sections.append(result.section)
+            findings.extend(result.findings)
     return ReportData(
         recording=recording,
         requests=requests,
@@ -75,6 +97,10 @@ def build(recording: Recording) -> ReportData:
         correlated=correlated,
         stall_ns=stall_ns_by_request(scheduler.stalls),
         decomposition=requests_at_ttft_percentiles(requests),
+        breakdown=breakdown,
+        series=series,
+        sections=sections,
+        findings=findings.ranked(),
     )
 
 
@@ -169,6 +195,11 @@ def decomposition_json(data: ReportData) -> dict:
     return out
 
 
+def finding_json(f: Finding) -> dict:
+    return {"kind": f.kind, "share": f.share, "of": f.of, "sentence": f.sentence,
+            "recommendation": f.recommendation, "evidence": f.evidence, "source": f.source}
+
+
 def summary_json(s: CadenceSummary) -> dict:
     return {
         "requests": s.requests,
@@ -199,6 +230,7 @@ def to_json(data: ReportData) -> dict:
         "endpoints": {ep: summary_json(s) for ep, s in data.endpoints.items()},
         "probe_sets": data.probe_sets,
         "latency_decomposition": decomposition_json(data),
+        "findings": [finding_json(f) for f in data.findings],
         "scheduler": scheduler_json(data) if not data.server.empty else None,
         "requests": [request_json(r, data.stall_ns) for r in data.requests],
         "connections": [connection_json(c) for c in data.connections],

@@ -38,11 +38,13 @@ def _register() -> None:
     from inferprobe.cli.export import export
     from inferprobe.cli.record import record
     from inferprobe.cli.report import report
+    from inferprobe.cli.top import top
 
     cli.add_command(doctor)
     cli.add_command(export)
     cli.add_command(record)
     cli.add_command(report)
+    cli.add_command(top)
 
 
 _register()

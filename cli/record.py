@@ -178,9 +178,10 @@ def record(pids, duration, output, ringbuf_mb, no_listen_check, no_usdt, kernel_
                 writer.flush(stats={"t": now - started, "lost_events": counters["events_lost"],
                                     "clock": measure_offset().as_dict(), **counters})
                 if status_line:
+                    # \x1b[K clears what a longer previous line left behind
                     click.echo(
                         f"\r{now - started:6.1f}s  requests {counters['requests']}  "
-                        f"events {reader.events}  lost {counters['events_lost']}",
+                        f"events {reader.events}  lost {counters['events_lost']}\x1b[K",
                         err=True,
                         nl=False,
                     )

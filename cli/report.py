@@ -18,6 +18,8 @@ EXAMPLES = """
 \b
 Examples:
   inferprobe report run.ipr                      # terminal summary
+  inferprobe report run.ipr -o report.html       # one self-contained HTML file
+  inferprobe report run.ipr --format md -o report.md
   inferprobe report run.ipr --format json -o r.json
 """
 
@@ -48,6 +50,7 @@ def render_text(data: ReportData, console: Console) -> None:
     targets = ", ".join(f"{t['comm']}({t['pid']})" for t in meta.get("targets", []))
     duration = (rec.final or {}).get("duration_s")
     console.print(f"[bold]inferprobe report[/bold]  {rec.path}")
+    render_verdict(data, console)
     console.print(
         f"host {meta.get('host', '?')}  kernel {meta.get('kernel', '?')}  targets {targets}  "
         f"duration {'-' if duration is None else f'{duration:.1f} s'}"
@@ -134,20 +137,46 @@ def _render_scheduler(data: ReportData, console: Console) -> None:
     )
 
 
+def render_verdict(data: ReportData, console: Console) -> None:
+    if not data.findings:
+        return
+    console.print("[bold]Verdict[/bold] (ranked by share of latency explained)")
+    for i, f in enumerate(data.findings, 1):
+        console.print(f"{i}. [bold]{f.percent} %[/bold] of {f.of}: {f.sentence}", highlight=False)
+        console.print(f"   -> {f.recommendation}", highlight=False)
+
+
+def _format_for(fmt: str | None, output: str | None) -> str:
+    """--format wins; otherwise the output file's extension; otherwise text."""
+    if fmt:
+        return fmt
+    suffix = (output or "").rsplit(".", 1)[-1].lower() if output and "." in output else ""
+    return {"html": "html", "htm": "html", "md": "md", "markdown": "md", "json": "json"}.get(suffix, "text")
+
+
 @click.command(epilog=EXAMPLES)
 @click.argument("recording", type=click.Path(dir_okay=False))
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
-              show_default=True, help="Output format.")
+@click.option("--format", "fmt", type=click.Choice(["text", "html", "md", "json"]), default=None,
+              help="Output format (default: from the -o file's extension, else text).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), default=None,
               help="Write to this file instead of standard output.")
 def report(recording, fmt, output) -> None:
     """Summarise a recording: requests, TTFT, inter-token and end-to-end latency."""
+    fmt = _format_for(fmt, output)
     data = build(read_recording(recording))
     if data.recording.problem:
         click.echo(f"inferprobe: warning: {recording}: {data.recording.problem}", err=True)
+    if fmt == "html":
+        text = _render_html_with_progress(data)
     out = open(output, "w") if output else sys.stdout  # noqa: SIM115
     try:
-        if fmt == "json":
+        if fmt == "html":
+            out.write(text)
+        elif fmt == "md":
+            from inferprobe.reports.markdown import render_markdown
+
+            out.write(render_markdown(data))
+        elif fmt == "json":
             json.dump(to_json(data), out, indent=1)
             out.write("\n")
         else:
@@ -155,3 +184,14 @@ def report(recording, fmt, output) -> None:
     finally:
         if output:
             out.close()
+
+
+def _render_html_with_progress(data: ReportData) -> str:
+    """Charts take a second or more on big recordings: say what is being drawn on a terminal."""
+    from inferprobe.reports.html import render_html
+
+    if not sys.stderr.isatty():
+        return render_html(data)
+    console = Console(stderr=True)
+    with console.status("rendering the HTML report") as status:
+        return render_html(data, progress=lambda msg: status.update(msg))

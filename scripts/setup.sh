@@ -59,7 +59,8 @@ newest_headers() {
 # ---------------------------------------------------------------- 1. packages
 
 # prometheus: the server and promtool for the exporter, rule and dashboard tests
-packages=(python3-bpfcc bpfcc-tools python3-venv python3-dev systemtap-sdt-dev strace prometheus)
+# chromium: the report and flame graph tests screenshot their output headless
+packages=(python3-bpfcc bpfcc-tools python3-venv python3-dev systemtap-sdt-dev strace prometheus chromium)
 if ! headers_usable && ! newest_headers >/dev/null; then
     packages+=("linux-headers-$arch")
 fi

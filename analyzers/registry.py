@@ -1,0 +1,20 @@
+"""Every analyzer that contributes a report section and findings.
+
+To add one: write `analyze(AnalysisInput) -> AnalyzerResult | None` in its
+own module (None when the recording holds nothing for it) and list it here.
+The order here is the order of the sections in the report.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from inferprobe.analyzers import http_section, usdt_section
+from inferprobe.analyzers.sections import AnalysisInput, AnalyzerResult
+
+Analyzer = Callable[[AnalysisInput], AnalyzerResult | None]
+
+ANALYZERS: tuple[Analyzer, ...] = (
+    http_section.analyze,
+    usdt_section.analyze,
+)

@@ -1,0 +1,89 @@
+"""What an analyzer hands the report: one section of evidence and its findings.
+
+The HTML, Markdown and terminal outputs render any AnalyzerSection the same
+way (a summary, the probe sources it read and whether they were active,
+tables, bar charts), so an analyzer added later (locks, off-CPU, network,
+GPU) needs no change in reports/: write `analyze(AnalysisInput) ->
+AnalyzerResult | None` and list it in analyzers/registry.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from inferprobe.analyzers.findings import Finding
+from inferprobe.collector.events import Event
+from inferprobe.collector.recording import Recording
+from inferprobe.collector.timeline import Request
+
+
+@dataclass(frozen=True)
+class AnalysisInput:
+    recording: Recording
+    requests: Sequence[Request]  # sorted by ingress
+    events: Sequence[Event]  # every decodable event, in recording order
+
+
+@dataclass(frozen=True)
+class SourceState:
+    """A probe set as the recording saw it: active, or off and why."""
+
+    name: str
+    active: bool
+    detail: str  # what it captures when active, why it was off otherwise
+
+
+@dataclass(frozen=True)
+class Table:
+    caption: str
+    columns: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+
+
+@dataclass(frozen=True)
+class BarChart:
+    title: str
+    value_label: str  # axis label with its unit, e.g. "wait time (ms)"
+    bars: tuple[tuple[str, float], ...]  # (label, value), drawn top to bottom
+
+
+@dataclass(frozen=True)
+class AnalyzerSection:
+    anchor: str  # id in the HTML, target of Finding.evidence
+    title: str
+    summary: str  # one or two sentences: what this section shows
+    sources: tuple[SourceState, ...]
+    tables: tuple[Table, ...] = ()
+    charts: tuple[BarChart, ...] = ()
+    notes: tuple[str, ...] = ()  # caveats: what this data cannot tell
+
+
+@dataclass(frozen=True)
+class AnalyzerResult:
+    section: AnalyzerSection | None
+    findings: tuple[Finding, ...] = field(default_factory=tuple)
+
+
+NOT_RECORDED = "not in this recording (not requested, or an older inferprobe)"
+
+
+def source_states(meta: dict, names: Sequence[str]) -> tuple[SourceState, ...]:
+    """The named probe sets' state from the recording's metadata."""
+    sets = meta.get("probe_sets") or {}
+    active = sets.get("active") or {}
+    inactive = sets.get("inactive") or {}
+    out = []
+    for name in names:
+        if name in active:
+            out.append(SourceState(name, True, str(active[name])))
+        elif name in inactive:
+            out.append(SourceState(name, False, str(inactive[name])))
+        else:
+            out.append(SourceState(name, False, NOT_RECORDED))
+    return tuple(out)
+
+
+def probe_set_present(meta: dict, name: str) -> bool:
+    sets = meta.get("probe_sets") or {}
+    return name in (sets.get("active") or {}) or name in (sets.get("inactive") or {})

@@ -1,0 +1,48 @@
+"""The server-probes (USDT) analyzer section: the server's own view."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from inferprobe.analyzers.sections import (
+    AnalysisInput,
+    AnalyzerResult,
+    AnalyzerSection,
+    BarChart,
+    Table,
+    probe_set_present,
+    source_states,
+)
+from inferprobe.collector.events import UsdtProbe, UsdtRecord
+
+
+def analyze(inp: AnalysisInput) -> AnalyzerResult | None:
+    meta = inp.recording.meta
+    if not probe_set_present(meta, "usdt"):
+        return None
+    usdt = [e for e in inp.events if isinstance(e, UsdtRecord)]
+    fired = Counter(e.probe.name.lower() for e in usdt)
+    waiting = [e.args[0] for e in usdt if e.probe == UsdtProbe.QUEUE_DEPTH and e.args]
+    running = [e.args[1] for e in usdt if e.probe == UsdtProbe.QUEUE_DEPTH and len(e.args) > 1]
+    kv = [e.args[0] / e.args[1] for e in usdt
+          if e.probe == UsdtProbe.KV_USAGE and len(e.args) > 1 and e.args[1] > 0]
+    rows = [
+        ("probe events", str(len(usdt))),
+        ("waiting queue peak", str(max(waiting)) if waiting else "no queue_depth probe fired"),
+        ("running (batch) peak", str(max(running)) if running else "-"),
+        ("token (KV) occupancy peak", f"{max(kv) * 100:.0f} %" if kv else "no kv_usage probe fired"),
+    ]
+    charts = ()
+    if fired:
+        charts = (BarChart(title="Probe firings", value_label="events (count)",
+                           bars=tuple(sorted(fired.items(), key=lambda kv: (-kv[1], kv[0])))),)
+    section = AnalyzerSection(
+        anchor="analyzer-usdt",
+        title="Server probes (USDT)",
+        summary="Queueing, scheduling, prefill and decode steps as the server reported them through "
+                "its inferprobe USDT probes.",
+        sources=source_states(meta, ["usdt"]),
+        tables=(Table(caption="Server gauges", columns=("measure", "value"), rows=tuple(rows)),),
+        charts=charts,
+    )
+    return AnalyzerResult(section=section)

@@ -1,0 +1,110 @@
+"""Findings from the request timelines themselves: which TTFT phase dominates
+the tail, and how much streaming time is lost in decode stalls.
+
+Each finding points at the report section that shows its evidence; the
+anchors below are the report's fixed sections.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from inferprobe.analyzers.breakdown import (
+    SOCKET_PHASE_WORDS,
+    SOURCE_SOCKETS,
+    Breakdown,
+)
+from inferprobe.analyzers.cadence import percentile
+from inferprobe.analyzers.findings import Finding, ms
+from inferprobe.analyzers.timeseries import TimeSeries
+from inferprobe.collector.timeline import Request
+
+ANCHOR_VERDICT = "verdict"
+ANCHOR_DECOMPOSITION = "decomposition"
+ANCHOR_DISTRIBUTIONS = "distributions"
+ANCHOR_OVER_TIME = "over-time"
+ANCHOR_FACTS = "recording"
+
+STALL_FACTOR = 2.0  # a gap this many times the median ITL is a stall
+STALL_MIN_NS = 1_000_000  # ...and at least this long: sub-ms jitter is not worth a finding
+STALL_MIN_SHARE = 0.05
+
+# Recommendation per USDT phase, matched on a word in the phase's name.
+PHASE_ADVICE = (
+    ("queue", "requests wait for a batch slot: raise the maximum batch size (or tokens per batch) "
+              "if the GPU has headroom, otherwise add capacity or shed load"),
+    ("sched", "the scheduler itself is slow to admit requests: profile the scheduling step "
+              "(lock waits, Python overhead) before adding hardware"),
+    ("prefill", "prefill dominates: enable prefix caching or chunked prefill, or cap prompt length"),
+    ("launch", "the first GPU launch is late: the GPU is busy with other work or the launch "
+               "path blocks; look at the GPU section"),
+    ("flush", "the first token waits between the engine and the socket (API layer, detokenizer, "
+              "Nagle): set TCP_NODELAY and flush each SSE event as it is produced"),
+    ("first_token", "sampling and handing the first token to the API layer is slow: look at the "
+                    "detokenizer and the queue between engine and API server"),
+    ("ingress", "reading the request is slow: large bodies or a slow client upload"),
+)
+
+
+def _queue_context(series: TimeSeries | None) -> str:
+    if series is None or series.queue_peak is None:
+        return ""
+    text = f"; the waiting queue peaks at {series.queue_peak}"
+    if series.running_peak is not None:
+        text += f" with at most {series.running_peak} running"
+    return text
+
+
+def ttft_phase_finding(decomp: Breakdown, series: TimeSeries | None) -> Finding | None:
+    p99 = next((b for b in decomp.ttft if b.label == "p99"), None)
+    if p99 is None or p99.ttft_ns <= 0:
+        return None
+    phase, phase_ns = p99.dominant()
+    share = phase_ns / p99.ttft_ns
+    head = f"{round(share * 100)} % of p99 TTFT ({ms(phase_ns)} of {ms(p99.ttft_ns)})"
+    queue = _queue_context(series)
+    if decomp.source == SOURCE_SOCKETS:
+        where = SOCKET_PHASE_WORDS.get(phase, f"is in the phase '{phase}'")
+        sentence = f"{head} {where}{queue}."
+        recommendation = (
+            "Load the server's inferprobe USDT probes (import inferprobe.probes) to split queueing "
+            "from prefill; if requests queue, raise the maximum batch size or add capacity."
+        )
+    else:
+        sentence = f"{head} is the {phase.replace('_', ' ')} phase{queue}."
+        advice = next((a for word, a in PHASE_ADVICE if word in phase.lower()),
+                      f"look at what the server does during '{phase}'")
+        recommendation = advice[0].upper() + advice[1:] + "."
+    return Finding(kind="ttft.phase", share=share, of="p99 TTFT", sentence=sentence,
+                   recommendation=recommendation, evidence=ANCHOR_DECOMPOSITION, source="decompose")
+
+
+def itl_stall_finding(requests: Sequence[Request]) -> Finding | None:
+    gaps = [g for r in requests for g in r.itl_ns]
+    median = percentile(gaps, 50)
+    if not gaps or not median:
+        return None
+    threshold = max(STALL_FACTOR * median, STALL_MIN_NS)
+    stalls = [g for g in gaps if g > threshold]
+    total = sum(gaps)
+    share = sum(stalls) / total if total else 0.0
+    if share < STALL_MIN_SHARE:
+        return None
+    sentence = (
+        f"{round(share * 100)} % of streaming time is spent in {len(stalls)} of {len(gaps)} token gaps "
+        f"longer than {ms(threshold)} ({STALL_FACTOR:g}x the median inter-token latency of {ms(median)}); "
+        f"the longest is {ms(max(stalls))}."
+    )
+    recommendation = (
+        "The gaps lie between the server's own writes, so its decode loop paused: record with the lock "
+        "and off-CPU probe sets to see what the decoding thread waited for, and bound the decode step "
+        "time (smaller batches, fewer long prefills mixed into decoding)."
+    )
+    return Finding(kind="itl.stalls", share=share, of="streaming time", sentence=sentence,
+                   recommendation=recommendation, evidence=ANCHOR_DISTRIBUTIONS, source="cadence")
+
+
+def core_findings(requests: Sequence[Request], decomp: Breakdown,
+                  series: TimeSeries | None) -> list[Finding]:
+    found = [ttft_phase_finding(decomp, series), itl_stall_finding(requests)]
+    return [f for f in found if f is not None]

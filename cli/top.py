@@ -1,0 +1,184 @@
+"""`inferprobe top`: a live terminal view of a running server's latency.
+
+Attaches exactly like `record` (same loader, same ring buffer), but instead
+of writing a file feeds the events to analyzers/live.py's sliding window and
+redraws once a second. `q` or Ctrl-C detach and exit; when stdout is not a
+terminal it prints one plain line per refresh instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import sys
+import termios
+import time
+import tty
+
+import click
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from inferprobe.analyzers.live import LiveSnapshot, LiveWindow
+from inferprobe.cli.options import apply_kernel_headers, kernel_headers_option, pid_option
+from inferprobe.collector import targets as target_procs
+from inferprobe.collector.events import DecodeError, decode
+from inferprobe.collector.ringbuf_format import iter_ring_records
+
+EXAMPLES = """
+\b
+Examples:
+  sudo inferprobe top -p 1234               # q or Ctrl-C to leave
+  sudo inferprobe top -p 1234 --window 30   # percentiles over the last 30 s
+  sudo inferprobe top -p 1234 | tee top.log # plain lines when not on a terminal
+"""
+
+
+def _ms(ns: float | None) -> str:
+    return "-" if ns is None else f"{ns / 1e6:.2f}"
+
+
+def plain_line(s: LiveSnapshot, elapsed_s: float) -> str:
+    line = (f"t={elapsed_s:.0f}s req/s={s.requests_per_s:.1f} in_flight={s.in_flight} "
+            f"requests={s.total_requests} ttft_ms p50={_ms(s.ttft_p50_ns)} p99={_ms(s.ttft_p99_ns)} "
+            f"itl_ms p50={_ms(s.itl_p50_ns)} p99={_ms(s.itl_p99_ns)} "
+            f"e2e_ms p50={_ms(s.e2e_p50_ns)} p99={_ms(s.e2e_p99_ns)}")
+    if s.queue_waiting is not None:
+        line += f" queue={s.queue_waiting} running={s.queue_running}"
+    if s.kv_occupancy is not None:
+        line += f" kv={s.kv_occupancy * 100:.0f}%"
+    return line + f" lost={s.lost_events}"
+
+
+def dashboard(s: LiveSnapshot, pids: list[int], elapsed_s: float) -> Group:
+    """Fits 80x24: a title line, one latency table, one gauge table, a key hint."""
+    title = Text.assemble(("inferprobe top", "bold"), f"  pid {', '.join(map(str, pids))}  ",
+                          f"up {elapsed_s:.0f} s  window {s.window_s:g} s")
+    traffic = Table.grid(padding=(0, 3))
+    traffic.add_row(Text.assemble(("requests/s ", "dim"), (f"{s.requests_per_s:.1f}", "bold")),
+                    Text.assemble(("in flight ", "dim"), (str(s.in_flight), "bold")),
+                    Text.assemble(("requests ", "dim"), str(s.total_requests)),
+                    Text.assemble(("lost events ", "dim"),
+                                  (str(s.lost_events), "bold red" if s.lost_events else "")))
+    latency = Table(title="latency over the window (ms)", title_justify="left", width=60)
+    for col in ("", "p50", "p99"):
+        latency.add_column(col, justify="left" if not col else "right")
+    latency.add_row("time to first token", _ms(s.ttft_p50_ns), _ms(s.ttft_p99_ns))
+    latency.add_row("inter-token", _ms(s.itl_p50_ns), _ms(s.itl_p99_ns))
+    latency.add_row("end-to-end", _ms(s.e2e_p50_ns), _ms(s.e2e_p99_ns))
+    server = Table.grid(padding=(0, 3))
+    if s.queue_waiting is None and s.kv_occupancy is None:
+        server.add_row(Text("queue length and token occupancy: no inferprobe USDT probes in the target",
+                            style="dim"))
+    else:
+        def value(v: int | None) -> str:
+            return "-" if v is None else str(v)
+
+        server.add_row(
+            Text.assemble(("queue waiting ", "dim"), value(s.queue_waiting)),
+            Text.assemble(("running ", "dim"), value(s.queue_running)),
+            Text.assemble(("token occupancy ", "dim"),
+                          "-" if s.kv_occupancy is None else f"{s.kv_occupancy * 100:.0f} %"),
+        )
+    return Group(title, Text(""), traffic, Text(""), latency, server, Text(""),
+                 Text("q or Ctrl-C: detach and quit", style="dim"))
+
+
+class _Keys:
+    """Single keypresses from a terminal stdin (cbreak mode), restored on exit."""
+
+    def __init__(self) -> None:
+        self.fd = sys.stdin.fileno() if sys.stdin.isatty() else None
+        self._saved = None
+
+    def __enter__(self) -> _Keys:
+        if self.fd is not None:
+            self._saved = termios.tcgetattr(self.fd)
+            tty.setcbreak(self.fd)
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        if self._saved is not None:
+            termios.tcsetattr(self.fd, termios.TCSADRAIN, self._saved)
+
+    def quit_pressed(self) -> bool:
+        if self.fd is None:
+            return False
+        while select.select([self.fd], [], [], 0)[0]:
+            if os.read(self.fd, 1) in (b"q", b"Q"):
+                return True
+        return False
+
+
+@click.command(epilog=EXAMPLES)
+@pid_option
+@click.option("--window", type=click.FloatRange(1, 3600), default=10.0, show_default=True,
+              help="Seconds of history the rates and percentiles cover.")
+@click.option("--interval", type=click.FloatRange(0.2, 60), default=1.0, show_default=True,
+              help="Seconds between refreshes.")
+@click.option("--no-usdt", is_flag=True, help="Do not attach the server's inferprobe USDT probes.")
+@kernel_headers_option
+def top(pids, window, interval, no_usdt, kernel_headers) -> None:
+    """Live view of a running server: requests/s, in-flight, TTFT/ITL/E2E percentiles.
+
+    Attaches like `record` (no change to the server) and shows the last
+    --window seconds, refreshed every --interval. q or Ctrl-C detach.
+    """
+    from inferprobe.collector.loader import load_tracer
+    from inferprobe.collector.ringbuf import RingBufferReader
+
+    apply_kernel_headers(kernel_headers)
+    pids = list(dict.fromkeys(pids))
+    tracer = load_tracer(pids, sets=("sockets",) if no_usdt else ("sockets", "usdt"), ringbuf_pages=1024)
+    model = LiveWindow(window_s=window)
+
+    def sink(chunk: bytes) -> None:
+        for raw in iter_ring_records(chunk):
+            with contextlib.suppress(DecodeError):
+                model.feed(decode(raw))
+
+    stop: list[str] = []
+    reader = None
+    try:
+        reader = RingBufferReader(tracer, sink)
+        signal.signal(signal.SIGINT, lambda *_: stop.append("interrupt"))
+        signal.signal(signal.SIGTERM, lambda *_: stop.append("terminate"))
+        started = time.monotonic()
+        on_tty = sys.stdout.isatty()
+        if not on_tty:
+            click.echo(f"inferprobe: attached to {', '.join(map(str, tracer.pids))}")
+
+        def frame():
+            snap = model.snapshot(time.monotonic_ns(), tracer.counters()["events_lost"])
+            return snap, time.monotonic() - started
+
+        with _Keys() as keys, contextlib.ExitStack() as stack:
+            live = None
+            if on_tty:
+                live = stack.enter_context(Live(console=Console(), auto_refresh=False, screen=False,
+                                                transient=False))
+            next_draw = time.monotonic()
+            while not stop:
+                reader.poll(100)
+                if keys.quit_pressed():
+                    break
+                if time.monotonic() >= next_draw:
+                    next_draw += interval
+                    snap, elapsed = frame()
+                    if live is not None:
+                        live.update(dashboard(snap, pids, elapsed), refresh=True)
+                    else:
+                        click.echo(plain_line(snap, elapsed))
+                if not any(target_procs.alive(p) for p in pids):
+                    click.echo("inferprobe: the target processes exited", err=True)
+                    break
+    finally:
+        if reader is not None:
+            reader.close()
+        tracer.close()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)

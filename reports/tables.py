@@ -1,0 +1,154 @@
+"""The report's tables, shared by the HTML, Markdown and terminal outputs so
+that each shows the same numbers formatted the same way."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from inferprobe.analyzers.breakdown import SOURCE_SOCKETS, SOURCE_USDT
+from inferprobe.analyzers.cadence import CadenceSummary, Distribution
+from inferprobe.analyzers.report_data import ReportData
+from inferprobe.analyzers.sections import Table
+
+
+def fmt_ms(ns: float | None) -> str:
+    return "-" if ns is None else f"{ns / 1e6:.2f}"
+
+
+def _dist(name: str, d: Distribution) -> tuple[str, ...]:
+    return (name, str(d.count), fmt_ms(d.p50), fmt_ms(d.p90), fmt_ms(d.p99), fmt_ms(d.max))
+
+
+def latency_table(s: CadenceSummary, caption: str) -> Table:
+    return Table(
+        caption=caption,
+        columns=("latency (ms)", "count", "p50", "p90", "p99", "max"),
+        rows=(
+            _dist("time to first token", s.ttft_ns),
+            _dist("inter-token", s.itl_ns),
+            _dist("end-to-end", s.e2e_ns),
+        ),
+    )
+
+
+def endpoint_table(data: ReportData) -> Table:
+    rows = tuple(
+        (ep, str(s.requests), str(s.errors), fmt_ms(s.ttft_ns.p50), fmt_ms(s.ttft_ns.p99),
+         fmt_ms(s.itl_ns.p50), fmt_ms(s.itl_ns.p99), fmt_ms(s.e2e_ns.p50), fmt_ms(s.e2e_ns.p99))
+        for ep, s in data.endpoints.items()
+    )
+    return Table(caption="Per endpoint (ms)",
+                 columns=("endpoint", "requests", "errors", "TTFT p50", "TTFT p99", "ITL p50",
+                          "ITL p99", "E2E p50", "E2E p99"),
+                 rows=rows)
+
+
+def decomposition_source_text(source: str | None) -> str:
+    if source == SOURCE_USDT:
+        return "Phases from the server's own USDT probes."
+    if source == SOURCE_SOCKETS:
+        return ("Phases from the socket view only (no USDT phases in this recording): request read, "
+                "response headers written, first token chunk written, end. Queueing and prefill "
+                "both fall before the first token and are not told apart here.")
+    if source == "mixed":
+        return ("Phases from the server's USDT probes where a request could be tied to them, from the "
+                "socket view otherwise (probes attached mid-run, or requests the server did not report).")
+    return "No request had a first token, so there is nothing to split."
+
+
+def ttft_phase_table(data: ReportData) -> Table | None:
+    d = data.breakdown
+    if d is None or not d.ttft:
+        return None
+    names = [n for n in d.phase_names if any(dict(b.phases).get(n) for b in d.ttft)]
+    rows = []
+    for b in d.ttft:
+        cells = [b.label, fmt_ms(b.ttft_ns)]
+        for n in names:
+            cells.append(f"{fmt_ms(dict(b.phases).get(n, 0))} ({b.share(n) * 100:.0f} %)")
+        cells.append(f"conn {b.request.conn}")
+        rows.append(tuple(cells))
+    return Table(caption="TTFT by phase, for the requests at p50, p90 and p99 of TTFT (ms, share of TTFT)",
+                 columns=("percentile", "TTFT", *names, "request"), rows=tuple(rows))
+
+
+def waterfall_table(data: ReportData) -> Table | None:
+    d = data.breakdown
+    if d is None or not d.waterfall:
+        return None
+    names = list(d.phase_names)
+    rows = []
+    for w in d.waterfall:
+        phases = dict(w.phases)
+        rows.append((f"conn {w.request.conn}", fmt_ms(w.ttft_ns),
+                     *(fmt_ms(phases.get(n)) if n in phases else "-" for n in names),
+                     str(len(w.token_offsets_ns)), w.outcome))
+    return Table(caption="Slowest requests by TTFT (ms)",
+                 columns=("request", "TTFT", *names, "token chunks", "outcome"), rows=tuple(rows))
+
+
+def _wall_clock(meta: dict) -> str:
+    start = meta.get("started_monotonic_ns")
+    offset = meta.get("realtime_offset_ns")
+    if start is None or offset is None:
+        return "-"
+    when = dt.datetime.fromtimestamp((start + offset) / 1e9, tz=dt.UTC)
+    return when.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def facts_table(data: ReportData) -> Table:
+    rec = data.recording
+    meta = rec.meta
+    final = rec.final or {}
+    sets = meta.get("probe_sets") or {}
+    active = sets.get("active") or {}
+    inactive = sets.get("inactive") or {}
+    targets = ", ".join(f"{t.get('comm', '?')} (pid {t.get('pid', '?')})" for t in meta.get("targets", []))
+    duration = final.get("duration_s")
+    command = meta.get("command_line")
+    rows = (
+        ("host", str(meta.get("host", "-"))),
+        ("kernel", str(meta.get("kernel", "-"))),
+        ("bcc version", str(meta.get("bcc_version", "-"))),
+        ("inferprobe version", str(meta.get("inferprobe_version", "-"))),
+        ("target processes", targets or "-"),
+        ("started", _wall_clock(meta)),
+        ("duration", "-" if duration is None else f"{duration:.1f} s"),
+        ("stopped because", str(final.get("end_reason", "-"))),
+        ("events in the recording", str(len(rec.events))),
+        ("events undecodable", str(data.undecodable_events)),
+        ("lost events", str(data.lost_events)),
+        ("probe sets active", "; ".join(f"{k}: {v}" for k, v in sorted(active.items())) or "-"),
+        ("probe sets off", "; ".join(f"{k}: {v}" for k, v in sorted(inactive.items())) or "none"),
+        ("command line", " ".join(command) if isinstance(command, list) else str(command or "-")),
+        ("recording file", str(rec.path)),
+        ("recording state", "complete" if rec.complete else f"incomplete: {rec.problem}"),
+    )
+    return Table(caption="Recording facts", columns=("fact", "value"), rows=rows)
+
+
+def headline_table(data: ReportData) -> Table:
+    s = data.overall
+    oc = s.outcomes
+    return Table(
+        caption="At a glance",
+        columns=("requests", "TTFT p50 / p99 (ms)", "ITL p50 / p99 (ms)", "E2E p50 / p99 (ms)",
+                 "errors", "aborted", "lost events"),
+        rows=((str(s.requests), f"{fmt_ms(s.ttft_ns.p50)} / {fmt_ms(s.ttft_ns.p99)}",
+               f"{fmt_ms(s.itl_ns.p50)} / {fmt_ms(s.itl_ns.p99)}",
+               f"{fmt_ms(s.e2e_ns.p50)} / {fmt_ms(s.e2e_ns.p99)}",
+               str(s.errors), str(oc.get("aborted", 0)), str(data.lost_events)),),
+    )
+
+
+def warnings(data: ReportData) -> list[str]:
+    out = []
+    rec = data.recording
+    if rec.problem:
+        out.append(f"The recording is {rec.problem}; this report shows what is readable.")
+    if data.lost_events:
+        out.append(f"{data.lost_events} events were lost (kernel ring buffer full): some requests may be "
+                   "missing or cut short; record again with a larger --ringbuf-mb.")
+    if data.undecodable_events:
+        out.append(f"{data.undecodable_events} events could not be decoded (a newer recording layout?).")
+    return out

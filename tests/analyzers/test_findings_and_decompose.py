@@ -1,0 +1,61 @@
+"""Pure stages of the report: finding ranking, phase split, time bins."""
+
+from __future__ import annotations
+
+import pytest
+
+from inferprobe.analyzers.breakdown import break_down
+from inferprobe.analyzers.findings import Finding, FindingList
+from inferprobe.analyzers.timeseries import over_time
+from inferprobe.collector.events import EventType, UsdtProbe, UsdtRecord
+from inferprobe.collector.timeline import Outcome, Request
+
+MS = 1_000_000
+
+
+def _finding(kind: str, share: float) -> Finding:
+    return Finding(kind=kind, share=share, of="p99 TTFT", sentence=f"{kind} explains it.",
+                   recommendation="Fix it.", evidence="decomposition", source="test")
+
+
+def test_findings_rank_by_share_then_kind():
+    found = FindingList([_finding("b", 0.2), _finding("a", 0.2), _finding("c", 0.7)])
+    assert [f.kind for f in found.ranked()] == ["c", "a", "b"]
+
+
+@pytest.mark.parametrize("share", [-0.1, 1.5])
+def test_a_finding_share_is_a_fraction(share):
+    with pytest.raises(ValueError):
+        _finding("x", share)
+
+
+def _request(t0: int, headers_after: int, first_after: int, gaps: list[int], conn: int = 1) -> Request:
+    tokens = [t0 + first_after]
+    for g in gaps:
+        tokens.append(tokens[-1] + g)
+    return Request(pid=1, tid=1, conn=conn, method="POST", path="/v1", t_ingress_ns=t0, status=200,
+                   outcome=Outcome.COMPLETE, t_response_start_ns=t0 + headers_after, token_ns=tokens,
+                   t_end_ns=tokens[-1] + 10, streaming=True)
+
+
+def test_socket_decomposition_splits_ttft_at_the_response_headers():
+    reqs = [_request(i * 100 * MS, headers_after=(i + 1) * MS, first_after=(i + 1) * 3 * MS,
+                     gaps=[2 * MS], conn=i) for i in range(100)]
+    d = break_down(reqs)
+    p99 = next(b for b in d.ttft if b.label == "p99")
+    assert p99.request.conn == 98  # nearest rank 99 of 100
+    assert p99.ttft_ns == 99 * 3 * MS
+    assert dict(p99.phases) == {"response_headers": 99 * MS, "first_token": 2 * 99 * MS}
+    assert p99.dominant()[0] == "first_token"
+    assert [w.request.conn for w in d.waterfall][:2] == [99, 98]
+
+
+def test_time_series_bins_and_server_gauges():
+    reqs = [_request(i * 500 * MS, MS, 2 * MS, [MS, 3 * MS]) for i in range(10)]
+    usdt = [UsdtRecord(EventType.USDT, 1, 1, 1000 * MS, UsdtProbe.QUEUE_DEPTH, (7, 4)),
+            UsdtRecord(EventType.USDT, 1, 1, 2000 * MS, UsdtProbe.KV_USAGE, (30, 120))]
+    s = over_time(reqs, usdt, t0_ns=0)
+    assert sum(b.requests for b in s.bins) == 10
+    assert s.queue_peak == 7 and s.running_peak == 4
+    assert s.kv_peak == pytest.approx(0.25)
+    assert len(s.ttft_points) == 10
