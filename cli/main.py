@@ -35,12 +35,14 @@ def cli() -> None:
 
 def _register() -> None:
     from inferprobe.cli.doctor import doctor
+    from inferprobe.cli.flamegraph import flamegraph
     from inferprobe.cli.record import record
     from inferprobe.cli.report import report
 
     cli.add_command(doctor)
     cli.add_command(record)
     cli.add_command(report)
+    cli.add_command(flamegraph)
 
 
 _register()
