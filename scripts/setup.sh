@@ -58,7 +58,8 @@ newest_headers() {
 
 # ---------------------------------------------------------------- 1. packages
 
-packages=(python3-bpfcc bpfcc-tools python3-venv python3-dev systemtap-sdt-dev strace)
+# chromium: headless screenshots of the flame graph SVG in tests/flamegraphs
+packages=(python3-bpfcc bpfcc-tools python3-venv python3-dev systemtap-sdt-dev strace chromium)
 if ! headers_usable && ! newest_headers >/dev/null; then
     packages+=("linux-headers-$arch")
 fi

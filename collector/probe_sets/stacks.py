@@ -207,8 +207,10 @@ class ProfileProbes(_StackSet):
         from bcc import PerfSWConfig, PerfType
 
         # Software cpu-clock, not cycles: VMs and containers often have no PMU.
+        # A fixed period (ns of CPU clock) rather than a frequency: the kernel's
+        # frequency mode re-tunes the period as it goes, which skews short runs.
         bpf.attach_perf_event(ev_type=PerfType.SOFTWARE, ev_config=PerfSWConfig.CPU_CLOCK,
-                              fn_name=b"profile_on_cpu", sample_freq=self.hz)
+                              fn_name=b"profile_on_cpu", sample_period=1_000_000_000 // self.hz)
         super().after_load(bpf, ctx)
 
     def _weights(self, value) -> tuple[int, int]:

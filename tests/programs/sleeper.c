@@ -2,11 +2,17 @@
  * works briefly in do_batch(), over and over: the off-CPU profiler test
  * checks that wait_for_batch shows up weighted by the time it slept.
  *
+ * The sleep is a raw nanosleep system call made inside wait_for_batch (x86-64
+ * inline assembly), not glibc's nanosleep(): Debian's libc has no frame
+ * pointers, so a frame-pointer walk from inside libc skips the function that
+ * called it (docs/flamegraphs.md says more).
+ *
  * Prints "READY <pid>"; on SIGTERM prints
  * "SLEPT periods=<n> mean_us=<us>" (the worker's own CLOCK_MONOTONIC
  * measurement of each sleep) and exits.
  */
 #include <pthread.h>
+#include <sys/syscall.h>
 #include <signal.h>
 #include <stdio.h>
 #include <time.h>
@@ -30,7 +36,10 @@ __attribute__((noinline)) void wait_for_batch(void)
 {
     struct timespec d = {0, 200 * 1000 * 1000};
     double t0 = now_us();
-    nanosleep(&d, NULL);
+    long ret;
+    __asm__ volatile("syscall" : "=a"(ret) : "0"((long)SYS_nanosleep), "D"(&d), "S"(0L)
+                     : "rcx", "r11", "memory");
+    (void)ret;
     slept_us += now_us() - t0;
     periods++;
 }
