@@ -248,7 +248,8 @@ def read_back(svg_text: str) -> Stacks:
     rows = []
     for g in ET.fromstring(svg_text).iter(f"{ns}g"):
         if g.get("class") == "f":
-            rows.append((int(g.get("data-d")), int(g.get("data-x")), int(g.get("data-n")), g.get("data-name")))
+            rows.append((int(g.get("data-d")), int(g.get("data-x")), int(g.get("data-n")),
+                         g.get("data-name")))
     rows.sort()
     by_depth: dict[int, list[tuple[int, int, tuple[str, ...]]]] = {}
     child_sum: dict[tuple[str, ...], int] = {}
@@ -309,7 +310,10 @@ function ipDescribe(f) {
   var pct = (100 * f.n / ipTotal).toFixed(2);
   var s = ipFmt(f.n) + " " + ipUnit + ", " + pct + "% of all";
   if (ipZoom && ipZoom !== f) s += ", " + (100 * f.n / ipZoom.n).toFixed(2) + "% of zoomed";
-  if (f.delta !== null) s += ", " + (parseFloat(f.delta) >= 0 ? "+" : "") + parseFloat(f.delta).toFixed(2) + " points";
+  if (f.delta !== null) {
+    var d = parseFloat(f.delta);
+    s += ", " + (d >= 0 ? "+" : "") + d.toFixed(2) + " points";
+  }
   return s;
 }
 function ipHover(f) {

@@ -13,10 +13,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, Recorder, inferprobe_cmd, needs_root
 
 from inferprobe.collector.recording import read_recording
 from inferprobe.flamegraphs import fold
+
+from conftest import REPO, Recorder, inferprobe_cmd, needs_root
 
 sys.path.insert(0, str(REPO / "tests" / "programs"))
 from build import Program, build  # noqa: E402
@@ -83,9 +84,14 @@ def test_off_cpu_sleep_shows_with_its_weight(tmp_path):
         "do_nanosleep_[k]" in leafward) else True
 
 
+def _runs(python: str | None) -> bool:
+    return bool(python) and os.access(python, os.X_OK) and subprocess.run(
+        [python, "-V"], capture_output=True).returncode == 0
+
+
 PY312 = next((p for p in [shutil.which("python3.12"), shutil.which("python3.13"),
-                       *sorted(glob.glob("/root/.pyenv/versions/3.1[2-9]*/bin/python3.1[2-9]"))]
-              if p and os.access(p, os.X_OK) and subprocess.run([p, "-V"], capture_output=True).returncode == 0), None)
+                          *sorted(glob.glob("/root/.pyenv/versions/3.1[2-9]*/bin/python3.1[2-9]"))]
+              if _runs(p)), None)
 
 
 def _has_frame_pointers(python: str) -> bool:

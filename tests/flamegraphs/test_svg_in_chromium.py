@@ -15,7 +15,8 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
          "--enable-logging=stderr", "--v=0"]
 
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (scripts/setup.sh installs it)")
+pytestmark = pytest.mark.skipif(CHROMIUM is None,
+                                reason="chromium is not installed (scripts/setup.sh installs it)")
 
 
 def _chromium(tmp_path, profile_dir: str, *args: str) -> subprocess.CompletedProcess:
