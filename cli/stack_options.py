@@ -14,7 +14,7 @@ _OPTIONS = [
         help=f"Sample on-CPU stacks of the targets' threads (cpu-clock perf event, {DEFAULT_HZ} Hz "
         "by default). Cost: a small BPF program and two stack walks per sample, on the sampled "
         "CPU; measured on a busy 2-core VM (benchmarks/bench_profile.py): server CPU per request "
-        "+9 %% at 99 Hz and +21 %% at 999 Hz over socket tracing alone, 49 Hz lost in the noise; "
+        "+9 % at 99 Hz and +21 % at 999 Hz over socket tracing alone, 49 Hz lost in the noise; "
         "plus a few seconds at stop to name the frames.",
     ),
     click.option(
