@@ -33,6 +33,8 @@ enum event_type {
     EVENT_SOCK_READ = 3,   /* read-family syscall on a tracked socket */
     EVENT_SOCK_WRITE = 4,  /* write-family syscall on a tracked socket */
     EVENT_USDT = 5,        /* an inferprobe USDT probe fired in the server */
+    EVENT_CPU_SAMPLE = 32,    /* one on-CPU stack sample (only with per-phase tagging) */
+    EVENT_OFFCPU_SAMPLE = 33, /* one off-CPU period of a target thread (ditto) */
 };
 
 /* The USDT probes of provider "inferprobe" (probes/, docs/usdt-probes.md).
@@ -122,6 +124,50 @@ struct usdt_event {
     __u32 probe;            /* enum usdt_probe */
     __u32 nargs;
     __s64 args[USDT_MAX_ARGS];
+};
+
+/* ---------------------------------------------------------------- stacks
+ * bpf/profile.bpf.c (on-CPU, perf cpu-clock) and bpf/offcpu.bpf.c (sched_switch)
+ * count samples per stack_key in the kernel; user space reads the counts and
+ * the stack maps once, at stop. When per-phase tagging is asked for, every
+ * sample is also streamed as a stack_sample_event (it needs a timestamp). */
+
+/* stack_key.flags */
+#define STACK_FLAG_PREEMPTED 0x0001 /* off-CPU: runnable but preempted, not blocked */
+
+struct stack_key {
+    __u32 pid;              /* thread group id */
+    __u32 tid;
+    __s32 user_stack_id;    /* negative: -errno of bpf_get_stackid (no stack) */
+    __s32 kernel_stack_id;  /* negative: none (the sample hit user mode) or lost */
+    __u32 flags;            /* STACK_FLAG_* */
+    __u32 reserved;
+};
+
+struct offcpu_value {
+    __u64 total_us;         /* blocked time of all the periods, in microseconds */
+    __u64 periods;          /* how many off-CPU periods */
+};
+
+struct stack_sample_event {
+    struct event_header hdr;  /* ts_ns: sample time (on-CPU) or switch-out time (off-CPU) */
+    __s32 user_stack_id;
+    __s32 kernel_stack_id;
+    __u32 flags;              /* STACK_FLAG_* */
+    __u32 reserved;
+    __u64 weight;             /* 1 for an on-CPU sample; blocked microseconds off-CPU */
+};
+
+/* Indexes of each stack set's own per-CPU counter array (profile_counters,
+ * offcpu_counters), so the sets do not spend the shared counters' slots. */
+enum stack_counter_index {
+    STACK_COUNTER_SAMPLES = 0,     /* samples (or off-CPU periods) of target threads recorded */
+    STACK_COUNTER_COLLISIONS = 1,  /* a stack hashed to a slot holding another stack: stack lost */
+    STACK_COUNTER_LOST = 2,        /* bpf_get_stackid failed otherwise: user stack missing */
+    STACK_COUNTER_KEYS_FULL = 3,   /* the counts table was full: sample dropped */
+    STACK_COUNTER_SHORT = 4,       /* off-CPU periods under the threshold: not recorded */
+    STACK_COUNTER_UNMATCHED = 5,   /* off-CPU: switch-out state lost (table full) */
+    STACK_COUNTER_MAX = 8,
 };
 
 /* Indexes of the per-CPU counters array (user space sums them). */

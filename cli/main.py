@@ -36,6 +36,7 @@ def cli() -> None:
 def _register() -> None:
     from inferprobe.cli.doctor import doctor
     from inferprobe.cli.export import export
+    from inferprobe.cli.flamegraph import flamegraph
     from inferprobe.cli.record import record
     from inferprobe.cli.report import report
     from inferprobe.cli.top import top
@@ -45,6 +46,7 @@ def _register() -> None:
     cli.add_command(record)
     cli.add_command(report)
     cli.add_command(top)
+    cli.add_command(flamegraph)
 
 
 _register()

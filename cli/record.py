@@ -19,6 +19,7 @@ from inferprobe.cli.options import (
     kernel_headers_option,
     pid_option,
 )
+from inferprobe.cli.stack_options import STACK_FLAGS, stack_options, stack_set_options, stack_sets
 from inferprobe.collector import targets as target_procs
 from inferprobe.collector.events import LAYOUT_VERSION
 from inferprobe.collector.recording import RecordingWriter
@@ -28,6 +29,8 @@ EXAMPLES = """
 Examples:
   sudo inferprobe record -p 1234 -d 30 -o run.ipr    # 30 s of pid 1234
   sudo inferprobe record -p 1234 -p 5678 -o run.ipr  # until Ctrl-C
+  sudo inferprobe record -p 1234 -d 30 --profile --offcpu -o run.ipr
+  inferprobe flamegraph run.ipr --kind cpu -o cpu.svg
   inferprobe report run.ipr
 """
 
@@ -113,9 +116,10 @@ class _Stop:
     help="Do not attach the server's inferprobe USDT probes even if it has them.",
 )
 @live_export_options
+@stack_options
 @kernel_headers_option
 def record(pids, duration, output, ringbuf_mb, no_listen_check, no_usdt, kernel_headers, otlp, prometheus,
-           **otlp_opts) -> None:
+           **flags) -> None:
     """Record every HTTP request the given processes serve.
 
     Attaches to syscall tracepoints (no change to the server, no restart),
@@ -135,7 +139,11 @@ def record(pids, duration, output, ringbuf_mb, no_listen_check, no_usdt, kernel_
     pids = list(dict.fromkeys(pids))
     pages = 1 << ((ringbuf_mb * 256).bit_length() - 1)
     sets = ("sockets",) if no_usdt else ("sockets", "usdt")
-    tracer = load_tracer(pids, sets=sets, ringbuf_pages=pages, require_listener=not no_listen_check)
+    stack_flags = {k: flags.pop(k) for k in list(flags) if k in STACK_FLAGS}
+    otlp_opts = flags
+    sets += stack_sets(stack_flags)
+    tracer = load_tracer(pids, sets=sets, ringbuf_pages=pages, require_listener=not no_listen_check,
+                         options=stack_set_options(stack_flags))
     writer = None
     reader = None
     live = None
@@ -173,6 +181,7 @@ def record(pids, duration, output, ringbuf_mb, no_listen_check, no_usdt, kernel_
                 break
             if now >= next_flush:
                 next_flush = now + 1.0
+                tracer.tick()
                 counters = tracer.counters()
                 lost = counters["events_lost"]
                 writer.flush(stats={"t": now - started, "lost_events": counters["events_lost"],

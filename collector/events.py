@@ -23,6 +23,8 @@ class EventType(enum.IntEnum):
     SOCK_READ = 3
     SOCK_WRITE = 4
     USDT = 5
+    CPU_SAMPLE = 32
+    OFFCPU_SAMPLE = 33
 
 
 class UsdtProbe(enum.IntEnum):
@@ -85,6 +87,21 @@ class Counter(enum.IntEnum):
 COUNTER_MAX = 16
 
 
+class StackCounter(enum.IntEnum):
+    """Indexes of profile_counters / offcpu_counters (bpf/profile.bpf.c, offcpu.bpf.c)."""
+
+    SAMPLES = 0
+    COLLISIONS = 1
+    LOST = 2
+    KEYS_FULL = 3
+    SHORT = 4
+    UNMATCHED = 5
+
+
+STACK_COUNTER_MAX = 8
+STACK_FLAG_PREEMPTED = 0x0001
+
+
 class EventHeader(ctypes.Structure):
     _fields_ = [
         ("type", ctypes.c_uint32),
@@ -134,12 +151,40 @@ class UsdtEvent(ctypes.Structure):
     ]
 
 
+class StackKey(ctypes.Structure):
+    _fields_ = [
+        ("pid", ctypes.c_uint32),
+        ("tid", ctypes.c_uint32),
+        ("user_stack_id", ctypes.c_int32),
+        ("kernel_stack_id", ctypes.c_int32),
+        ("flags", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint32),
+    ]
+
+
+class OffcpuValue(ctypes.Structure):
+    _fields_ = [("total_us", ctypes.c_uint64), ("periods", ctypes.c_uint64)]
+
+
+class StackSampleEvent(ctypes.Structure):
+    _fields_ = [
+        ("hdr", EventHeader),
+        ("user_stack_id", ctypes.c_int32),
+        ("kernel_stack_id", ctypes.c_int32),
+        ("flags", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint32),
+        ("weight", ctypes.c_uint64),
+    ]
+
+
 STRUCT_FOR_TYPE: dict[EventType, type[ctypes.Structure]] = {
     EventType.CONN_OPEN: ConnEvent,
     EventType.CONN_CLOSE: ConnEvent,
     EventType.SOCK_READ: IoEvent,
     EventType.SOCK_WRITE: IoEvent,
     EventType.USDT: UsdtEvent,
+    EventType.CPU_SAMPLE: StackSampleEvent,
+    EventType.OFFCPU_SAMPLE: StackSampleEvent,
 }
 
 
@@ -194,7 +239,21 @@ class UsdtRecord:
     args: tuple[int, ...]  # in the probe's documented order
 
 
-Event = ConnRecord | IoRecord | UsdtRecord
+@dataclass(frozen=True, slots=True)
+class StackSampleRecord:
+    """One stack sample, streamed only when per-phase tagging was asked for."""
+
+    type: EventType
+    pid: int
+    tid: int
+    ts_ns: int  # sample time (on-CPU) or switch-out time (off-CPU)
+    user_stack_id: int
+    kernel_stack_id: int
+    flags: int
+    weight: int  # 1 on-CPU; blocked microseconds off-CPU
+
+
+Event = ConnRecord | IoRecord | UsdtRecord | StackSampleRecord
 
 
 def event_type_of(raw: bytes) -> EventType:
@@ -228,6 +287,17 @@ def decode(raw: bytes) -> Event:
             family=ev.family,
             peer_port=ev.peer_port,
             peer_addr=bytes(ev.peer_addr),
+        )
+    if struct is StackSampleEvent:
+        return StackSampleRecord(
+            type=etype,
+            pid=hdr.pid,
+            tid=hdr.tid,
+            ts_ns=hdr.ts_ns,
+            user_stack_id=ev.user_stack_id,
+            kernel_stack_id=ev.kernel_stack_id,
+            flags=ev.flags,
+            weight=ev.weight,
         )
     if struct is UsdtEvent:
         if ev.probe not in UsdtProbe._value2member_map_:

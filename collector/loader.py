@@ -93,6 +93,10 @@ class LoadedTracer:
             totals[counter.name.lower()] = int(sum(per_cpu))
         return totals
 
+    def tick(self) -> None:
+        for probe_set in self.active.values():
+            probe_set.tick(self.bpf)
+
     def snapshots(self) -> dict[str, dict]:
         """Each active set's kernel-side aggregates, for the recording."""
         out = {}

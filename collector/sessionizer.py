@@ -83,6 +83,8 @@ class Sessionizer:
             self.feed(ev)
 
     def feed(self, ev: ConnRecord | IoRecord) -> None:
+        if not isinstance(ev, ConnRecord | IoRecord):
+            return  # USDT and stack-sample events belong to other analyzers
         if isinstance(ev, ConnRecord):
             if ev.type == EventType.CONN_CLOSE:
                 if ev.conn_id in self.connections:

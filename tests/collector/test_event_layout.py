@@ -23,6 +23,9 @@ STRUCTS = {
     "conn_event": events.ConnEvent,
     "io_event": events.IoEvent,
     "usdt_event": events.UsdtEvent,
+    "stack_key": events.StackKey,
+    "offcpu_value": events.OffcpuValue,
+    "stack_sample_event": events.StackSampleEvent,
 }
 
 # Every member of these Python enums must exist in the header under
@@ -34,6 +37,7 @@ ENUM_PREFIXES = {
     "HTTP_FLAG_": events.HttpFlag,
     "COUNTER_": events.Counter,
     "USDT_": events.UsdtProbe,
+    "STACK_COUNTER_": events.StackCounter,
 }
 
 ENUMS = {
@@ -41,6 +45,8 @@ ENUMS = {
     **{f"HTTP_METHOD_{m.name}": m for m in events.HttpMethod if m.name != "UNKNOWN"},
     "COUNTER_MAX": events.COUNTER_MAX,
     "USDT_MAX_ARGS": events.USDT_MAX_ARGS,
+    "STACK_COUNTER_MAX": events.STACK_COUNTER_MAX,
+    "STACK_FLAG_PREEMPTED": events.STACK_FLAG_PREEMPTED,
     "INFERPROBE_LAYOUT_VERSION": events.LAYOUT_VERSION,
     "PATH_MAX_BYTES": events.PATH_MAX_BYTES,
 }

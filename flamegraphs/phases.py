@@ -1,0 +1,168 @@
+"""Per-phase flame graphs: each streamed stack sample tagged with the phase
+its thread was in, from the request timelines of the same recording.
+
+Phases, in the order that wins when several apply to one instant:
+    network-write  the thread was inside a write-family syscall on a traced connection
+    ingress        the thread was inside the read that returned a request line
+    prefill        USDT prefill_start..prefill_end on that thread; without USDT
+                   probes: any request of the process between its arrival and its
+                   first token (so this includes queueing)
+    decode         USDT decode_step_start..decode_step_end on that thread; without
+                   USDT: any request of the process between first token and end
+    queued         USDT request_queued..request_scheduled (process-wide)
+    idle           none of the above
+
+Without the server's USDT probes, prefill and decode are request-level and
+process-wide: with concurrent requests the same instant can be prefill for
+one and decode for another, and prefill wins. Samples carry times only
+when recorded with `record --phases`.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import defaultdict
+
+from inferprobe.collector.errors import RecordingProblem
+from inferprobe.collector.events import (
+    DecodeError,
+    EventType,
+    HttpKind,
+    IoRecord,
+    StackSampleRecord,
+    UsdtProbe,
+    UsdtRecord,
+    decode,
+)
+from inferprobe.collector.recording import Recording
+from inferprobe.collector.sessionizer import sessionize
+from inferprobe.flamegraphs import fold
+from inferprobe.flamegraphs.fold import Stacks
+
+ORDER = ("network-write", "ingress", "prefill", "decode", "queued")
+SAMPLE_TYPES = {"cpu": EventType.CPU_SAMPLE, "offcpu": EventType.OFFCPU_SAMPLE}
+NOT_IN_TABLE = "[lost: stack not in the kernel's counts table]"
+
+
+class _Intervals:
+    """Merged [start, end) intervals per key (a tid or a pid), for point lookups."""
+
+    def __init__(self) -> None:
+        self._raw: dict[int, list[tuple[int, int]]] = defaultdict(list)
+        self._starts: dict[int, list[int]] = {}
+        self._ends: dict[int, list[int]] = {}
+
+    def add(self, key: int, start: int, end: int) -> None:
+        if end > start:
+            self._raw[key].append((start, end))
+
+    def freeze(self) -> None:
+        for key, spans in self._raw.items():
+            spans.sort()
+            merged: list[list[int]] = []
+            for s, e in spans:
+                if merged and s <= merged[-1][1]:
+                    merged[-1][1] = max(merged[-1][1], e)
+                else:
+                    merged.append([s, e])
+            self._starts[key] = [m[0] for m in merged]
+            self._ends[key] = [m[1] for m in merged]
+
+    def contains(self, key: int, t: int) -> bool:
+        starts = self._starts.get(key)
+        if not starts:
+            return False
+        i = bisect.bisect_right(starts, t) - 1
+        return i >= 0 and t < self._ends[key][i]
+
+
+class PhaseTagger:
+    def __init__(self, events: list) -> None:
+        self.by_tid = {name: _Intervals() for name in ORDER}
+        self.by_pid = {name: _Intervals() for name in ORDER}
+        usdt = [e for e in events if isinstance(e, UsdtRecord)]
+        for ev in events:
+            if isinstance(ev, IoRecord):
+                if not ev.is_read:
+                    self.by_tid["network-write"].add(ev.tid, ev.ts_ns, ev.exit_ns)
+                elif ev.kind == HttpKind.REQUEST:
+                    self.by_tid["ingress"].add(ev.tid, ev.ts_ns, ev.exit_ns)
+        self.uses_usdt = any(e.probe in (UsdtProbe.PREFILL_START, UsdtProbe.DECODE_STEP_START) for e in usdt)
+        if self.uses_usdt:
+            self._from_usdt(usdt)
+        else:
+            for r in sessionize(e for e in events if not isinstance(e, StackSampleRecord)).requests:
+                first = r.t_first_token_ns
+                end = r.t_end_ns
+                self.by_pid["prefill"].add(r.pid, r.t_ingress_ns, first if first is not None else (end or 0))
+                if first is not None and end is not None:
+                    self.by_pid["decode"].add(r.pid, first, end)
+        for table in (*self.by_tid.values(), *self.by_pid.values()):
+            table.freeze()
+
+    def _from_usdt(self, usdt: list[UsdtRecord]) -> None:
+        pairs = {
+            UsdtProbe.PREFILL_START: ("prefill", UsdtProbe.PREFILL_END, "tid"),
+            UsdtProbe.DECODE_STEP_START: ("decode", UsdtProbe.DECODE_STEP_END, "tid"),
+            UsdtProbe.REQUEST_QUEUED: ("queued", UsdtProbe.REQUEST_SCHEDULED, "pid"),
+        }
+        open_at: dict[tuple, tuple[int, int]] = {}
+        ends = {end: (phase, start, scope) for start, (phase, end, scope) in pairs.items()}
+        for ev in sorted(usdt, key=lambda e: e.ts_ns):
+            ident = ev.args[0] if ev.args else 0
+            if ev.probe in pairs:
+                phase, _end, scope = pairs[ev.probe]
+                open_at[(phase, ev.pid, ident)] = (ev.ts_ns, ev.tid)
+            elif ev.probe in ends:
+                phase, _start, scope = ends[ev.probe]
+                began = open_at.pop((phase, ev.pid, ident), None)
+                if began is not None:
+                    table = self.by_tid if scope == "tid" else self.by_pid
+                    table[phase].add(began[1] if scope == "tid" else ev.pid, began[0], ev.ts_ns)
+
+    def phase_of(self, pid: int, tid: int, t: int) -> str:
+        for name in ORDER:
+            if self.by_tid[name].contains(tid, t) or self.by_pid[name].contains(pid, t):
+                return name
+        return "idle"
+
+
+def tagged_samples(recording: Recording, kind: str) -> tuple[list[StackSampleRecord], PhaseTagger]:
+    events = []
+    for raw in recording.events:
+        try:
+            events.append(decode(raw))
+        except DecodeError:
+            continue
+    samples = [e for e in events if isinstance(e, StackSampleRecord) and e.type == SAMPLE_TYPES[kind]]
+    return samples, PhaseTagger(events)
+
+
+def stacks_for_phase(recording: Recording, snap: dict, kind: str, phase: str, group: str) -> Stacks:
+    if not snap.get("streamed"):
+        raise RecordingProblem(
+            f"{recording.path} has no timed stack samples, so they cannot be split by phase: "
+            "record with `inferprobe record --phases ...`"
+        )
+    samples, tagger = tagged_samples(recording, kind)
+    table = fold.frames_by_ids(snap)
+    out: Stacks = {}
+    for s in samples:
+        if tagger.phase_of(s.pid, s.tid, s.ts_ns) != phase:
+            continue
+        entry = table.get((s.pid, s.user_stack_id, s.kernel_stack_id, s.flags))
+        frames = entry["frames"] if entry else [NOT_IN_TABLE]
+        thread = entry["thread"] if entry and entry["tid"] == s.tid else f"thread {s.tid}"
+        roots = fold.root_frames({"pid": s.pid, "tid": s.tid, "thread": thread}, snap, group)
+        key = roots + tuple(fold.clean_frame(f) for f in frames)
+        out[key] = out.get(key, 0) + int(s.weight)
+    return out
+
+
+def phase_totals(recording: Recording, kind: str) -> dict[str, int]:
+    """Weight per phase (samples or µs), for the report."""
+    samples, tagger = tagged_samples(recording, kind)
+    totals: dict[str, int] = defaultdict(int)
+    for s in samples:
+        totals[tagger.phase_of(s.pid, s.tid, s.ts_ns)] += int(s.weight)
+    return dict(totals)
