@@ -1,31 +1,23 @@
-#!/usr/bin/env python3
-"""Raw-socket HTTP/1.1 load client with its own receive timestamps (stdlib only).
+"""Raw-socket HTTP/1.1 streaming client with its own receive timestamps (stdlib only).
 
-Used next to ``sse_server.py`` as the client-side ground truth for tracer tests.
-It deliberately avoids http.client/aiohttp: we want ``time.monotonic_ns()``
-taken right after the ``recv()`` that completed each SSE event, and full
-control over the TCP connection (keep-alive reuse, abrupt close mid-stream).
-
-CLI::
-
-    python tests/servers/sse_client.py --port P --connections 32 --duration 10 \\
-        --max-tokens 16 --interval-ms 5
-
-prints a JSON summary (throughput, client-side TTFT and ITL percentiles).
+The one client implementation of the project: the demo load generator
+(demo/loadgen.py) drives the demo server with it, and the tracer tests use it
+(through tests/servers/sse_client.py) as client-side ground truth next to the
+test SSE server. It deliberately avoids http.client/aiohttp: we want
+``time.monotonic_ns()`` taken right after the ``recv()`` that completed each SSE
+event, and full control over the TCP connection (keep-alive reuse, abrupt close
+mid-stream).
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import socket
-import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from itertools import pairwise
 
 RECV_SIZE = 65536
 DEFAULT_TIMEOUT_S = 30.0
@@ -377,24 +369,40 @@ def run_load(
     path: str = "/v1/completions",
     abort: Callable[[int, int], int | None] = lambda c, i: None,
     timeout: float = DEFAULT_TIMEOUT_S,
+    request_id: Callable[[int, int], str] = lambda c, i: f"c{c}-r{i}",
+    total_requests: int | None = None,
 ) -> list[ClientResult]:
     """Closed-loop load: ``connections`` threads, each with one keep-alive TCP
     connection, sending requests back to back until ``requests_per_connection``
     are done and/or ``duration_s`` has elapsed (whichever comes first).
+
+    ``total_requests`` caps the number of requests over all connections.
+    ``request_id(c, i)`` names each request (sent as X-Request-Id).
 
     Results are returned ordered by (connection, request index).  A connection
     is only re-opened after the server closed it or we aborted/errored on it.
     Note: receive timestamps are taken in Python threads, so under many
     connections they include GIL hand-off delay (typically tens of µs).
     """
-    if requests_per_connection is None and duration_s is None:
-        raise ValueError("give requests_per_connection and/or duration_s")
+    if requests_per_connection is None and duration_s is None and total_requests is None:
+        raise ValueError("give requests_per_connection, duration_s and/or total_requests")
 
     per_conn: list[list[ClientResult]] = [[] for _ in range(connections)]
     # All threads start sending together, after every connection is set up.
     barrier = threading.Barrier(connections)
     deadline_box: list[int] = []
     deadline_lock = threading.Lock()
+    # Requests still to start over all connections (None: no cap).
+    left = [total_requests]
+
+    def take_one() -> bool:
+        with deadline_lock:
+            if left[0] is None:
+                return True
+            if left[0] <= 0:
+                return False
+            left[0] -= 1
+            return True
 
     def worker(c: int) -> None:
         out = per_conn[c]
@@ -402,7 +410,7 @@ def run_load(
         try:
             sock = connect(host, port, timeout)
         except OSError as e:
-            out.append(_failed(f"c{c}-r0", f"connect: {e}"))
+            out.append(_failed(request_id(c, 0), f"connect: {e}"))
         barrier.wait()
         if sock is None:
             return
@@ -416,19 +424,21 @@ def run_load(
         while requests_per_connection is None or i < requests_per_connection:
             if deadline and time.monotonic_ns() >= deadline:
                 break
+            if not take_one():
+                break
             if sock is None:
                 try:
                     sock = connect(host, port, timeout)
                 except OSError as e:
                     # Don't spin on a dead server: record and stop this worker.
-                    out.append(_failed(f"c{c}-r{i}", f"connect: {e}"))
+                    out.append(_failed(request_id(c, i), f"connect: {e}"))
                     break
             res = request_once(
                 sock,
                 host,
                 path,
                 body_factory(c, i),
-                f"c{c}-r{i}",
+                request_id(c, i),
                 abort(c, i),
                 timeout=timeout,
             )
@@ -462,88 +472,3 @@ def _failed(request_id: str, error: str) -> ClientResult:
         aborted=False,
         error=error,
     )
-
-
-def percentile(values: list[float], p: float) -> float | None:
-    """Linear-interpolated percentile (p in 0..100); None for no data."""
-    if not values:
-        return None
-    s = sorted(values)
-    k = (len(s) - 1) * p / 100.0
-    lo = int(k)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (k - lo)
-
-
-def summarize(results: list[ClientResult], wall_s: float) -> dict:
-    ok = [r for r in results if r.error is None and not r.aborted and r.status == 200]
-    ttft = [(r.t_event_ns[0] - r.t_send_ns) / 1e6 for r in ok if r.t_event_ns]
-    itl = [(b - a) / 1e6 for r in ok for a, b in pairwise(r.t_event_ns)]
-    tokens = sum(len(r.t_event_ns) for r in results)
-
-    def rnd(x: float | None) -> float | None:
-        return None if x is None else round(x, 3)
-
-    return {
-        "requests": len(results),
-        "completed": len(ok),
-        "aborted": sum(r.aborted for r in results),
-        "errors": sum(r.error is not None for r in results),
-        "non_200": sum(r.status is not None and r.status != 200 for r in results),
-        "tokens": tokens,
-        "wall_s": round(wall_s, 3),
-        "requests_per_s": round(len(ok) / wall_s, 2) if wall_s else None,
-        "tokens_per_s": round(tokens / wall_s, 2) if wall_s else None,
-        "ttft_ms_p50": rnd(percentile(ttft, 50)),
-        "ttft_ms_p99": rnd(percentile(ttft, 99)),
-        "itl_ms_p50": rnd(percentile(itl, 50)),
-        "itl_ms_p99": rnd(percentile(itl, 99)),
-    }
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="SSE load client for sse_server.py")
-    ap.add_argument("--host", default="127.0.0.1")
-    ap.add_argument("--port", type=int, required=True)
-    ap.add_argument("--connections", type=int, default=4)
-    ap.add_argument("--duration", type=float, default=None, help="seconds")
-    ap.add_argument("--requests", type=int, default=None, help="per connection")
-    ap.add_argument("--max-tokens", type=int, default=16)
-    ap.add_argument("--interval-ms", type=float, default=5.0)
-    ap.add_argument("--prompt", default="the quick brown fox jumps over the lazy dog")
-    ap.add_argument("--path", default="/v1/completions")
-    ap.add_argument("--no-stream", action="store_true")
-    args = ap.parse_args(argv)
-    if args.duration is None and args.requests is None:
-        args.duration = 10.0
-
-    def body_factory(c: int, i: int) -> dict:
-        body: dict = {
-            "max_tokens": args.max_tokens,
-            "interval_ms": args.interval_ms,
-            "stream": not args.no_stream,
-        }
-        if "chat" in args.path:
-            body["messages"] = [{"role": "user", "content": args.prompt}]
-        else:
-            body["prompt"] = args.prompt
-        return body
-
-    t0 = time.monotonic()
-    results = run_load(
-        args.host,
-        args.port,
-        connections=args.connections,
-        requests_per_connection=args.requests,
-        duration_s=args.duration,
-        body_factory=body_factory,
-        path=args.path,
-    )
-    wall = time.monotonic() - t0
-    json.dump(summarize(results, wall), sys.stdout, indent=2)
-    sys.stdout.write("\n")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
