@@ -34,10 +34,12 @@ def cli() -> None:
 
 
 def _register() -> None:
+    from inferprobe.cli.demo import demo
     from inferprobe.cli.doctor import doctor
     from inferprobe.cli.record import record
     from inferprobe.cli.report import report
 
+    cli.add_command(demo)
     cli.add_command(doctor)
     cli.add_command(record)
     cli.add_command(report)

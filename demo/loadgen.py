@@ -28,7 +28,16 @@ from urllib.parse import urlsplit
 from inferprobe.collector.errors import InferprobeError
 from inferprobe.demo.sse_client import ClientResult, run_load
 
-DEFAULT_PROMPT = "Write one sentence about the sea."
+# Prompts of different lengths, taken in turn, so a decode batch mixes
+# sequence lengths (and so exercises the padding) as real traffic does.
+# Completion-style openings: the instruct model ends a bare instruction at once.
+PROMPTS = (
+    "Once upon a time, in a small village by the sea,",
+    "The three most important things about learning to cook are",
+    "Here is a short poem about the moon:\n",
+    "A good way to explain how a bicycle stays upright to a child who has just learned to ride "
+    "without training wheels is",
+)
 
 
 @dataclass(frozen=True)
@@ -67,8 +76,9 @@ class RequestIds:
             return str(next(self._next))
 
 
-def body_factory(path: str, prompt: str, max_tokens: int) -> Callable[[int, int], dict]:
-    def make(_conn: int, _index: int) -> dict:
+def body_factory(path: str, prompts: tuple[str, ...], max_tokens: int) -> Callable[[int, int], dict]:
+    def make(conn: int, index: int) -> dict:
+        prompt = prompts[(conn + index) % len(prompts)]
         body: dict = {"max_tokens": max_tokens, "stream": True,
                       "stream_options": {"include_usage": True}}
         if path.endswith("/chat/completions"):
@@ -168,7 +178,7 @@ def per_request(results: list[ClientResult]) -> list[dict]:
 
 
 def run(url: str, *, concurrency: int, duration_s: float | None = None, count: int | None = None,
-        max_tokens: int = 32, path: str = "/v1/completions", prompt: str = DEFAULT_PROMPT,
+        max_tokens: int = 32, path: str = "/v1/completions", prompts: tuple[str, ...] = PROMPTS,
         timeout_s: float = 120.0, ids: RequestIds | None = None) -> tuple[list[ClientResult], float]:
     """Drive the load; returns (results, wall seconds)."""
     target = parse_url(url)
@@ -178,7 +188,7 @@ def run(url: str, *, concurrency: int, duration_s: float | None = None, count: i
         connections=concurrency,
         duration_s=duration_s,
         total_requests=count,
-        body_factory=body_factory(path, prompt, max_tokens),
+        body_factory=body_factory(path, prompts, max_tokens),
         path=target.base_path + path,
         timeout=timeout_s,
         request_id=ids or RequestIds(),
