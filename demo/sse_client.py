@@ -44,6 +44,7 @@ class ClientResult:
     body: bytes = b""  # de-chunked body (the raw SSE stream for streaming)
     events: list[str] = field(default_factory=list)  # data payloads, excl. [DONE]
     conn_reusable: bool = False  # False -> request_once closed the socket
+    local_port: int | None = None  # the client's port: names the connection in a trace
 
 
 class ResponseParser:
@@ -321,6 +322,7 @@ def request_once(
     parser = ResponseParser(on_event)
     sock.settimeout(timeout)
     try:
+        res.local_port = sock.getsockname()[1] if sock.family in (socket.AF_INET, socket.AF_INET6) else None
         # One sendall of head+body: a single write on the wire side.
         res.t_send_ns = time.monotonic_ns()
         sock.sendall(head + payload)

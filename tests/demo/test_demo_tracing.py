@@ -1,0 +1,170 @@
+"""Tracing the real demo server: socket trace + its USDT probes, checked against the client.
+
+One recording (module fixture) of the demo server under 16 concurrent
+streaming connections with short generations, plus bad input and a client
+that hangs up mid-stream. The client measures its own TTFT and end-to-end
+time and knows, per connection, which X-Request-Id it sent; the tracer must
+agree on the phase sums, and tie every request to the id the server gave it
+without being told (the server passes the socket fd, not the header).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import time
+from collections import defaultdict
+
+import pytest
+
+from inferprobe.analyzers.decompose import TTFT_PHASES
+from inferprobe.demo.loadgen import RequestIds, token_events
+from inferprobe.demo.sse_client import connect, request_once, run_load
+
+from conftest import Recorder, inferprobe_cmd, needs_root
+from demo_helpers import DemoServer
+
+pytestmark = [pytest.mark.bpf, needs_root]
+
+HOST = "127.0.0.1"
+STREAMS = 16
+REQUESTS = 32
+MAX_TOKENS = 8
+# The issue's bound: phase sums agree with the client's own clock within 2 ms
+# per request at the median (loopback transit and the client's recv() wake-up
+# are all that separate the two measurements).
+MEDIAN_TOLERANCE_NS = 2_000_000
+
+
+def _body(conn: int, index: int) -> dict:
+    prompts = ["The capital of France is", "Write a haiku about rain:", "List three colours:",
+               "Explain TCP in one sentence:"]
+    return {"prompt": prompts[(conn + index) % len(prompts)], "max_tokens": MAX_TOKENS, "stream": True}
+
+
+def _raw(server: DemoServer, payload: bytes) -> int:
+    """A request whose body is not JSON: returns the HTTP status."""
+    sock = connect(HOST, server.port, timeout=30)
+    try:
+        head = (f"POST /v1/completions HTTP/1.1\r\nHost: {HOST}\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n").encode()
+        sock.sendall(head + payload)
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+        return int(data.split(b" ", 2)[1])
+    finally:
+        sock.close()
+
+
+@pytest.fixture(scope="module")
+def traced(demo_server: DemoServer, tmp_path_factory):
+    out = tmp_path_factory.mktemp("demo-trace")
+    recorder = Recorder([demo_server.proc.pid], out / "demo.ipr")
+    try:
+        results = run_load(HOST, demo_server.port, connections=STREAMS, total_requests=REQUESTS,
+                           body_factory=_body, path="/v1/completions", timeout=180,
+                           request_id=RequestIds())
+        bad_json = _raw(demo_server, b"{not json")
+        sock = connect(HOST, demo_server.port, timeout=60)
+        aborted = request_once(sock, HOST, "/v1/completions",
+                               {"prompt": "Count to fifty:", "max_tokens": 48, "stream": True},
+                               str(RequestIds()(0, 0)), abort_after_events=2, timeout=60)
+        time.sleep(1.0)  # let the server notice the hang-up and fire request_end
+    finally:
+        stdout, stderr = recorder.stop()
+    report = subprocess.run(inferprobe_cmd("report", str(out / "demo.ipr"), "--format", "json"),
+                            capture_output=True, text=True, check=True)
+    return results, bad_json, aborted, json.loads(report.stdout), stdout
+
+
+def _by_client_connection(report: dict) -> dict[tuple[int, int], dict]:
+    """Recorded requests keyed by (client port, index on that connection)."""
+    conns = {c["conn_id"]: c for c in report["connections"]}
+    per_conn: dict[int, list[dict]] = defaultdict(list)
+    for r in sorted(report["requests"], key=lambda r: r["t_ingress_ns"]):
+        per_conn[r["conn"]].append(r)
+    out = {}
+    for conn_id, reqs in per_conn.items():
+        port = conns[conn_id]["peer_port"]
+        for i, r in enumerate(reqs):
+            out[(port, i)] = r
+    return out
+
+
+def test_usdt_probes_were_attached_and_seen(traced):
+    _, _, _, report, stdout = traced
+    assert "usdt" in report["probe_sets"]["active"], stdout
+    sched = report["scheduler"]
+    for probe in ("request_start", "request_queued", "request_scheduled", "prefill_start", "prefill_end",
+                  "decode_step_start", "decode_step_end", "token_emit", "request_end", "queue_depth",
+                  "kv_usage"):
+        assert probe in sched["probes_seen"]
+    assert report["lost_events"] == 0
+
+
+def test_every_request_is_tied_to_the_id_its_client_sent(traced):
+    results, _, _, report, _ = traced
+    recorded = _by_client_connection(report)
+    per_port: dict[int, int] = defaultdict(int)
+    checked = 0
+    for res in sorted(results, key=lambda r: r.t_send_ns):
+        assert res.error is None and res.status == 200, res.error
+        index = per_port[res.local_port]
+        per_port[res.local_port] += 1
+        rec = recorded[(res.local_port, index)]
+        assert rec["usdt_request_id"] == int(res.request_id)
+        assert rec["correlated_by"] == "conn_fd"
+        checked += 1
+    assert checked == REQUESTS and len(per_port) == STREAMS
+
+
+def test_phases_sum_to_what_the_client_measured(traced):
+    results, _, _, report, _ = traced
+    recorded = _by_client_connection(report)
+    per_port: dict[int, int] = defaultdict(int)
+    ttft_err, e2e_err = [], []
+    for res in sorted(results, key=lambda r: r.t_send_ns):
+        rec = recorded[(res.local_port, per_port[res.local_port])]
+        per_port[res.local_port] += 1
+        phases = rec["phases_ns"]
+        for name in ("ingress", "queue", "schedule", "prefill", "first_token", "network_flush", "decode"):
+            assert name in phases, (name, phases)
+        client_ttft = token_events(res)[0] - res.t_send_ns
+        client_e2e = res.t_end_ns - res.t_send_ns
+        ttft_err.append(abs(sum(v for k, v in phases.items() if k in TTFT_PHASES) - client_ttft))
+        e2e_err.append(abs(sum(phases.values()) - client_e2e))
+        # The server's own view: it took part in decode steps and got all its tokens.
+        assert rec["decode_steps"] >= 1 and rec["output_tokens"] == MAX_TOKENS
+        assert rec["server_status"] == 0
+    assert statistics.median(ttft_err) <= MEDIAN_TOLERANCE_NS, sorted(ttft_err)
+    assert statistics.median(e2e_err) <= MEDIAN_TOLERANCE_NS, sorted(e2e_err)
+
+
+def test_queueing_shows_in_the_gauges_and_the_decomposition(traced):
+    _, _, _, report, _ = traced
+    sched = report["scheduler"]
+    # 16 streams against a batch of 4: requests must have waited.
+    assert sched["scheduler_queue_length"]["max"] >= 1
+    assert 0 < sched["token_occupancy_ratio"]["max"] <= 1
+    assert sched["batch_size"]["max"] >= 2
+    assert sched["batch_stall_duration_ns"]["count"] >= 1
+    queued = [r["phases_ns"]["queue"] for r in report["requests"] if r["phases_ns"].get("queue")]
+    assert max(queued) > 10_000_000  # some request waited over 10 ms for a slot
+    rows = report["latency_decomposition"]
+    assert set(rows) == {"p50", "p90", "p99"}
+    for row in rows.values():
+        assert sum(row["ttft_phases_ns"].values()) == row["ttft_ns"]
+
+
+def test_bad_input_and_a_hang_up_show_in_the_recording(traced):
+    _, bad_json, aborted, report, _ = traced
+    assert bad_json == 400
+    statuses = [r["status"] for r in report["requests"]]
+    assert 400 in statuses
+    assert aborted.aborted
+    gone = [r for r in report["requests"] if r["usdt_request_id"] == int(aborted.request_id)]
+    assert len(gone) == 1
+    assert gone[0]["outcome"] == "aborted"
+    assert gone[0]["server_status"] == 1  # the server saw the client leave and freed the request
