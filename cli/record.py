@@ -110,8 +110,14 @@ class _Stop:
     is_flag=True,
     help="Do not attach the server's inferprobe USDT probes even if it has them.",
 )
+@click.option(
+    "--no-network",
+    is_flag=True,
+    help="Do not trace segments and TCP state (write -> wire delay, Nagle, socket buffers).",
+)
 @kernel_headers_option
-def record(pids, duration, output, ringbuf_mb, no_listen_check, no_usdt, kernel_headers) -> None:
+def record(pids, duration, output, ringbuf_mb, no_listen_check, no_usdt, no_network,
+           kernel_headers) -> None:
     """Record every HTTP request the given processes serve.
 
     Attaches to syscall tracepoints (no change to the server, no restart),
@@ -127,7 +133,7 @@ def record(pids, duration, output, ringbuf_mb, no_listen_check, no_usdt, kernel_
     apply_kernel_headers(kernel_headers)
     pids = list(dict.fromkeys(pids))
     pages = 1 << ((ringbuf_mb * 256).bit_length() - 1)
-    sets = ("sockets",) if no_usdt else ("sockets", "usdt")
+    sets = ("sockets",) + (() if no_usdt else ("usdt",)) + (() if no_network else ("network",))
     tracer = load_tracer(pids, sets=sets, ringbuf_pages=pages, require_listener=not no_listen_check)
     writer = None
     reader = None
@@ -151,6 +157,7 @@ def record(pids, duration, output, ringbuf_mb, no_listen_check, no_usdt, kernel_
         end_reason = "duration"
         while True:
             reader.poll(100)
+            tracer.refresh()
             now = time.monotonic()
             if stop.reason:
                 end_reason = stop.reason

@@ -46,13 +46,18 @@ class ProbeSet:
     def after_load(self, bpf, ctx: TargetContext) -> None:
         """Attaches what bcc did not attach by itself and seeds maps."""
 
+    def refresh(self, bpf, ctx: TargetContext) -> None:
+        """Called by `record` about once a second while recording: for sets
+        that sample user-space state (socket options, tcp_info) as they go."""
+
     def snapshot(self, bpf) -> dict | None:
         """Kernel-side aggregates to store in the recording when it stops."""
         return None
 
 
 def available_sets() -> dict[str, type[ProbeSet]]:
+    from inferprobe.collector.probe_sets.network import NetworkProbes
     from inferprobe.collector.probe_sets.sockets import SocketProbes
     from inferprobe.collector.probe_sets.usdt import UsdtProbes
 
-    return {cls.name: cls for cls in (SocketProbes, UsdtProbes)}
+    return {cls.name: cls for cls in (SocketProbes, UsdtProbes, NetworkProbes)}

@@ -23,6 +23,9 @@ STRUCTS = {
     "conn_event": events.ConnEvent,
     "io_event": events.IoEvent,
     "usdt_event": events.UsdtEvent,
+    "net_xmit_event": events.NetXmitEvent,
+    "net_ack_event": events.NetAckEvent,
+    "net_retransmit_event": events.NetRetransmitEvent,
 }
 
 # Every member of these Python enums must exist in the header under
@@ -34,6 +37,8 @@ ENUM_PREFIXES = {
     "HTTP_FLAG_": events.HttpFlag,
     "COUNTER_": events.Counter,
     "USDT_": events.UsdtProbe,
+    "NET_VIA_": events.NetVia,
+    "NET_FLAG_": events.NetFlag,
 }
 
 ENUMS = {
@@ -43,6 +48,7 @@ ENUMS = {
     "USDT_MAX_ARGS": events.USDT_MAX_ARGS,
     "INFERPROBE_LAYOUT_VERSION": events.LAYOUT_VERSION,
     "PATH_MAX_BYTES": events.PATH_MAX_BYTES,
+    "NET_DEV_NAME_BYTES": events.NET_DEV_NAME_BYTES,
 }
 
 
