@@ -6,9 +6,10 @@ from inferprobe.analyzers.network import WriteOnWire, match_writes
 from inferprobe.collector.events import EventType, NetFlag, NetVia, NetXmitRecord
 
 HEADER = 66
+NO_FLAGS = NetFlag(0)
 
 
-def seg(queue_ns: int, payload: int, via=NetVia.WRITE, flags=NetFlag(0)) -> NetXmitRecord:
+def seg(queue_ns: int, payload: int, via=NetVia.WRITE, flags=NO_FLAGS) -> NetXmitRecord:
     return NetXmitRecord(type=EventType.NET_XMIT, pid=1, ts_ns=queue_ns + 5, queue_ns=queue_ns,
                          conn_id=1, len=HEADER + payload, rc=0, via=via, flags=flags, dev="veth0")
 
