@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from inferprobe.analyzers import network as network_analysis
 from inferprobe.analyzers import verdict
 from inferprobe.analyzers.breakdown import Breakdown, break_down
 from inferprobe.analyzers.cadence import CadenceSummary, by_endpoint, percentile, summarize
@@ -17,7 +18,7 @@ from inferprobe.analyzers.scheduler import SchedulerSummary, stall_ns_by_request
 from inferprobe.analyzers.sections import AnalysisInput, AnalyzerSection
 from inferprobe.analyzers.timeseries import TimeSeries, over_time
 from inferprobe.collector.correlate import correlate
-from inferprobe.collector.events import DecodeError, UsdtRecord, decode
+from inferprobe.collector.events import ConnRecord, DecodeError, IoRecord, UsdtRecord, decode
 from inferprobe.collector.recording import Recording
 from inferprobe.collector.server_view import ServerView, build_server_view
 from inferprobe.collector.sessionizer import sessionize
@@ -41,6 +42,7 @@ class ReportData:
     correlated: int  # requests tied to the server's own (USDT) view of them
     stall_ns: dict[tuple[int, int], int]  # (pid, req_id) -> time spent in stalled batches
     decomposition: dict[int, Request]  # percentile -> the request at that TTFT percentile
+    network: list[network_analysis.ConnectionNetwork]  # per connection, from the network set
     # the HTML/Markdown report (reports/): phase split drawn, series, analyzer sections, verdict
     breakdown: Breakdown | None = None
     series: TimeSeries | None = None
@@ -68,7 +70,7 @@ def build(recording: Recording) -> ReportData:
         except DecodeError:
             bad += 1
     usdt = [ev for ev in decoded if isinstance(ev, UsdtRecord)]
-    session = sessionize(ev for ev in decoded if not isinstance(ev, UsdtRecord))
+    session = sessionize(ev for ev in decoded if isinstance(ev, (ConnRecord, IoRecord)))
     requests = sorted(session.requests, key=lambda r: r.t_ingress_ns)
     server = build_server_view(usdt)
     correlated = correlate(requests, session.connections, server)
@@ -97,6 +99,8 @@ def build(recording: Recording) -> ReportData:
         correlated=correlated,
         stall_ns=stall_ns_by_request(scheduler.stalls),
         decomposition=requests_at_ttft_percentiles(requests),
+        network=network_analysis.analyze(decoded, list(session.connections.values()),
+                                         recording.snapshots.get("network")),
         breakdown=breakdown,
         series=series,
         sections=sections,
@@ -234,6 +238,9 @@ def to_json(data: ReportData) -> dict:
         "scheduler": scheduler_json(data) if not data.server.empty else None,
         "requests": [request_json(r, data.stall_ns) for r in data.requests],
         "connections": [connection_json(c) for c in data.connections],
+        "network": network_analysis.network_json(
+            data.network, data.recording.snapshots.get("network"),
+            "network" in data.probe_sets.get("active", {})),
     }
 
 

@@ -35,6 +35,9 @@ enum event_type {
     EVENT_USDT = 5,        /* an inferprobe USDT probe fired in the server */
     EVENT_CPU_SAMPLE = 32,    /* one on-CPU stack sample (only with per-phase tagging) */
     EVENT_OFFCPU_SAMPLE = 33, /* one off-CPU period of a target thread (ditto) */
+    EVENT_NET_XMIT = 64,   /* a segment of a traced connection reached the device (net.bpf.c) */
+    EVENT_NET_ACK = 65,    /* tcp:tcp_probe on a traced connection: an incoming segment */
+    EVENT_NET_RETRANSMIT = 66, /* tcp:tcp_retransmit_skb on a traced connection */
 };
 
 /* The USDT probes of provider "inferprobe" (probes/, docs/usdt-probes.md).
@@ -170,6 +173,50 @@ enum stack_counter_index {
     STACK_COUNTER_MAX = 8,
 };
 
+/* net_xmit_event.via: how the segment was tied to its connection. */
+enum net_via {
+    NET_VIA_WRITE = 1,  /* sent inside the server's own write() on that socket */
+    NET_VIA_ACK = 2,    /* sent right after tcp_probe saw an incoming segment on it (ACK clocked) */
+};
+
+/* net_xmit_event.flags */
+#define NET_FLAG_RETRANSMIT 0x0001  /* tcp_retransmit_skb fired for this socket just before */
+
+#define NET_DEV_NAME_BYTES 16
+
+struct net_xmit_event {
+    struct event_header hdr;  /* ts_ns: net:net_dev_xmit (the driver took it); pid: the target */
+    __u64 conn_id;
+    __u64 queue_ns;           /* net:net_dev_queue: TCP handed it to the device layer */
+    __u32 len;                /* frame bytes with every header (a GSO frame: all its segments) */
+    __s32 rc;                 /* the driver's return code (0: sent) */
+    __u16 via;                /* enum net_via */
+    __u16 flags;              /* NET_FLAG_* */
+    __u32 _pad;
+    char dev[NET_DEV_NAME_BYTES];
+};
+
+struct net_ack_event {
+    struct event_header hdr;  /* ts_ns: tcp:tcp_probe; pid: the target; tid 0 (softirq) */
+    __u64 conn_id;
+    __u32 snd_nxt;            /* the values tcp_probe reports, before this segment is processed */
+    __u32 snd_una;
+    __u32 snd_cwnd;
+    __u32 ssthresh;
+    __u32 snd_wnd;            /* the peer's receive window, bytes */
+    __u32 srtt_us;
+    __u32 rcv_wnd;
+    __u16 data_len;           /* payload bytes of the incoming segment */
+    __u16 _pad;
+};
+
+struct net_retransmit_event {
+    struct event_header hdr;  /* pid: the target; tid 0 */
+    __u64 conn_id;
+    __s32 state;              /* TCP state (1 established) */
+    __s32 err;                /* tcp_retransmit_skb's result, 0 when sent */
+};
+
 /* Indexes of the per-CPU counters array (user space sums them). */
 enum counter_index {
     COUNTER_EVENTS_SENT = 0,    /* events submitted to the ring buffer */
@@ -177,6 +224,8 @@ enum counter_index {
     COUNTER_IO_SKIPPED = 2,     /* socket I/O on connections that never carried HTTP */
     COUNTER_USDT_BAD_ARGS = 3,  /* a USDT argument could not be read */
     COUNTER_REQUESTS = 4,       /* request lines sent (a live count without decoding) */
+    COUNTER_NET_QUEUED = 14,    /* segments of traced connections seen at net_dev_queue */
+    COUNTER_NET_XMITTED = 15,   /* ... and again at net_dev_xmit (the rest: dropped or re-segmented) */
     COUNTER_MAX = 16,           /* room for the other probe sets' counters */
 };
 

@@ -115,11 +115,16 @@ class _Stop:
     is_flag=True,
     help="Do not attach the server's inferprobe USDT probes even if it has them.",
 )
+@click.option(
+    "--no-network",
+    is_flag=True,
+    help="Do not trace segments and TCP state (write -> wire delay, Nagle, socket buffers).",
+)
 @live_export_options
 @stack_options
 @kernel_headers_option
-def record(pids, duration, output, ringbuf_mb, no_listen_check, no_usdt, kernel_headers, otlp, prometheus,
-           **flags) -> None:
+def record(pids, duration, output, ringbuf_mb, no_listen_check, no_usdt, no_network, kernel_headers, otlp,
+           prometheus, **flags) -> None:
     """Record every HTTP request the given processes serve.
 
     Attaches to syscall tracepoints (no change to the server, no restart),
@@ -138,7 +143,7 @@ def record(pids, duration, output, ringbuf_mb, no_listen_check, no_usdt, kernel_
     metrics = bind_prometheus(prometheus)
     pids = list(dict.fromkeys(pids))
     pages = 1 << ((ringbuf_mb * 256).bit_length() - 1)
-    sets = ("sockets",) if no_usdt else ("sockets", "usdt")
+    sets = ("sockets",) + (() if no_usdt else ("usdt",)) + (() if no_network else ("network",))
     stack_flags = {k: flags.pop(k) for k in list(flags) if k in STACK_FLAGS}
     otlp_opts = flags
     sets += stack_sets(stack_flags)
@@ -181,7 +186,7 @@ def record(pids, duration, output, ringbuf_mb, no_listen_check, no_usdt, kernel_
                 break
             if now >= next_flush:
                 next_flush = now + 1.0
-                tracer.tick()
+                tracer.refresh()
                 counters = tracer.counters()
                 lost = counters["events_lost"]
                 writer.flush(stats={"t": now - started, "lost_events": counters["events_lost"],

@@ -86,6 +86,32 @@ def render_text(data: ReportData, console: Console) -> None:
     _render_probe_sets(data, console)
     _render_decomposition(data, console)
     _render_scheduler(data, console)
+    _render_network(data, console)
+
+
+def _render_network(data: ReportData, console: Console) -> None:
+    from inferprobe.analyzers.network import findings
+
+    if not data.network:
+        return
+    table = Table(title="Network: write -> wire per connection", title_justify="left")
+    for col in ("conn", "nodelay", "writes", "segments", "coalesced", "after ACK", "p50 ms",
+                "p99 ms", "max ms", "rtt ms", "cwnd", "retrans"):
+        table.add_column(col, justify="right")
+    for c in data.network:
+        d = c.write_to_wire()
+        rtt = c.tcp_info_series("rtt_us")
+        cwnd = c.tcp_info_series("cwnd")
+        table.add_row(
+            str(c.conn_id), "?" if c.nodelay is None else ("on" if c.nodelay else "off"),
+            str(len(c.writes)), str(c.segments), str(c.coalesced_writes), str(c.ack_released_writes),
+            _ms(d.p50), _ms(d.p99), _ms(d.max), f"{rtt[-1] / 1000:.2f}" if rtt else "-",
+            str(cwnd[-1]) if cwnd else "-", str(c.retransmits),
+        )
+    console.print(table)
+    for f in findings(data.network):
+        console.print(f"[bold]{f.kind}[/bold] conn {f.conn_id}: {f.summary}")
+        console.print(f"  fix: {f.fix}")
 
 
 def _render_probe_sets(data: ReportData, console: Console) -> None:

@@ -25,6 +25,9 @@ class EventType(enum.IntEnum):
     USDT = 5
     CPU_SAMPLE = 32
     OFFCPU_SAMPLE = 33
+    NET_XMIT = 64
+    NET_ACK = 65
+    NET_RETRANSMIT = 66
 
 
 class UsdtProbe(enum.IntEnum):
@@ -82,9 +85,21 @@ class Counter(enum.IntEnum):
     IO_SKIPPED = 2
     USDT_BAD_ARGS = 3
     REQUESTS = 4
+    NET_QUEUED = 14
+    NET_XMITTED = 15
 
 
 COUNTER_MAX = 16
+NET_DEV_NAME_BYTES = 16
+
+
+class NetVia(enum.IntEnum):
+    WRITE = 1
+    ACK = 2
+
+
+class NetFlag(enum.IntFlag):
+    RETRANSMIT = 0x0001
 
 
 class StackCounter(enum.IntEnum):
@@ -177,6 +192,45 @@ class StackSampleEvent(ctypes.Structure):
     ]
 
 
+class NetXmitEvent(ctypes.Structure):
+    _fields_ = [
+        ("hdr", EventHeader),
+        ("conn_id", ctypes.c_uint64),
+        ("queue_ns", ctypes.c_uint64),
+        ("len", ctypes.c_uint32),
+        ("rc", ctypes.c_int32),
+        ("via", ctypes.c_uint16),
+        ("flags", ctypes.c_uint16),
+        ("_pad", ctypes.c_uint32),
+        ("dev", ctypes.c_char * NET_DEV_NAME_BYTES),
+    ]
+
+
+class NetAckEvent(ctypes.Structure):
+    _fields_ = [
+        ("hdr", EventHeader),
+        ("conn_id", ctypes.c_uint64),
+        ("snd_nxt", ctypes.c_uint32),
+        ("snd_una", ctypes.c_uint32),
+        ("snd_cwnd", ctypes.c_uint32),
+        ("ssthresh", ctypes.c_uint32),
+        ("snd_wnd", ctypes.c_uint32),
+        ("srtt_us", ctypes.c_uint32),
+        ("rcv_wnd", ctypes.c_uint32),
+        ("data_len", ctypes.c_uint16),
+        ("_pad", ctypes.c_uint16),
+    ]
+
+
+class NetRetransmitEvent(ctypes.Structure):
+    _fields_ = [
+        ("hdr", EventHeader),
+        ("conn_id", ctypes.c_uint64),
+        ("state", ctypes.c_int32),
+        ("err", ctypes.c_int32),
+    ]
+
+
 STRUCT_FOR_TYPE: dict[EventType, type[ctypes.Structure]] = {
     EventType.CONN_OPEN: ConnEvent,
     EventType.CONN_CLOSE: ConnEvent,
@@ -185,6 +239,9 @@ STRUCT_FOR_TYPE: dict[EventType, type[ctypes.Structure]] = {
     EventType.USDT: UsdtEvent,
     EventType.CPU_SAMPLE: StackSampleEvent,
     EventType.OFFCPU_SAMPLE: StackSampleEvent,
+    EventType.NET_XMIT: NetXmitEvent,
+    EventType.NET_ACK: NetAckEvent,
+    EventType.NET_RETRANSMIT: NetRetransmitEvent,
 }
 
 
@@ -253,7 +310,53 @@ class StackSampleRecord:
     weight: int  # 1 on-CPU; blocked microseconds off-CPU
 
 
-Event = ConnRecord | IoRecord | UsdtRecord | StackSampleRecord
+@dataclass(frozen=True, slots=True)
+class NetXmitRecord:
+    """A segment of a traced connection, from the device layer's view."""
+
+    type: EventType
+    pid: int
+    ts_ns: int  # net_dev_xmit: the driver took the frame
+    queue_ns: int  # net_dev_queue: TCP handed it to the device layer
+    conn_id: int
+    len: int  # frame bytes, headers included
+    rc: int
+    via: NetVia
+    flags: NetFlag
+    dev: str
+
+
+@dataclass(frozen=True, slots=True)
+class NetAckRecord:
+    """tcp:tcp_probe on a traced connection: what TCP knew when a segment came in."""
+
+    type: EventType
+    pid: int
+    ts_ns: int
+    conn_id: int
+    snd_nxt: int
+    snd_una: int
+    snd_cwnd: int
+    ssthresh: int
+    snd_wnd: int  # the peer's receive window
+    srtt_us: int
+    rcv_wnd: int
+    data_len: int
+
+
+@dataclass(frozen=True, slots=True)
+class NetRetransmitRecord:
+    type: EventType
+    pid: int
+    ts_ns: int
+    conn_id: int
+    state: int
+    err: int
+
+
+NetRecord = NetXmitRecord | NetAckRecord | NetRetransmitRecord
+Event = (ConnRecord | IoRecord | UsdtRecord | StackSampleRecord | NetXmitRecord | NetAckRecord
+         | NetRetransmitRecord)
 
 
 def event_type_of(raw: bytes) -> EventType:
@@ -310,6 +413,22 @@ def decode(raw: bytes) -> Event:
             probe=UsdtProbe(ev.probe),
             args=tuple(ev.args[: min(ev.nargs, USDT_MAX_ARGS)]),
         )
+    if struct is NetXmitEvent:
+        return NetXmitRecord(
+            type=etype, pid=hdr.pid, ts_ns=hdr.ts_ns, queue_ns=ev.queue_ns, conn_id=ev.conn_id,
+            len=ev.len, rc=ev.rc,
+            via=NetVia(ev.via) if ev.via in NetVia._value2member_map_ else NetVia.WRITE,
+            flags=NetFlag(ev.flags), dev=ev.dev.decode("latin-1"),
+        )
+    if struct is NetAckEvent:
+        return NetAckRecord(
+            type=etype, pid=hdr.pid, ts_ns=hdr.ts_ns, conn_id=ev.conn_id, snd_nxt=ev.snd_nxt,
+            snd_una=ev.snd_una, snd_cwnd=ev.snd_cwnd, ssthresh=ev.ssthresh, snd_wnd=ev.snd_wnd,
+            srtt_us=ev.srtt_us, rcv_wnd=ev.rcv_wnd, data_len=ev.data_len,
+        )
+    if struct is NetRetransmitEvent:
+        return NetRetransmitRecord(type=etype, pid=hdr.pid, ts_ns=hdr.ts_ns, conn_id=ev.conn_id,
+                                   state=ev.state, err=ev.err)
     kind = HttpKind(ev.kind) if ev.kind in HttpKind._value2member_map_ else HttpKind.DATA
     flags = HttpFlag(ev.flags)
     method = None

@@ -84,6 +84,7 @@ class LoadedTracer:
     active: dict[str, ProbeSet]
     ringbuf_pages: int
     inactive: dict[str, str] = field(default_factory=dict)  # set name -> why not
+    ctx: TargetContext | None = None
 
     def counters(self) -> dict[str, int]:
         table = self.bpf[b"counters"]
@@ -93,9 +94,10 @@ class LoadedTracer:
             totals[counter.name.lower()] = int(sum(per_cpu))
         return totals
 
-    def tick(self) -> None:
+    def refresh(self) -> None:
+        """Lets every active set sample what it samples while recording."""
         for probe_set in self.active.values():
-            probe_set.tick(self.bpf)
+            probe_set.refresh(self.bpf, self.ctx)
 
     def snapshots(self) -> dict[str, dict]:
         """Each active set's kernel-side aggregates, for the recording."""
@@ -202,7 +204,7 @@ def load_tracer(
     for pid in all_pids:
         tgids[ctypes.c_uint32(pid)] = ctypes.c_uint8(1)
     return LoadedTracer(bpf=bpf, pids=all_pids, active=active, ringbuf_pages=ringbuf_pages,
-                        inactive=inactive)
+                        inactive=inactive, ctx=ctx)
 
 
 assert COUNTER_MAX >= len(Counter)

@@ -75,6 +75,11 @@ def _sockets(pid: int) -> dict[int, int]:
     return found
 
 
+def socket_inodes(pid: int) -> dict[int, int]:
+    """fd -> socket inode for every socket pid holds open now."""
+    return _sockets(pid)
+
+
 def socket_fds(pid: int) -> list[int]:
     """File descriptors of pid that are sockets (already open at start)."""
     return sorted(_sockets(pid))

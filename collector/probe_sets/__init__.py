@@ -46,9 +46,10 @@ class ProbeSet:
     def after_load(self, bpf, ctx: TargetContext) -> None:
         """Attaches what bcc did not attach by itself and seeds maps."""
 
-    def tick(self, bpf) -> None:
-        """Called about once a second while recording (e.g. to keep the maps
-        of processes that may exit before the end)."""
+    def refresh(self, bpf, ctx: TargetContext) -> None:
+        """Called by `record` about once a second while recording: for sets
+        that sample user-space state (socket options, tcp_info) as they go, or keep the
+        maps of processes that may exit before the end."""
 
     def snapshot(self, bpf) -> dict | None:
         """Kernel-side aggregates to store in the recording when it stops."""
@@ -59,8 +60,9 @@ class ProbeSet:
 
 
 def available_sets() -> dict[str, type[ProbeSet]]:
+    from inferprobe.collector.probe_sets.network import NetworkProbes
     from inferprobe.collector.probe_sets.sockets import SocketProbes
     from inferprobe.collector.probe_sets.stacks import OffcpuProbes, ProfileProbes
     from inferprobe.collector.probe_sets.usdt import UsdtProbes
 
-    return {cls.name: cls for cls in (SocketProbes, UsdtProbes, ProfileProbes, OffcpuProbes)}
+    return {cls.name: cls for cls in (SocketProbes, UsdtProbes, NetworkProbes, ProfileProbes, OffcpuProbes)}

@@ -83,7 +83,7 @@ class _StackSet(ProbeSet):
             self.symbolizer.remember_process(pid)
         self.started_ns = time.monotonic_ns()
 
-    def tick(self, bpf) -> None:
+    def refresh(self, bpf, ctx: TargetContext) -> None:
         self._remember_targets(bpf)
 
     def counters(self, bpf) -> dict[str, int]:

@@ -26,6 +26,9 @@ STRUCTS = {
     "stack_key": events.StackKey,
     "offcpu_value": events.OffcpuValue,
     "stack_sample_event": events.StackSampleEvent,
+    "net_xmit_event": events.NetXmitEvent,
+    "net_ack_event": events.NetAckEvent,
+    "net_retransmit_event": events.NetRetransmitEvent,
 }
 
 # Every member of these Python enums must exist in the header under
@@ -38,6 +41,8 @@ ENUM_PREFIXES = {
     "COUNTER_": events.Counter,
     "USDT_": events.UsdtProbe,
     "STACK_COUNTER_": events.StackCounter,
+    "NET_VIA_": events.NetVia,
+    "NET_FLAG_": events.NetFlag,
 }
 
 ENUMS = {
@@ -49,6 +54,7 @@ ENUMS = {
     "STACK_FLAG_PREEMPTED": events.STACK_FLAG_PREEMPTED,
     "INFERPROBE_LAYOUT_VERSION": events.LAYOUT_VERSION,
     "PATH_MAX_BYTES": events.PATH_MAX_BYTES,
+    "NET_DEV_NAME_BYTES": events.NET_DEV_NAME_BYTES,
 }
 
 

@@ -1,0 +1,386 @@
+"""Per connection: when each write left the host, what held it, and what to do about it.
+
+Inputs are the recording's decoded events (the server's writes from the
+socket set; segments, incoming-segment samples and retransmissions from the
+network set) and the tcp_info/socket-option samples in the network set's
+snapshot. No I/O here.
+
+Matching writes to segments. TCP sends a connection's bytes in order, so the
+k-th byte written is the k-th payload byte transmitted (retransmissions
+aside). A segment's payload is its frame length less the headers:
+Ethernet (14, as on lo and veth), IPv4 (20) or IPv6 (40), TCP (20, plus 12
+when the connection uses timestamps: tcp_info says so). Walking writes and
+segments in time order, a write "reaches the wire" with the segment that
+carries its last byte; writes whose last bytes leave in the same segment
+were coalesced.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from inferprobe.analyzers.cadence import Distribution
+from inferprobe.collector.events import (
+    Event,
+    IoRecord,
+    NetAckRecord,
+    NetFlag,
+    NetRetransmitRecord,
+    NetVia,
+    NetXmitRecord,
+)
+from inferprobe.collector.timeline import Connection
+
+ETH_HEADER = 14
+TCP_HEADER = 20
+TCP_TIMESTAMP_OPTION = 12
+TCPI_OPT_TIMESTAMPS = 1
+
+# Thresholds for findings; each finding carries the figures that crossed them.
+NAGLE_MIN_HELD_WRITES = 2  # small writes that waited for an ACK
+HELD_DELAY_NS = 1_000_000  # a write that left more than 1 ms after it was made was held
+BLOCKED_WRITE_NS = 1_000_000  # a write() that took this long waited for send-buffer space
+SNDBUF_PRESSURE_RATIO = 0.5  # queued bytes / send buffer
+
+
+@dataclass
+class WriteOnWire:
+    t_write_ns: int  # write() entry
+    t_exit_ns: int
+    bytes: int
+    t_queue_ns: int | None = None  # the segment carrying its last byte, at net_dev_queue
+    t_wire_ns: int | None = None  # ... at net_dev_xmit
+    segment: int | None = None  # index of that segment in the connection
+    via: NetVia | None = None
+    shared: bool = False  # its last byte left in a segment with the last byte of another write
+
+    @property
+    def delay_ns(self) -> int | None:
+        return None if self.t_wire_ns is None else self.t_wire_ns - self.t_write_ns
+
+
+@dataclass
+class ConnectionNetwork:
+    conn_id: int
+    pid: int
+    fd: int | None
+    peer: str | None
+    header_bytes: int
+    writes: list[WriteOnWire] = field(default_factory=list)
+    segments: int = 0
+    retransmits: int = 0
+    acks: list[NetAckRecord] = field(default_factory=list)
+    samples: list[dict] = field(default_factory=list)  # tcp_state samples of this socket
+
+    @property
+    def matched(self) -> list[WriteOnWire]:
+        return [w for w in self.writes if w.t_wire_ns is not None]
+
+    @property
+    def coalesced_writes(self) -> int:
+        return sum(1 for w in self.writes if w.shared)
+
+    @property
+    def ack_released_writes(self) -> int:
+        """Writes that did not leave inside their own write() but after an incoming ACK."""
+        return sum(1 for w in self.writes if w.via == NetVia.ACK)
+
+    @property
+    def blocked_writes(self) -> int:
+        return sum(1 for w in self.writes if w.t_exit_ns - w.t_write_ns >= BLOCKED_WRITE_NS)
+
+    @property
+    def nodelay(self) -> bool | None:
+        known = [s["nodelay"] for s in self.samples if s.get("nodelay") is not None]
+        return known[-1] if known else None
+
+    @property
+    def cork(self) -> bool | None:
+        known = [s["cork"] for s in self.samples if s.get("cork") is not None]
+        return known[-1] if known else None
+
+    @property
+    def sockopt_unreadable(self) -> str | None:
+        if not self.samples:
+            return "no tcp_info sample matched this connection (closed between samples, or not TCP)"
+        if self.nodelay is None:
+            return self.samples[-1].get("sockopt_unreadable")
+        return None
+
+    def write_to_wire(self) -> Distribution:
+        return Distribution.of([w.delay_ns for w in self.matched])
+
+    def tcp_info_series(self, name: str) -> list[int]:
+        return [s["tcp_info"][name] for s in self.samples if s["tcp_info"].get(name) is not None]
+
+
+def header_bytes(conn: Connection | None, samples: list[dict]) -> int:
+    ip = 20
+    if conn is not None and conn.family == "ipv6" and not (conn.peer or "").startswith("::ffff:"):
+        ip = 40
+    options = next((s["tcp_info"].get("options") for s in samples if s.get("tcp_info")), None)
+    timestamps = True if options is None else bool(options & TCPI_OPT_TIMESTAMPS)  # Linux default
+    return ETH_HEADER + ip + TCP_HEADER + (TCP_TIMESTAMP_OPTION if timestamps else 0)
+
+
+def _samples_of(conn: Connection | None, pid: int, fd: int | None, samples: list[dict]) -> list[dict]:
+    """The samples of this connection's socket: same pid and fd, inside its lifetime."""
+    if fd is None:
+        return []
+    out = []
+    for s in samples:
+        if s["pid"] != pid or s["fd"] != fd:
+            continue
+        if conn is not None and conn.t_open_ns is not None and s["t_ns"] < conn.t_open_ns:
+            continue
+        if conn is not None and conn.t_close_ns is not None and s["t_ns"] > conn.t_close_ns:
+            continue
+        out.append(s)
+    return out
+
+
+def match_writes(writes: list[WriteOnWire], segments: list[NetXmitRecord], header: int) -> int:
+    """Marks each write with the segment carrying its last byte; returns segments used.
+
+    Only bytes written before a segment was queued can be in it, which keeps
+    a misjudged header size or a segment we could not see from drifting the
+    match: the sent count never runs ahead of the written count.
+    """
+    writes.sort(key=lambda w: w.t_write_ns)
+    ends = []
+    total = 0
+    for w in writes:
+        total += w.bytes
+        ends.append(total)
+    sent = 0
+    next_write = 0
+    begun = 0  # writes that had begun by the segment's queue time
+    used = 0
+    for index, seg in enumerate(sorted(segments, key=lambda s: s.queue_ns)):
+        if NetFlag.RETRANSMIT in seg.flags or seg.rc != 0:
+            continue
+        payload = seg.len - header
+        if payload <= 0:
+            continue  # a pure ACK or window update
+        used += 1
+        while begun < len(writes) and writes[begun].t_write_ns <= seg.queue_ns:
+            begun += 1
+        written = ends[begun - 1] if begun else 0
+        sent = min(sent + payload, written)
+        done = []
+        while next_write < len(writes) and ends[next_write] <= sent:
+            done.append(writes[next_write])
+            next_write += 1
+        for w in done:
+            w.t_queue_ns = seg.queue_ns
+            w.t_wire_ns = seg.ts_ns
+            w.segment = index
+            w.via = seg.via
+            w.shared = len(done) > 1
+    return used
+
+
+def analyze(
+    events: list[Event], connections: list[Connection], snapshot: dict | None
+) -> list[ConnectionNetwork]:
+    samples = (snapshot or {}).get("tcp_samples", [])
+    by_id = {c.conn_id: c for c in connections}
+    writes: dict[int, list[WriteOnWire]] = defaultdict(list)
+    segments: dict[int, list[NetXmitRecord]] = defaultdict(list)
+    acks: dict[int, list[NetAckRecord]] = defaultdict(list)
+    retransmits: dict[int, int] = defaultdict(int)
+    owner: dict[int, tuple[int, int | None]] = {}
+    for ev in events:
+        if isinstance(ev, IoRecord):
+            if not ev.is_read and ev.bytes > 0:
+                writes[ev.conn_id].append(WriteOnWire(ev.ts_ns, ev.exit_ns, ev.bytes))
+            owner.setdefault(ev.conn_id, (ev.pid, ev.fd))
+        elif isinstance(ev, NetXmitRecord):
+            segments[ev.conn_id].append(ev)
+        elif isinstance(ev, NetAckRecord):
+            acks[ev.conn_id].append(ev)
+        elif isinstance(ev, NetRetransmitRecord):
+            retransmits[ev.conn_id] += 1
+    out = []
+    for conn_id in sorted(set(segments) | set(acks) | set(retransmits)):
+        if conn_id not in writes:
+            continue  # not an HTTP connection the socket set followed
+        conn = by_id.get(conn_id)
+        pid, fd = owner.get(conn_id, (conn.pid if conn else 0, conn.fd if conn else None))
+        mine = _samples_of(conn, pid, fd, samples)
+        result = ConnectionNetwork(
+            conn_id=conn_id, pid=pid, fd=fd, peer=None if conn is None else conn.peer,
+            header_bytes=header_bytes(conn, mine), writes=writes[conn_id],
+            retransmits=retransmits[conn_id], acks=acks[conn_id], samples=mine,
+        )
+        result.segments = match_writes(result.writes, segments[conn_id], result.header_bytes)
+        out.append(result)
+    return out
+
+
+# -- findings ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Finding:
+    kind: str  # nagle_coalescing, send_buffer_pressure, slow_reader, retransmits
+    conn_id: int
+    summary: str
+    evidence: dict
+    fix: str
+
+
+def _ms(ns: float | None) -> str:
+    return "-" if ns is None else f"{ns / 1e6:.1f} ms"
+
+
+def nagle_finding(c: ConnectionNetwork) -> Finding | None:
+    """Small writes held until an ACK came back, with TCP_NODELAY not set."""
+    if c.nodelay is True:
+        return None
+    mss = max(c.tcp_info_series("mss") or [1448])
+    held = [w for w in c.matched if w.via == NetVia.ACK and w.bytes < mss
+            and (w.delay_ns or 0) >= HELD_DELAY_NS]
+    if len(held) < NAGLE_MIN_HELD_WRITES and c.coalesced_writes < NAGLE_MIN_HELD_WRITES:
+        return None
+    delays = c.write_to_wire()
+    state = "off" if c.nodelay is False else f"unknown ({c.sockopt_unreadable})"
+    return Finding(
+        kind="nagle_coalescing",
+        conn_id=c.conn_id,
+        summary=(f"{len(held)} small writes waited for an ACK before leaving and {c.coalesced_writes} "
+                 f"left in a segment shared with another write; write->wire p99 {_ms(delays.p99)}, "
+                 f"TCP_NODELAY {state}"),
+        evidence={
+            "nodelay": c.nodelay,
+            "writes": len(c.writes),
+            "held_until_ack": len(held),
+            "coalesced_writes": c.coalesced_writes,
+            "write_to_wire_p99_ns": delays.p99,
+            "write_to_wire_max_ns": delays.max,
+            "mss": mss,
+        },
+        fix=("set TCP_NODELAY on the server's socket (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, 1); "
+             "uvicorn/aiohttp set it by default, a hand-written server or a proxy may not: nginx "
+             "'tcp_nodelay on' with 'proxy_buffering off' for event streams)"),
+    )
+
+
+def send_buffer_finding(c: ConnectionNetwork) -> Finding | None:
+    notsent = c.tcp_info_series("notsent_bytes")
+    queued = c.tcp_info_series("wmem_queued")
+    sndbuf = c.tcp_info_series("snd_buf")
+    ratio = max((q / b for q, b in zip(queued, sndbuf, strict=False) if b), default=0.0)
+    growing = len(notsent) >= 2 and notsent[-1] > notsent[0] and max(notsent) > 0
+    if not (c.blocked_writes or ratio >= SNDBUF_PRESSURE_RATIO or growing):
+        return None
+    return Finding(
+        kind="send_buffer_pressure",
+        conn_id=c.conn_id,
+        summary=(f"{c.blocked_writes} writes blocked for >= {_ms(BLOCKED_WRITE_NS)}; not-sent bytes "
+                 f"peaked at {max(notsent, default=0)}, queued/send buffer up to {ratio:.0%}"),
+        evidence={
+            "blocked_writes": c.blocked_writes,
+            "notsent_bytes_max": max(notsent, default=None),
+            "notsent_bytes_first_last": [notsent[0], notsent[-1]] if notsent else None,
+            "wmem_queued_to_sndbuf_max": round(ratio, 3),
+            "snd_buf": sndbuf[-1] if sndbuf else None,
+        },
+        fix=("the peer or the path takes bytes slower than the server makes them: find the slow "
+             "reader (see slow_reader) or the bottleneck link; a larger SO_SNDBUF only hides it, and "
+             "TCP_NOTSENT_LOWAT keeps the backlog (and the latency it adds) small"),
+    )
+
+
+def slow_reader_finding(c: ConnectionNetwork) -> Finding | None:
+    windows = [a.snd_wnd for a in c.acks]
+    zero = sum(1 for w in windows if w == 0)
+    rwnd_limited = max(c.tcp_info_series("rwnd_limited_us"), default=0)
+    if not zero and not rwnd_limited:
+        return None
+    return Finding(
+        kind="slow_reader",
+        conn_id=c.conn_id,
+        summary=(f"the client's receive window was closed in {zero} of {len(windows)} incoming "
+                 f"segments; sending was receive-window limited for {rwnd_limited / 1000:.1f} ms"),
+        evidence={"zero_window_acks": zero, "acks": len(windows),
+                  "min_peer_window": min(windows, default=None), "rwnd_limited_us": rwnd_limited},
+        fix=("the client reads its socket too slowly: make it read as events arrive (no blocking "
+             "work in the read loop), or give it a larger receive buffer"),
+    )
+
+
+def retransmit_finding(c: ConnectionNetwork) -> Finding | None:
+    total = max(c.tcp_info_series("retrans_total"), default=0)
+    if not c.retransmits and not total:
+        return None
+    return Finding(
+        kind="retransmits",
+        conn_id=c.conn_id,
+        summary=f"{max(c.retransmits, total)} segments were retransmitted: each costs at least an RTT",
+        evidence={"retransmit_events": c.retransmits, "tcp_info_retrans_total": total},
+        fix=("packets are lost between server and client: check interface and qdisc drops "
+             "(ip -s link, tc -s qdisc) and the path; retransmissions are not the server's doing"),
+    )
+
+
+FINDERS = (nagle_finding, send_buffer_finding, slow_reader_finding, retransmit_finding)
+
+
+def findings(conns: list[ConnectionNetwork]) -> list[Finding]:
+    return [f for c in conns for finder in FINDERS if (f := finder(c)) is not None]
+
+
+# -- JSON ----------------------------------------------------------------------
+
+
+def tcp_info_json(c: ConnectionNetwork) -> dict | None:
+    if not c.samples:
+        return None
+    last = c.samples[-1]["tcp_info"]
+    keys = ("rtt_us", "rttvar_us", "min_rtt_us", "cwnd", "ssthresh", "mss", "unacked",
+            "notsent_bytes", "retrans_total", "delivery_rate_Bps", "snd_buf", "wmem_queued",
+            "peer_window", "rwnd_limited_us", "sndbuf_limited_us", "bytes_sent", "bytes_acked")
+    out = {k: last.get(k) for k in keys}
+    out["notsent_bytes_max"] = max(c.tcp_info_series("notsent_bytes"), default=None)
+    out["samples"] = len(c.samples)
+    out["local"] = last.get("local")
+    out["peer"] = last.get("peer")
+    return out
+
+
+def connection_json(c: ConnectionNetwork) -> dict:
+    return {
+        "conn_id": c.conn_id,
+        "pid": c.pid,
+        "fd": c.fd,
+        "nodelay": c.nodelay,
+        "cork": c.cork,
+        "sockopt_unreadable": c.sockopt_unreadable,
+        "writes": len(c.writes),
+        "writes_on_wire": len(c.matched),
+        "segments": c.segments,
+        "coalesced_writes": c.coalesced_writes,
+        "ack_released_writes": c.ack_released_writes,
+        "blocked_writes": c.blocked_writes,
+        "write_to_wire_ns": c.write_to_wire().as_dict(),
+        "retransmits": c.retransmits,
+        "zero_window_acks": sum(1 for a in c.acks if a.snd_wnd == 0),
+        "header_bytes": c.header_bytes,
+        "tcp_info": tcp_info_json(c),
+    }
+
+
+def finding_json(f: Finding) -> dict:
+    return {"kind": f.kind, "conn_id": f.conn_id, "summary": f.summary, "evidence": f.evidence,
+            "fix": f.fix}
+
+
+def network_json(conns: list[ConnectionNetwork], snapshot: dict | None, active: bool) -> dict:
+    return {
+        "traced": active,
+        "sample_errors": (snapshot or {}).get("sample_errors", []),
+        "connections": [connection_json(c) for c in conns],
+        "findings": [finding_json(f) for f in findings(conns)],
+    }

@@ -1,0 +1,224 @@
+/* net.bpf.c: when the bytes of a traced connection leave the host.
+ *
+ * Tracepoints only (no kprobes), and only their arguments: no kernel struct
+ * is read. The problem is that the transmit tracepoints (net:net_dev_queue,
+ * net:net_dev_xmit) name an skb and a device but no socket, and the TCP
+ * tracepoint that names a socket on the receive path (tcp:tcp_probe) fires
+ * for incoming segments. A TCP data segment of socket S is transmitted in
+ * one of three contexts, and two of them tell us S:
+ *
+ *   1. inside the server's own write()/send() on S (nothing held back):
+ *      the writing thread has a pending write in sock.bpf.c's `pending` map,
+ *      which names the connection;
+ *   2. right after an incoming ACK on S released held data (Nagle, a full
+ *      congestion or receive window): tcp_probe fires for S at the start of
+ *      the receive processing, and the transmit follows on the same CPU in
+ *      the same softirq (or in release_sock() of the socket's owner);
+ *   3. from a timer (retransmission, tail-loss probe) or the TCP small-queues
+ *      tasklet: not attributed (retransmissions are counted on their own).
+ *
+ * So tcp_probe leaves a per-CPU note "the last segment received here was on
+ * S at time t"; net_dev_queue ties an skb to a connection by case 1 or 2 and
+ * remembers it by skb address; net_dev_xmit (the driver took it) sends one
+ * event with both times. A socket is learned as S from sock:sock_send_length
+ * and sock:sock_recv_length, which fire in the target's thread while
+ * sock.bpf.c's pending map still says which connection that thread is on.
+ *
+ * Needs sock.bpf.c compiled before it (collector/loader.py pastes the
+ * "sockets" set first): it reads `pending`, `struct pending_io` and DIR_WRITE.
+ */
+#include "common.bpf.h"
+
+/* A transmit counts as ACK-clocked only this soon after tcp_probe on the
+ * same CPU: the call chain from tcp_rcv_established() to dev_queue_xmit()
+ * takes microseconds; a longer gap means the note is stale. */
+#define NET_ACK_WINDOW_NS 200000ULL
+
+#define TCP_STATE_CLOSE 7
+
+struct net_sock_info {
+    u64 conn_id;
+    u32 pid;
+    u32 _pad;
+};
+
+struct net_cpu_note {
+    u64 conn_id;     /* 0: the last segment received on this CPU was on an untraced socket */
+    u64 ts_ns;
+    u32 pid;         /* the target owning conn_id */
+    u32 retransmit;  /* tcp_retransmit_skb fired for conn_id and its transmit is still to come */
+};
+
+struct net_queued {
+    u64 conn_id;
+    u64 queue_ns;
+    u32 pid;
+    u16 via;
+    u16 flags;
+};
+
+BPF_TABLE("lru_hash", u64, struct net_sock_info, net_socks, 16384);   /* struct sock * -> conn */
+BPF_TABLE("lru_hash", u64, struct net_queued, net_skbs, 16384);       /* skb * -> segment */
+BPF_PERCPU_ARRAY(net_cpu, struct net_cpu_note, 1);
+
+static __always_inline void net_fill_header(struct event_header *hdr, u32 type, u64 ts_ns, u32 pid)
+{
+    /* Most of these fire in softirq context, where "current" is whatever
+     * task was interrupted: the target pid comes from the socket instead. */
+    hdr->type = type;
+    hdr->pid = pid;
+    hdr->tid = 0;
+    hdr->cpu = bpf_get_smp_processor_id();
+    hdr->ts_ns = ts_ns;
+}
+
+static __always_inline int net_learn_socket(u64 sk, int ret)
+{
+    if (ret <= 0)
+        return 0;
+    u64 id = bpf_get_current_pid_tgid();
+    if (!is_target(id >> 32))
+        return 0;
+    struct pending_io *io = pending.lookup(&id);
+    if (!io || !io->conn_id)
+        return 0;
+    struct net_sock_info info = {.conn_id = io->conn_id, .pid = id >> 32};
+    net_socks.update(&sk, &info);
+    return 0;
+}
+
+TRACEPOINT_PROBE(sock, sock_send_length)
+{
+    if (args->protocol != 6 /* IPPROTO_TCP */)
+        return 0;
+    return net_learn_socket((u64)args->sk, args->ret);
+}
+
+TRACEPOINT_PROBE(sock, sock_recv_length)
+{
+    if (args->protocol != 6 /* IPPROTO_TCP */)
+        return 0;
+    return net_learn_socket((u64)args->sk, args->ret);
+}
+
+/* Socket addresses are reused once freed: forget a socket when it closes so
+ * that a later, unrelated socket at the same address is not taken for it. */
+TRACEPOINT_PROBE(sock, inet_sock_set_state)
+{
+    if (args->newstate != TCP_STATE_CLOSE)
+        return 0;
+    u64 sk = (u64)args->skaddr;
+    net_socks.delete(&sk);
+    return 0;
+}
+
+TRACEPOINT_PROBE(tcp, tcp_probe)
+{
+    u64 now = bpf_ktime_get_ns();
+    u64 sk = (u64)args->skaddr;
+    struct net_sock_info *info = net_socks.lookup(&sk);
+    u32 zero = 0;
+    struct net_cpu_note *note = net_cpu.lookup(&zero);
+    if (note) {
+        note->conn_id = info ? info->conn_id : 0;
+        note->pid = info ? info->pid : 0;
+        note->ts_ns = now;
+        note->retransmit = 0;
+    }
+    if (!info)
+        return 0;
+    struct net_ack_event ev = {};
+    net_fill_header(&ev.hdr, EVENT_NET_ACK, now, info->pid);
+    ev.conn_id = info->conn_id;
+    ev.snd_nxt = args->snd_nxt;
+    ev.snd_una = args->snd_una;
+    ev.snd_cwnd = args->snd_cwnd;
+    ev.ssthresh = args->ssthresh;
+    ev.snd_wnd = args->snd_wnd;
+    ev.srtt_us = args->srtt;
+    ev.rcv_wnd = args->rcv_wnd;
+    ev.data_len = args->data_len;
+    return send_event(&ev, sizeof(ev));
+}
+
+TRACEPOINT_PROBE(tcp, tcp_retransmit_skb)
+{
+    u64 sk = (u64)args->skaddr;
+    struct net_sock_info *info = net_socks.lookup(&sk);
+    if (!info)
+        return 0;
+    u64 now = bpf_ktime_get_ns();
+    u32 zero = 0;
+    struct net_cpu_note *note = net_cpu.lookup(&zero);
+    if (note) {
+        /* The retransmitted skb is queued right after this, on this CPU. */
+        note->conn_id = info->conn_id;
+        note->pid = info->pid;
+        note->ts_ns = now;
+        note->retransmit = 1;
+    }
+    struct net_retransmit_event ev = {};
+    net_fill_header(&ev.hdr, EVENT_NET_RETRANSMIT, now, info->pid);
+    ev.conn_id = info->conn_id;
+    ev.state = args->state;
+    ev.err = args->err;
+    return send_event(&ev, sizeof(ev));
+}
+
+TRACEPOINT_PROBE(net, net_dev_queue)
+{
+    u64 now = bpf_ktime_get_ns();
+    u64 id = bpf_get_current_pid_tgid();
+    u32 zero = 0;
+    struct net_cpu_note *note = net_cpu.lookup(&zero);
+    if (!note)
+        return 0;
+    struct net_queued q = {.queue_ns = now};
+    struct pending_io *io = pending.lookup(&id);
+    if (io && note->ts_ns > io->ts_ns) {
+        /* A segment was received on this CPU after this thread's write
+         * began: we are in a softirq run on top of the write (loopback and
+         * veth deliver in place), and the note is the better witness. */
+        io = 0;
+    }
+    if (io && io->dir == DIR_WRITE) {
+        q.conn_id = io->conn_id;
+        q.pid = id >> 32;
+        q.via = NET_VIA_WRITE;
+    } else if (note->conn_id && now - note->ts_ns < NET_ACK_WINDOW_NS) {
+        q.conn_id = note->conn_id;
+        q.pid = note->pid;
+        q.via = NET_VIA_ACK;
+        if (note->retransmit) {
+            q.flags |= NET_FLAG_RETRANSMIT;
+            note->retransmit = 0;
+        }
+    }
+    if (!q.conn_id)
+        return 0;
+    u64 skb = (u64)args->skbaddr;
+    net_skbs.update(&skb, &q);
+    count(COUNTER_NET_QUEUED);
+    return 0;
+}
+
+TRACEPOINT_PROBE(net, net_dev_xmit)
+{
+    u64 skb = (u64)args->skbaddr;
+    struct net_queued *found = net_skbs.lookup(&skb);
+    if (!found)
+        return 0;
+    struct net_queued q = *found;
+    net_skbs.delete(&skb);
+    count(COUNTER_NET_XMITTED);
+    struct net_xmit_event ev = {};
+    net_fill_header(&ev.hdr, EVENT_NET_XMIT, bpf_ktime_get_ns(), q.pid);
+    ev.conn_id = q.conn_id;
+    ev.queue_ns = q.queue_ns;
+    ev.len = args->len;
+    ev.rc = args->rc;
+    ev.via = q.via;
+    ev.flags = q.flags;
+    TP_DATA_LOC_READ_STR(ev.dev, name, sizeof(ev.dev));
+    return send_event(&ev, sizeof(ev));
+}
