@@ -7,8 +7,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from inferprobe.analyzers import locks as lock_analysis
+from inferprobe.analyzers import locks_json as lock_analysis_json
 from inferprobe.analyzers.cadence import CadenceSummary, by_endpoint, summarize
-from inferprobe.collector.events import DecodeError, decode
+from inferprobe.collector.events import ConnRecord, DecodeError, IoRecord, decode
 from inferprobe.collector.recording import Recording
 from inferprobe.collector.sessionizer import sessionize
 from inferprobe.collector.timeline import Connection, Request, SessionStats
@@ -25,13 +27,14 @@ class ReportData:
     session: SessionStats
     connections: list[Connection]
     undecodable_events: int
+    locks: lock_analysis.LockAnalysis | None = None
 
     @property
     def lost_events(self) -> int:
         return self.recording.lost_events
 
 
-def build(recording: Recording) -> ReportData:
+def build(recording: Recording, mutex_threshold: float = lock_analysis.DEFAULT_MUTEX_THRESHOLD) -> ReportData:
     decoded = []
     bad = 0
     for raw in recording.events:
@@ -39,8 +42,9 @@ def build(recording: Recording) -> ReportData:
             decoded.append(decode(raw))
         except DecodeError:
             bad += 1
-    session = sessionize(decoded)
+    session = sessionize(e for e in decoded if isinstance(e, ConnRecord | IoRecord))
     requests = sorted(session.requests, key=lambda r: r.t_ingress_ns)
+    locks = lock_analysis.analyze(requests, decoded, recording.snapshots.get("locks"), mutex_threshold)
     return ReportData(
         recording=recording,
         requests=requests,
@@ -49,12 +53,14 @@ def build(recording: Recording) -> ReportData:
         session=session.stats,
         connections=sorted(session.connections.values(), key=lambda c: c.conn_id),
         undecodable_events=bad,
+        locks=locks,
     )
 
 
-def request_json(r: Request) -> dict:
+def request_json(r: Request, locks: lock_analysis.LockAnalysis | None = None) -> dict:
     """One request in the documented JSON shape (docs/report-json.md)."""
     return {
+        **lock_analysis_json.request_fields(r, locks),
         "pid": r.pid,
         "tid": r.tid,
         "conn": r.conn,
@@ -105,7 +111,8 @@ def to_json(data: ReportData) -> dict:
         },
         "summary": summary_json(data.overall),
         "endpoints": {ep: summary_json(s) for ep, s in data.endpoints.items()},
-        "requests": [request_json(r) for r in data.requests],
+        "requests": [request_json(r, data.locks) for r in data.requests],
+        **lock_analysis_json.top_level(data.locks),
         "connections": [connection_json(c) for c in data.connections],
     }
 

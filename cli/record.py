@@ -110,8 +110,23 @@ class _Stop:
     is_flag=True,
     help="Do not attach the server's inferprobe USDT probes even if it has them.",
 )
+@click.option(
+    "--locks",
+    is_flag=True,
+    help="Also trace futex waits and off-CPU time (lock contention, mutex.wait.ratio; "
+    "docs/locks.md). Cost: about 1 us per futex wait plus 0.5 us per context switch "
+    "of the targets; see benchmarks/bench_locks.py.",
+)
+@click.option(
+    "--lock-floor-us",
+    type=click.FloatRange(min=0),
+    default=10,
+    show_default=True,
+    help="With --locks: futex waits shorter than this are only counted in the kernel.",
+)
 @kernel_headers_option
-def record(pids, duration, output, ringbuf_mb, no_listen_check, no_usdt, kernel_headers) -> None:
+def record(pids, duration, output, ringbuf_mb, no_listen_check, no_usdt, locks, lock_floor_us,
+           kernel_headers) -> None:
     """Record every HTTP request the given processes serve.
 
     Attaches to syscall tracepoints (no change to the server, no restart),
@@ -128,11 +143,14 @@ def record(pids, duration, output, ringbuf_mb, no_listen_check, no_usdt, kernel_
     pids = list(dict.fromkeys(pids))
     pages = 1 << ((ringbuf_mb * 256).bit_length() - 1)
     sets = ("sockets",) if no_usdt else ("sockets", "usdt")
-    tracer = load_tracer(pids, sets=sets, ringbuf_pages=pages, require_listener=not no_listen_check)
+    if locks:
+        sets += ("locks",)
+    tracer = load_tracer(pids, sets=sets, ringbuf_pages=pages, require_listener=not no_listen_check,
+                         options={"locks": {"floor_us": lock_floor_us}})
     writer = None
     try:
         writer = RecordingWriter(Path(output), _meta(tracer, sys.argv))
-        reader = RingBufferReader(tracer, writer.add_event)
+        reader = RingBufferReader(tracer, tracer.tap(writer.add_event))
         stop = _Stop()
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)

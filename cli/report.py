@@ -10,7 +10,9 @@ from rich.console import Console
 from rich.table import Table
 
 from inferprobe.analyzers.cadence import CadenceSummary, Distribution
+from inferprobe.analyzers.locks import DEFAULT_MUTEX_THRESHOLD
 from inferprobe.analyzers.report_data import ReportData, build, to_json
+from inferprobe.cli.locks_text import render_locks
 from inferprobe.collector.recording import read_recording
 
 EXAMPLES = """
@@ -75,6 +77,7 @@ def render_text(data: ReportData, console: Console) -> None:
         "Times in ms. A token chunk is one write carrying SSE data; a chunk can hold "
         "more than one token."
     )
+    render_locks(data, console)
 
 
 @click.command(epilog=EXAMPLES)
@@ -83,9 +86,12 @@ def render_text(data: ReportData, console: Console) -> None:
               show_default=True, help="Output format.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), default=None,
               help="Write to this file instead of standard output.")
-def report(recording, fmt, output) -> None:
+@click.option("--mutex-threshold", type=click.FloatRange(0, 1), default=DEFAULT_MUTEX_THRESHOLD,
+              show_default=True,
+              help="Flag requests whose mutex.wait.ratio is above this (recordings made with --locks).")
+def report(recording, fmt, output, mutex_threshold) -> None:
     """Summarise a recording: requests, TTFT, inter-token and end-to-end latency."""
-    data = build(read_recording(recording))
+    data = build(read_recording(recording), mutex_threshold=mutex_threshold)
     if data.recording.problem:
         click.echo(f"inferprobe: warning: {recording}: {data.recording.problem}", err=True)
     out = open(output, "w") if output else sys.stdout  # noqa: SIM115

@@ -92,6 +92,20 @@ class LoadedTracer:
             totals[counter.name.lower()] = int(sum(per_cpu))
         return totals
 
+    def tap(self, sink):
+        """sink, plus each active set's observe() for the event types it asked for."""
+        observers = {int(t): s.observe for s in self.active.values() for t in s.observed_types}
+        if not observers:
+            return sink
+
+        def tee(raw: bytes) -> None:
+            sink(raw)
+            observe = observers.get(raw[0])
+            if observe is not None:
+                observe(raw)
+
+        return tee
+
     def snapshots(self) -> dict[str, dict]:
         """Each active set's kernel-side aggregates, for the recording."""
         out = {}

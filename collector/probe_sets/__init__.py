@@ -30,6 +30,7 @@ class ProbeSet:
     name: str = ""
     source: str = ""  # file name under bpf/
     description: str = ""
+    observed_types: tuple[int, ...] = ()  # event types passed to observe() while recording
 
     def prepare(self, ctx: TargetContext) -> str | None:
         """Looks at the targets; returns why the set cannot be used, or None."""
@@ -46,13 +47,17 @@ class ProbeSet:
     def after_load(self, bpf, ctx: TargetContext) -> None:
         """Attaches what bcc did not attach by itself and seeds maps."""
 
+    def observe(self, raw: bytes) -> None:
+        """Sees each raw event of observed_types as it arrives (keep it cheap)."""
+
     def snapshot(self, bpf) -> dict | None:
         """Kernel-side aggregates to store in the recording when it stops."""
         return None
 
 
 def available_sets() -> dict[str, type[ProbeSet]]:
+    from inferprobe.collector.probe_sets.locks import LockProbes
     from inferprobe.collector.probe_sets.sockets import SocketProbes
     from inferprobe.collector.probe_sets.usdt import UsdtProbes
 
-    return {cls.name: cls for cls in (SocketProbes, UsdtProbes)}
+    return {cls.name: cls for cls in (SocketProbes, UsdtProbes, LockProbes)}

@@ -23,6 +23,8 @@ STRUCTS = {
     "conn_event": events.ConnEvent,
     "io_event": events.IoEvent,
     "usdt_event": events.UsdtEvent,
+    "futex_wait_event": events.FutexWaitEvent,
+    "offcpu_event": events.OffcpuEvent,
 }
 
 # Every member of these Python enums must exist in the header under
@@ -34,6 +36,9 @@ ENUM_PREFIXES = {
     "HTTP_FLAG_": events.HttpFlag,
     "COUNTER_": events.Counter,
     "USDT_": events.UsdtProbe,
+    "FUTEX_WAIT_FLAG_": events.FutexWaitFlag,
+    "OFFCPU_": events.OffcpuReason,
+    "LOCK_COUNTER_": events.LockCounter,
 }
 
 ENUMS = {
@@ -43,6 +48,8 @@ ENUMS = {
     "USDT_MAX_ARGS": events.USDT_MAX_ARGS,
     "INFERPROBE_LAYOUT_VERSION": events.LAYOUT_VERSION,
     "PATH_MAX_BYTES": events.PATH_MAX_BYTES,
+    "LOCK_SCAN_HITS": events.LOCK_SCAN_HITS,
+    "LOCK_COUNTER_MAX": events.LOCK_COUNTER_MAX,
 }
 
 
