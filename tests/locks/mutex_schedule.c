@@ -9,6 +9,11 @@
  * With W a bit below the holder's period each lock waits for the holder's
  * next release, so the fraction is about (PERIOD - W) / PERIOD.
  *
+ * "GET /stream?tokens=N" is the other kind of wait: an engine thread makes a
+ * token every TOKEN_MS and signals a condition variable; the request thread
+ * waits on it for each token and writes it as an SSE event (like llama.cpp's
+ * HTTP threads). That is a handoff, not contention.
+ *
  * Build: cc -O1 -g -fno-omit-frame-pointer -pthread mutex_schedule.c
  */
 #define _GNU_SOURCE
@@ -23,6 +28,46 @@
 
 #define PERIOD_MS 10
 #define HOLD_MS 9
+#define TOKEN_MS 5
+
+static pthread_mutex_t token_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t token_ready = PTHREAD_COND_INITIALIZER;
+static unsigned long tokens_made;
+
+static void *engine(void *arg)
+{
+    (void)arg;
+    for (;;) {
+        struct timespec ts = {0, TOKEN_MS * 1000000L};
+        nanosleep(&ts, NULL);
+        pthread_mutex_lock(&token_lock);
+        tokens_made++;
+        pthread_cond_broadcast(&token_ready);
+        pthread_mutex_unlock(&token_lock);
+    }
+    return NULL;
+}
+
+static void stream(int c, int tokens)
+{
+    const char *head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                       "Connection: close\r\n\r\n";
+    write(c, head, strlen(head));
+    pthread_mutex_lock(&token_lock);
+    unsigned long seen = tokens_made;
+    for (int i = 0; i < tokens; i++) {
+        while (tokens_made == seen)
+            pthread_cond_wait(&token_ready, &token_lock);
+        seen = tokens_made;
+        pthread_mutex_unlock(&token_lock);
+        char chunk[64];
+        int n = snprintf(chunk, sizeof(chunk), "data: {\"token\": %d}\n\n", i);
+        write(c, chunk, n);
+        pthread_mutex_lock(&token_lock);
+    }
+    pthread_mutex_unlock(&token_lock);
+    write(c, "data: [DONE]\n\n", 14);
+}
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -82,6 +127,7 @@ int main(void)
     getsockname(srv, (struct sockaddr *)&addr, &len);
     pthread_t t;
     pthread_create(&t, NULL, holder, NULL);
+    pthread_create(&t, NULL, engine, NULL);
     printf("LISTENING %d\n", ntohs(addr.sin_port));
     fflush(stdout);
     for (;;) {
@@ -96,6 +142,12 @@ int main(void)
             continue;
         }
         buf[n] = 0;
+        if (strncmp(buf, "GET /stream", 11) == 0) {
+            char *q = strstr(buf, "tokens=");
+            stream(c, q ? atoi(q + 7) : 10);
+            close(c);
+            continue;
+        }
         long sleep = 5000;
         int cycles = 20;
         char *q = strstr(buf, "sleep_us=");
