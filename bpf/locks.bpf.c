@@ -217,6 +217,10 @@ static __always_inline void lk_note_wake(void *ctx, u64 id, u64 uaddr)
     if (!st || st->waiters <= 0)
         return;
     u64 now = bpf_ktime_get_ns();
+    /* A waiter woken before the floor is never streamed, so nobody would
+     * read its waker: skip the stack walk (the ping-pong case). */
+    if (now - st->oldest_start < LOCK_FLOOR_NS)
+        return;
     struct lk_waker w = {};
     w.ts_ns = now;
     w.tid = (u32)id;
