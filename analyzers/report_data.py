@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from inferprobe.analyzers import locks as lock_analysis
+from inferprobe.analyzers import locks_json as lock_analysis_json
 from inferprobe.analyzers import network as network_analysis
 from inferprobe.analyzers import verdict
 from inferprobe.analyzers.breakdown import Breakdown, break_down
@@ -48,6 +50,7 @@ class ReportData:
     series: TimeSeries | None = None
     sections: list[AnalyzerSection] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)  # ranked, largest share first
+    locks: lock_analysis.LockAnalysis | None = None
 
     @property
     def probe_sets(self) -> dict:
@@ -61,7 +64,7 @@ class ReportData:
         return self.recording.lost_events
 
 
-def build(recording: Recording) -> ReportData:
+def build(recording: Recording, mutex_threshold: float = lock_analysis.DEFAULT_MUTEX_THRESHOLD) -> ReportData:
     decoded = []
     bad = 0
     for raw in recording.events:
@@ -75,6 +78,7 @@ def build(recording: Recording) -> ReportData:
     server = build_server_view(usdt)
     correlated = correlate(requests, session.connections, server)
     scheduler = summarize_scheduler(server)
+    locks = lock_analysis.analyze(requests, decoded, recording.snapshots.get("locks"), mutex_threshold)
     breakdown = break_down(requests)
     series = over_time(requests, usdt, recording.meta.get("started_monotonic_ns"))
     findings = FindingList(verdict.core_findings(requests, breakdown, series))
@@ -105,6 +109,7 @@ def build(recording: Recording) -> ReportData:
         series=series,
         sections=sections,
         findings=findings.ranked(),
+        locks=locks,
     )
 
 
@@ -140,9 +145,11 @@ def server_json(r: Request, stall_ns: dict[tuple[int, int], int]) -> dict:
     }
 
 
-def request_json(r: Request, stall_ns: dict[tuple[int, int], int] | None = None) -> dict:
+def request_json(r: Request, stall_ns: dict[tuple[int, int], int] | None = None,
+                 locks: lock_analysis.LockAnalysis | None = None) -> dict:
     """One request in the documented JSON shape (docs/report-json.md)."""
     return {
+        **lock_analysis_json.request_fields(r, locks),
         "pid": r.pid,
         "tid": r.tid,
         "conn": r.conn,
@@ -236,7 +243,8 @@ def to_json(data: ReportData) -> dict:
         "latency_decomposition": decomposition_json(data),
         "findings": [finding_json(f) for f in data.findings],
         "scheduler": scheduler_json(data) if not data.server.empty else None,
-        "requests": [request_json(r, data.stall_ns) for r in data.requests],
+        "requests": [request_json(r, data.stall_ns, data.locks) for r in data.requests],
+        **lock_analysis_json.top_level(data.locks),
         "connections": [connection_json(c) for c in data.connections],
         "network": network_analysis.network_json(
             data.network, data.recording.snapshots.get("network"),

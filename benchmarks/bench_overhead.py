@@ -116,11 +116,11 @@ class Server:
 class Recorder:
     """`inferprobe record -p PID` as a subprocess; returns from __init__ once attached."""
 
-    def __init__(self, pid: int, output: Path, stderr_path: Path) -> None:
+    def __init__(self, pid: int, output: Path, stderr_path: Path, extra: tuple[str, ...] = ()) -> None:
         self.output = output
         self._stderr_f = open(stderr_path, "w", encoding="utf-8")  # noqa: SIM115
         self.proc = subprocess.Popen(
-            [PY, "-m", "inferprobe.cli.main", "record", "-p", str(pid), "-o", str(output)],
+            [PY, "-m", "inferprobe.cli.main", "record", "-p", str(pid), "-o", str(output), *extra],
             stdout=subprocess.PIPE,
             stderr=self._stderr_f,
             text=True,
@@ -211,7 +211,8 @@ def run_phase(
 ) -> dict:
     rec = None
     if traced:
-        rec = Recorder(server.pid, workdir / f"round{rnd}.ipr", workdir / f"round{rnd}.err")
+        rec = Recorder(server.pid, workdir / f"round{rnd}.ipr", workdir / f"round{rnd}.err",
+                       tuple(args.record_arg))
     try:
         s0 = proc_cpu_s(server.pid)
         b0 = box_cpu()
@@ -419,6 +420,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--server-log", action="store_true", help="let the server write its JSONL request log"
     )
+    ap.add_argument("--record-arg", action="append", default=[],
+                    help="extra argument for `inferprobe record` (repeat), e.g. --record-arg=--locks")
     args = ap.parse_args(argv)
 
     if os.geteuid() != 0:

@@ -38,6 +38,8 @@ enum event_type {
     EVENT_NET_XMIT = 64,   /* a segment of a traced connection reached the device (net.bpf.c) */
     EVENT_NET_ACK = 65,    /* tcp:tcp_probe on a traced connection: an incoming segment */
     EVENT_NET_RETRANSMIT = 66, /* tcp:tcp_retransmit_skb on a traced connection */
+    EVENT_FUTEX_WAIT = 16, /* a target thread waited in futex() at least the floor */
+    EVENT_OFFCPU = 17,     /* a target thread was off CPU at least the floor */
 };
 
 /* The USDT probes of provider "inferprobe" (probes/, docs/usdt-probes.md).
@@ -215,6 +217,74 @@ struct net_retransmit_event {
     __u64 conn_id;
     __s32 state;              /* TCP state (1 established) */
     __s32 err;                /* tcp_retransmit_skb's result, 0 when sent */
+};
+
+/* ------------------------------------------------------------ locks set (16-31)
+ * bpf/locks.bpf.c. A wait is streamed only when it lasted at least the floor;
+ * shorter ones are summed in kernel maps (exact totals, no events). */
+
+/* Words of user stack the kernel scans for return addresses at a long wait
+ * (for the waiter at futex exit, for the waker at its FUTEX_WAKE). Only
+ * words that point into the targets' executable mappings leave the kernel:
+ * code addresses, never data. */
+#define LOCK_SCAN_WORDS 64
+#define LOCK_SCAN_HITS 8
+#define LOCK_EXEC_GRANULE_SHIFT 16  /* the scan knows code by 64 KiB granule */
+#define LOCK_EXEC_GRANULES 262144   /* granules of the targets' executable mappings (16 GiB) */
+
+struct futex_wait_event {
+    struct event_header hdr;  /* ts_ns: the wait began (futex entry) */
+    __u64 uaddr;              /* the futex word (process-private address) */
+    __u64 duration_ns;        /* futex entry to exit */
+    __u64 ip;                 /* user instruction pointer at the syscall */
+    __u64 waker_ip;           /* the waker's ip at its FUTEX_WAKE (0: unknown) */
+    __s32 stack_id;           /* frame-pointer user stack in lock_stacks, <0: none */
+    __s32 waker_stack_id;
+    __u32 waker_tid;          /* thread whose FUTEX_WAKE on uaddr came last before the exit */
+    __u32 op;                 /* futex op with the PRIVATE / CLOCK_REALTIME flags masked */
+    __u32 val;                /* the expected value passed to the wait */
+    __s32 ret;                /* syscall return: 0, or -errno (-EAGAIN, -ETIMEDOUT, -EINTR) */
+    __u16 nscan;              /* valid entries in scan[] */
+    __u16 waker_nscan;
+    __u32 flags;              /* FUTEX_WAIT_FLAG_* */
+    __u64 scan[LOCK_SCAN_HITS];        /* candidate return addresses, innermost first */
+    __u64 waker_scan[LOCK_SCAN_HITS];
+};
+
+#define FUTEX_WAIT_FLAG_WAITV    0x1  /* futex_waitv(): uaddr is the first waiter's futex */
+#define FUTEX_WAIT_FLAG_FUTEX2   0x2  /* futex_wait() (futex2 syscall) */
+#define FUTEX_WAIT_FLAG_SCANNED  0x4  /* long enough for the stack scan */
+
+/* Why a thread was off CPU (offcpu_event.reason). */
+enum offcpu_reason {
+    OFFCPU_FUTEX = 1,      /* sleeping inside a futex wait */
+    OFFCPU_IO = 2,         /* uninterruptible sleep (disk, page faults, D state) */
+    OFFCPU_SLEEP = 3,      /* other interruptible sleep: poll, socket reads, nanosleep */
+    OFFCPU_PREEMPTED = 4,  /* switched out while runnable: all of it is runqueue delay */
+};
+
+struct offcpu_event {
+    struct event_header hdr;  /* ts_ns: switched out */
+    __u64 blocked_ns;         /* switched out to woken (0 when preempted) */
+    __u64 runq_ns;            /* woken (or preempted) to running again */
+    __u32 reason;             /* enum offcpu_reason */
+    __u32 waker_tid;          /* thread that woke it (0: unknown or preempted) */
+    __s32 waker_stack_id;     /* the waker's frame-pointer user stack, <0: none */
+    __u32 waker_pid;
+};
+
+enum lock_counter {
+    LOCK_COUNTER_WAITS = 0,          /* futex waits of target threads */
+    LOCK_COUNTER_WAIT_NS = 1,        /* their total duration */
+    LOCK_COUNTER_SHORT_WAITS = 2,    /* below the floor: counted, not streamed */
+    LOCK_COUNTER_SHORT_WAIT_NS = 3,
+    LOCK_COUNTER_SCANS = 4,          /* stack scans done (waiters and wakers) */
+    LOCK_COUNTER_STACK_MISSING = 5,  /* bpf_get_stackid failed */
+    LOCK_COUNTER_OFFCPU_SHORT = 6,   /* off-CPU periods below the floor */
+    LOCK_COUNTER_MAP_FULL = 7,       /* a per-thread or per-address map was full */
+    LOCK_COUNTER_KLOCK_WAITS = 8,    /* lock:contention_begin..end in target threads */
+    LOCK_COUNTER_KLOCK_NS = 9,
+    LOCK_COUNTER_MAX = 12,
 };
 
 /* Indexes of the per-CPU counters array (user space sums them). */

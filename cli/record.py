@@ -120,11 +120,25 @@ class _Stop:
     is_flag=True,
     help="Do not trace segments and TCP state (write -> wire delay, Nagle, socket buffers).",
 )
+@click.option(
+    "--locks",
+    is_flag=True,
+    help="Also trace futex waits and off-CPU time (lock contention, mutex.wait.ratio; "
+    "docs/locks.md). Cost: about 1 us per futex wait plus 0.5 us per context switch "
+    "of the targets; see benchmarks/bench_locks.py.",
+)
+@click.option(
+    "--lock-floor-us",
+    type=click.FloatRange(min=0),
+    default=10,
+    show_default=True,
+    help="With --locks: futex waits shorter than this are only counted in the kernel.",
+)
 @live_export_options
 @stack_options
 @kernel_headers_option
-def record(pids, duration, output, ringbuf_mb, no_listen_check, no_usdt, no_network, kernel_headers, otlp,
-           prometheus, **flags) -> None:
+def record(pids, duration, output, ringbuf_mb, no_listen_check, no_usdt, no_network, locks, lock_floor_us,
+           kernel_headers, otlp, prometheus, **flags) -> None:
     """Record every HTTP request the given processes serve.
 
     Attaches to syscall tracepoints (no change to the server, no restart),
@@ -144,11 +158,14 @@ def record(pids, duration, output, ringbuf_mb, no_listen_check, no_usdt, no_netw
     pids = list(dict.fromkeys(pids))
     pages = 1 << ((ringbuf_mb * 256).bit_length() - 1)
     sets = ("sockets",) + (() if no_usdt else ("usdt",)) + (() if no_network else ("network",))
+    if locks:
+        sets += ("locks",)
     stack_flags = {k: flags.pop(k) for k in list(flags) if k in STACK_FLAGS}
     otlp_opts = flags
     sets += stack_sets(stack_flags)
+    options = {**stack_set_options(stack_flags), "locks": {"floor_us": lock_floor_us}}
     tracer = load_tracer(pids, sets=sets, ringbuf_pages=pages, require_listener=not no_listen_check,
-                         options=stack_set_options(stack_flags))
+                         options=options)
     writer = None
     reader = None
     live = None
@@ -157,7 +174,7 @@ def record(pids, duration, output, ringbuf_mb, no_listen_check, no_usdt, no_netw
         writer = RecordingWriter(Path(output), meta)
         live = start_live_export(meta, metrics, otlp, otlp_opts)
         sink = writer.add_ring_chunk if live is None else live.tee(writer.add_ring_chunk)
-        reader = RingBufferReader(tracer, sink)
+        reader = RingBufferReader(tracer, tracer.tap(sink))
         stop = _Stop()
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)

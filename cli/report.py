@@ -11,7 +11,9 @@ from rich.table import Table
 
 from inferprobe.analyzers.cadence import CadenceSummary, Distribution
 from inferprobe.analyzers.decompose import TTFT_PHASES, ttft_phases_ns
+from inferprobe.analyzers.locks import DEFAULT_MUTEX_THRESHOLD
 from inferprobe.analyzers.report_data import ReportData, build, to_json
+from inferprobe.cli.locks_text import render_locks
 from inferprobe.collector.recording import read_recording
 
 EXAMPLES = """
@@ -87,6 +89,7 @@ def render_text(data: ReportData, console: Console) -> None:
     _render_decomposition(data, console)
     _render_scheduler(data, console)
     _render_network(data, console)
+    render_locks(data, console)
 
 
 def _render_network(data: ReportData, console: Console) -> None:
@@ -186,10 +189,13 @@ def _format_for(fmt: str | None, output: str | None) -> str:
               help="Output format (default: from the -o file's extension, else text).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), default=None,
               help="Write to this file instead of standard output.")
-def report(recording, fmt, output) -> None:
+@click.option("--mutex-threshold", type=click.FloatRange(0, 1), default=DEFAULT_MUTEX_THRESHOLD,
+              show_default=True,
+              help="Flag requests whose mutex.wait.ratio is above this (recordings made with --locks).")
+def report(recording, fmt, output, mutex_threshold) -> None:
     """Summarise a recording: requests, TTFT, inter-token and end-to-end latency."""
     fmt = _format_for(fmt, output)
-    data = build(read_recording(recording))
+    data = build(read_recording(recording), mutex_threshold=mutex_threshold)
     if data.recording.problem:
         click.echo(f"inferprobe: warning: {recording}: {data.recording.problem}", err=True)
     if fmt == "html":

@@ -28,6 +28,8 @@ class EventType(enum.IntEnum):
     NET_XMIT = 64
     NET_ACK = 65
     NET_RETRANSMIT = 66
+    FUTEX_WAIT = 16
+    OFFCPU = 17
 
 
 class UsdtProbe(enum.IntEnum):
@@ -115,6 +117,37 @@ class StackCounter(enum.IntEnum):
 
 STACK_COUNTER_MAX = 8
 STACK_FLAG_PREEMPTED = 0x0001
+
+LOCK_SCAN_HITS = 8
+
+
+class FutexWaitFlag(enum.IntFlag):
+    WAITV = 0x1
+    FUTEX2 = 0x2
+    SCANNED = 0x4
+
+
+class OffcpuReason(enum.IntEnum):
+    FUTEX = 1
+    IO = 2
+    SLEEP = 3
+    PREEMPTED = 4
+
+
+class LockCounter(enum.IntEnum):
+    WAITS = 0
+    WAIT_NS = 1
+    SHORT_WAITS = 2
+    SHORT_WAIT_NS = 3
+    SCANS = 4
+    STACK_MISSING = 5
+    OFFCPU_SHORT = 6
+    MAP_FULL = 7
+    KLOCK_WAITS = 8
+    KLOCK_NS = 9
+
+
+LOCK_COUNTER_MAX = 12
 
 
 class EventHeader(ctypes.Structure):
@@ -231,6 +264,39 @@ class NetRetransmitEvent(ctypes.Structure):
     ]
 
 
+class FutexWaitEvent(ctypes.Structure):
+    _fields_ = [
+        ("hdr", EventHeader),
+        ("uaddr", ctypes.c_uint64),
+        ("duration_ns", ctypes.c_uint64),
+        ("ip", ctypes.c_uint64),
+        ("waker_ip", ctypes.c_uint64),
+        ("stack_id", ctypes.c_int32),
+        ("waker_stack_id", ctypes.c_int32),
+        ("waker_tid", ctypes.c_uint32),
+        ("op", ctypes.c_uint32),
+        ("val", ctypes.c_uint32),
+        ("ret", ctypes.c_int32),
+        ("nscan", ctypes.c_uint16),
+        ("waker_nscan", ctypes.c_uint16),
+        ("flags", ctypes.c_uint32),
+        ("scan", ctypes.c_uint64 * LOCK_SCAN_HITS),
+        ("waker_scan", ctypes.c_uint64 * LOCK_SCAN_HITS),
+    ]
+
+
+class OffcpuEvent(ctypes.Structure):
+    _fields_ = [
+        ("hdr", EventHeader),
+        ("blocked_ns", ctypes.c_uint64),
+        ("runq_ns", ctypes.c_uint64),
+        ("reason", ctypes.c_uint32),
+        ("waker_tid", ctypes.c_uint32),
+        ("waker_stack_id", ctypes.c_int32),
+        ("waker_pid", ctypes.c_uint32),
+    ]
+
+
 STRUCT_FOR_TYPE: dict[EventType, type[ctypes.Structure]] = {
     EventType.CONN_OPEN: ConnEvent,
     EventType.CONN_CLOSE: ConnEvent,
@@ -242,6 +308,8 @@ STRUCT_FOR_TYPE: dict[EventType, type[ctypes.Structure]] = {
     EventType.NET_XMIT: NetXmitEvent,
     EventType.NET_ACK: NetAckEvent,
     EventType.NET_RETRANSMIT: NetRetransmitEvent,
+    EventType.FUTEX_WAIT: FutexWaitEvent,
+    EventType.OFFCPU: OffcpuEvent,
 }
 
 
@@ -355,8 +423,51 @@ class NetRetransmitRecord:
 
 
 NetRecord = NetXmitRecord | NetAckRecord | NetRetransmitRecord
+@dataclass(frozen=True, slots=True)
+class FutexWaitRecord:
+    type: EventType
+    pid: int
+    tid: int
+    ts_ns: int  # the wait began
+    duration_ns: int
+    uaddr: int
+    op: int  # PRIVATE / CLOCK_REALTIME bits masked
+    val: int
+    ret: int
+    flags: FutexWaitFlag
+    ip: int
+    stack_id: int  # < 0: none
+    scan: tuple[int, ...]  # candidate return addresses above the stack pointer, innermost first
+    waker_tid: int  # 0: unknown
+    waker_ip: int
+    waker_stack_id: int
+    waker_scan: tuple[int, ...]
+
+    @property
+    def end_ns(self) -> int:
+        return self.ts_ns + self.duration_ns
+
+
+@dataclass(frozen=True, slots=True)
+class OffcpuRecord:
+    type: EventType
+    pid: int
+    tid: int
+    ts_ns: int  # switched out
+    blocked_ns: int
+    runq_ns: int
+    reason: OffcpuReason
+    waker_pid: int
+    waker_tid: int
+    waker_stack_id: int
+
+    @property
+    def wake_ns(self) -> int:
+        return self.ts_ns + self.blocked_ns
+
+
 Event = (ConnRecord | IoRecord | UsdtRecord | StackSampleRecord | NetXmitRecord | NetAckRecord
-         | NetRetransmitRecord)
+         | NetRetransmitRecord | FutexWaitRecord | OffcpuRecord)
 
 
 def event_type_of(raw: bytes) -> EventType:
@@ -429,6 +540,22 @@ def decode(raw: bytes) -> Event:
     if struct is NetRetransmitEvent:
         return NetRetransmitRecord(type=etype, pid=hdr.pid, ts_ns=hdr.ts_ns, conn_id=ev.conn_id,
                                    state=ev.state, err=ev.err)
+    if struct is FutexWaitEvent:
+        return FutexWaitRecord(
+            type=etype, pid=hdr.pid, tid=hdr.tid, ts_ns=hdr.ts_ns, duration_ns=ev.duration_ns,
+            uaddr=ev.uaddr, op=ev.op, val=ev.val, ret=ev.ret, flags=FutexWaitFlag(ev.flags),
+            ip=ev.ip, stack_id=ev.stack_id, scan=tuple(ev.scan[: min(ev.nscan, LOCK_SCAN_HITS)]),
+            waker_tid=ev.waker_tid, waker_ip=ev.waker_ip, waker_stack_id=ev.waker_stack_id,
+            waker_scan=tuple(ev.waker_scan[: min(ev.waker_nscan, LOCK_SCAN_HITS)]),
+        )
+    if struct is OffcpuEvent:
+        if ev.reason not in OffcpuReason._value2member_map_:
+            raise DecodeError(f"unknown off-CPU reason {ev.reason}")
+        return OffcpuRecord(
+            type=etype, pid=hdr.pid, tid=hdr.tid, ts_ns=hdr.ts_ns, blocked_ns=ev.blocked_ns,
+            runq_ns=ev.runq_ns, reason=OffcpuReason(ev.reason), waker_pid=ev.waker_pid,
+            waker_tid=ev.waker_tid, waker_stack_id=ev.waker_stack_id,
+        )
     kind = HttpKind(ev.kind) if ev.kind in HttpKind._value2member_map_ else HttpKind.DATA
     flags = HttpFlag(ev.flags)
     method = None

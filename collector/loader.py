@@ -17,6 +17,7 @@ from inferprobe.collector import targets as target_procs
 from inferprobe.collector.errors import EnvironmentProblem, TargetProblem
 from inferprobe.collector.events import COUNTER_MAX, Counter
 from inferprobe.collector.probe_sets import ProbeSet, TargetContext, available_sets
+from inferprobe.collector.ringbuf_format import iter_ring_records
 
 BPF_DIR = Path(__file__).resolve().parent.parent / "bpf"
 TRACEFS = Path("/sys/kernel/tracing")
@@ -98,6 +99,21 @@ class LoadedTracer:
         """Lets every active set sample what it samples while recording."""
         for probe_set in self.active.values():
             probe_set.refresh(self.bpf, self.ctx)
+    def tap(self, sink):
+        """sink for ring buffer chunks, plus each active set's observe() for
+        the event types it asked for (only those sets pay a per-event walk)."""
+        observers = {int(t): s.observe for s in self.active.values() for t in s.observed_types}
+        if not observers:
+            return sink
+
+        def tee(chunk: bytes) -> None:
+            sink(chunk)
+            for raw in iter_ring_records(chunk):
+                observe = observers.get(raw[0])
+                if observe is not None:
+                    observe(raw)
+
+        return tee
 
     def snapshots(self) -> dict[str, dict]:
         """Each active set's kernel-side aggregates, for the recording."""

@@ -30,6 +30,7 @@ class ProbeSet:
     name: str = ""
     source: str = ""  # file name under bpf/
     description: str = ""
+    observed_types: tuple[int, ...] = ()  # event types passed to observe() while recording
 
     def prepare(self, ctx: TargetContext) -> str | None:
         """Looks at the targets; returns why the set cannot be used, or None."""
@@ -50,6 +51,8 @@ class ProbeSet:
         """Called by `record` about once a second while recording: for sets
         that sample user-space state (socket options, tcp_info) as they go, or keep the
         maps of processes that may exit before the end."""
+    def observe(self, raw: bytes) -> None:
+        """Sees each raw event of observed_types as it arrives (keep it cheap)."""
 
     def snapshot(self, bpf) -> dict | None:
         """Kernel-side aggregates to store in the recording when it stops."""
@@ -60,9 +63,11 @@ class ProbeSet:
 
 
 def available_sets() -> dict[str, type[ProbeSet]]:
+    from inferprobe.collector.probe_sets.locks import LockProbes
     from inferprobe.collector.probe_sets.network import NetworkProbes
     from inferprobe.collector.probe_sets.sockets import SocketProbes
     from inferprobe.collector.probe_sets.stacks import OffcpuProbes, ProfileProbes
     from inferprobe.collector.probe_sets.usdt import UsdtProbes
 
-    return {cls.name: cls for cls in (SocketProbes, UsdtProbes, NetworkProbes, ProfileProbes, OffcpuProbes)}
+    return {cls.name: cls for cls in (SocketProbes, UsdtProbes, NetworkProbes, ProfileProbes, OffcpuProbes,
+                                      LockProbes)}

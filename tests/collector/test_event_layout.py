@@ -29,6 +29,8 @@ STRUCTS = {
     "net_xmit_event": events.NetXmitEvent,
     "net_ack_event": events.NetAckEvent,
     "net_retransmit_event": events.NetRetransmitEvent,
+    "futex_wait_event": events.FutexWaitEvent,
+    "offcpu_event": events.OffcpuEvent,
 }
 
 # Every member of these Python enums must exist in the header under
@@ -43,6 +45,9 @@ ENUM_PREFIXES = {
     "STACK_COUNTER_": events.StackCounter,
     "NET_VIA_": events.NetVia,
     "NET_FLAG_": events.NetFlag,
+    "FUTEX_WAIT_FLAG_": events.FutexWaitFlag,
+    "OFFCPU_": events.OffcpuReason,
+    "LOCK_COUNTER_": events.LockCounter,
 }
 
 ENUMS = {
@@ -55,6 +60,8 @@ ENUMS = {
     "INFERPROBE_LAYOUT_VERSION": events.LAYOUT_VERSION,
     "PATH_MAX_BYTES": events.PATH_MAX_BYTES,
     "NET_DEV_NAME_BYTES": events.NET_DEV_NAME_BYTES,
+    "LOCK_SCAN_HITS": events.LOCK_SCAN_HITS,
+    "LOCK_COUNTER_MAX": events.LOCK_COUNTER_MAX,
 }
 
 

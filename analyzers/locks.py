@@ -1,0 +1,336 @@
+"""Lock contention per request: mutex.wait.ratio, the 0.37 flag, top contended locks.
+
+Pure functions over Request timelines, decoded FUTEX_WAIT / OFFCPU records and
+the locks snapshot (names of code addresses, made at record time); no I/O.
+Definitions (docs/locks.md):
+
+- serving threads of a request span: the thread that read the request
+  (Request.tid) and every thread that wrote its response (Request.write_tids),
+  in the request's process;
+- span: ingress (the read of the request line returned) to the end of the
+  response (Request.t_end_ns; for a request still open at the end of the
+  recording, its last write);
+- mutex.wait.ratio: the time inside the span during which at least one serving
+  thread was blocked in a futex wait classified as lock acquisition (an
+  application lock or the GIL), divided by the span's duration. Handoff waits
+  (condition variables, semaphores: waiting for work) do not count.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from inferprobe.analyzers.cadence import percentile
+from inferprobe.collector.events import FutexWaitRecord, OffcpuReason, OffcpuRecord
+from inferprobe.collector.timeline import Request
+
+DEFAULT_MUTEX_THRESHOLD = 0.37
+FUTEX_LOCK_PI = 6
+FUTEX_LOCK_PI2 = 13
+FUTEX_WAIT = 0
+GLIBC_LOCK_CONTENDED = 2  # glibc's lll lock word value "locked, with waiters"
+
+
+class WaitKind(StrEnum):
+    LOCK = "lock"  # acquiring an application lock (pthread mutex, rwlock, threading.Lock)
+    GIL = "gil"  # acquiring the CPython GIL
+    HANDOFF = "handoff"  # waiting for work: condition variable, semaphore, join
+    UNKNOWN = "unknown"  # no known frame and nothing decisive in the futex arguments
+
+
+# Functions that decide what a wait is, by name, innermost first wins; the
+# sem/cond functions are wrappers whose caller can still make it a lock.
+LOCK_FUNCTIONS = frozenset({
+    "pthread_mutex_lock", "__pthread_mutex_lock", "pthread_mutex_timedlock",
+    "__pthread_mutex_timedlock", "pthread_mutex_clocklock", "__pthread_mutex_clocklock",
+    "__pthread_mutex_cond_lock", "__lll_lock_wait", "__lll_lock_wait_private", "mtx_lock",
+    "mtx_timedlock", "pthread_rwlock_rdlock", "pthread_rwlock_wrlock",
+    "pthread_rwlock_timedrdlock", "pthread_rwlock_timedwrlock", "pthread_rwlock_clockrdlock",
+    "pthread_rwlock_clockwrlock", "pthread_spin_lock",
+    # CPython: threading.Lock / RLock acquire (3.11: a semaphore; 3.13+: PyMutex)
+    "PyThread_acquire_lock_timed", "PyThread_acquire_lock", "_PyMutex_LockTimed", "PyMutex_Lock",
+    "_PyMutex_LockSlow",
+})
+GIL_FUNCTIONS = frozenset({
+    "take_gil", "PyEval_RestoreThread", "PyEval_AcquireThread", "PyEval_AcquireLock",
+    "PyGILState_Ensure", "_PyEval_ReInitThreads", "_PyThreadState_Attach",
+})
+HANDOFF_FUNCTIONS = frozenset({
+    "pthread_cond_wait", "pthread_cond_timedwait", "pthread_cond_clockwait", "cnd_wait",
+    "cnd_timedwait", "sem_wait", "sem_timedwait", "sem_clockwait", "pthread_barrier_wait",
+    "pthread_join", "pthread_timedjoin_np", "pthread_clockjoin_np", "__pthread_clockjoin_ex",
+    "_PySemaphore_Wait", "PyEvent_Wait", "_PyEvent_WaitTimed",
+})
+CALLER_WINDOW = 3  # frames above a wrapper that may still make its wait a lock or GIL wait
+
+
+@dataclass(frozen=True)
+class ClassifiedWait:
+    wait: FutexWaitRecord
+    kind: WaitKind
+    how: str  # "frames: <function>" or "futex: <reason>" (docs/locks.md)
+    frames: tuple[str, ...]  # innermost first: ip, validated return addresses, fp stack
+    waker_frames: tuple[str, ...]
+
+
+class Symbols:
+    """The names the recorder stored for every code address (locks snapshot)."""
+
+    def __init__(self, snapshot: dict | None):
+        snap = snapshot or {}
+        self._by_pid: dict[str, dict[str, dict]] = snap.get("symbols", {})
+        self._stacks: dict[str, list[int]] = snap.get("stacks", {})
+
+    def frame(self, pid: int, addr: int) -> dict | None:
+        return self._by_pid.get(str(pid), {}).get(str(addr))
+
+    def name(self, pid: int, addr: int) -> str:
+        f = self.frame(pid, addr)
+        return f["function"] if f else f"{addr:#x}"
+
+    def frames(self, pid: int, ip: int, scan: Sequence[int], stack_id: int) -> tuple[str, ...]:
+        """ip, then scan hits that follow a call instruction, then the frame-pointer
+        stack past the ip; adjacent duplicates dropped."""
+        names = [self.name(pid, ip)] if ip else []
+        for addr in scan:
+            f = self.frame(pid, addr)
+            if f and f["after_call"]:
+                names.append(f["function"])
+        if stack_id >= 0:
+            names += [self.name(pid, a) for a in self._stacks.get(str(stack_id), [])[1:]]
+        out: list[str] = []
+        for n in names:
+            if not out or out[-1] != n:
+                out.append(n)
+        return tuple(out)
+
+
+def classify(frames: Sequence[str], wait: FutexWaitRecord) -> tuple[WaitKind, str]:
+    """What a wait was, from the waiting code; the futex arguments only as a fallback."""
+    for i, name in enumerate(frames):
+        if name in GIL_FUNCTIONS:
+            return WaitKind.GIL, f"frames: {name}"
+        if name in LOCK_FUNCTIONS:
+            return WaitKind.LOCK, f"frames: {name}"
+        if name in HANDOFF_FUNCTIONS:
+            for caller in frames[i + 1 : i + 1 + CALLER_WINDOW]:
+                if caller in LOCK_FUNCTIONS:
+                    return WaitKind.LOCK, f"frames: {caller} via {name}"
+                if caller in GIL_FUNCTIONS:
+                    return WaitKind.GIL, f"frames: {caller} via {name}"
+            return WaitKind.HANDOFF, f"frames: {name}"
+    if wait.op in (FUTEX_LOCK_PI, FUTEX_LOCK_PI2):
+        return WaitKind.LOCK, "futex: priority-inheritance lock op"
+    if wait.op == FUTEX_WAIT and wait.val == GLIBC_LOCK_CONTENDED:
+        return WaitKind.LOCK, "futex: glibc lock word value 2 (no known frame)"
+    return WaitKind.UNKNOWN, "futex: no known frame"
+
+
+def classify_all(waits: Iterable[FutexWaitRecord], symbols: Symbols) -> list[ClassifiedWait]:
+    out = []
+    for w in waits:
+        frames = symbols.frames(w.pid, w.ip, w.scan, w.stack_id)
+        waker = symbols.frames(w.pid, w.waker_ip, w.waker_scan, w.waker_stack_id) if w.waker_ip else ()
+        kind, how = classify(frames, w)
+        out.append(ClassifiedWait(w, kind, how, frames, waker))
+    return out
+
+
+# ---------------------------------------------------------------- per span
+
+def serving_threads(r: Request) -> set[int]:
+    return {r.tid, *r.write_tids}
+
+
+def span_of(r: Request) -> tuple[int, int] | None:
+    end = r.t_end_ns
+    if end is None:
+        writes = [t for t in (r.t_response_start_ns, *(r.token_ns[-1:])) if t is not None]
+        end = max(writes) if writes else None
+    if end is None or end <= r.t_ingress_ns:
+        return None
+    return r.t_ingress_ns, end
+
+
+def _union_length(intervals: list[tuple[int, int]]) -> int:
+    total, cur_lo, cur_hi = 0, None, None
+    for lo, hi in sorted(intervals):
+        if cur_hi is None or lo > cur_hi:
+            if cur_hi is not None:
+                total += cur_hi - cur_lo
+            cur_lo, cur_hi = lo, hi
+        else:
+            cur_hi = max(cur_hi, hi)
+    if cur_hi is not None:
+        total += cur_hi - cur_lo
+    return total
+
+
+@dataclass(frozen=True)
+class SpanLocks:
+    span_ns: int
+    lock_wait_ns: int  # union over serving threads: application locks and GIL
+    gil_wait_ns: int
+    handoff_wait_ns: int
+    unknown_wait_ns: int
+    runqueue_ns: int  # runnable, not running (summed over serving threads)
+    offcpu_ns: dict[str, int]  # blocked time by reason, summed over serving threads
+    top_lock: int | None  # futex address that cost this span most
+
+    @property
+    def ratio(self) -> float:
+        return self.lock_wait_ns / self.span_ns if self.span_ns else 0.0
+
+
+class _ThreadIndex:
+    """Waits and off-CPU periods per (pid, tid), sorted by start."""
+
+    def __init__(self, waits: Sequence[ClassifiedWait], offcpu: Sequence[OffcpuRecord]):
+        self.waits: dict[tuple[int, int], list[ClassifiedWait]] = defaultdict(list)
+        for cw in sorted(waits, key=lambda c: c.wait.ts_ns):
+            self.waits[(cw.wait.pid, cw.wait.tid)].append(cw)
+        self.offcpu: dict[tuple[int, int], list[OffcpuRecord]] = defaultdict(list)
+        for o in sorted(offcpu, key=lambda o: o.ts_ns):
+            self.offcpu[(o.pid, o.tid)].append(o)
+
+
+def _clip(lo: int, hi: int, span: tuple[int, int]) -> tuple[int, int] | None:
+    a, b = max(lo, span[0]), min(hi, span[1])
+    return (a, b) if b > a else None
+
+
+def span_locks(r: Request, index: _ThreadIndex) -> SpanLocks | None:
+    span = span_of(r)
+    if span is None:
+        return None
+    by_kind: dict[WaitKind, list[tuple[int, int]]] = defaultdict(list)
+    per_addr: Counter[int] = Counter()
+    runq = 0
+    offcpu: Counter[str] = Counter()
+    for tid in serving_threads(r):
+        for cw in index.waits.get((r.pid, tid), ()):
+            clipped = _clip(cw.wait.ts_ns, cw.wait.end_ns, span)
+            if clipped:
+                by_kind[cw.kind].append(clipped)
+                if cw.kind in (WaitKind.LOCK, WaitKind.GIL):
+                    per_addr[cw.wait.uaddr] += clipped[1] - clipped[0]
+        for o in index.offcpu.get((r.pid, tid), ()):
+            if o.reason != OffcpuReason.PREEMPTED:
+                blocked = _clip(o.ts_ns, o.wake_ns, span)
+                if blocked:
+                    offcpu[o.reason.name.lower()] += blocked[1] - blocked[0]
+            queued = _clip(o.wake_ns, o.wake_ns + o.runq_ns, span)
+            if queued:
+                runq += queued[1] - queued[0]
+    locks = by_kind[WaitKind.LOCK] + by_kind[WaitKind.GIL]
+    return SpanLocks(
+        span_ns=span[1] - span[0],
+        lock_wait_ns=_union_length(locks),
+        gil_wait_ns=_union_length(by_kind[WaitKind.GIL]),
+        handoff_wait_ns=_union_length(by_kind[WaitKind.HANDOFF]),
+        unknown_wait_ns=_union_length(by_kind[WaitKind.UNKNOWN]),
+        runqueue_ns=runq,
+        offcpu_ns=dict(offcpu),
+        top_lock=per_addr.most_common(1)[0][0] if per_addr else None,
+    )
+
+
+def is_flagged(span: SpanLocks | None, threshold: float = DEFAULT_MUTEX_THRESHOLD) -> bool:
+    return span is not None and span.ratio > threshold
+
+
+# ---------------------------------------------------------------- per lock
+
+@dataclass(frozen=True)
+class ContendedLock:
+    pid: int
+    uaddr: int
+    kind: WaitKind
+    waits: int  # streamed waits (at least the floor)
+    total_wait_ns: int
+    p99_wait_ns: int
+    max_wait_ns: int
+    all_waits: int | None  # kernel totals, including waits below the floor
+    all_wait_ns: int | None
+    waiter_frames: tuple[str, ...]  # the most common waiting stack
+    waker_frames: tuple[str, ...]  # the most common releasing stack
+    how: str
+
+
+def top_locks(waits: Sequence[ClassifiedWait], snapshot: dict | None, limit: int = 10) -> list[ContendedLock]:
+    groups: dict[tuple[int, int], list[ClassifiedWait]] = defaultdict(list)
+    for cw in waits:
+        groups[(cw.wait.pid, cw.wait.uaddr)].append(cw)
+    totals = {(a["pid"], a["uaddr"]): a for a in (snapshot or {}).get("addresses", [])}
+    out = []
+    for (pid, uaddr), group in groups.items():
+        kinds = Counter(cw.kind for cw in group)
+        kind = kinds.most_common(1)[0][0]
+        if kind not in (WaitKind.LOCK, WaitKind.GIL):
+            continue
+        durations = [cw.wait.duration_ns for cw in group]
+        waiter = Counter(cw.frames for cw in group).most_common(1)[0][0]
+        wakers = Counter(cw.waker_frames for cw in group if cw.waker_frames)
+        kernel = totals.get((pid, uaddr))
+        out.append(ContendedLock(
+            pid=pid, uaddr=uaddr, kind=kind, waits=len(group), total_wait_ns=sum(durations),
+            p99_wait_ns=percentile(durations, 99), max_wait_ns=max(durations),
+            all_waits=kernel["waits"] if kernel else None,
+            all_wait_ns=kernel["wait_ns"] if kernel else None,
+            waiter_frames=waiter,
+            waker_frames=wakers.most_common(1)[0][0] if wakers else (),
+            how=Counter(cw.how for cw in group).most_common(1)[0][0],
+        ))
+    out.sort(key=lambda lk: -lk.total_wait_ns)
+    return out[:limit]
+
+
+# ---------------------------------------------------------------- everything
+
+@dataclass
+class LockAnalysis:
+    enabled: bool  # the recording had the locks probe set on
+    threshold: float
+    spans: dict[int, SpanLocks | None] = field(default_factory=dict)  # id(request) -> span
+    locks: list[ContendedLock] = field(default_factory=list)
+    waits_by_kind: dict[str, dict[str, int]] = field(default_factory=dict)
+    counters: dict[str, int] = field(default_factory=dict)
+    settings: dict = field(default_factory=dict)
+
+    def of(self, r: Request) -> SpanLocks | None:
+        return self.spans.get(id(r))
+
+    def flagged(self, r: Request) -> bool:
+        return is_flagged(self.of(r), self.threshold)
+
+    def flagged_requests(self, requests: Sequence[Request]) -> list[Request]:
+        return [r for r in requests if self.flagged(r)]
+
+
+def analyze(
+    requests: Sequence[Request],
+    events: Iterable,
+    snapshot: dict | None,
+    threshold: float = DEFAULT_MUTEX_THRESHOLD,
+) -> LockAnalysis:
+    waits = [e for e in events if isinstance(e, FutexWaitRecord)]
+    offcpu = [e for e in events if isinstance(e, OffcpuRecord)]
+    enabled = snapshot is not None or bool(waits) or bool(offcpu)
+    result = LockAnalysis(enabled=enabled, threshold=threshold)
+    if not enabled:
+        return result
+    classified = classify_all(waits, Symbols(snapshot))
+    index = _ThreadIndex(classified, offcpu)
+    result.spans = {id(r): span_locks(r, index) for r in requests}
+    result.locks = top_locks(classified, snapshot)
+    kinds: dict[str, dict[str, int]] = {k.value: {"waits": 0, "wait_ns": 0} for k in WaitKind}
+    for cw in classified:
+        kinds[cw.kind.value]["waits"] += 1
+        kinds[cw.kind.value]["wait_ns"] += cw.wait.duration_ns
+    result.waits_by_kind = kinds
+    result.counters = dict((snapshot or {}).get("counters", {}))
+    result.settings = dict((snapshot or {}).get("settings", {}))
+    return result

@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""Cost of the locks probe set on a futex-heavy workload, traced vs untraced.
+
+A two-thread semaphore ping-pong (benchmarks/native/futex_pingpong.c: every
+handoff is a FUTEX_WAKE plus usually a FUTEX_WAIT and two context switches)
+runs HANDOFFS handoffs per phase, in alternating phases of one process:
+untraced, traced by `inferprobe record --locks`, untraced, ... The printed
+ratio is traced time / untraced time: the worst case for this probe set,
+since the workload does nothing but futex calls and context switches.
+
+The demo server is not on this branch yet: for a server under load run
+benchmarks/bench_overhead.py --record-arg=--locks (the test SSE server).
+
+Usage (root): .venv/bin/python benchmarks/bench_locks.py [--handoffs 200000] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+SOURCE = REPO / "benchmarks" / "native" / "futex_pingpong.c"
+
+
+def build(tmp: Path) -> Path:
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        sys.exit("bench_locks: no C compiler (install gcc)")
+    exe = tmp / "futex_pingpong"
+    subprocess.run([cc, "-O2", "-pthread", "-o", str(exe), str(SOURCE)], check=True)
+    return exe
+
+
+def run_phase(proc: subprocess.Popen, handoffs: int) -> float:
+    proc.stdin.write(f"{handoffs}\n")
+    proc.stdin.flush()
+    return int(proc.stdout.readline()) / 1e9
+
+
+def attach(pid: int, output: Path) -> subprocess.Popen:
+    rec = subprocess.Popen(
+        [sys.executable, "-m", "inferprobe.cli.main", "record", "-p", str(pid), "--locks", "-o", str(output)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for line in rec.stdout:
+        if line.startswith("inferprobe: attached"):
+            return rec
+    sys.exit(f"bench_locks: recorder did not attach: {rec.stderr.read()}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--handoffs", type=int, default=200_000)
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        proc = subprocess.Popen([str(build(tmp))], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        proc.stdout.readline()
+        run_phase(proc, args.handoffs // 4)  # warm-up
+        plain, traced = [], []
+        for i in range(args.rounds):
+            plain.append(run_phase(proc, args.handoffs))
+            rec = attach(proc.pid, tmp / f"r{i}.ipr")
+            traced.append(run_phase(proc, args.handoffs))
+            rec.send_signal(signal.SIGTERM)
+            out, _ = rec.communicate(timeout=120)
+            print(f"round {i + 1}: untraced {plain[-1]:.3f} s, traced {traced[-1]:.3f} s  ({out.strip()})")
+        proc.kill()
+    p, t = statistics.median(plain), statistics.median(traced)
+    per_handoff_us = (t - p) / args.handoffs * 1e6
+    print(f"futex ping-pong, {args.handoffs} handoffs: untraced {p:.3f} s, traced {t:.3f} s, "
+          f"ratio {t / p:.2f} ({per_handoff_us:+.2f} us per handoff)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

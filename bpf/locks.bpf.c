@@ -1,0 +1,482 @@
+/* locks.bpf.c: futex waits and off-CPU time of the target's threads.
+ *
+ * Tracepoints only (syscalls:*futex*, sched:sched_switch, sched:sched_waking,
+ * lock:contention_*). Every wait is summed in kernel maps; only waits of at
+ * least LOCK_FLOOR_NS become events, so a hot, uncontended path costs a map
+ * update and nothing in user space.
+ *
+ * Which code waited: the user registers at the syscall (bpf_task_pt_regs,
+ * the architecture's ABI, not a kernel struct read through headers) give the
+ * exact instruction pointer; a frame-pointer walk (lock_stacks) gives the
+ * rest where the binaries keep frame pointers. Distribution libc and
+ * libpython do not, so for waits of at least LOCK_SCAN_FLOOR_NS the kernel
+ * also scans LOCK_SCAN_WORDS words above the user stack pointer and keeps
+ * those that point into the targets' executable mappings (lock_exec, seeded
+ * by user space): candidate return addresses, which user space checks
+ * (preceded by a call instruction) and names. Only code addresses leave
+ * the kernel, never stack data.
+ *
+ * -D settings from collector/probe_sets/locks.py:
+ *   LOCK_FLOOR_NS, LOCK_SCAN_FLOOR_NS, OFFCPU_FLOOR_NS
+ *   HAVE_FUTEX_WAITV, HAVE_FUTEX2 (futex_wait/futex_wake syscalls),
+ *   HAVE_LOCK_CONTENTION (lock:contention_begin/end)
+ */
+#include "common.bpf.h"
+
+#ifndef LOCK_FLOOR_NS
+#define LOCK_FLOOR_NS 10000ULL
+#endif
+#ifndef LOCK_SCAN_FLOOR_NS
+#define LOCK_SCAN_FLOOR_NS 50000ULL
+#endif
+#ifndef OFFCPU_FLOOR_NS
+#define OFFCPU_FLOOR_NS 50000ULL
+#endif
+
+/* futex(2) ops; the PRIVATE (128) and CLOCK_REALTIME (256) bits masked off. */
+#define LK_FUTEX_CMD_MASK 0x7f
+#define LK_FUTEX_WAIT 0
+#define LK_FUTEX_WAKE 1
+#define LK_FUTEX_REQUEUE 3
+#define LK_FUTEX_CMP_REQUEUE 4
+#define LK_FUTEX_WAKE_OP 5
+#define LK_FUTEX_LOCK_PI 6
+#define LK_FUTEX_UNLOCK_PI 7
+#define LK_FUTEX_WAIT_BITSET 9
+#define LK_FUTEX_WAKE_BITSET 10
+#define LK_FUTEX_WAIT_REQUEUE_PI 11
+#define LK_FUTEX_CMP_REQUEUE_PI 12
+#define LK_FUTEX_LOCK_PI2 13
+#define LK_OP_FUTEX_WAITV 0x100  /* our own op codes for the other wait syscalls */
+#define LK_OP_FUTEX2_WAIT 0x101
+
+struct lk_pending {
+    u64 start_ns;
+    u64 uaddr;
+    u32 op;
+    u32 val;
+    u32 flags;
+    u32 pad;
+};
+
+struct lk_addr_key {
+    u32 tgid;
+    u32 pad;
+    u64 uaddr;
+};
+
+struct lk_addr_state {
+    s64 waiters;        /* threads inside a wait on this address now */
+    u64 oldest_start;   /* start of the wait that made waiters go 0 -> 1 */
+};
+
+struct lk_addr_total {
+    u64 waits;
+    u64 wait_ns;
+    u64 max_ns;
+};
+
+struct lk_waker {
+    u64 ts_ns;
+    u64 ip;
+    u32 tid;
+    s32 stack_id;
+    u32 nscan;
+    u32 pad;
+    u64 scan[LOCK_SCAN_HITS];
+};
+
+struct lk_off {
+    u64 ts_ns;       /* switched out */
+    u64 wake_ns;     /* sched_waking (0: not yet) */
+    u32 reason;
+    u32 tgid;
+    u32 waker_tid;
+    u32 waker_pid;
+    s32 waker_stack_id;
+    u32 pad;
+};
+
+struct lk_scan_buf {
+    u64 words[LOCK_SCAN_WORDS];
+    u64 n;
+};
+
+BPF_HASH(lock_pending, u32, struct lk_pending, 65536);          /* tid -> wait in progress */
+BPF_HASH(lock_addr_state, struct lk_addr_key, struct lk_addr_state, 16384);
+BPF_HASH(lock_addr_totals, struct lk_addr_key, struct lk_addr_total, 16384);
+BPF_HASH(lock_last_waker, struct lk_addr_key, struct lk_waker, 16384);
+BPF_HASH(lock_offcpu, u32, struct lk_off, 65536);               /* tid -> off CPU since */
+BPF_HASH(lock_klock_start, u32, u64, 65536);
+BPF_STACK_TRACE(lock_stacks, 16384);
+BPF_HASH(lock_exec, u64, u8, LOCK_EXEC_GRANULES);               /* addr >> 16 of code */
+BPF_PERCPU_ARRAY(lock_counters, u64, LOCK_COUNTER_MAX);
+BPF_PERCPU_ARRAY(lock_scan_buf, struct lk_scan_buf, 1);
+BPF_PERCPU_ARRAY(lock_event_buf, struct futex_wait_event, 1);
+
+static __always_inline void lock_count(u32 index, u64 by)
+{
+    u64 *value = lock_counters.lookup(&index);
+    if (value)
+        *value += by;
+}
+
+static __always_inline int lk_is_wait(u32 cmd)
+{
+    return cmd == LK_FUTEX_WAIT || cmd == LK_FUTEX_WAIT_BITSET || cmd == LK_FUTEX_LOCK_PI ||
+           cmd == LK_FUTEX_LOCK_PI2 || cmd == LK_FUTEX_WAIT_REQUEUE_PI;
+}
+
+static __always_inline int lk_is_wake(u32 cmd)
+{
+    return cmd == LK_FUTEX_WAKE || cmd == LK_FUTEX_WAKE_BITSET || cmd == LK_FUTEX_UNLOCK_PI ||
+           cmd == LK_FUTEX_WAKE_OP || cmd == LK_FUTEX_REQUEUE || cmd == LK_FUTEX_CMP_REQUEUE ||
+           cmd == LK_FUTEX_CMP_REQUEUE_PI;
+}
+
+static __always_inline struct pt_regs *lk_user_regs(void)
+{
+    struct task_struct *task = (struct task_struct *)bpf_get_current_task_btf();
+    return (struct pt_regs *)bpf_task_pt_regs(task);
+}
+
+/* Is addr inside one of the targets' executable mappings? One hash lookup
+ * per word: lock_exec holds every 64 KiB granule an executable mapping
+ * touches (a binary search over ranges made the verifier's state count
+ * explode). A granule can also hold a little data next to the code; user
+ * space drops any candidate that does not follow a call instruction. */
+static __always_inline int lk_in_exec(u64 addr)
+{
+    u64 granule = addr >> LOCK_EXEC_GRANULE_SHIFT;
+    return lock_exec.lookup(&granule) != 0;
+}
+
+/* Copies LOCK_SCAN_WORDS words above sp into a per-CPU buffer and keeps up
+ * to LOCK_SCAN_HITS that point into executable mappings. */
+static __always_inline u32 lk_scan_stack(u64 sp, u64 *hits)
+{
+    u32 zero = 0;
+    struct lk_scan_buf *buf = lock_scan_buf.lookup(&zero);
+    if (!buf)
+        return 0;
+    if (bpf_probe_read_user(buf->words, sizeof(buf->words), (void *)sp) != 0) {
+        /* Near the top of a stack the full window can cross into an unmapped
+         * page: retry with a quarter of it. */
+        __builtin_memset(buf->words, 0, sizeof(buf->words));
+        if (bpf_probe_read_user(buf->words, sizeof(buf->words) / 4, (void *)sp) != 0)
+            return 0;
+    }
+    lock_count(LOCK_COUNTER_SCANS, 1);
+    /* The hit count lives in map memory on purpose: the verifier then treats
+     * it as one unknown value instead of exploring every (word, count) pair. */
+    buf->n = 0;
+    for (int i = 0; i < LOCK_SCAN_WORDS; i++) {
+        u64 word = buf->words[i];
+        if (word < 4096 || !lk_in_exec(word))
+            continue;
+        u64 n = buf->n;
+        if (n >= LOCK_SCAN_HITS)
+            break;
+        hits[n & (LOCK_SCAN_HITS - 1)] = word;
+        buf->n = n + 1;
+    }
+    return buf->n;
+}
+
+/* ---------------------------------------------------------------- waits */
+
+static __always_inline void lk_begin_wait(u64 id, u64 uaddr, u32 op, u32 val, u32 flags)
+{
+    u32 tid = (u32)id;
+    struct lk_pending p = {};
+    p.start_ns = bpf_ktime_get_ns();
+    p.uaddr = uaddr;
+    p.op = op;
+    p.val = val;
+    p.flags = flags;
+    if (lock_pending.update(&tid, &p) != 0) {
+        lock_count(LOCK_COUNTER_MAP_FULL, 1);
+        return;
+    }
+    struct lk_addr_key key = {.tgid = id >> 32, .uaddr = uaddr};
+    struct lk_addr_state fresh = {.waiters = 0, .oldest_start = p.start_ns};
+    struct lk_addr_state *st = lock_addr_state.lookup_or_try_init(&key, &fresh);
+    if (!st) {
+        lock_count(LOCK_COUNTER_MAP_FULL, 1);
+        return;
+    }
+    if (__sync_fetch_and_add(&st->waiters, 1) <= 0)
+        st->oldest_start = p.start_ns;
+}
+
+/* A FUTEX_WAKE-like call: remember who released the address if anyone waits. */
+static __always_inline void lk_note_wake(void *ctx, u64 id, u64 uaddr)
+{
+    struct lk_addr_key key = {.tgid = id >> 32, .uaddr = uaddr};
+    struct lk_addr_state *st = lock_addr_state.lookup(&key);
+    if (!st || st->waiters <= 0)
+        return;
+    u64 now = bpf_ktime_get_ns();
+    /* A waiter woken before the floor is never streamed, so nobody would
+     * read its waker: skip the stack walk (the ping-pong case). */
+    if (now - st->oldest_start < LOCK_FLOOR_NS)
+        return;
+    struct lk_waker w = {};
+    w.ts_ns = now;
+    w.tid = (u32)id;
+    struct pt_regs *regs = lk_user_regs();
+    w.ip = PT_REGS_IP(regs);
+    w.stack_id = lock_stacks.get_stackid(ctx, BPF_F_USER_STACK);
+    if (w.stack_id < 0)
+        lock_count(LOCK_COUNTER_STACK_MISSING, 1);
+    /* The scan costs a few microseconds: only when a waiter has already
+     * waited long enough for its own wait to be scanned. */
+    if (now - st->oldest_start >= LOCK_SCAN_FLOOR_NS)
+        w.nscan = lk_scan_stack(PT_REGS_SP(regs), w.scan);
+    lock_last_waker.update(&key, &w);
+}
+
+static __always_inline void lk_end_wait(void *ctx, long ret)
+{
+    u64 id = bpf_get_current_pid_tgid();
+    u32 tid = (u32)id;
+    struct lk_pending *p = lock_pending.lookup(&tid);
+    if (!p)
+        return;
+    u64 now = bpf_ktime_get_ns();
+    u64 duration = now - p->start_ns;
+    u64 start = p->start_ns;
+    u64 uaddr = p->uaddr;
+    u32 op = p->op, val = p->val, flags = p->flags;
+    lock_pending.delete(&tid);
+
+    struct lk_addr_key key = {.tgid = id >> 32, .uaddr = uaddr};
+    struct lk_addr_state *st = lock_addr_state.lookup(&key);
+    if (st)
+        __sync_fetch_and_add(&st->waiters, -1);
+    struct lk_addr_total zero_total = {};
+    struct lk_addr_total *total = lock_addr_totals.lookup_or_try_init(&key, &zero_total);
+    if (total) {
+        __sync_fetch_and_add(&total->waits, 1);
+        __sync_fetch_and_add(&total->wait_ns, duration);
+        if (duration > total->max_ns)
+            total->max_ns = duration;
+    } else {
+        lock_count(LOCK_COUNTER_MAP_FULL, 1);
+    }
+    lock_count(LOCK_COUNTER_WAITS, 1);
+    lock_count(LOCK_COUNTER_WAIT_NS, duration);
+    if (duration < LOCK_FLOOR_NS) {
+        lock_count(LOCK_COUNTER_SHORT_WAITS, 1);
+        lock_count(LOCK_COUNTER_SHORT_WAIT_NS, duration);
+        return;
+    }
+
+    u32 zero = 0;
+    struct futex_wait_event *ev = lock_event_buf.lookup(&zero);
+    if (!ev)
+        return;
+    __builtin_memset(ev, 0, sizeof(*ev));
+    fill_header(&ev->hdr, EVENT_FUTEX_WAIT, start, id);
+    ev->uaddr = uaddr;
+    ev->duration_ns = duration;
+    ev->op = op;
+    ev->val = val;
+    ev->ret = ret;
+    ev->flags = flags;
+    struct pt_regs *regs = lk_user_regs();
+    ev->ip = PT_REGS_IP(regs);
+    ev->stack_id = lock_stacks.get_stackid(ctx, BPF_F_USER_STACK);
+    if (ev->stack_id < 0)
+        lock_count(LOCK_COUNTER_STACK_MISSING, 1);
+    if (duration >= LOCK_SCAN_FLOOR_NS) {
+        ev->flags |= FUTEX_WAIT_FLAG_SCANNED;
+        ev->nscan = lk_scan_stack(PT_REGS_SP(regs), ev->scan);
+    }
+    ev->waker_stack_id = -1;
+    struct lk_waker *w = lock_last_waker.lookup(&key);
+    if (w && w->ts_ns >= start && w->ts_ns <= now) {
+        ev->waker_tid = w->tid;
+        ev->waker_ip = w->ip;
+        ev->waker_stack_id = w->stack_id;
+        ev->waker_nscan = w->nscan;
+        __builtin_memcpy(ev->waker_scan, w->scan, sizeof(ev->waker_scan));
+    }
+    send_event(ev, sizeof(*ev));
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_futex)
+{
+    u64 id = bpf_get_current_pid_tgid();
+    if (!is_target(id >> 32))
+        return 0;
+    u32 cmd = (u32)args->op & LK_FUTEX_CMD_MASK;
+    if (lk_is_wait(cmd))
+        lk_begin_wait(id, (u64)args->uaddr, cmd, (u32)args->val, 0);
+    else if (lk_is_wake(cmd))
+        lk_note_wake(args, id, (u64)args->uaddr);
+    return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_exit_futex)
+{
+    lk_end_wait(args, args->ret);
+    return 0;
+}
+
+#ifdef HAVE_FUTEX_WAITV
+TRACEPOINT_PROBE(syscalls, sys_enter_futex_waitv)
+{
+    u64 id = bpf_get_current_pid_tgid();
+    if (!is_target(id >> 32))
+        return 0;
+    /* struct futex_waitv { u64 val; u64 uaddr; u32 flags; u32 reserved; }:
+     * the first waiter's futex names the wait. */
+    u64 uaddr = 0;
+    bpf_probe_read_user(&uaddr, sizeof(uaddr), (char *)args->waiters + 8);
+    lk_begin_wait(id, uaddr, LK_OP_FUTEX_WAITV, 0, FUTEX_WAIT_FLAG_WAITV);
+    return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_exit_futex_waitv)
+{
+    lk_end_wait(args, args->ret);
+    return 0;
+}
+#endif
+
+#ifdef HAVE_FUTEX2
+TRACEPOINT_PROBE(syscalls, sys_enter_futex_wait)
+{
+    u64 id = bpf_get_current_pid_tgid();
+    if (!is_target(id >> 32))
+        return 0;
+    lk_begin_wait(id, (u64)args->uaddr, LK_OP_FUTEX2_WAIT, (u32)args->val, FUTEX_WAIT_FLAG_FUTEX2);
+    return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_exit_futex_wait)
+{
+    lk_end_wait(args, args->ret);
+    return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_futex_wake)
+{
+    u64 id = bpf_get_current_pid_tgid();
+    if (!is_target(id >> 32))
+        return 0;
+    lk_note_wake(args, id, (u64)args->uaddr);
+    return 0;
+}
+#endif
+
+/* ---------------------------------------------------------------- off-CPU */
+
+/* sched_switch's prev_state is the tracepoint's own argument (the state the
+ * task is switched out in), not a task_struct read. */
+#define LK_TASK_STATE_MASK 0xff
+#define LK_TASK_UNINTERRUPTIBLE 0x2
+
+TRACEPOINT_PROBE(sched, sched_switch)
+{
+    u64 now = bpf_ktime_get_ns();
+    u64 id = bpf_get_current_pid_tgid();
+    u32 prev = args->prev_pid;
+    /* current is still prev here: its tgid tells us whether it is a target */
+    if (prev != 0 && is_target(id >> 32)) {
+        struct lk_off off = {};
+        off.ts_ns = now;
+        off.tgid = id >> 32;
+        off.waker_stack_id = -1;
+        long state = args->prev_state & LK_TASK_STATE_MASK;
+        if (state == 0)
+            off.reason = OFFCPU_PREEMPTED;
+        else if (state & LK_TASK_UNINTERRUPTIBLE)
+            off.reason = OFFCPU_IO;
+        else if (lock_pending.lookup(&prev))
+            off.reason = OFFCPU_FUTEX;
+        else
+            off.reason = OFFCPU_SLEEP;
+        if (off.reason == OFFCPU_PREEMPTED)
+            off.wake_ns = now;  /* runnable from the start: all runqueue delay */
+        if (lock_offcpu.update(&prev, &off) != 0)
+            lock_count(LOCK_COUNTER_MAP_FULL, 1);
+    }
+
+    u32 next = args->next_pid;
+    struct lk_off *off = lock_offcpu.lookup(&next);
+    if (!off)
+        return 0;
+    u64 wake = off->wake_ns ? off->wake_ns : now;
+    u64 blocked = off->reason == OFFCPU_PREEMPTED ? 0 : wake - off->ts_ns;
+    u64 runq = now - wake;
+    if (blocked < OFFCPU_FLOOR_NS && runq < OFFCPU_FLOOR_NS) {
+        lock_count(LOCK_COUNTER_OFFCPU_SHORT, 1);
+        lock_offcpu.delete(&next);
+        return 0;
+    }
+    struct offcpu_event ev = {};
+    ev.hdr.type = EVENT_OFFCPU;
+    ev.hdr.pid = off->tgid;
+    ev.hdr.tid = next;
+    ev.hdr.cpu = bpf_get_smp_processor_id();
+    ev.hdr.ts_ns = off->ts_ns;
+    ev.blocked_ns = blocked;
+    ev.runq_ns = runq;
+    ev.reason = off->reason;
+    ev.waker_tid = off->waker_tid;
+    ev.waker_pid = off->waker_pid;
+    ev.waker_stack_id = off->waker_stack_id;
+    lock_offcpu.delete(&next);
+    send_event(&ev, sizeof(ev));
+    return 0;
+}
+
+/* sched_waking runs in the waker's context (sched_wakeup may run on the
+ * wakee's CPU, in whatever task is current there). */
+TRACEPOINT_PROBE(sched, sched_waking)
+{
+    u32 wakee = args->pid;
+    struct lk_off *off = lock_offcpu.lookup(&wakee);
+    if (!off || off->wake_ns)
+        return 0;
+    u64 now = bpf_ktime_get_ns();
+    u64 id = bpf_get_current_pid_tgid();
+    off->wake_ns = now;
+    off->waker_tid = (u32)id;
+    off->waker_pid = id >> 32;
+    /* the waker's stack only for long blocks: a stack walk per wake-up would
+     * cost the ping-pong workloads the most */
+    if (now - off->ts_ns >= OFFCPU_FLOOR_NS)
+        off->waker_stack_id = lock_stacks.get_stackid(args, BPF_F_USER_STACK);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- kernel locks */
+
+#ifdef HAVE_LOCK_CONTENTION
+TRACEPOINT_PROBE(lock, contention_begin)
+{
+    u64 id = bpf_get_current_pid_tgid();
+    if (!is_target(id >> 32))
+        return 0;
+    u32 tid = (u32)id;
+    u64 now = bpf_ktime_get_ns();
+    lock_klock_start.update(&tid, &now);
+    return 0;
+}
+
+TRACEPOINT_PROBE(lock, contention_end)
+{
+    u32 tid = (u32)bpf_get_current_pid_tgid();
+    u64 *start = lock_klock_start.lookup(&tid);
+    if (!start)
+        return 0;
+    u64 duration = bpf_ktime_get_ns() - *start;
+    lock_klock_start.delete(&tid);
+    lock_count(LOCK_COUNTER_KLOCK_WAITS, 1);
+    lock_count(LOCK_COUNTER_KLOCK_NS, duration);
+    return 0;
+}
+#endif

@@ -1,0 +1,34 @@
+"""analyzers/locks.py without BPF: classification by frames and span arithmetic."""
+
+from __future__ import annotations
+
+from inferprobe.analyzers import locks
+from inferprobe.collector.events import EventType, FutexWaitFlag, FutexWaitRecord
+
+
+def _wait(tid: int, start: int, duration: int, op: int = 0, val: int = 0) -> FutexWaitRecord:
+    return FutexWaitRecord(
+        type=EventType.FUTEX_WAIT, pid=1, tid=tid, ts_ns=start, duration_ns=duration, uaddr=0x10,
+        op=op, val=val, ret=0, flags=FutexWaitFlag(0), ip=0, stack_id=-1, scan=(), waker_tid=0,
+        waker_ip=0, waker_stack_id=-1, waker_scan=())
+
+
+def test_classify_by_innermost_known_frame():
+    w = _wait(1, 0, 1)
+    assert locks.classify(["libc.so.6+0x86100", "pthread_mutex_lock", "f"], w)[0] == locks.WaitKind.LOCK
+    assert locks.classify(["x", "pthread_cond_wait", "worker"], w)[0] == locks.WaitKind.HANDOFF
+    # CPython 3.11: threading.Lock is a semaphore, the GIL a condition variable
+    assert locks.classify(["x", "sem_clockwait", "PyThread_acquire_lock_timed"], w)[0] == locks.WaitKind.LOCK
+    assert locks.classify(["x", "pthread_cond_timedwait", "python3.11+0x1f0", "PyEval_RestoreThread"],
+                          w)[0] == locks.WaitKind.GIL
+
+
+def test_classify_falls_back_to_futex_arguments_and_says_so():
+    kind, how = locks.classify(["?"], _wait(1, 0, 1, op=0, val=2))
+    assert kind == locks.WaitKind.LOCK and how.startswith("futex:")
+    assert locks.classify(["?"], _wait(1, 0, 1, op=0, val=7))[0] == locks.WaitKind.UNKNOWN
+
+
+def test_union_length_merges_overlaps():
+    assert locks._union_length([(0, 10), (5, 15), (20, 30)]) == 25
+    assert locks._union_length([]) == 0
