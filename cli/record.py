@@ -110,8 +110,22 @@ class _Stop:
     is_flag=True,
     help="Do not attach the server's inferprobe USDT probes even if it has them.",
 )
+@click.option(
+    "--gpu/--no-gpu",
+    default=None,
+    help="CUDA and DRM GPU probes. Default: on when a target maps libcuda or libcudart; "
+    "--gpu also watches targets that load CUDA only later.",
+)
+@click.option(
+    "--gpu-launch-run",
+    type=click.IntRange(1, 1 << 20),
+    default=256,
+    show_default=True,
+    help="Kernel launches summed in the kernel per event (1: one event per launch).",
+)
 @kernel_headers_option
-def record(pids, duration, output, ringbuf_mb, no_listen_check, no_usdt, kernel_headers) -> None:
+def record(pids, duration, output, ringbuf_mb, no_listen_check, no_usdt, gpu, gpu_launch_run,
+           kernel_headers) -> None:
     """Record every HTTP request the given processes serve.
 
     Attaches to syscall tracepoints (no change to the server, no restart),
@@ -128,7 +142,11 @@ def record(pids, duration, output, ringbuf_mb, no_listen_check, no_usdt, kernel_
     pids = list(dict.fromkeys(pids))
     pages = 1 << ((ringbuf_mb * 256).bit_length() - 1)
     sets = ("sockets",) if no_usdt else ("sockets", "usdt")
-    tracer = load_tracer(pids, sets=sets, ringbuf_pages=pages, require_listener=not no_listen_check)
+    if gpu is not False:
+        sets += ("gpu",)
+    options = {"gpu": "on" if gpu else "auto", "gpu_run_max_launches": gpu_launch_run}
+    tracer = load_tracer(pids, sets=sets, ringbuf_pages=pages, require_listener=not no_listen_check,
+                         options=options)
     writer = None
     reader = None
     try:
@@ -159,6 +177,9 @@ def record(pids, duration, output, ringbuf_mb, no_listen_check, no_usdt, kernel_
                 break
             if now >= next_flush:
                 next_flush = now + 1.0
+                for note in tracer.refresh():
+                    click.echo(f"inferprobe: {note}")
+                sys.stdout.flush()
                 counters = tracer.counters()
                 writer.flush(stats={"t": now - started, "lost_events": counters["events_lost"],
                                     **counters})

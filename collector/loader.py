@@ -84,6 +84,24 @@ class LoadedTracer:
     active: dict[str, ProbeSet]
     ringbuf_pages: int
     inactive: dict[str, str] = field(default_factory=dict)  # set name -> why not
+    ctx: TargetContext | None = None
+    refresh_errors: int = 0
+
+    def refresh(self) -> list[str]:
+        """Lets every active set attach to what appeared since the last call.
+
+        A failure here must not end a recording that is otherwise fine: it is
+        counted and said once.
+        """
+        notes = []
+        for name, probe_set in self.active.items():
+            try:
+                notes.extend(probe_set.refresh(self.bpf, self.ctx))
+            except Exception as err:  # a set's rescan failing leaves what is attached working
+                self.refresh_errors += 1
+                if self.refresh_errors == 1:
+                    notes.append(f"probe set {name}: re-scan failed ({err}); recording goes on")
+        return notes
 
     def counters(self) -> dict[str, int]:
         table = self.bpf[b"counters"]
@@ -196,7 +214,7 @@ def load_tracer(
     for pid in all_pids:
         tgids[ctypes.c_uint32(pid)] = ctypes.c_uint8(1)
     return LoadedTracer(bpf=bpf, pids=all_pids, active=active, ringbuf_pages=ringbuf_pages,
-                        inactive=inactive)
+                        inactive=inactive, ctx=ctx)
 
 
 assert COUNTER_MAX >= len(Counter)

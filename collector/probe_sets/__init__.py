@@ -46,13 +46,20 @@ class ProbeSet:
     def after_load(self, bpf, ctx: TargetContext) -> None:
         """Attaches what bcc did not attach by itself and seeds maps."""
 
+    def refresh(self, bpf, ctx: TargetContext) -> list[str]:
+        """Called about once a second while recording: attach to what appeared
+        since (a library loaded later, a new child process). Returns lines
+        worth telling the user."""
+        return []
+
     def snapshot(self, bpf) -> dict | None:
         """Kernel-side aggregates to store in the recording when it stops."""
         return None
 
 
 def available_sets() -> dict[str, type[ProbeSet]]:
+    from inferprobe.collector.probe_sets.gpu import GpuProbes
     from inferprobe.collector.probe_sets.sockets import SocketProbes
     from inferprobe.collector.probe_sets.usdt import UsdtProbes
 
-    return {cls.name: cls for cls in (SocketProbes, UsdtProbes)}
+    return {cls.name: cls for cls in (SocketProbes, UsdtProbes, GpuProbes)}

@@ -23,6 +23,10 @@ STRUCTS = {
     "conn_event": events.ConnEvent,
     "io_event": events.IoEvent,
     "usdt_event": events.UsdtEvent,
+    "gpu_call_event": events.GpuCallEvent,
+    "gpu_launches_event": events.GpuLaunchesEvent,
+    "gpu_fence_event": events.GpuFenceEvent,
+    "gpu_drm_event": events.GpuDrmEvent,
 }
 
 # Every member of these Python enums must exist in the header under
@@ -34,6 +38,10 @@ ENUM_PREFIXES = {
     "HTTP_FLAG_": events.HttpFlag,
     "COUNTER_": events.Counter,
     "USDT_": events.UsdtProbe,
+    "GPU_FN_": events.GpuFunction,
+    "GPU_COPY_": events.GpuCopyKind,
+    "GPU_FLUSH_": events.GpuFlushReason,
+    "GPU_DRM_": events.GpuDrmWhat,
 }
 
 ENUMS = {
@@ -41,6 +49,7 @@ ENUMS = {
     **{f"HTTP_METHOD_{m.name}": m for m in events.HttpMethod if m.name != "UNKNOWN"},
     "COUNTER_MAX": events.COUNTER_MAX,
     "USDT_MAX_ARGS": events.USDT_MAX_ARGS,
+    "GPU_FN_MAX": events.GPU_FN_MAX,
     "INFERPROBE_LAYOUT_VERSION": events.LAYOUT_VERSION,
     "PATH_MAX_BYTES": events.PATH_MAX_BYTES,
 }
