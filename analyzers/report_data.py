@@ -9,9 +9,10 @@ from dataclasses import dataclass
 
 from inferprobe.analyzers.cadence import CadenceSummary, by_endpoint, percentile, summarize
 from inferprobe.analyzers.decompose import TTFT_PHASES, phases_ns
+from inferprobe.analyzers.gpu import GpuSummary, gpu_json, summarize_gpu
 from inferprobe.analyzers.scheduler import SchedulerSummary, stall_ns_by_request, summarize_scheduler
 from inferprobe.collector.correlate import correlate
-from inferprobe.collector.events import DecodeError, UsdtRecord, decode
+from inferprobe.collector.events import ConnRecord, DecodeError, GpuRecord, IoRecord, UsdtRecord, decode
 from inferprobe.collector.recording import Recording
 from inferprobe.collector.server_view import ServerView, build_server_view
 from inferprobe.collector.sessionizer import sessionize
@@ -35,6 +36,7 @@ class ReportData:
     correlated: int  # requests tied to the server's own (USDT) view of them
     stall_ns: dict[tuple[int, int], int]  # (pid, req_id) -> time spent in stalled batches
     decomposition: dict[int, Request]  # percentile -> the request at that TTFT percentile
+    gpu: GpuSummary | None = None  # None without the gpu probe set
 
     @property
     def probe_sets(self) -> dict:
@@ -57,11 +59,17 @@ def build(recording: Recording) -> ReportData:
         except DecodeError:
             bad += 1
     usdt = [ev for ev in decoded if isinstance(ev, UsdtRecord)]
-    session = sessionize(ev for ev in decoded if not isinstance(ev, UsdtRecord))
+    session = sessionize(ev for ev in decoded if isinstance(ev, ConnRecord | IoRecord))
     requests = sorted(session.requests, key=lambda r: r.t_ingress_ns)
     server = build_server_view(usdt)
     correlated = correlate(requests, session.connections, server)
     scheduler = summarize_scheduler(server)
+    final = recording.final or {}
+    gpu = summarize_gpu(
+        [ev for ev in decoded if isinstance(ev, GpuRecord)], recording.snapshots.get("gpu"), requests,
+        server.steps, int(final["duration_s"] * 1e9) if "duration_s" in final else None,
+        recording.meta.get("probe_sets", {}).get("active", {}).get("gpu")
+        if isinstance(recording.meta.get("probe_sets"), dict) else None)
     return ReportData(
         recording=recording,
         requests=requests,
@@ -75,6 +83,7 @@ def build(recording: Recording) -> ReportData:
         correlated=correlated,
         stall_ns=stall_ns_by_request(scheduler.stalls),
         decomposition=requests_at_ttft_percentiles(requests),
+        gpu=gpu,
     )
 
 
@@ -200,6 +209,7 @@ def to_json(data: ReportData) -> dict:
         "probe_sets": data.probe_sets,
         "latency_decomposition": decomposition_json(data),
         "scheduler": scheduler_json(data) if not data.server.empty else None,
+        "gpu": gpu_json(data.gpu) if data.gpu is not None else None,
         "requests": [request_json(r, data.stall_ns) for r in data.requests],
         "connections": [connection_json(c) for c in data.connections],
     }
