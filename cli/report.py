@@ -12,6 +12,7 @@ from rich.table import Table
 from inferprobe.analyzers.cadence import CadenceSummary, Distribution
 from inferprobe.analyzers.decompose import TTFT_PHASES, ttft_phases_ns
 from inferprobe.analyzers.report_data import ReportData, build, to_json
+from inferprobe.cli.gpu_text import render_gpu
 from inferprobe.collector.recording import read_recording
 
 EXAMPLES = """
@@ -79,6 +80,7 @@ def render_text(data: ReportData, console: Console) -> None:
     _render_probe_sets(data, console)
     _render_decomposition(data, console)
     _render_scheduler(data, console)
+    render_gpu(data.gpu, console)
 
 
 def _render_probe_sets(data: ReportData, console: Console) -> None:
