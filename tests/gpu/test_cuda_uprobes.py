@@ -36,6 +36,7 @@ from inferprobe.collector.events import (  # noqa: E402
     GpuLaunchesRecord,
     decode,
 )
+from inferprobe.collector.probe_sets.gpu import DRM_TRACEPOINTS, TRACEFS_EVENTS  # noqa: E402
 from inferprobe.collector.recording import read_recording  # noqa: E402
 
 pytestmark = [needs_root, pytest.mark.bpf]
@@ -131,6 +132,9 @@ def test_the_runtime_was_found_and_hooked(batched):
     assert not att["failed"]
     # the _ptsz/_ptds variants are separate entry points and hooked too
     assert {"cudaLaunchKernel", "cudaLaunchKernel_ptsz", "cudaMemcpy_ptds"} <= set(att["symbols"])
+    # DRM tracepoints this kernel has were compiled in and attached (the program loaded with them)
+    present = sorted(tp for tp in DRM_TRACEPOINTS if (TRACEFS_EVENTS / tp).is_dir())
+    assert recording.snapshots["gpu"]["drm_tracepoints"] == present
 
 
 def test_call_counts_are_exact(batched):
