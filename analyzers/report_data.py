@@ -15,12 +15,13 @@ from inferprobe.analyzers.breakdown import Breakdown, break_down
 from inferprobe.analyzers.cadence import CadenceSummary, by_endpoint, percentile, summarize
 from inferprobe.analyzers.decompose import TTFT_PHASES, phases_ns
 from inferprobe.analyzers.findings import Finding, FindingList
+from inferprobe.analyzers.gpu import GpuSummary, gpu_json, summarize_gpu
 from inferprobe.analyzers.registry import ANALYZERS
 from inferprobe.analyzers.scheduler import SchedulerSummary, stall_ns_by_request, summarize_scheduler
 from inferprobe.analyzers.sections import AnalysisInput, AnalyzerSection
 from inferprobe.analyzers.timeseries import TimeSeries, over_time
 from inferprobe.collector.correlate import correlate
-from inferprobe.collector.events import ConnRecord, DecodeError, IoRecord, UsdtRecord, decode
+from inferprobe.collector.events import ConnRecord, DecodeError, GpuRecord, IoRecord, UsdtRecord, decode
 from inferprobe.collector.recording import Recording
 from inferprobe.collector.server_view import ServerView, build_server_view
 from inferprobe.collector.sessionizer import sessionize
@@ -51,6 +52,7 @@ class ReportData:
     sections: list[AnalyzerSection] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)  # ranked, largest share first
     locks: lock_analysis.LockAnalysis | None = None
+    gpu: GpuSummary | None = None  # None without the gpu probe set
 
     @property
     def probe_sets(self) -> dict:
@@ -90,6 +92,12 @@ def build(recording: Recording, mutex_threshold: float = lock_analysis.DEFAULT_M
             if result.section is not None:
                 sections.append(result.section)
             findings.extend(result.findings)
+    final = recording.final or {}
+    gpu = summarize_gpu(
+        [ev for ev in decoded if isinstance(ev, GpuRecord)], recording.snapshots.get("gpu"), requests,
+        server.steps, int(final["duration_s"] * 1e9) if "duration_s" in final else None,
+        recording.meta.get("probe_sets", {}).get("active", {}).get("gpu")
+        if isinstance(recording.meta.get("probe_sets"), dict) else None)
     return ReportData(
         recording=recording,
         requests=requests,
@@ -110,6 +118,7 @@ def build(recording: Recording, mutex_threshold: float = lock_analysis.DEFAULT_M
         sections=sections,
         findings=findings.ranked(),
         locks=locks,
+        gpu=gpu,
     )
 
 
@@ -243,6 +252,7 @@ def to_json(data: ReportData) -> dict:
         "latency_decomposition": decomposition_json(data),
         "findings": [finding_json(f) for f in data.findings],
         "scheduler": scheduler_json(data) if not data.server.empty else None,
+        "gpu": gpu_json(data.gpu) if data.gpu is not None else None,
         "requests": [request_json(r, data.stall_ns, data.locks) for r in data.requests],
         **lock_analysis_json.top_level(data.locks),
         "connections": [connection_json(c) for c in data.connections],

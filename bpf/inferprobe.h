@@ -40,6 +40,10 @@ enum event_type {
     EVENT_NET_RETRANSMIT = 66, /* tcp:tcp_retransmit_skb on a traced connection */
     EVENT_FUTEX_WAIT = 16, /* a target thread waited in futex() at least the floor */
     EVENT_OFFCPU = 17,     /* a target thread was off CPU at least the floor */
+    EVENT_GPU_CALL = 48,     /* a CUDA wait, copy, allocation or query call returned */
+    EVENT_GPU_LAUNCHES = 49, /* a run of kernel/graph launches on one thread (gpu_launches_event) */
+    EVENT_GPU_FENCE_WAIT = 50, /* dma_fence_wait_start .. _end in a target thread */
+    EVENT_GPU_DRM_JOB = 51,  /* gpu_scheduler:drm_sched_job: a target thread queued a GPU job */
 };
 
 /* The USDT probes of provider "inferprobe" (probes/, docs/usdt-probes.md).
@@ -285,6 +289,105 @@ enum lock_counter {
     LOCK_COUNTER_KLOCK_WAITS = 8,    /* lock:contention_begin..end in target threads */
     LOCK_COUNTER_KLOCK_NS = 9,
     LOCK_COUNTER_MAX = 12,
+};
+
+/* The CUDA library functions the gpu probe set hooks (collector/gpu_catalog.py
+ * has their symbol names). The ranges are the categories the BPF side acts on:
+ * 1-15 launches, 16-31 waits, 32-47 copies, 48-59 memory, 60-63 queries. */
+enum gpu_function {
+    GPU_FN_CU_LAUNCH_KERNEL = 1,
+    GPU_FN_CU_LAUNCH_KERNEL_EX = 2,
+    GPU_FN_CU_GRAPH_LAUNCH = 3,
+    GPU_FN_CUDA_LAUNCH_KERNEL = 4,
+    GPU_FN_CUDA_LAUNCH_KERNEL_EX = 5,   /* cudaLaunchKernelExC */
+    GPU_FN_CUDA_GRAPH_LAUNCH = 6,
+    GPU_FN_CU_STREAM_SYNCHRONIZE = 16,
+    GPU_FN_CU_EVENT_SYNCHRONIZE = 17,
+    GPU_FN_CU_CTX_SYNCHRONIZE = 18,
+    GPU_FN_CU_STREAM_WAIT_EVENT = 19,
+    GPU_FN_CUDA_STREAM_SYNCHRONIZE = 20,
+    GPU_FN_CUDA_EVENT_SYNCHRONIZE = 21,
+    GPU_FN_CUDA_DEVICE_SYNCHRONIZE = 22,
+    GPU_FN_CUDA_STREAM_WAIT_EVENT = 23,
+    GPU_FN_CU_MEMCPY = 32,
+    GPU_FN_CU_MEMCPY_ASYNC = 33,
+    GPU_FN_CU_MEMCPY_DTOH = 34,
+    GPU_FN_CU_MEMCPY_DTOH_ASYNC = 35,
+    GPU_FN_CU_MEMCPY_HTOD = 36,
+    GPU_FN_CU_MEMCPY_HTOD_ASYNC = 37,
+    GPU_FN_CU_MEMCPY_DTOD = 38,
+    GPU_FN_CU_MEMCPY_DTOD_ASYNC = 39,
+    GPU_FN_CUDA_MEMCPY = 40,
+    GPU_FN_CUDA_MEMCPY_ASYNC = 41,
+    GPU_FN_CU_MEM_ALLOC = 48,
+    GPU_FN_CU_MEM_FREE = 49,
+    GPU_FN_CU_MEM_ALLOC_ASYNC = 50,
+    GPU_FN_CU_MEM_FREE_ASYNC = 51,
+    GPU_FN_CUDA_MALLOC = 52,
+    GPU_FN_CUDA_FREE = 53,
+    GPU_FN_CUDA_MALLOC_ASYNC = 54,
+    GPU_FN_CUDA_FREE_ASYNC = 55,
+    GPU_FN_CUDA_GET_DEVICE_COUNT = 60,
+    GPU_FN_MAX = 64,
+};
+
+/* gpu_call_event.copy_kind: the values of cudaMemcpyKind. */
+enum gpu_copy_kind {
+    GPU_COPY_HTOH = 0,
+    GPU_COPY_HTOD = 1,
+    GPU_COPY_DTOH = 2,
+    GPU_COPY_DTOD = 3,
+    GPU_COPY_DEFAULT = 4,  /* direction inferred by the driver from the pointers (unified addressing) */
+};
+
+/* Why a gpu_launches_event was sent. */
+enum gpu_flush_reason {
+    GPU_FLUSH_CALL = 1,    /* the thread entered a wait, copy or memory call: a step boundary */
+    GPU_FLUSH_CAP = 2,     /* the run reached the configured number of launches */
+    GPU_FLUSH_AGE = 3,     /* the next launch came after the run's age limit */
+    GPU_FLUSH_END = 4,     /* still open when recording stopped (read from the map, not sent) */
+};
+
+/* What a drm/dma_fence tracepoint event is. */
+enum gpu_drm_what {
+    GPU_DRM_SCHED_JOB = 1, /* gpu_scheduler:drm_sched_job */
+};
+
+struct gpu_call_event {
+    struct event_header hdr; /* ts_ns: entry of the outermost hooked call on the thread */
+    __u64 exit_ns;           /* its return */
+    __u64 bytes;             /* copies: bytes asked for; allocations: size */
+    __u64 addr;              /* allocations: the address returned; frees: the address freed;
+                                waits: the stream or event handle (0 for context/device syncs) */
+    __s32 ret;               /* CUresult / cudaError_t: 0 is success */
+    __u16 function;          /* enum gpu_function */
+    __u8 copy_kind;          /* enum gpu_copy_kind, copies only */
+    __u8 pad;
+};
+
+struct gpu_launches_event {
+    struct event_header hdr; /* ts_ns: entry of the first launch of the run */
+    __u64 last_ns;           /* entry of the last launch of the run */
+    __u64 launch_ns;         /* time inside the runtime's launch calls of the run (their
+                                entry to return; driver launch calls have no return probe) */
+    __u32 kernels;           /* kernel launches (cu/cudaLaunchKernel, ...Ex) */
+    __u32 graphs;            /* graph launches (cu/cudaGraphLaunch) */
+    __u16 reason;            /* enum gpu_flush_reason */
+    __u16 pad16;
+    __u32 pad32;
+};
+
+struct gpu_fence_event {
+    struct event_header hdr; /* ts_ns: dma_fence_wait_start */
+    __u64 exit_ns;           /* dma_fence_wait_end */
+    __u64 context;           /* the fence's timeline (context) and sequence number */
+    __u64 seqno;
+};
+
+struct gpu_drm_event {
+    struct event_header hdr;
+    __u32 what;              /* enum gpu_drm_what */
+    __u32 pad;
 };
 
 /* Indexes of the per-CPU counters array (user space sums them). */

@@ -134,11 +134,24 @@ class _Stop:
     show_default=True,
     help="With --locks: futex waits shorter than this are only counted in the kernel.",
 )
+@click.option(
+    "--gpu/--no-gpu",
+    default=None,
+    help="CUDA and DRM GPU probes. Default: on when a target maps libcuda or libcudart; "
+    "--gpu also watches targets that load CUDA only later.",
+)
+@click.option(
+    "--gpu-launch-run",
+    type=click.IntRange(1, 1 << 20),
+    default=256,
+    show_default=True,
+    help="Kernel launches summed in the kernel per event (1: one event per launch).",
+)
 @live_export_options
 @stack_options
 @kernel_headers_option
 def record(pids, duration, output, ringbuf_mb, no_listen_check, no_usdt, no_network, locks, lock_floor_us,
-           kernel_headers, otlp, prometheus, **flags) -> None:
+           gpu, gpu_launch_run, kernel_headers, otlp, prometheus, **flags) -> None:
     """Record every HTTP request the given processes serve.
 
     Attaches to syscall tracepoints (no change to the server, no restart),
@@ -163,7 +176,10 @@ def record(pids, duration, output, ringbuf_mb, no_listen_check, no_usdt, no_netw
     stack_flags = {k: flags.pop(k) for k in list(flags) if k in STACK_FLAGS}
     otlp_opts = flags
     sets += stack_sets(stack_flags)
-    options = {**stack_set_options(stack_flags), "locks": {"floor_us": lock_floor_us}}
+    if gpu is not False:
+        sets += ("gpu",)
+    options = {**stack_set_options(stack_flags), "locks": {"floor_us": lock_floor_us},
+               "gpu": "on" if gpu else "auto", "gpu_run_max_launches": gpu_launch_run}
     tracer = load_tracer(pids, sets=sets, ringbuf_pages=pages, require_listener=not no_listen_check,
                          options=options)
     writer = None
@@ -203,7 +219,9 @@ def record(pids, duration, output, ringbuf_mb, no_listen_check, no_usdt, no_netw
                 break
             if now >= next_flush:
                 next_flush = now + 1.0
-                tracer.refresh()
+                for note in tracer.refresh():
+                    click.echo(f"inferprobe: {note}")
+                sys.stdout.flush()
                 counters = tracer.counters()
                 lost = counters["events_lost"]
                 writer.flush(stats={"t": now - started, "lost_events": counters["events_lost"],

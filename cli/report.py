@@ -13,6 +13,7 @@ from inferprobe.analyzers.cadence import CadenceSummary, Distribution
 from inferprobe.analyzers.decompose import TTFT_PHASES, ttft_phases_ns
 from inferprobe.analyzers.locks import DEFAULT_MUTEX_THRESHOLD
 from inferprobe.analyzers.report_data import ReportData, build, to_json
+from inferprobe.cli.gpu_text import render_gpu
 from inferprobe.cli.locks_text import render_locks
 from inferprobe.collector.recording import read_recording
 
@@ -90,6 +91,7 @@ def render_text(data: ReportData, console: Console) -> None:
     _render_scheduler(data, console)
     _render_network(data, console)
     render_locks(data, console)
+    render_gpu(data.gpu, console)
 
 
 def _render_network(data: ReportData, console: Console) -> None:

@@ -30,6 +30,10 @@ class EventType(enum.IntEnum):
     NET_RETRANSMIT = 66
     FUTEX_WAIT = 16
     OFFCPU = 17
+    GPU_CALL = 48
+    GPU_LAUNCHES = 49
+    GPU_FENCE_WAIT = 50
+    GPU_DRM_JOB = 51
 
 
 class UsdtProbe(enum.IntEnum):
@@ -148,6 +152,66 @@ class LockCounter(enum.IntEnum):
 
 
 LOCK_COUNTER_MAX = 12
+
+
+class GpuFunction(enum.IntEnum):
+    """CUDA functions the gpu probe set hooks; ranges are categories (inferprobe.h)."""
+
+    CU_LAUNCH_KERNEL = 1
+    CU_LAUNCH_KERNEL_EX = 2
+    CU_GRAPH_LAUNCH = 3
+    CUDA_LAUNCH_KERNEL = 4
+    CUDA_LAUNCH_KERNEL_EX = 5
+    CUDA_GRAPH_LAUNCH = 6
+    CU_STREAM_SYNCHRONIZE = 16
+    CU_EVENT_SYNCHRONIZE = 17
+    CU_CTX_SYNCHRONIZE = 18
+    CU_STREAM_WAIT_EVENT = 19
+    CUDA_STREAM_SYNCHRONIZE = 20
+    CUDA_EVENT_SYNCHRONIZE = 21
+    CUDA_DEVICE_SYNCHRONIZE = 22
+    CUDA_STREAM_WAIT_EVENT = 23
+    CU_MEMCPY = 32
+    CU_MEMCPY_ASYNC = 33
+    CU_MEMCPY_DTOH = 34
+    CU_MEMCPY_DTOH_ASYNC = 35
+    CU_MEMCPY_HTOD = 36
+    CU_MEMCPY_HTOD_ASYNC = 37
+    CU_MEMCPY_DTOD = 38
+    CU_MEMCPY_DTOD_ASYNC = 39
+    CUDA_MEMCPY = 40
+    CUDA_MEMCPY_ASYNC = 41
+    CU_MEM_ALLOC = 48
+    CU_MEM_FREE = 49
+    CU_MEM_ALLOC_ASYNC = 50
+    CU_MEM_FREE_ASYNC = 51
+    CUDA_MALLOC = 52
+    CUDA_FREE = 53
+    CUDA_MALLOC_ASYNC = 54
+    CUDA_FREE_ASYNC = 55
+    CUDA_GET_DEVICE_COUNT = 60
+
+
+GPU_FN_MAX = 64
+
+
+class GpuCopyKind(enum.IntEnum):
+    HTOH = 0
+    HTOD = 1
+    DTOH = 2
+    DTOD = 3
+    DEFAULT = 4
+
+
+class GpuFlushReason(enum.IntEnum):
+    CALL = 1
+    CAP = 2
+    AGE = 3
+    END = 4
+
+
+class GpuDrmWhat(enum.IntEnum):
+    SCHED_JOB = 1
 
 
 class EventHeader(ctypes.Structure):
@@ -297,6 +361,49 @@ class OffcpuEvent(ctypes.Structure):
     ]
 
 
+class GpuCallEvent(ctypes.Structure):
+    _fields_ = [
+        ("hdr", EventHeader),
+        ("exit_ns", ctypes.c_uint64),
+        ("bytes", ctypes.c_uint64),
+        ("addr", ctypes.c_uint64),
+        ("ret", ctypes.c_int32),
+        ("function", ctypes.c_uint16),
+        ("copy_kind", ctypes.c_uint8),
+        ("pad", ctypes.c_uint8),
+    ]
+
+
+class GpuLaunchesEvent(ctypes.Structure):
+    _fields_ = [
+        ("hdr", EventHeader),
+        ("last_ns", ctypes.c_uint64),
+        ("launch_ns", ctypes.c_uint64),
+        ("kernels", ctypes.c_uint32),
+        ("graphs", ctypes.c_uint32),
+        ("reason", ctypes.c_uint16),
+        ("pad16", ctypes.c_uint16),
+        ("pad32", ctypes.c_uint32),
+    ]
+
+
+class GpuFenceEvent(ctypes.Structure):
+    _fields_ = [
+        ("hdr", EventHeader),
+        ("exit_ns", ctypes.c_uint64),
+        ("context", ctypes.c_uint64),
+        ("seqno", ctypes.c_uint64),
+    ]
+
+
+class GpuDrmEvent(ctypes.Structure):
+    _fields_ = [
+        ("hdr", EventHeader),
+        ("what", ctypes.c_uint32),
+        ("pad", ctypes.c_uint32),
+    ]
+
+
 STRUCT_FOR_TYPE: dict[EventType, type[ctypes.Structure]] = {
     EventType.CONN_OPEN: ConnEvent,
     EventType.CONN_CLOSE: ConnEvent,
@@ -310,6 +417,10 @@ STRUCT_FOR_TYPE: dict[EventType, type[ctypes.Structure]] = {
     EventType.NET_RETRANSMIT: NetRetransmitEvent,
     EventType.FUTEX_WAIT: FutexWaitEvent,
     EventType.OFFCPU: OffcpuEvent,
+    EventType.GPU_CALL: GpuCallEvent,
+    EventType.GPU_LAUNCHES: GpuLaunchesEvent,
+    EventType.GPU_FENCE_WAIT: GpuFenceEvent,
+    EventType.GPU_DRM_JOB: GpuDrmEvent,
 }
 
 
@@ -423,6 +534,8 @@ class NetRetransmitRecord:
 
 
 NetRecord = NetXmitRecord | NetAckRecord | NetRetransmitRecord
+
+
 @dataclass(frozen=True, slots=True)
 class FutexWaitRecord:
     type: EventType
@@ -466,8 +579,94 @@ class OffcpuRecord:
         return self.ts_ns + self.blocked_ns
 
 
+@dataclass(frozen=True, slots=True)
+class GpuCallRecord:
+    """One completed CUDA wait, copy, memory or query call (the outermost on its thread)."""
+
+    type: EventType
+    pid: int
+    tid: int
+    ts_ns: int  # entry
+    exit_ns: int  # return
+    function: GpuFunction
+    ret: int  # 0 = success
+    bytes: int
+    addr: int
+    copy_kind: GpuCopyKind | None  # copies only
+
+    @property
+    def duration_ns(self) -> int:
+        return self.exit_ns - self.ts_ns
+
+
+@dataclass(frozen=True, slots=True)
+class GpuLaunchesRecord:
+    """A run of launches on one thread, from its first to its last launch entry."""
+
+    type: EventType
+    pid: int
+    tid: int
+    ts_ns: int  # first launch
+    last_ns: int  # last launch
+    launch_ns: int  # time inside runtime launch calls
+    kernels: int
+    graphs: int
+    reason: GpuFlushReason
+
+
+@dataclass(frozen=True, slots=True)
+class GpuFenceRecord:
+    type: EventType
+    pid: int
+    tid: int
+    ts_ns: int  # dma_fence_wait_start
+    exit_ns: int  # dma_fence_wait_end
+    context: int
+    seqno: int
+
+
+@dataclass(frozen=True, slots=True)
+class GpuDrmRecord:
+    type: EventType
+    pid: int
+    tid: int
+    ts_ns: int
+    what: GpuDrmWhat
+
+
+GpuRecord = GpuCallRecord | GpuLaunchesRecord | GpuFenceRecord | GpuDrmRecord
 Event = (ConnRecord | IoRecord | UsdtRecord | StackSampleRecord | NetXmitRecord | NetAckRecord
-         | NetRetransmitRecord | FutexWaitRecord | OffcpuRecord)
+         | NetRetransmitRecord | FutexWaitRecord | OffcpuRecord | GpuRecord)
+
+
+def _enum_or_error(enum_type, value: int, what: str):
+    if value not in enum_type._value2member_map_:
+        raise DecodeError(f"unknown {what} {value}")
+    return enum_type(value)
+
+
+def _decode_gpu(etype: EventType, ev) -> GpuRecord:
+    hdr = ev.hdr
+    if etype == EventType.GPU_CALL:
+        function = _enum_or_error(GpuFunction, ev.function, "GPU function")
+        is_copy = 32 <= function < 48
+        return GpuCallRecord(
+            type=etype, pid=hdr.pid, tid=hdr.tid, ts_ns=hdr.ts_ns, exit_ns=ev.exit_ns,
+            function=function, ret=ev.ret, bytes=ev.bytes, addr=ev.addr,
+            copy_kind=(GpuCopyKind(ev.copy_kind) if ev.copy_kind in GpuCopyKind._value2member_map_
+                       else GpuCopyKind.DEFAULT) if is_copy else None,
+        )
+    if etype == EventType.GPU_LAUNCHES:
+        return GpuLaunchesRecord(
+            type=etype, pid=hdr.pid, tid=hdr.tid, ts_ns=hdr.ts_ns, last_ns=ev.last_ns,
+            launch_ns=ev.launch_ns, kernels=ev.kernels, graphs=ev.graphs,
+            reason=_enum_or_error(GpuFlushReason, ev.reason, "launch flush reason"),
+        )
+    if etype == EventType.GPU_FENCE_WAIT:
+        return GpuFenceRecord(type=etype, pid=hdr.pid, tid=hdr.tid, ts_ns=hdr.ts_ns,
+                              exit_ns=ev.exit_ns, context=ev.context, seqno=ev.seqno)
+    return GpuDrmRecord(type=etype, pid=hdr.pid, tid=hdr.tid, ts_ns=hdr.ts_ns,
+                        what=_enum_or_error(GpuDrmWhat, ev.what, "DRM event"))
 
 
 def event_type_of(raw: bytes) -> EventType:
@@ -490,6 +689,8 @@ def decode(raw: bytes) -> Event:
         )
     ev = struct.from_buffer_copy(raw[: ctypes.sizeof(struct)])
     hdr = ev.hdr
+    if EventType.GPU_CALL <= etype <= EventType.GPU_DRM_JOB:
+        return _decode_gpu(etype, ev)
     if struct is ConnEvent:
         return ConnRecord(
             type=etype,

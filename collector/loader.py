@@ -86,6 +86,24 @@ class LoadedTracer:
     ringbuf_pages: int
     inactive: dict[str, str] = field(default_factory=dict)  # set name -> why not
     ctx: TargetContext | None = None
+    refresh_errors: int = 0
+
+    def refresh(self) -> list[str]:
+        """Lets every active set attach to what appeared since the last call
+        and sample what it samples while recording (ProbeSet.refresh).
+
+        A failure here must not end a recording that is otherwise fine: it is
+        counted and said once.
+        """
+        notes = []
+        for name, probe_set in self.active.items():
+            try:
+                notes.extend(probe_set.refresh(self.bpf, self.ctx) or ())
+            except Exception as err:  # a set's rescan failing leaves what is attached working
+                self.refresh_errors += 1
+                if self.refresh_errors == 1:
+                    notes.append(f"probe set {name}: re-scan failed ({err}); recording goes on")
+        return notes
 
     def counters(self) -> dict[str, int]:
         table = self.bpf[b"counters"]
@@ -95,10 +113,6 @@ class LoadedTracer:
             totals[counter.name.lower()] = int(sum(per_cpu))
         return totals
 
-    def refresh(self) -> None:
-        """Lets every active set sample what it samples while recording."""
-        for probe_set in self.active.values():
-            probe_set.refresh(self.bpf, self.ctx)
     def tap(self, sink):
         """sink for ring buffer chunks, plus each active set's observe() for
         the event types it asked for (only those sets pay a per-event walk)."""

@@ -122,3 +122,22 @@ def usdt(probe: ev.UsdtProbe, *args: int, pid: int = 100, tid: int | None = None
     for i, value in enumerate(args):
         e.args[i] = value
     return bytes(e)
+
+
+def gpu_call(fn: ev.GpuFunction, ts: int, exit_ns: int, *, pid: int = 100, tid: int | None = None,
+             nbytes: int = 0, addr: int = 0, ret: int = 0,
+             copy_kind: ev.GpuCopyKind = ev.GpuCopyKind.HTOH) -> bytes:
+    e = ev.GpuCallEvent()
+    e.hdr.type = ev.EventType.GPU_CALL
+    e.hdr.pid, e.hdr.tid, e.hdr.ts_ns = pid, tid if tid is not None else pid, ts
+    e.exit_ns, e.function, e.bytes, e.addr, e.ret, e.copy_kind = exit_ns, fn, nbytes, addr, ret, copy_kind
+    return bytes(e)
+
+
+def gpu_launches(ts: int, last_ns: int, kernels: int, *, graphs: int = 0, pid: int = 100,
+                 tid: int | None = None, reason: ev.GpuFlushReason = ev.GpuFlushReason.CALL) -> bytes:
+    e = ev.GpuLaunchesEvent()
+    e.hdr.type = ev.EventType.GPU_LAUNCHES
+    e.hdr.pid, e.hdr.tid, e.hdr.ts_ns = pid, tid if tid is not None else pid, ts
+    e.last_ns, e.kernels, e.graphs, e.reason = last_ns, kernels, graphs, reason
+    return bytes(e)

@@ -47,10 +47,14 @@ class ProbeSet:
     def after_load(self, bpf, ctx: TargetContext) -> None:
         """Attaches what bcc did not attach by itself and seeds maps."""
 
-    def refresh(self, bpf, ctx: TargetContext) -> None:
-        """Called by `record` about once a second while recording: for sets
-        that sample user-space state (socket options, tcp_info) as they go, or keep the
-        maps of processes that may exit before the end."""
+    def refresh(self, bpf, ctx: TargetContext) -> list[str] | None:
+        """Called by `record` about once a second while recording: attach to
+        what appeared since (a library loaded later, a new child process),
+        sample user-space state (socket options, tcp_info), or keep the maps
+        of processes that may exit before the end. Returns lines worth
+        telling the user, if any."""
+        return None
+
     def observe(self, raw: bytes) -> None:
         """Sees each raw event of observed_types as it arrives (keep it cheap)."""
 
@@ -63,6 +67,7 @@ class ProbeSet:
 
 
 def available_sets() -> dict[str, type[ProbeSet]]:
+    from inferprobe.collector.probe_sets.gpu import GpuProbes
     from inferprobe.collector.probe_sets.locks import LockProbes
     from inferprobe.collector.probe_sets.network import NetworkProbes
     from inferprobe.collector.probe_sets.sockets import SocketProbes
@@ -70,4 +75,4 @@ def available_sets() -> dict[str, type[ProbeSet]]:
     from inferprobe.collector.probe_sets.usdt import UsdtProbes
 
     return {cls.name: cls for cls in (SocketProbes, UsdtProbes, NetworkProbes, ProfileProbes, OffcpuProbes,
-                                      LockProbes)}
+                                      LockProbes, GpuProbes)}

@@ -31,6 +31,10 @@ STRUCTS = {
     "net_retransmit_event": events.NetRetransmitEvent,
     "futex_wait_event": events.FutexWaitEvent,
     "offcpu_event": events.OffcpuEvent,
+    "gpu_call_event": events.GpuCallEvent,
+    "gpu_launches_event": events.GpuLaunchesEvent,
+    "gpu_fence_event": events.GpuFenceEvent,
+    "gpu_drm_event": events.GpuDrmEvent,
 }
 
 # Every member of these Python enums must exist in the header under
@@ -48,6 +52,10 @@ ENUM_PREFIXES = {
     "FUTEX_WAIT_FLAG_": events.FutexWaitFlag,
     "OFFCPU_": events.OffcpuReason,
     "LOCK_COUNTER_": events.LockCounter,
+    "GPU_FN_": events.GpuFunction,
+    "GPU_COPY_": events.GpuCopyKind,
+    "GPU_FLUSH_": events.GpuFlushReason,
+    "GPU_DRM_": events.GpuDrmWhat,
 }
 
 ENUMS = {
@@ -57,6 +65,7 @@ ENUMS = {
     "USDT_MAX_ARGS": events.USDT_MAX_ARGS,
     "STACK_COUNTER_MAX": events.STACK_COUNTER_MAX,
     "STACK_FLAG_PREEMPTED": events.STACK_FLAG_PREEMPTED,
+    "GPU_FN_MAX": events.GPU_FN_MAX,
     "INFERPROBE_LAYOUT_VERSION": events.LAYOUT_VERSION,
     "PATH_MAX_BYTES": events.PATH_MAX_BYTES,
     "NET_DEV_NAME_BYTES": events.NET_DEV_NAME_BYTES,

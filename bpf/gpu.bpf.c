@@ -1,0 +1,376 @@
+/* gpu.bpf.c: what a CPU thread asks of the GPU, from uprobes on the CUDA libraries.
+ *
+ * NVIDIA's driver has no kernel tracepoints, so collector/probe_sets/gpu.py
+ * attaches the handlers below to the exported functions of libcuda (driver
+ * API) and libcudart (runtime API) in each target process: gpu_enter_<FN>
+ * at entry, gpu_return_<FN> at return, one pair per enum gpu_function.
+ *
+ * Outermost calls only. The runtime calls the driver (cudaMemcpy ends in a
+ * cuMemcpy*), and both may be hooked: the first hooked call a thread enters
+ * is the one that counts; any hooked call entered before it returns is
+ * "nested" and only counted as such. That rule needs no knowledge of which
+ * library calls which.
+ *
+ * Waits, copies, memory calls and queries: one gpu_call_event each, sent at
+ * return, with duration, return code and the arguments that matter (size
+ * and direction, the address, the stream or event handle).
+ *
+ * Launches are too frequent to stream (an eager-mode decode step launches
+ * hundreds of kernels). Each thread keeps an open run of launches in
+ * gpu_runs (first and last launch time, kernel and graph counts, time inside
+ * runtime launch calls), sent as one gpu_launches_event when the thread
+ * enters a wait, copy or memory call (where an engine's step ends: the copy
+ * of sampled tokens to the host), when the run reaches GPU_RUN_MAX_LAUNCHES,
+ * or when a launch comes more than GPU_RUN_MAX_NS after the run began. So
+ * the event rate follows the step rate, not the launch rate, and a request
+ * timeline still sees when launching began and ended in each step.
+ * GPU_RUN_MAX_LAUNCHES=1 streams every launch (the benchmark's baseline).
+ *
+ * Driver launch functions get no return probe: they are the innermost layer
+ * and a uretprobe would double their cost. Runtime launch functions do get
+ * one, so that the driver launch inside them is seen as nested.
+ *
+ * Exact per-function totals (calls, nested calls, errors, time, bytes, a
+ * log2 histogram of durations) are kept in gpu_fn_stats and stored in the
+ * recording at stop: they stay right even if the ring buffer drops events.
+ *
+ * DRM: dma_fence waits in target threads become gpu_fence_event; queued
+ * gpu_scheduler jobs become gpu_drm_event; the scheduler's run and done
+ * tracepoints run in kernel threads and interrupts, where the target is
+ * unknown, so they are only counted, host-wide. Each is compiled only when
+ * the loader saw its tracepoint (-DGPU_HAVE_<tracepoint>).
+ */
+#include "common.bpf.h"
+
+#ifndef GPU_RUN_MAX_LAUNCHES
+#define GPU_RUN_MAX_LAUNCHES 256
+#endif
+#ifndef GPU_RUN_MAX_NS
+#define GPU_RUN_MAX_NS 10000000ULL
+#endif
+#define GPU_HIST_SLOTS 32
+
+struct gpu_fn_stats {
+    u64 calls;      /* outermost calls entered */
+    u64 nested;     /* calls entered inside another hooked call on the same thread */
+    u64 errors;     /* returned non-zero */
+    u64 total_ns;   /* entry to return, outermost calls with a return probe */
+    u64 bytes;      /* copies and allocations */
+    u64 hist[GPU_HIST_SLOTS]; /* durations: slot k counts [2^(k-1), 2^k) ns */
+};
+
+struct gpu_call_entry {
+    u64 ts_ns;
+    u64 bytes;
+    u64 addr;
+    u64 out_ptr;    /* allocations: where the library writes the new address */
+    u32 function;
+    u32 copy_kind;
+};
+
+struct gpu_run {
+    u64 first_ns;
+    u64 last_ns;
+    u64 launch_ns;
+    u32 kernels;
+    u32 graphs;
+    u32 pid;        /* for the runs still open at stop, which user space reads from the map */
+    u32 pad;
+};
+
+BPF_PERCPU_ARRAY(gpu_fn_stats, struct gpu_fn_stats, GPU_FN_MAX);
+BPF_TABLE("lru_hash", u32, struct gpu_call_entry, gpu_calls, 16384);  /* tid -> outermost call */
+BPF_TABLE("lru_hash", u32, struct gpu_run, gpu_runs, 16384);          /* tid -> open launch run */
+
+static __always_inline struct gpu_fn_stats *gpu_stats(u32 fn)
+{
+    return gpu_fn_stats.lookup(&fn);
+}
+
+static __always_inline u32 gpu_hist_slot(u64 ns)
+{
+    u32 slot = 0;
+    if (ns)
+        slot = bpf_log2l(ns) + 1;
+    return slot < GPU_HIST_SLOTS ? slot : GPU_HIST_SLOTS - 1;
+}
+
+static __always_inline void gpu_send_run(struct gpu_run *run, u64 pid_tgid, u16 reason)
+{
+    struct gpu_launches_event ev = {};
+    fill_header(&ev.hdr, EVENT_GPU_LAUNCHES, run->first_ns, pid_tgid);
+    ev.last_ns = run->last_ns;
+    ev.launch_ns = run->launch_ns;
+    ev.kernels = run->kernels;
+    ev.graphs = run->graphs;
+    ev.reason = reason;
+    send_event(&ev, sizeof(ev));
+}
+
+static __always_inline void gpu_close_run(u64 pid_tgid, u16 reason)
+{
+    u32 tid = (u32)pid_tgid;
+    struct gpu_run *run = gpu_runs.lookup(&tid);
+    if (!run)
+        return;
+    gpu_send_run(run, pid_tgid, reason);
+    gpu_runs.delete(&tid);
+}
+
+/* A launch entered. with_return: a return probe will follow (runtime). */
+static __always_inline int gpu_launch(u32 fn, int graph, int with_return)
+{
+    u64 id = bpf_get_current_pid_tgid();
+    if (!is_target(id >> 32))
+        return 0;
+    u32 tid = (u32)id;
+    struct gpu_fn_stats *st = gpu_stats(fn);
+    if (!st)
+        return 0;
+    if (gpu_calls.lookup(&tid)) {
+        st->nested += 1;
+        return 0;
+    }
+    st->calls += 1;
+    u64 now = bpf_ktime_get_ns();
+    struct gpu_run *run = gpu_runs.lookup(&tid);
+    if (run) {
+        u16 reason = 0;
+        if (run->kernels + run->graphs >= GPU_RUN_MAX_LAUNCHES)
+            reason = GPU_FLUSH_CAP;
+        else if (now - run->first_ns > GPU_RUN_MAX_NS)
+            reason = GPU_FLUSH_AGE;
+        if (reason) {
+            gpu_send_run(run, id, reason);
+            run->first_ns = now;
+            run->launch_ns = 0;
+            run->kernels = 0;
+            run->graphs = 0;
+        }
+    } else {
+        struct gpu_run fresh = {};
+        fresh.first_ns = now;
+        fresh.pid = id >> 32;
+        gpu_runs.update(&tid, &fresh);
+        run = gpu_runs.lookup(&tid);
+        if (!run)
+            return 0;
+    }
+    run->last_ns = now;
+    if (graph)
+        run->graphs += 1;
+    else
+        run->kernels += 1;
+    if (with_return) {
+        struct gpu_call_entry entry = {};
+        entry.ts_ns = now;
+        entry.function = fn;
+        gpu_calls.update(&tid, &entry);
+    }
+    return 0;
+}
+
+/* A wait, copy, memory call or query entered. */
+static __always_inline int gpu_call(struct pt_regs *ctx, u32 fn)
+{
+    u64 id = bpf_get_current_pid_tgid();
+    if (!is_target(id >> 32))
+        return 0;
+    u32 tid = (u32)id;
+    struct gpu_fn_stats *st = gpu_stats(fn);
+    if (!st)
+        return 0;
+    if (gpu_calls.lookup(&tid)) {
+        st->nested += 1;
+        return 0;
+    }
+    st->calls += 1;
+    if (fn < GPU_FN_CUDA_GET_DEVICE_COUNT)
+        gpu_close_run(id, GPU_FLUSH_CALL);
+
+    struct gpu_call_entry entry = {};
+    entry.function = fn;
+    if (fn >= GPU_FN_CU_STREAM_SYNCHRONIZE && fn < GPU_FN_CU_MEMCPY) {
+        if (fn != GPU_FN_CU_CTX_SYNCHRONIZE && fn != GPU_FN_CUDA_DEVICE_SYNCHRONIZE)
+            entry.addr = PT_REGS_PARM1(ctx);        /* the stream or event */
+    } else if (fn >= GPU_FN_CU_MEMCPY && fn < GPU_FN_CU_MEM_ALLOC) {
+        entry.bytes = PT_REGS_PARM3(ctx);           /* every copy has its size third */
+        if (fn == GPU_FN_CUDA_MEMCPY || fn == GPU_FN_CUDA_MEMCPY_ASYNC)
+            entry.copy_kind = PT_REGS_PARM4(ctx);
+        else if (fn == GPU_FN_CU_MEMCPY_DTOH || fn == GPU_FN_CU_MEMCPY_DTOH_ASYNC)
+            entry.copy_kind = GPU_COPY_DTOH;
+        else if (fn == GPU_FN_CU_MEMCPY_HTOD || fn == GPU_FN_CU_MEMCPY_HTOD_ASYNC)
+            entry.copy_kind = GPU_COPY_HTOD;
+        else if (fn == GPU_FN_CU_MEMCPY_DTOD || fn == GPU_FN_CU_MEMCPY_DTOD_ASYNC)
+            entry.copy_kind = GPU_COPY_DTOD;
+        else
+            entry.copy_kind = GPU_COPY_DEFAULT;
+    } else if (fn == GPU_FN_CU_MEM_FREE || fn == GPU_FN_CU_MEM_FREE_ASYNC ||
+               fn == GPU_FN_CUDA_FREE || fn == GPU_FN_CUDA_FREE_ASYNC) {
+        entry.addr = PT_REGS_PARM1(ctx);
+    } else if (fn >= GPU_FN_CU_MEM_ALLOC && fn < GPU_FN_CUDA_GET_DEVICE_COUNT) {
+        entry.out_ptr = PT_REGS_PARM1(ctx);         /* (void **ptr, size_t size, ...) */
+        entry.bytes = PT_REGS_PARM2(ctx);
+    }
+    entry.ts_ns = bpf_ktime_get_ns();
+    gpu_calls.update(&tid, &entry);
+    return 0;
+}
+
+/* Any hooked function returned. */
+static __always_inline int gpu_return(struct pt_regs *ctx, u32 fn)
+{
+    u64 now = bpf_ktime_get_ns();
+    u64 id = bpf_get_current_pid_tgid();
+    u32 tid = (u32)id;
+    struct gpu_call_entry *entry = gpu_calls.lookup(&tid);
+    /* Not ours: a nested call returning, or a call already running when we attached. */
+    if (!entry || entry->function != fn)
+        return 0;
+    s32 ret = (s32)PT_REGS_RC(ctx);
+    u64 duration = now - entry->ts_ns;
+    struct gpu_fn_stats *st = gpu_stats(fn);
+    if (st) {
+        if (ret != 0)
+            st->errors += 1;
+        st->total_ns += duration;
+        st->bytes += entry->bytes;
+        st->hist[gpu_hist_slot(duration) & (GPU_HIST_SLOTS - 1)] += 1;
+    }
+    if (fn < GPU_FN_CU_STREAM_SYNCHRONIZE) {
+        struct gpu_run *run = gpu_runs.lookup(&tid);
+        if (run)
+            run->launch_ns += duration;
+        gpu_calls.delete(&tid);
+        return 0;
+    }
+    struct gpu_call_event ev = {};
+    fill_header(&ev.hdr, EVENT_GPU_CALL, entry->ts_ns, id);
+    ev.exit_ns = now;
+    ev.bytes = entry->bytes;
+    ev.addr = entry->addr;
+    ev.ret = ret;
+    ev.function = fn;
+    ev.copy_kind = entry->copy_kind;
+    if (entry->out_ptr && ret == 0)
+        bpf_probe_read_user(&ev.addr, sizeof(ev.addr), (void *)entry->out_ptr);
+    gpu_calls.delete(&tid);
+    return send_event(&ev, sizeof(ev));
+}
+
+#define GPU_DRIVER_LAUNCH(FN, GRAPH) \
+    int gpu_enter_##FN(struct pt_regs *ctx) { return gpu_launch(FN, GRAPH, 0); }
+#define GPU_RUNTIME_LAUNCH(FN, GRAPH) \
+    int gpu_enter_##FN(struct pt_regs *ctx) { return gpu_launch(FN, GRAPH, 1); } \
+    int gpu_return_##FN(struct pt_regs *ctx) { return gpu_return(ctx, FN); }
+#define GPU_CALL(FN) \
+    int gpu_enter_##FN(struct pt_regs *ctx) { return gpu_call(ctx, FN); } \
+    int gpu_return_##FN(struct pt_regs *ctx) { return gpu_return(ctx, FN); }
+
+GPU_DRIVER_LAUNCH(GPU_FN_CU_LAUNCH_KERNEL, 0)
+GPU_DRIVER_LAUNCH(GPU_FN_CU_LAUNCH_KERNEL_EX, 0)
+GPU_DRIVER_LAUNCH(GPU_FN_CU_GRAPH_LAUNCH, 1)
+GPU_RUNTIME_LAUNCH(GPU_FN_CUDA_LAUNCH_KERNEL, 0)
+GPU_RUNTIME_LAUNCH(GPU_FN_CUDA_LAUNCH_KERNEL_EX, 0)
+GPU_RUNTIME_LAUNCH(GPU_FN_CUDA_GRAPH_LAUNCH, 1)
+GPU_CALL(GPU_FN_CU_STREAM_SYNCHRONIZE)
+GPU_CALL(GPU_FN_CU_EVENT_SYNCHRONIZE)
+GPU_CALL(GPU_FN_CU_CTX_SYNCHRONIZE)
+GPU_CALL(GPU_FN_CU_STREAM_WAIT_EVENT)
+GPU_CALL(GPU_FN_CUDA_STREAM_SYNCHRONIZE)
+GPU_CALL(GPU_FN_CUDA_EVENT_SYNCHRONIZE)
+GPU_CALL(GPU_FN_CUDA_DEVICE_SYNCHRONIZE)
+GPU_CALL(GPU_FN_CUDA_STREAM_WAIT_EVENT)
+GPU_CALL(GPU_FN_CU_MEMCPY)
+GPU_CALL(GPU_FN_CU_MEMCPY_ASYNC)
+GPU_CALL(GPU_FN_CU_MEMCPY_DTOH)
+GPU_CALL(GPU_FN_CU_MEMCPY_DTOH_ASYNC)
+GPU_CALL(GPU_FN_CU_MEMCPY_HTOD)
+GPU_CALL(GPU_FN_CU_MEMCPY_HTOD_ASYNC)
+GPU_CALL(GPU_FN_CU_MEMCPY_DTOD)
+GPU_CALL(GPU_FN_CU_MEMCPY_DTOD_ASYNC)
+GPU_CALL(GPU_FN_CUDA_MEMCPY)
+GPU_CALL(GPU_FN_CUDA_MEMCPY_ASYNC)
+GPU_CALL(GPU_FN_CU_MEM_ALLOC)
+GPU_CALL(GPU_FN_CU_MEM_FREE)
+GPU_CALL(GPU_FN_CU_MEM_ALLOC_ASYNC)
+GPU_CALL(GPU_FN_CU_MEM_FREE_ASYNC)
+GPU_CALL(GPU_FN_CUDA_MALLOC)
+GPU_CALL(GPU_FN_CUDA_FREE)
+GPU_CALL(GPU_FN_CUDA_MALLOC_ASYNC)
+GPU_CALL(GPU_FN_CUDA_FREE_ASYNC)
+GPU_CALL(GPU_FN_CUDA_GET_DEVICE_COUNT)
+
+/* ---------------------------------------------------------------- DRM GPUs */
+
+#ifdef GPU_HAVE_DMA_FENCE
+BPF_TABLE("lru_hash", u32, struct gpu_fence_event, gpu_fence_waits, 16384);  /* tid -> open wait */
+
+TRACEPOINT_PROBE(dma_fence, dma_fence_wait_start)
+{
+    u64 id = bpf_get_current_pid_tgid();
+    if (!is_target(id >> 32))
+        return 0;
+    u32 tid = (u32)id;
+    struct gpu_fence_event ev = {};
+    fill_header(&ev.hdr, EVENT_GPU_FENCE_WAIT, bpf_ktime_get_ns(), id);
+    ev.context = args->context;
+    ev.seqno = args->seqno;
+    gpu_fence_waits.update(&tid, &ev);
+    return 0;
+}
+
+TRACEPOINT_PROBE(dma_fence, dma_fence_wait_end)
+{
+    u64 id = bpf_get_current_pid_tgid();
+    u32 tid = (u32)id;
+    struct gpu_fence_event *open = gpu_fence_waits.lookup(&tid);
+    if (!open)
+        return 0;
+    struct gpu_fence_event ev = *open;
+    gpu_fence_waits.delete(&tid);
+    ev.exit_ns = bpf_ktime_get_ns();
+    return send_event(&ev, sizeof(ev));
+}
+#endif
+
+/* Host-wide counts of the scheduler's tracepoints: 0 job queued by a target,
+ * 1 job run, 2 job done (the last two for every process on the host). */
+BPF_PERCPU_ARRAY(gpu_drm_counts, u64, 4);
+
+static __always_inline void gpu_drm_count(u32 index)
+{
+    u64 *value = gpu_drm_counts.lookup(&index);
+    if (value)
+        *value += 1;
+}
+
+#ifdef GPU_HAVE_DRM_SCHED_JOB
+TRACEPOINT_PROBE(gpu_scheduler, drm_sched_job)
+{
+    u64 id = bpf_get_current_pid_tgid();
+    if (!is_target(id >> 32))
+        return 0;
+    gpu_drm_count(0);
+    struct gpu_drm_event ev = {};
+    fill_header(&ev.hdr, EVENT_GPU_DRM_JOB, bpf_ktime_get_ns(), id);
+    ev.what = GPU_DRM_SCHED_JOB;
+    return send_event(&ev, sizeof(ev));
+}
+#endif
+
+#ifdef GPU_HAVE_DRM_RUN_JOB
+TRACEPOINT_PROBE(gpu_scheduler, drm_run_job)
+{
+    gpu_drm_count(1);
+    return 0;
+}
+#endif
+
+#ifdef GPU_HAVE_DRM_SCHED_PROCESS_JOB
+TRACEPOINT_PROBE(gpu_scheduler, drm_sched_process_job)
+{
+    gpu_drm_count(2);
+    return 0;
+}
+#endif
