@@ -33,8 +33,9 @@ STALL_MIN_SHARE = 0.05
 PHASE_ADVICE = (
     ("queue", "requests wait for a batch slot: raise the maximum batch size (or tokens per batch) "
               "if the GPU has headroom, otherwise add capacity or shed load"),
-    ("sched", "the scheduler itself is slow to admit requests: profile the scheduling step "
-              "(lock waits, Python overhead) before adding hardware"),
+    ("sched", "admitted requests wait for their own prefill to start: prefills run one after "
+              "another, or scheduler work sits in between; batch prefills (chunked prefill, a "
+              "larger token budget per step) and profile the scheduling step before adding hardware"),
     ("prefill", "prefill dominates: enable prefix caching or chunked prefill, or cap prompt length"),
     ("launch", "the first GPU launch is late: the GPU is busy with other work or the launch "
                "path blocks; look at the GPU section"),

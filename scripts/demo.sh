@@ -37,7 +37,9 @@ curl -fsS "http://127.0.0.1:$PORT/health" > /dev/null \
 echo "   $(grep '^inferprobe demo: serving' "$OUT/server.log")"
 
 echo "== attaching inferprobe for ${DURATION}s (compiles the BPF programs, a few seconds)"
-"$IP" record -p "$SRV_PID" -d "$DURATION" -o "$OUT/demo.ipr" > "$OUT/record.log" 2>&1 &
+# --locks: the demo's API layer and engine share a lock, as real servers do;
+# the report then gives each request its mutex.wait.ratio.
+"$IP" record -p "$SRV_PID" -d "$DURATION" --locks -o "$OUT/demo.ipr" > "$OUT/record.log" 2>&1 &
 REC_PID=$!
 for _ in $(seq 120); do
     grep -q '^inferprobe: attached' "$OUT/record.log" && break
@@ -61,4 +63,5 @@ tail -n 1 "$OUT/record.log"
 echo "== report"
 "$IP" report "$OUT/demo.ipr"
 "$IP" report "$OUT/demo.ipr" --format json -o "$OUT/demo.json"
-echo "JSON report: $OUT/demo.json   recording: $OUT/demo.ipr   client's view: $OUT/client.json"
+"$IP" report "$OUT/demo.ipr" -o "$OUT/report.html"
+echo "HTML report: $OUT/report.html   JSON: $OUT/demo.json   recording: $OUT/demo.ipr   client's view: $OUT/client.json"
