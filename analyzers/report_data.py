@@ -81,23 +81,26 @@ def build(recording: Recording, mutex_threshold: float = lock_analysis.DEFAULT_M
     correlated = correlate(requests, session.connections, server)
     scheduler = summarize_scheduler(server)
     locks = lock_analysis.analyze(requests, decoded, recording.snapshots.get("locks"), mutex_threshold)
-    breakdown = break_down(requests)
-    series = over_time(requests, usdt, recording.meta.get("started_monotonic_ns"))
-    findings = FindingList(verdict.core_findings(requests, breakdown, series))
-    sections = []
-    inp = AnalysisInput(recording=recording, requests=requests, events=decoded)
-    for analyze in ANALYZERS:
-        result = analyze(inp)
-        if result is not None:
-            if result.section is not None:
-                sections.append(result.section)
-            findings.extend(result.findings)
+    network = network_analysis.analyze(decoded, list(session.connections.values()),
+                                       recording.snapshots.get("network"))
     final = recording.final or {}
     gpu = summarize_gpu(
         [ev for ev in decoded if isinstance(ev, GpuRecord)], recording.snapshots.get("gpu"), requests,
         server.steps, int(final["duration_s"] * 1e9) if "duration_s" in final else None,
         recording.meta.get("probe_sets", {}).get("active", {}).get("gpu")
         if isinstance(recording.meta.get("probe_sets"), dict) else None)
+    breakdown = break_down(requests)
+    series = over_time(requests, usdt, recording.meta.get("started_monotonic_ns"))
+    findings = FindingList(verdict.core_findings(requests, breakdown, series))
+    sections = []
+    inp = AnalysisInput(recording=recording, requests=requests, events=decoded, locks=locks,
+                        network=network, gpu=gpu)
+    for analyze in ANALYZERS:
+        result = analyze(inp)
+        if result is not None:
+            if result.section is not None:
+                sections.append(result.section)
+            findings.extend(result.findings)
     return ReportData(
         recording=recording,
         requests=requests,
@@ -111,8 +114,7 @@ def build(recording: Recording, mutex_threshold: float = lock_analysis.DEFAULT_M
         correlated=correlated,
         stall_ns=stall_ns_by_request(scheduler.stalls),
         decomposition=requests_at_ttft_percentiles(requests),
-        network=network_analysis.analyze(decoded, list(session.connections.values()),
-                                         recording.snapshots.get("network")),
+        network=network,
         breakdown=breakdown,
         series=series,
         sections=sections,

@@ -11,11 +11,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from inferprobe.analyzers.findings import Finding
 from inferprobe.collector.events import Event
 from inferprobe.collector.recording import Recording
 from inferprobe.collector.timeline import Request
+
+if TYPE_CHECKING:
+    from inferprobe.analyzers.gpu import GpuSummary
+    from inferprobe.analyzers.locks import LockAnalysis
+    from inferprobe.analyzers.network import ConnectionNetwork
 
 
 @dataclass(frozen=True)
@@ -23,6 +29,11 @@ class AnalysisInput:
     recording: Recording
     requests: Sequence[Request]  # sorted by ingress
     events: Sequence[Event]  # every decodable event, in recording order
+    # Results of the analyzers that report_data.build runs before the sections
+    # (None when the recording has nothing for them).
+    locks: LockAnalysis | None = None
+    network: list[ConnectionNetwork] | None = None
+    gpu: GpuSummary | None = None
 
 
 @dataclass(frozen=True)

@@ -109,6 +109,10 @@ def test_c_flag_fires_for_045_not_for_025(c_traced):
     assert 0.20 <= own["low"]["wait_ns"] / own["low"]["span_ns"] <= 0.32
     assert high["mutex_flagged"] is True
     assert low["mutex_flagged"] is False
+    # ...and the report's verdict says so, naming the lock the analyzer ranked first
+    [finding] = [f for f in report["findings"] if f["kind"] == "locks.mutex_wait"]
+    assert f"{report['locks'][0]['address']:#x}" in finding["sentence"]
+    assert finding["evidence"] == "analyzer-locks"
 
 
 def test_c_waker_stack_names_the_releasing_function(c_traced):

@@ -175,6 +175,7 @@ def test_write_to_wire_against_client_receive_times(tmp_path, netns_pair, nodela
     assert conn["nodelay"] is nodelay
     assert conn["cork"] is False
     kinds = {f["kind"] for f in net["findings"]}
+    verdict = {f["kind"] for f in report["findings"]}  # what the report's first screen says
 
     writes, analyzed = _wire_groups(recording)
     arrival, together = _client_arrivals(received)
@@ -196,11 +197,13 @@ def test_write_to_wire_against_client_receive_times(tmp_path, netns_pair, nodela
     if nodelay:
         assert conn["coalesced_writes"] == 0
         assert "nagle_coalescing" not in kinds
+        assert "network.nagle_coalescing" not in verdict
         assert conn["write_to_wire_ns"]["p90"] < 2_000_000
     else:
         assert conn["coalesced_writes"] >= 2, conn
         assert client_coalesced >= 1
         assert "nagle_coalescing" in kinds
+        assert "network.nagle_coalescing" in verdict
         assert conn["write_to_wire_ns"]["p99"] > 5_000_000, conn
 
     # tcp_info from socket diagnostics agrees with ss -ti for the same socket.
