@@ -117,10 +117,11 @@ static __always_inline void gpu_close_run(u64 pid_tgid, u16 reason)
     gpu_runs.delete(&tid);
 }
 
-/* A launch entered. with_return: a return probe will follow (runtime). */
-static __always_inline int gpu_launch(u32 fn, int graph, int with_return)
+/* Counts a hooked call of a target thread: as nested when another hooked
+ * call of that thread is in progress (the runtime calling the driver), as a
+ * call otherwise. Returns 1 for an outermost call, which the caller records. */
+static __always_inline int gpu_count_entry(u32 fn, u64 id)
 {
-    u64 id = bpf_get_current_pid_tgid();
     if (!is_target(id >> 32))
         return 0;
     u32 tid = (u32)id;
@@ -132,6 +133,16 @@ static __always_inline int gpu_launch(u32 fn, int graph, int with_return)
         return 0;
     }
     st->calls += 1;
+    return 1;
+}
+
+/* A launch entered. with_return: a return probe will follow (runtime). */
+static __always_inline int gpu_launch(u32 fn, int graph, int with_return)
+{
+    u64 id = bpf_get_current_pid_tgid();
+    if (!gpu_count_entry(fn, id))
+        return 0;
+    u32 tid = (u32)id;
     u64 now = bpf_ktime_get_ns();
     struct gpu_run *run = gpu_runs.lookup(&tid);
     if (run) {
@@ -174,17 +185,9 @@ static __always_inline int gpu_launch(u32 fn, int graph, int with_return)
 static __always_inline int gpu_call(struct pt_regs *ctx, u32 fn)
 {
     u64 id = bpf_get_current_pid_tgid();
-    if (!is_target(id >> 32))
+    if (!gpu_count_entry(fn, id))
         return 0;
     u32 tid = (u32)id;
-    struct gpu_fn_stats *st = gpu_stats(fn);
-    if (!st)
-        return 0;
-    if (gpu_calls.lookup(&tid)) {
-        st->nested += 1;
-        return 0;
-    }
-    st->calls += 1;
     if (fn < GPU_FN_CUDA_GET_DEVICE_COUNT)
         gpu_close_run(id, GPU_FLUSH_CALL);
 

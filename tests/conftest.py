@@ -23,6 +23,16 @@ from demo_helpers import KV_CAPACITY, MAX_BATCH, MAX_TOKENS_LIMIT, DemoServer  #
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="loads BPF programs: needs root")
 
 
+def stop_process(proc: subprocess.Popen, timeout: float = 15) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within timeout seconds."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def inferprobe_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "inferprobe.cli.main", *args]
 
@@ -44,11 +54,7 @@ class ServerProcess:
         self.pid = self.proc.pid
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+        stop_process(self.proc, timeout=10)
 
 
 class Recorder:
@@ -124,9 +130,4 @@ def demo_server(tmp_path_factory) -> DemoServer:
         port = int(line.split("http://", 1)[1].split()[0].rsplit(":", 1)[1])
         yield DemoServer(proc, port, log)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, timeout=20)

@@ -17,6 +17,8 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
+from conftest import stop_process
+
 REPO = Path(__file__).resolve().parents[2]
 PHOENIX_PYTHON = Path(os.environ.get("PHOENIX_VENV", REPO / ".venv-phoenix")) / "bin" / "python"
 
@@ -43,15 +45,6 @@ def _wait_http(url: str, proc: subprocess.Popen, log: Path, timeout: float) -> N
         except OSError:
             time.sleep(0.3)
     raise RuntimeError(f"{url} not ready after {timeout} s: {log.read_text()[-2000:]}")
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
 
 
 class Phoenix:
@@ -95,7 +88,7 @@ class Phoenix:
                 return out
 
     def stop(self) -> None:
-        _stop(self.proc)
+        stop_process(self.proc)
 
 
 class Prometheus:
@@ -126,4 +119,4 @@ class Prometheus:
         return float(result[0]["value"][1]) if result else None
 
     def stop(self) -> None:
-        _stop(self.proc)
+        stop_process(self.proc)
