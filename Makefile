@@ -22,4 +22,6 @@ demo: setup
 # Side-by-side ratios, traced vs untraced (root: they attach BPF programs).
 bench: setup
 	$(PYTHON) benchmarks/bench_probes.py
+	$(PYTHON) benchmarks/bench_collector.py
 	$(PYTHON) benchmarks/bench_overhead.py
+	$(PYTHON) benchmarks/bench_overhead.py --max-tokens 1 --interval-ms 0 --connections 16

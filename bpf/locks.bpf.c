@@ -102,12 +102,12 @@ struct lk_scan_buf {
     u64 n;
 };
 
-BPF_HASH(lock_pending, u32, struct lk_pending, 65536);          /* tid -> wait in progress */
-BPF_HASH(lock_addr_state, struct lk_addr_key, struct lk_addr_state, 16384);
+BPF_TABLE("lru_hash", u32, struct lk_pending, lock_pending, 65536);          /* tid -> wait in progress */
+BPF_TABLE("lru_hash", struct lk_addr_key, struct lk_addr_state, lock_addr_state, 16384);
 BPF_HASH(lock_addr_totals, struct lk_addr_key, struct lk_addr_total, 16384);
-BPF_HASH(lock_last_waker, struct lk_addr_key, struct lk_waker, 16384);
-BPF_HASH(lock_offcpu, u32, struct lk_off, 65536);               /* tid -> off CPU since */
-BPF_HASH(lock_klock_start, u32, u64, 65536);
+BPF_TABLE("lru_hash", struct lk_addr_key, struct lk_waker, lock_last_waker, 16384);
+BPF_TABLE("lru_hash", u32, struct lk_off, lock_offcpu, 65536);               /* tid -> off CPU since */
+BPF_TABLE("lru_hash", u32, u64, lock_klock_start, 65536);
 BPF_STACK_TRACE(lock_stacks, 16384);
 BPF_HASH(lock_exec, u64, u8, LOCK_EXEC_GRANULES);               /* addr >> 16 of code */
 BPF_PERCPU_ARRAY(lock_counters, u64, LOCK_COUNTER_MAX);

@@ -37,7 +37,7 @@ struct offcpu_start_t {
 };
 
 BPF_STACK_TRACE(offcpu_stacks, OFFCPU_STACK_SLOTS);
-BPF_HASH(offcpu_start, u32, struct offcpu_start_t, 65536);  /* tid -> switch-out */
+BPF_TABLE("lru_hash", u32, struct offcpu_start_t, offcpu_start, 65536);  /* tid -> switch-out */
 BPF_HASH(offcpu_counts, struct stack_key, struct offcpu_value, 65536);
 BPF_PERCPU_ARRAY(offcpu_counters, u64, STACK_COUNTER_MAX);
 

@@ -77,6 +77,21 @@ def _meta(tracer, argv: list[str]) -> dict:
     }
 
 
+# In-flight state maps are counted (a key walk each) this often: their sizes
+# in the recording show that nothing leaks on long runs.
+MAP_COUNT_INTERVAL_S = 5.0
+
+
+def _own_rss_kb() -> int | None:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
 class _Stop:
     """Set by SIGTERM/SIGINT; the loop drains and writes before exiting."""
 
@@ -205,6 +220,7 @@ def record(pids, duration, output, ringbuf_mb, no_listen_check, no_usdt, no_netw
         status_line = sys.stderr.isatty()
         started = time.monotonic()
         next_flush = started + 1.0
+        next_map_count = started + MAP_COUNT_INTERVAL_S
         end_reason = "duration"
         lost = 0
         while True:
@@ -224,8 +240,12 @@ def record(pids, duration, output, ringbuf_mb, no_listen_check, no_usdt, no_netw
                 sys.stdout.flush()
                 counters = tracer.counters()
                 lost = counters["events_lost"]
-                writer.flush(stats={"t": now - started, "lost_events": counters["events_lost"],
-                                    "clock": measure_offset().as_dict(), **counters})
+                stats = {"t": now - started, "lost_events": counters["events_lost"],
+                         "clock": measure_offset().as_dict(), "rss_kb": _own_rss_kb(), **counters}
+                if now >= next_map_count:
+                    next_map_count = now + MAP_COUNT_INTERVAL_S
+                    stats["map_entries"] = tracer.map_entries()
+                writer.flush(stats=stats)
                 if status_line:
                     # \x1b[K clears what a longer previous line left behind
                     click.echo(
@@ -238,6 +258,7 @@ def record(pids, duration, output, ringbuf_mb, no_listen_check, no_usdt, no_netw
                     end_reason = "targets exited"
                     break
         reader.drain()
+        map_entries = tracer.map_entries()
         for name, data in tracer.snapshots().items():
             writer.add_snapshot(name, data)
         counters = tracer.counters()
@@ -248,6 +269,8 @@ def record(pids, duration, output, ringbuf_mb, no_listen_check, no_usdt, no_netw
             "end_reason": end_reason,
             "lost_events": counters["events_lost"],
             "events_received": reader.events,
+            "map_entries": map_entries,
+            "rss_kb": _own_rss_kb(),
             **counters,
         }
         if live is not None:

@@ -113,6 +113,12 @@ class LoadedTracer:
             totals[counter.name.lower()] = int(sum(per_cpu))
         return totals
 
+    def map_entries(self) -> dict[str, int]:
+        """Entries in every active set's in-flight state maps (a walk of the
+        keys: call it every few seconds, not per poll)."""
+        return {name: sum(1 for _ in self.bpf[name.encode()].keys())
+                for s in self.active.values() for name in s.state_maps}
+
     def tap(self, sink):
         """sink for ring buffer chunks, plus each active set's observe() for
         the event types it asked for (only those sets pay a per-event walk)."""

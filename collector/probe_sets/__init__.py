@@ -31,6 +31,9 @@ class ProbeSet:
     source: str = ""  # file name under bpf/
     description: str = ""
     observed_types: tuple[int, ...] = ()  # event types passed to observe() while recording
+    # Maps holding in-flight state (per connection, thread, pending call): the
+    # recorder reports their sizes so a leak would show (and tests check it).
+    state_maps: tuple[str, ...] = ()
 
     def prepare(self, ctx: TargetContext) -> str | None:
         """Looks at the targets; returns why the set cannot be used, or None."""

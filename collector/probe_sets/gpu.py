@@ -125,6 +125,7 @@ class Attachment:
 
 class GpuProbes(ProbeSet):
     name = "gpu"
+    state_maps = ("gpu_calls", "gpu_runs")
     source = "gpu.bpf.c"
     description = "CUDA launches, GPU waits, copies and allocations (uprobes), DRM fence waits"
 

@@ -55,6 +55,7 @@ def _tracepoint(name: str) -> bool:
 
 class LockProbes(ProbeSet):
     name = "locks"
+    state_maps = ("lock_pending", "lock_offcpu", "lock_klock_start")
     source = "locks.bpf.c"
     description = "futex waits (lock vs handoff), off-CPU time by reason, runqueue delay"
     observed_types = (EventType.FUTEX_WAIT, EventType.OFFCPU)

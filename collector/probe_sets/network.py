@@ -36,6 +36,7 @@ def missing_tracepoints(events_dir: Path = TRACEFS_EVENTS) -> list[str]:
 
 class NetworkProbes(ProbeSet):
     name = "network"
+    state_maps = ("net_socks", "net_skbs")
     source = "net.bpf.c"
     description = "write -> wire delay per token chunk, segment coalescing, TCP state per connection"
 

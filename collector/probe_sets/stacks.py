@@ -225,6 +225,7 @@ class OffcpuProbes(_StackSet):
     source = "offcpu.bpf.c"
     description = "off-CPU stacks of the target threads at sched_switch, weighted by time off the CPU"
     prefix = "offcpu"
+    state_maps = ("offcpu_start",)
     kind = "offcpu"
     unit = "us"
 
