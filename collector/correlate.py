@@ -1,9 +1,10 @@
 """Ties each request the server announced (USDT) to the HTTP request on its socket.
 
 Preferred: the server passed the socket's fd to request_start. The request
-is then the latest one read on a connection with that fd in that process
-before request_start fired — exact even with hundreds of concurrent
-streams, because an fd names one connection at a time.
+is then the oldest one read on that fd in that process before request_start
+fired that is neither taken nor already answered: exact even with hundreds
+of concurrent streams, because an fd names one connection at a time, and
+keep-alive and pipelined requests on a connection are answered in order.
 
 Without an fd (conn_fd = -1), two fallbacks over the requests of that
 process that were read before request_start and not yet answered then;
@@ -34,6 +35,7 @@ def correlate(requests: list[Request], connections: dict[int, Connection], view:
         by_pid[req.pid].append(req)
     ingress = {key: [r.t_ingress_ns for r in reqs] for key, reqs in by_fd.items()}
 
+    first_open: dict[tuple[int, int], int] = defaultdict(int)
     matched = 0
     unresolved = []
     for srv in sorted(view.requests.values(), key=lambda s: s.t_start_ns or 0):
@@ -42,12 +44,17 @@ def correlate(requests: list[Request], connections: dict[int, Connection], view:
         if srv.conn_fd is not None:
             key = (srv.pid, srv.conn_fd)
             candidates = by_fd.get(key, [])
-            i = bisect.bisect_right(ingress.get(key, []), srv.t_start_ns) - 1
-            # ...and only if that request was still going: on a keep-alive
-            # connection the latest *finished* one is not it.
-            if i >= 0 and candidates[i].server is None and (
-                candidates[i].t_end_ns is None or candidates[i].t_end_ns >= srv.t_start_ns
-            ):
+            last = bisect.bisect_right(ingress.get(key, []), srv.t_start_ns)
+            # The oldest request on that fd that was read before request_start,
+            # is not taken, and had not ended: keep-alive requests that were
+            # answered before are past; pipelined ones are answered in order.
+            # Server requests come in start order, so the skip is monotonic.
+            i = first_open[key]
+            while i < last and (candidates[i].server is not None or (
+                    candidates[i].t_end_ns is not None and candidates[i].t_end_ns < srv.t_start_ns)):
+                i += 1
+            first_open[key] = i
+            if i < last:
                 candidates[i].server, candidates[i].correlated_by = srv, "conn_fd"
                 matched += 1
             continue

@@ -12,7 +12,7 @@ from inferprobe.collector.events import UsdtProbe as P
 from inferprobe.collector.server_view import build_server_view
 from inferprobe.collector.sessionizer import sessionize
 
-from factories import conn_open, decoded, request, sse_chunk, sse_headers, usdt
+from factories import conn_close, conn_open, decoded, request, sse_chunk, sse_headers, usdt
 
 MS = 1_000_000
 API, ENGINE = 101, 102  # thread ids
@@ -158,3 +158,26 @@ def test_scheduler_gauges_keep_their_peaks_when_downsampled():
     assert len(summary.queue_length) <= 500
     assert max(v for _, v in summary.queue_length) == 57
     assert max(v for _, v in summary.occupancy) == 0.9
+
+
+def test_pipelined_requests_on_one_connection_tie_in_order():
+    t0 = 1_000 * MS
+    # Two requests read back to back on fd 11 before the server starts either.
+    raws = [conn_open(1, fd=11, ts=t0 - 1000), request(1, tid=API, ts=t0), request(1, tid=API, ts=t0 + 100),
+            sse_headers(1, tid=API, ts=t0 + 2 * MS), sse_chunk(1, tid=API, ts=t0 + 3 * MS, end=True),
+            sse_headers(1, tid=API, ts=t0 + 4 * MS), sse_chunk(1, tid=API, ts=t0 + 5 * MS, end=True),
+            usdt(P.REQUEST_START, 7, 5, 11, tid=API, ts=t0 + 1 * MS),
+            usdt(P.REQUEST_START, 8, 5, 11, tid=API, ts=t0 + 3 * MS + 500_000)]
+    requests, _, matched = _build(raws)
+    assert matched == 2
+    assert [r.server.req_id for r in requests] == [7, 8]
+
+
+def test_a_reused_fd_ties_to_the_connection_open_at_the_time():
+    t0 = 1_000 * MS
+    first = _socket_side(1, 11, t0, [t0 + 3 * MS]) + [conn_close(1, ts=t0 + 4 * MS)]
+    second = _socket_side(2, 11, t0 + 10 * MS, [t0 + 13 * MS])
+    raws = first + second + [usdt(P.REQUEST_START, 9, 5, 11, tid=API, ts=t0 + 11 * MS)]
+    requests, _, matched = _build(raws)
+    assert matched == 1
+    assert {r.conn: (r.server.req_id if r.server else None) for r in requests} == {1: None, 2: 9}
