@@ -25,7 +25,7 @@ from enum import StrEnum
 
 from inferprobe.analyzers.cadence import percentile
 from inferprobe.collector.events import FutexWaitRecord, OffcpuReason, OffcpuRecord
-from inferprobe.collector.timeline import Request
+from inferprobe.collector.timeline import DecodeStep, Request
 
 DEFAULT_MUTEX_THRESHOLD = 0.37
 FUTEX_LOCK_PI = 6
@@ -142,7 +142,12 @@ def classify_all(waits: Iterable[FutexWaitRecord], symbols: Symbols) -> list[Cla
 # ---------------------------------------------------------------- per span
 
 def serving_threads(r: Request) -> set[int]:
-    return {r.tid, *r.write_tids}
+    """The threads that serve a request span (docs/locks.md): the thread that
+    read the request, every thread that wrote its response, and, when the
+    server has USDT probes, the engine thread(s) that ran the decode steps
+    it took part in."""
+    engine = {step.tid for step in r.server.steps} if r.server is not None else set()
+    return {r.tid, *r.write_tids, *engine}
 
 
 def span_of(r: Request) -> tuple[int, int] | None:
@@ -206,18 +211,23 @@ def span_locks(r: Request, index: _ThreadIndex) -> SpanLocks | None:
     span = span_of(r)
     if span is None:
         return None
+    return threads_span_locks(r.pid, serving_threads(r), span, index)
+
+
+def threads_span_locks(pid: int, tids: set[int], span: tuple[int, int], index: _ThreadIndex) -> SpanLocks:
+    """Lock, handoff and off-CPU time of the given threads within span."""
     by_kind: dict[WaitKind, list[tuple[int, int]]] = defaultdict(list)
     per_addr: Counter[int] = Counter()
     runq = 0
     offcpu: Counter[str] = Counter()
-    for tid in serving_threads(r):
-        for cw in index.waits.get((r.pid, tid), ()):
+    for tid in tids:
+        for cw in index.waits.get((pid, tid), ()):
             clipped = _clip(cw.wait.ts_ns, cw.wait.end_ns, span)
             if clipped:
                 by_kind[cw.kind].append(clipped)
                 if cw.kind in (WaitKind.LOCK, WaitKind.GIL):
                     per_addr[cw.wait.uaddr] += clipped[1] - clipped[0]
-        for o in index.offcpu.get((r.pid, tid), ()):
+        for o in index.offcpu.get((pid, tid), ()):
             if o.reason != OffcpuReason.PREEMPTED:
                 blocked = _clip(o.ts_ns, o.wake_ns, span)
                 if blocked:
@@ -295,6 +305,8 @@ class LockAnalysis:
     enabled: bool  # the recording had the locks probe set on
     threshold: float
     spans: dict[int, SpanLocks | None] = field(default_factory=dict)  # id(request) -> span
+    # Scheduler cycles (USDT decode steps): the engine thread during each step.
+    steps: list[tuple[DecodeStep, SpanLocks]] = field(default_factory=list)
     locks: list[ContendedLock] = field(default_factory=list)
     waits_by_kind: dict[str, dict[str, int]] = field(default_factory=dict)
     counters: dict[str, int] = field(default_factory=dict)
@@ -315,6 +327,7 @@ def analyze(
     events: Iterable,
     snapshot: dict | None,
     threshold: float = DEFAULT_MUTEX_THRESHOLD,
+    steps: Sequence[DecodeStep] = (),
 ) -> LockAnalysis:
     waits = [e for e in events if isinstance(e, FutexWaitRecord)]
     offcpu = [e for e in events if isinstance(e, OffcpuRecord)]
@@ -325,6 +338,8 @@ def analyze(
     classified = classify_all(waits, Symbols(snapshot))
     index = _ThreadIndex(classified, offcpu)
     result.spans = {id(r): span_locks(r, index) for r in requests}
+    result.steps = [(st, threads_span_locks(st.pid, {st.tid}, (st.t_start_ns, st.t_end_ns), index))
+                    for st in steps if st.t_end_ns is not None and st.t_end_ns > st.t_start_ns]
     result.locks = top_locks(classified, snapshot)
     kinds: dict[str, dict[str, int]] = {k.value: {"waits": 0, "wait_ns": 0} for k in WaitKind}
     for cw in classified:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from inferprobe.analyzers.cadence import percentile
 from inferprobe.analyzers.locks import ContendedLock, LockAnalysis
 from inferprobe.collector.timeline import Request
 
@@ -53,8 +54,27 @@ def top_level(locks: LockAnalysis | None) -> dict:
         "locks": [lock_json(lk) for lk in locks.locks],
         "lock_summary": {
             "mutex_threshold": locks.threshold,
+            "decode_steps": decode_steps_json(locks),
             "waits_by_kind": locks.waits_by_kind,
             "kernel_counters": locks.counters,
             "settings": locks.settings,
         },
+    }
+
+
+def decode_steps_json(locks: LockAnalysis) -> dict | None:
+    """The scheduler-cycle spans: the engine thread during each USDT decode step."""
+    if not locks.steps:
+        return None
+    ratios = sorted(span.ratio for _, span in locks.steps)
+    flagged = [(step, span) for step, span in locks.steps if span.ratio > locks.threshold]
+    flagged.sort(key=lambda item: -item[1].ratio)
+    return {
+        "count": len(ratios),
+        "flagged": len(flagged),
+        "ratio_p50": percentile(ratios, 50),
+        "ratio_p99": percentile(ratios, 99),
+        "worst": [{"pid": step.pid, "tid": step.tid, "step_id": step.step_id, "t_start_ns": step.t_start_ns,
+                   "duration_ns": span.span_ns, "mutex_wait_ratio": round(span.ratio, 4),
+                   "top_lock": span.top_lock} for step, span in flagged[:20]],
     }

@@ -80,7 +80,11 @@ def build(recording: Recording, mutex_threshold: float = lock_analysis.DEFAULT_M
     server = build_server_view(usdt)
     correlated = correlate(requests, session.connections, server)
     scheduler = summarize_scheduler(server)
-    locks = lock_analysis.analyze(requests, decoded, recording.snapshots.get("locks"), mutex_threshold)
+    locks = lock_analysis.analyze(requests, decoded, recording.snapshots.get("locks"), mutex_threshold,
+                                  steps=server.steps)
+    for r in requests:  # exporters read it from the request (span attribute, metric)
+        span = locks.of(r)
+        r.mutex_wait_ratio = span.ratio if span is not None else None
     network = network_analysis.analyze(decoded, list(session.connections.values()),
                                        recording.snapshots.get("network"))
     final = recording.final or {}

@@ -38,6 +38,8 @@ class Request:
     # Filled in when the server has inferprobe USDT probes (collector/correlate.py):
     server: ServerRequest | None = None
     correlated_by: str | None = None  # "conn_fd", "thread" or "time"
+    # Filled in by analyzers/locks.py when the recording has the locks set:
+    mutex_wait_ratio: float | None = None
 
     @property
     def t_first_token_ns(self) -> int | None:

@@ -168,3 +168,31 @@ def test_bad_input_and_a_hang_up_show_in_the_recording(traced):
     assert len(gone) == 1
     assert gone[0]["outcome"] == "aborted"
     assert gone[0]["server_status"] == 1  # the server saw the client leave and freed the request
+
+
+@pytest.fixture(scope="module")
+def traced_with_locks(demo_server: DemoServer, tmp_path_factory):
+    """A second, shorter recording with the locks set: its futex tracing costs
+    server CPU, so it stays out of the accuracy recording above."""
+    out = tmp_path_factory.mktemp("demo-locks")
+    recorder = Recorder([demo_server.proc.pid], out / "locks.ipr", "--locks")
+    try:
+        run_load(HOST, demo_server.port, connections=4, total_requests=8, body_factory=_body,
+                 path="/v1/completions", timeout=180, request_id=RequestIds())
+    finally:
+        recorder.stop()
+    report = subprocess.run(inferprobe_cmd("report", str(out / "locks.ipr"), "--format", "json"),
+                            capture_output=True, text=True, check=True)
+    return json.loads(report.stdout)
+
+
+def test_lock_ratios_cover_requests_and_scheduler_cycles(traced_with_locks):
+    report = traced_with_locks
+    assert "locks" in report["probe_sets"]["active"]
+    ratios = [r["mutex_wait_ratio"] for r in report["requests"] if r["status"] == 200]
+    assert ratios and all(0.0 <= x <= 1.0 for x in ratios)
+    steps = report["lock_summary"]["decode_steps"]
+    # every decode step that ended is a scheduler-cycle span
+    assert steps["count"] == report["scheduler"]["decode_steps"] or steps["count"] == (
+        report["scheduler"]["decode_steps"] - 1)  # the last one may still run at stop
+    assert 0.0 <= steps["ratio_p50"] <= steps["ratio_p99"] <= 1.0
