@@ -38,7 +38,7 @@ def flame(tmp_path_factory):
     try:
         recording = tmp / "run.ipr"
         rec = Recorder([burn.pid, sleeper.pid], recording, "--no-listen-check", "--no-usdt", "--no-network",
-                       "--no-gpu", "-d", "3", "--profile", "--offcpu")
+                       "--no-gpu", "-d", "2", "--profile", "--offcpu")
         rec.proc.wait(timeout=60)
         assert rec.proc.returncode == 0, rec.proc.stderr.read()
     finally:
