@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from inferprobe.analyzers import diagnostics_sections, http_section, usdt_section
+from inferprobe.analyzers import diagnostics_sections, http_section, stacks_section, usdt_section
 from inferprobe.analyzers.sections import AnalysisInput, AnalyzerResult
 
 Analyzer = Callable[[AnalysisInput], AnalyzerResult | None]
@@ -20,4 +20,6 @@ ANALYZERS: tuple[Analyzer, ...] = (
     diagnostics_sections.locks,
     diagnostics_sections.network,
     diagnostics_sections.gpu,
+    stacks_section.on_cpu,
+    stacks_section.off_cpu,
 )

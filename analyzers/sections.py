@@ -68,6 +68,12 @@ class AnalyzerSection:
     tables: tuple[Table, ...] = ()
     charts: tuple[BarChart, ...] = ()
     notes: tuple[str, ...] = ()  # caveats: what this data cannot tell
+    # A picture drawn by inferprobe's own renderer (flamegraphs/svg.py via
+    # analyzers/stacks_section.py), pasted into the HTML unescaped: trusted
+    # markup, so never fill it from anything but that renderer (its frame
+    # names are escaped there). Markdown and the terminal show the tables instead.
+    svg: str | None = None
+    svg_caption: str = ""
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from inferprobe.analyzers.locks import DEFAULT_MUTEX_THRESHOLD
 from inferprobe.analyzers.report_data import ReportData, build, to_json
 from inferprobe.cli.gpu_text import render_gpu
 from inferprobe.cli.locks_text import render_locks
+from inferprobe.cli.stacks_text import render_stacks
 from inferprobe.collector.recording import read_recording
 
 EXAMPLES = """
@@ -92,6 +93,7 @@ def render_text(data: ReportData, console: Console) -> None:
     _render_network(data, console)
     render_locks(data, console)
     render_gpu(data.gpu, console)
+    render_stacks(data, console)
 
 
 def _render_network(data: ReportData, console: Console) -> None:

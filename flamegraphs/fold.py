@@ -96,3 +96,27 @@ def top_functions(stacks: Stacks, limit: int = 10, skip_roots: int = 0) -> list[
             total_w[name] = total_w.get(name, 0) + weight
     ranked = sorted(self_w.items(), key=lambda kv: -kv[1])[:limit]
     return [(name, w, total_w[name]) for name, w in ranked]
+
+
+def prune(stacks: Stacks, min_share: float) -> tuple[Stacks, int]:
+    """The profile without frames narrower than min_share of the total, and
+    how many frames that removed. A stack is cut above its first narrow frame
+    and its weight kept on the frame below, so every width that stays, and the
+    total, are unchanged (flamegraph.pl's --minwidth, done on the data so the
+    SVG shrinks too)."""
+    limit = min_share * total(stacks)
+    prefix_w: dict[tuple[str, ...], int] = {}
+    for frames, weight in stacks.items():
+        for depth in range(1, len(frames) + 1):
+            prefix_w[frames[:depth]] = prefix_w.get(frames[:depth], 0) + weight
+    out: Stacks = {}
+    for frames, weight in stacks.items():
+        keep = len(frames)
+        for depth in range(1, len(frames) + 1):
+            if prefix_w[frames[:depth]] < limit:
+                keep = depth - 1
+                break
+        key = frames[:keep] or ("[narrow frames]",)
+        out[key] = out.get(key, 0) + weight
+    dropped = sum(1 for w in prefix_w.values() if w < limit)
+    return out, dropped

@@ -165,27 +165,29 @@ def render(
         '<?xml version="1.0" encoding="UTF-8" standalone="no"?>',
         f'<svg version="1.1" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
         f'viewBox="0 0 {width} {height}" data-total="{total}" data-unit={quoteattr(unit)} '
-        f'data-width="{plot_w}" data-pad="{PAD}" onload="ipInit(evt)">',
+        f'data-width="{plot_w}" data-pad="{PAD}" class="ipflame" onload="ipInit(evt)">',
+        # every rule under .ipflame: inlined in an HTML report, an SVG's <style>
+        # applies to the whole page (the report's charts included)
         "<style>",
-        "text { font-family: monospace; font-size: 12px; fill: #111; }",
-        ".f text { pointer-events: none; }",
-        ".f rect { stroke: #fff; stroke-width: 0.5; cursor: pointer; }",
-        ".f:hover rect { stroke: #000; stroke-width: 1; }",
-        ".hl rect { fill: #e040e0 !important; }",
-        ".hide { display: none; }",
-        ".btn { cursor: pointer; fill: #225; text-decoration: underline; }",
-        "#tip rect { fill: #ffffe8; stroke: #888; }",
+        ".ipflame text { font-family: monospace; font-size: 12px; fill: #111; }",
+        ".ipflame .f text { pointer-events: none; }",
+        ".ipflame .f rect { stroke: #fff; stroke-width: 0.5; cursor: pointer; }",
+        ".ipflame .f:hover rect { stroke: #000; stroke-width: 1; }",
+        ".ipflame .hl rect { fill: #e040e0 !important; }",
+        ".ipflame .hide { display: none; }",
+        ".ipflame .btn { cursor: pointer; fill: #225; text-decoration: underline; }",
+        ".ipflame .tip rect { fill: #ffffe8; stroke: #888; }",
         "</style>",
         f'<rect x="0" y="0" width="{width}" height="{height}" fill="#fcfcf8"/>',
         f'<text x="{width / 2}" y="22" text-anchor="middle" style="font-size:16px;font-weight:bold">'
         f"{escape(title)}</text>",
         f'<text x="{width / 2}" y="40" text-anchor="middle" fill="#444">{escape(subtitle)}</text>',
-        f'<text id="reset" class="btn hide" x="{PAD}" y="58">Reset zoom</text>',
-        f'<text id="search" class="btn" x="{width - PAD}" y="58" text-anchor="end">Search</text>',
-        f'<text id="matched" x="{width - PAD - 70}" y="58" text-anchor="end"></text>',
+        f'<text class="reset btn hide" x="{PAD}" y="58">Reset zoom</text>',
+        f'<text class="search btn" x="{width - PAD}" y="58" text-anchor="end">Search</text>',
+        f'<text class="matched" x="{width - PAD - 70}" y="58" text-anchor="end"></text>',
         _legend(baseline is not None, PAD + 100, 58),
-        f'<text id="details" x="{PAD}" y="{height - 10}"> </text>',
-        '<g id="frames">',
+        f'<text class="details" x="{PAD}" y="{height - 10}"> </text>',
+        '<g class="frames">',
     ]
     for i, (node, depth, x, _path) in enumerate(nodes):
         if node.weight <= 0:
@@ -211,8 +213,8 @@ def render(
         )
     out.append("</g>")
     out.append(
-        '<g id="tip" class="hide"><rect x="0" y="0" width="10" height="36" rx="3"/>'
-        '<text id="tip1" x="6" y="15"> </text><text id="tip2" x="6" y="30"> </text></g>'
+        '<g class="tip hide"><rect x="0" y="0" width="10" height="36" rx="3"/>'
+        '<text class="tip1" x="6" y="15"> </text><text class="tip2" x="6" y="30"> </text></g>'
     )
     out.append(f"<script type=\"text/ecmascript\"><![CDATA[\n{_SCRIPT}\n]]></script>")
     out.append("</svg>")
@@ -229,7 +231,7 @@ def _legend(diff: bool, x: float, y: float) -> str:
         parts.append(f'<rect x="{x}" y="{y - 10}" width="10" height="10" fill="{colour}"/>'
                      f'<text x="{x + 14}" y="{y}" fill="#444">{escape(label)}</text>')
         x += 14 + CHAR_PX * len(label) + 12
-    return "<g id=\"legend\">" + "".join(parts) + "</g>"
+    return "<g class=\"legend\">" + "".join(parts) + "</g>"
 
 
 def _fit(name: str, px_width: float) -> str:
@@ -276,113 +278,122 @@ def read_back(svg_text: str) -> Stacks:
 
 
 _SCRIPT = r"""
-var ipSvg, ipFrames = [], ipTotal = 1, ipUnit = "samples", ipWidth = 1, ipPad = 0;
-var ipZoom = null, ipTerm = null;
+// One closure per graph, rooted at the <svg> that fired load: the same script
+// runs standalone and inlined (maybe twice) in an HTML report. ipInit may be
+// defined once per graph on a page; every definition is this same code.
 function ipInit(evt) {
-  ipSvg = document.documentElement;
-  ipTotal = parseInt(ipSvg.getAttribute("data-total")) || 1;
-  ipUnit = ipSvg.getAttribute("data-unit");
-  ipWidth = parseFloat(ipSvg.getAttribute("data-width"));
-  ipPad = parseFloat(ipSvg.getAttribute("data-pad"));
-  var gs = document.querySelectorAll("g.f");
+  var root = evt.currentTarget || evt.target;
+  if (root.getAttribute("data-ready")) return;
+  var standalone = root === document.documentElement;
+  var frames = [], zoom = null, term = null;
+  var total = parseInt(root.getAttribute("data-total")) || 1;
+  var unit = root.getAttribute("data-unit");
+  var width = parseFloat(root.getAttribute("data-width"));
+  var pad = parseFloat(root.getAttribute("data-pad"));
+  function el(cls) { return root.querySelector("." + cls); }
+  var tip = el("tip"), tip1 = el("tip1"), tip2 = el("tip2"), details = el("details");
+  function fmt(v) { return v.toString().replace(/\B(?=(\d{3})+(?!\d))/g, ","); }
+  function describe(f) {
+    var s = fmt(f.n) + " " + unit + ", " + (100 * f.n / total).toFixed(2) + "% of all";
+    if (zoom && zoom !== f) s += ", " + (100 * f.n / zoom.n).toFixed(2) + "% of zoomed";
+    if (f.delta !== null) {
+      var d = parseFloat(f.delta);
+      s += ", " + (d >= 0 ? "+" : "") + d.toFixed(2) + " points";
+    }
+    return s;
+  }
+  function hover(f) {
+    details.textContent = f.name + " (" + describe(f) + ")";
+    tip1.textContent = f.name.length > 120 ? f.name.slice(0, 118) + ".." : f.name;
+    tip2.textContent = describe(f);
+    tip.classList.remove("hide");
+    var w = Math.max(tip1.getComputedTextLength(), tip2.getComputedTextLength()) + 12;
+    tip.querySelector("rect").setAttribute("width", w);
+  }
+  function move(e) {
+    var pt = root.createSVGPoint(); pt.x = e.clientX; pt.y = e.clientY;
+    var p = pt.matrixTransform(root.getScreenCTM().inverse());
+    var w = parseFloat(tip.querySelector("rect").getAttribute("width"));
+    var x = Math.min(p.x + 12, width + 2 * pad - w - 2);
+    tip.setAttribute("transform", "translate(" + Math.max(0, x) + "," + Math.max(0, p.y - 44) + ")");
+  }
+  function out() { tip.classList.add("hide"); details.textContent = " "; }
+  function fit(f, w) {
+    var chars = Math.floor((w - 6) / 7);
+    if (chars < 3) return "";
+    return f.name.length <= chars ? f.name : f.name.slice(0, chars - 2) + "..";
+  }
+  function zoomTo(z) {
+    zoom = z;
+    var x0 = z ? z.x : 0, n = z ? z.n : total, scale = width / n;
+    el("reset").classList.toggle("hide", !z);
+    for (var i = 0; i < frames.length; i++) {
+      var f = frames[i], show, x, w;
+      if (!z) { show = true; x = f.x; w = f.n; }
+      else if (f.d < z.d) { show = f.x <= z.x && z.x + z.n <= f.x + f.n; x = x0; w = n; }
+      else { show = f.x >= z.x && f.x + f.n <= z.x + z.n; x = f.x; w = f.n; }
+      f.g.classList.toggle("hide", !show);
+      if (!show) continue;
+      var px = pad + (x - x0) * scale, pw = w * scale;
+      f.rect.setAttribute("x", px.toFixed(2));
+      f.rect.setAttribute("width", Math.max(pw, 0).toFixed(2));
+      f.text.setAttribute("x", (px + 3).toFixed(2));
+      f.text.textContent = fit(f, pw);
+    }
+  }
+  function search(t) {
+    term = t;
+    var re = null;
+    if (t) { try { re = new RegExp(t); } catch (err) { re = null; } }
+    var spans = [];
+    for (var i = 0; i < frames.length; i++) {
+      var f = frames[i], hit = re !== null && f.d > 0 && re.test(f.name);
+      f.g.classList.toggle("hl", hit);
+      if (hit) spans.push([f.x, f.x + f.n]);
+    }
+    spans.sort(function (a, b) { return a[0] - b[0] || b[1] - a[1]; });
+    var covered = 0, end = -1;
+    for (var j = 0; j < spans.length; j++) {
+      if (spans[j][0] >= end) { covered += spans[j][1] - spans[j][0]; end = spans[j][1]; }
+      else if (spans[j][1] > end) { covered += spans[j][1] - end; end = spans[j][1]; }
+    }
+    el("matched").textContent = re ? "Matched: " + (100 * covered / total).toFixed(2) + "%" : "";
+  }
+  function askSearch() {
+    var t = window.prompt("Search for a frame (regular expression):", term || "");
+    if (t !== null) search(t === "" ? null : t);
+  }
+  var gs = root.querySelectorAll("g.f");
   for (var i = 0; i < gs.length; i++) {
     var g = gs[i];
     var f = {g: g, name: g.getAttribute("data-name"), d: parseInt(g.getAttribute("data-d")),
              x: parseInt(g.getAttribute("data-x")), n: parseInt(g.getAttribute("data-n")),
              delta: g.getAttribute("data-delta"), rect: g.querySelector("rect"),
              text: g.querySelector("text")};
-    ipFrames.push(f);
-    g.addEventListener("mouseover", ipHover.bind(null, f));
-    g.addEventListener("mousemove", ipMove);
-    g.addEventListener("mouseout", ipOut);
-    g.addEventListener("click", ipClick.bind(null, f));
+    frames.push(f);
+    g.addEventListener("mouseover", hover.bind(null, f));
+    g.addEventListener("mousemove", move);
+    g.addEventListener("mouseout", out);
+    g.addEventListener("click", zoomTo.bind(null, f.d === 0 ? null : f));
   }
-  document.getElementById("reset").addEventListener("click", function () { ipZoomTo(null); });
-  document.getElementById("search").addEventListener("click", ipAskSearch);
-  document.addEventListener("keydown", function (e) {
-    if ((e.ctrlKey && e.key === "f") || e.key === "/") { e.preventDefault(); ipAskSearch(); }
-    if (e.key === "Escape") { ipZoomTo(null); ipSearch(null); }
-  });
-  ipSvg.setAttribute("data-ready", "1");
-}
-function ipFmt(v) { return v.toString().replace(/\B(?=(\d{3})+(?!\d))/g, ","); }
-function ipDescribe(f) {
-  var pct = (100 * f.n / ipTotal).toFixed(2);
-  var s = ipFmt(f.n) + " " + ipUnit + ", " + pct + "% of all";
-  if (ipZoom && ipZoom !== f) s += ", " + (100 * f.n / ipZoom.n).toFixed(2) + "% of zoomed";
-  if (f.delta !== null) {
-    var d = parseFloat(f.delta);
-    s += ", " + (d >= 0 ? "+" : "") + d.toFixed(2) + " points";
+  el("reset").addEventListener("click", function () { zoomTo(null); });
+  el("search").addEventListener("click", askSearch);
+  // keys only when the graph is the whole document: in a report, Ctrl+F is the page's
+  if (standalone) {
+    document.addEventListener("keydown", function (e) {
+      if ((e.ctrlKey && e.key === "f") || e.key === "/") { e.preventDefault(); askSearch(); }
+      if (e.key === "Escape") { zoomTo(null); search(null); }
+    });
   }
-  return s;
-}
-function ipHover(f) {
-  document.getElementById("details").textContent = f.name + " (" + ipDescribe(f) + ")";
-  var tip = document.getElementById("tip");
-  document.getElementById("tip1").textContent = f.name.length > 120 ? f.name.slice(0, 118) + ".." : f.name;
-  document.getElementById("tip2").textContent = ipDescribe(f);
-  tip.classList.remove("hide");
-  var w = Math.max(document.getElementById("tip1").getComputedTextLength(),
-                   document.getElementById("tip2").getComputedTextLength()) + 12;
-  tip.querySelector("rect").setAttribute("width", w);
-}
-function ipMove(e) {
-  var tip = document.getElementById("tip");
-  var pt = ipSvg.createSVGPoint(); pt.x = e.clientX; pt.y = e.clientY;
-  var p = pt.matrixTransform(ipSvg.getScreenCTM().inverse());
-  var w = parseFloat(tip.querySelector("rect").getAttribute("width"));
-  var x = Math.min(p.x + 12, ipWidth + 2 * ipPad - w - 2);
-  tip.setAttribute("transform", "translate(" + Math.max(0, x) + "," + Math.max(0, p.y - 44) + ")");
-}
-function ipOut() {
-  document.getElementById("tip").classList.add("hide");
-  document.getElementById("details").textContent = " ";
-}
-function ipClick(f) { ipZoomTo(f.d === 0 ? null : f); }
-function ipFit(f, w) {
-  var chars = Math.floor((w - 6) / 7);
-  if (chars < 3) return "";
-  return f.name.length <= chars ? f.name : f.name.slice(0, chars - 2) + "..";
-}
-function ipZoomTo(z) {
-  ipZoom = z;
-  var x0 = z ? z.x : 0, n = z ? z.n : ipTotal, scale = ipWidth / n;
-  document.getElementById("reset").classList.toggle("hide", !z);
-  for (var i = 0; i < ipFrames.length; i++) {
-    var f = ipFrames[i], show, x, w;
-    if (!z) { show = true; x = f.x; w = f.n; }
-    else if (f.d < z.d) { show = f.x <= z.x && z.x + z.n <= f.x + f.n; x = x0; w = n; }
-    else { show = f.x >= z.x && f.x + f.n <= z.x + z.n; x = f.x; w = f.n; }
-    f.g.classList.toggle("hide", !show);
-    if (!show) continue;
-    var px = ipPad + (x - x0) * scale, pw = w * scale;
-    f.rect.setAttribute("x", px.toFixed(2));
-    f.rect.setAttribute("width", Math.max(pw, 0).toFixed(2));
-    f.text.setAttribute("x", (px + 3).toFixed(2));
-    f.text.textContent = ipFit(f, pw);
-  }
-}
-function ipAskSearch() {
-  var term = window.prompt("Search for a frame (regular expression):", ipTerm || "");
-  if (term !== null) ipSearch(term === "" ? null : term);
-}
-function ipSearch(term) {
-  ipTerm = term;
-  var re = null;
-  if (term) { try { re = new RegExp(term); } catch (err) { re = null; } }
-  var spans = [];
-  for (var i = 0; i < ipFrames.length; i++) {
-    var f = ipFrames[i], hit = re !== null && f.d > 0 && re.test(f.name);
-    f.g.classList.toggle("hl", hit);
-    if (hit) spans.push([f.x, f.x + f.n]);
-  }
-  spans.sort(function (a, b) { return a[0] - b[0] || b[1] - a[1]; });
-  var covered = 0, end = -1;
-  for (var j = 0; j < spans.length; j++) {
-    if (spans[j][0] >= end) { covered += spans[j][1] - spans[j][0]; end = spans[j][1]; }
-    else if (spans[j][1] > end) { covered += spans[j][1] - end; end = spans[j][1]; }
-  }
-  document.getElementById("matched").textContent =
-    re ? "Matched: " + (100 * covered / ipTotal).toFixed(2) + "%" : "";
+  root.setAttribute("data-ready", "1");
 }
 """
+
+
+def for_html(svg_text: str) -> str:
+    """render()'s SVG as an element to paste into an HTML page: no XML
+    declaration, and no namespace URL (HTML puts <svg> in the SVG namespace
+    itself; the report then holds no URL at all)."""
+    if svg_text.startswith("<?xml"):
+        svg_text = svg_text.split("\n", 1)[1]
+    return svg_text.replace(' xmlns="http://www.w3.org/2000/svg"', "", 1)

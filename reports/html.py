@@ -135,6 +135,10 @@ def _analyzer_section(sec: AnalyzerSection) -> str:
         cls = "on" if src.active else "off"
         parts.append(f'<li class="{cls}"><b>{_e(src.name)}</b>: {_e(src.detail)}</li>')
     parts.append("</ul>")
+    if sec.svg:
+        # trusted: only inferprobe's own flame graph renderer fills it (see AnalyzerSection.svg)
+        parts.append(f'<figure class="flame">{sec.svg}'
+                     f'<figcaption>{_e(sec.svg_caption)}</figcaption></figure>')
     parts.extend(render_table(t) for t in sec.tables)
     parts.extend(_figure(charts.bar_chart(c), c.title) for c in sec.charts)
     parts.extend(f'<p class="note">{_e(n)}</p>' for n in sec.notes)

@@ -28,6 +28,9 @@ def _section(sec: AnalyzerSection) -> list[str]:
     for src in sec.sources:
         lines.append(f"- probe set `{src.name}`: {'active' if src.active else 'off'} — {src.detail}")
     lines.append("")
+    if sec.svg:
+        lines += ["The HTML report (`--format html`) draws this as an interactive flame graph; "
+                  "the heaviest frames are below.", ""]
     for t in sec.tables:
         lines.extend(render_table(t))
     for chart in sec.charts:

@@ -93,6 +93,12 @@ def test_html_refers_to_nothing_outside_the_file(reports):
     assert "<script" not in text and "@import" not in text and "<link" not in text
 
 
+def test_no_flame_graph_sections_without_stack_captures(reports):
+    # recorded without --profile / --offcpu (tests/reports/test_flame_sections.py has them)
+    assert "analyzer-flame-" not in reports["html"]
+    assert "flame graph" not in reports["markdown"][0]
+
+
 def test_every_finding_has_evidence_and_matches_the_analyzer(reports):
     from inferprobe.analyzers.cadence import percentile
     from inferprobe.analyzers.findings import ms
