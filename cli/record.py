@@ -77,6 +77,9 @@ def _meta(tracer, argv: list[str]) -> dict:
     }
 
 
+# Probe sets that cost enough to be off unless asked for, and the flag for each.
+OPT_IN_SETS = {"network": "--network", "locks": "--locks", "profile": "--profile", "offcpu": "--offcpu"}
+
 # In-flight state maps are counted (a key walk each) this often: their sizes
 # in the recording show that nothing leaks on long runs.
 MAP_COUNT_INTERVAL_S = 5.0
@@ -131,9 +134,13 @@ class _Stop:
     help="Do not attach the server's inferprobe USDT probes even if it has them.",
 )
 @click.option(
-    "--no-network",
-    is_flag=True,
-    help="Do not trace segments and TCP state (write -> wire delay, Nagle, socket buffers).",
+    "--network/--no-network",
+    default=False,
+    show_default=True,
+    help="Also trace segments and TCP state: write -> wire delay per token chunk, Nagle "
+    "coalescing, TCP_NODELAY, tcp_info (docs/network.md). Cost: a BPF program on every "
+    "packet the host sends or receives; on a syscall-heavy HTTP benchmark it raised server "
+    "CPU per request by about 30 points over socket tracing alone (benchmarks/bench_overhead.py).",
 )
 @click.option(
     "--locks",
@@ -165,7 +172,7 @@ class _Stop:
 @live_export_options
 @stack_options
 @kernel_headers_option
-def record(pids, duration, output, ringbuf_mb, no_listen_check, no_usdt, no_network, locks, lock_floor_us,
+def record(pids, duration, output, ringbuf_mb, no_listen_check, no_usdt, network, locks, lock_floor_us,
            gpu, gpu_launch_run, kernel_headers, otlp, prometheus, **flags) -> None:
     """Record every HTTP request the given processes serve.
 
@@ -185,7 +192,7 @@ def record(pids, duration, output, ringbuf_mb, no_listen_check, no_usdt, no_netw
     metrics = bind_prometheus(prometheus)
     pids = list(dict.fromkeys(pids))
     pages = 1 << ((ringbuf_mb * 256).bit_length() - 1)
-    sets = ("sockets",) + (() if no_usdt else ("usdt",)) + (() if no_network else ("network",))
+    sets = ("sockets",) + (() if no_usdt else ("usdt",)) + (("network",) if network else ())
     if locks:
         sets += ("locks",)
     stack_flags = {k: flags.pop(k) for k in list(flags) if k in STACK_FLAGS}
@@ -197,6 +204,9 @@ def record(pids, duration, output, ringbuf_mb, no_listen_check, no_usdt, no_netw
                "gpu": "on" if gpu else "auto", "gpu_run_max_launches": gpu_launch_run}
     tracer = load_tracer(pids, sets=sets, ringbuf_pages=pages, require_listener=not no_listen_check,
                          options=options)
+    for name, flag in OPT_IN_SETS.items():  # so every report can say why they were off
+        if name not in sets:
+            tracer.inactive.setdefault(name, f"not requested (record {flag})")
     writer = None
     reader = None
     live = None

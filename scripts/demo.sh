@@ -38,8 +38,9 @@ echo "   $(grep '^inferprobe demo: serving' "$OUT/server.log")"
 
 echo "== attaching inferprobe for ${DURATION}s (compiles the BPF programs, a few seconds)"
 # --locks: the demo's API layer and engine share a lock, as real servers do;
-# the report then gives each request its mutex.wait.ratio.
-"$IP" record -p "$SRV_PID" -d "$DURATION" --locks -o "$OUT/demo.ipr" > "$OUT/record.log" 2>&1 &
+# the report then gives each request its mutex.wait.ratio. --network: write ->
+# wire delay and TCP state of each token stream (cheap at the demo's token rate).
+"$IP" record -p "$SRV_PID" -d "$DURATION" --locks --network -o "$OUT/demo.ipr" > "$OUT/record.log" 2>&1 &
 REC_PID=$!
 for _ in $(seq 120); do
     grep -q '^inferprobe: attached' "$OUT/record.log" && break

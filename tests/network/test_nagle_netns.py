@@ -98,7 +98,7 @@ def _run_stream(tmp_path, names, nodelay: bool):
     try:
         port = int(server.stdout.readline().split()[1])
         out = tmp_path / f"nodelay-{nodelay}.ipr"
-        recorder = Recorder([server.pid], out, "--no-usdt")
+        recorder = Recorder([server.pid], out, "--no-usdt", "--network")
         try:
             client = subprocess.Popen(
                 _in_ns(names["client"], sys.executable, str(SERVERS / "tiny_sse.py"), "client",

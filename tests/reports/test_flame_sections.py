@@ -37,7 +37,7 @@ def flame(tmp_path_factory):
     sleeper = Program(build("sleeper", tmp))
     try:
         recording = tmp / "run.ipr"
-        rec = Recorder([burn.pid, sleeper.pid], recording, "--no-listen-check", "--no-usdt", "--no-network",
+        rec = Recorder([burn.pid, sleeper.pid], recording, "--no-listen-check", "--no-usdt",
                        "--no-gpu", "-d", "2", "--profile", "--offcpu")
         rec.proc.wait(timeout=60)
         assert rec.proc.returncode == 0, rec.proc.stderr.read()
