@@ -37,6 +37,13 @@ class Finding:
     def percent(self) -> int:
         return round(self.share * 100)
 
+    @property
+    def headline(self) -> str:
+        """The sentence, led by its share unless it already states it."""
+        if self.sentence.startswith(f"{self.percent} %"):
+            return self.sentence
+        return f"{self.percent} % of {self.of}: {self.sentence}"
+
 
 class FindingList:
     """Findings from every analyzer; ranked() is what the verdict shows."""

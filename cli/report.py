@@ -175,7 +175,7 @@ def render_verdict(data: ReportData, console: Console) -> None:
         return
     console.print("[bold]Verdict[/bold] (ranked by share of latency explained)")
     for i, f in enumerate(data.findings, 1):
-        console.print(f"{i}. [bold]{f.percent} %[/bold] of {f.of}: {f.sentence}", highlight=False)
+        console.print(f"{i}. {f.headline}", highlight=False)
         console.print(f"   -> {f.recommendation}", highlight=False)
 
 

@@ -52,7 +52,7 @@ def render_markdown(data: ReportData) -> str:
     out += ["## Verdict", ""]
     if data.findings:
         for i, f in enumerate(data.findings, 1):
-            out.append(f"{i}. **{f.percent} % of {f.of}.** {f.sentence}")
+            out.append(f"{i}. {f.headline}")
             out.append(f"   → {f.recommendation} (evidence: section `{f.evidence}`)")
         out.append("")
     else:

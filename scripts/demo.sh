@@ -24,14 +24,22 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
+# wait_for_line PID LOG PATTERN SECONDS: until LOG has a line matching PATTERN;
+# fails (printing LOG) if PID exits first or the time runs out.
+wait_for_line() {
+    local pid=$1 log=$2 pattern=$3 tries=$(($4 * 2))
+    for _ in $(seq "$tries"); do
+        grep -q "$pattern" "$log" && return 0
+        if ! kill -0 "$pid" 2>/dev/null; then cat "$log"; return 1; fi
+        sleep 0.5
+    done
+    echo "demo: no '$pattern' in $log after $4 s"; cat "$log"; return 1
+}
+
 echo "== starting the demo inference server on 127.0.0.1:$PORT (loads the model: ~20-40 s)"
 "$IP" demo --port "$PORT" > "$OUT/server.log" 2>&1 &
 SRV_PID=$!
-for _ in $(seq 240); do
-    grep -q '^inferprobe demo: serving' "$OUT/server.log" && break
-    if ! kill -0 "$SRV_PID" 2>/dev/null; then cat "$OUT/server.log"; exit 1; fi
-    sleep 0.5
-done
+wait_for_line "$SRV_PID" "$OUT/server.log" '^inferprobe demo: serving' 120
 curl -fsS "http://127.0.0.1:$PORT/health" > /dev/null \
     || { echo "demo: the server did not answer /health"; cat "$OUT/server.log"; exit 1; }
 echo "   $(grep '^inferprobe demo: serving' "$OUT/server.log")"
@@ -42,11 +50,7 @@ echo "== attaching inferprobe for ${DURATION}s (compiles the BPF programs, a few
 # wire delay and TCP state of each token stream (cheap at the demo's token rate).
 "$IP" record -p "$SRV_PID" -d "$DURATION" --locks --network -o "$OUT/demo.ipr" > "$OUT/record.log" 2>&1 &
 REC_PID=$!
-for _ in $(seq 120); do
-    grep -q '^inferprobe: attached' "$OUT/record.log" && break
-    if ! kill -0 "$REC_PID" 2>/dev/null; then cat "$OUT/record.log"; exit 1; fi
-    sleep 0.5
-done
+wait_for_line "$REC_PID" "$OUT/record.log" '^inferprobe: attached' 60
 head -n 1 "$OUT/record.log"
 
 # Closed-loop load stops sending at LOAD_S, then waits for the requests in
