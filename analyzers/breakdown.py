@@ -1,5 +1,7 @@
 """What the report draws from the phase decomposition: the TTFT split of the
-requests at p50/p90/p99 and a waterfall of the slowest requests.
+requests at p50/p90/p99, the inter-token gaps at p50/p90/p99 split by ITL
+phase (analyzers/itl_phases.py; USDT only) and a waterfall of the slowest
+requests.
 
 The phases themselves come from analyzers/decompose.py (`phases_ns`): the
 server's USDT boundaries when it has probes, the socket boundaries
@@ -15,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from inferprobe.analyzers.decompose import PHASES, phases_ns
+from inferprobe.analyzers.itl_phases import ITL_PHASES, gaps_at_percentiles
 from inferprobe.collector.timeline import Request
 
 SOURCE_USDT = "usdt"
@@ -87,11 +90,25 @@ class WaterfallRow:
 
 
 @dataclass(frozen=True)
+class ItlBreakdown:
+    """The one inter-token gap at a percentile of all split gaps (a real gap, not an average:
+    its phases sum exactly to itl_ns and show what that tail gap was made of)."""
+
+    label: str
+    itl_ns: int
+    phases: tuple[tuple[str, int], ...]  # ITL_PHASES order; sums to itl_ns
+
+    def share(self, phase: str) -> float:
+        return dict(self.phases).get(phase, 0) / self.itl_ns if self.itl_ns > 0 else 0.0
+
+
+@dataclass(frozen=True)
 class Breakdown:
     source: str | None  # SOURCE_USDT, SOURCE_SOCKETS, "mixed", or None when no request had phases
     phase_names: tuple[str, ...]  # in time order
     ttft: tuple[PercentileBreakdown, ...]
     waterfall: tuple[WaterfallRow, ...]  # slowest requests by TTFT, slowest first
+    itl: tuple[ItlBreakdown, ...] = ()  # empty without USDT probes: ITL cannot be split
 
 
 PERCENTILES = (("p50", 50), ("p90", 90), ("p99", 99))
@@ -131,4 +148,11 @@ def break_down(requests: Sequence[Request], slowest: int = 10) -> Breakdown:
             )
         )
     return Breakdown(source=source, phase_names=tuple(names), ttft=tuple(breakdowns),
-                         waterfall=tuple(rows))
+                     waterfall=tuple(rows), itl=itl_breakdown(requests))
+
+
+def itl_breakdown(requests: Sequence[Request]) -> tuple[ItlBreakdown, ...]:
+    at = gaps_at_percentiles(requests, [q for _, q in PERCENTILES])
+    return tuple(ItlBreakdown(label=label, itl_ns=at[q][0],
+                              phases=tuple((p, at[q][1][p]) for p in ITL_PHASES))
+                 for label, q in PERCENTILES if q in at)

@@ -41,7 +41,7 @@ from inferprobe.collector.events import (
     GpuRecord,
 )
 from inferprobe.collector.gpu_catalog import Category
-from inferprobe.collector.timeline import DecodeStep, Request
+from inferprobe.collector.timeline import DecodeStep, Request, WaitInterval
 
 SYNC_BOUND_SHARE = 0.5  # steps waiting on the GPU at least this much: the GPU is the bottleneck
 LAUNCH_BOUND_SHARE = 0.2  # steps waiting less than this ...
@@ -94,6 +94,7 @@ class RequestGpu:
     gpu_graph_launches: int
     t_first_launch_ns: int | None  # first launch after dispatch
     launch_to_first_token_ns: int | None
+    wait_intervals: tuple[WaitInterval, ...] = ()  # the waits counted in gpu_wait_ns, by start
 
 
 @dataclass(frozen=True)
@@ -175,15 +176,21 @@ class _ThreadIndex:
         self._wait_starts = {k: [c.ts_ns for c in v] for k, v in self.waits.items()}
         self._run_starts = {k: [r.ts_ns for r in v] for k, v in self.runs.items()}
 
-    def wait_ns(self, key: tuple[int, int], t0: int, t1: int) -> int:
+    def waits_in(self, key: tuple[int, int], t0: int, t1: int) -> list[WaitInterval]:
+        """The thread's waits overlapping t0..t1, clipped to it."""
         calls = self.waits.get(key, [])
         hi = bisect.bisect_left(self._wait_starts.get(key, []), t1)
-        total = 0
+        out = []
         for c in reversed(calls[:hi]):
             if c.exit_ns <= t0 and c.ts_ns < t0 - 60_000_000_000:
                 break  # waits are not longer than a minute: stop looking further back
-            total += _overlap(c.ts_ns, c.exit_ns, t0, t1)
-        return total
+            if _overlap(c.ts_ns, c.exit_ns, t0, t1):
+                out.append(WaitInterval(max(c.ts_ns, t0), min(c.exit_ns, t1), "gpu",
+                                        gpu_catalog.name(c.function)))
+        return out
+
+    def wait_ns(self, key: tuple[int, int], t0: int, t1: int) -> int:
+        return sum(w.end_ns - w.start_ns for w in self.waits_in(key, t0, t1))
 
     def runs_in(self, key: tuple[int, int], t0: int, t1: int) -> list[GpuLaunchesRecord]:
         starts = self._run_starts.get(key, [])
@@ -335,20 +342,22 @@ def _usdt_request(i: int, r: Request, index: _ThreadIndex) -> RequestGpu | None:
     windows += [(st.t_start_ns, st.t_end_ns, [st.tid]) for st in s.steps if st.t_end_ns is not None]
     if not windows:
         return None
-    wait = launches = graphs = 0
+    launches = graphs = 0
+    waits: list[WaitInterval] = []
     for t0, t1, tids in windows:
         for tid in tids:
-            wait += index.wait_ns((s.pid, tid), t0, t1)
+            waits += index.waits_in((s.pid, tid), t0, t1)
             runs = index.runs_in((s.pid, tid), t0, t1)
             launches += sum(x.kernels + x.graphs for x in runs)
             graphs += sum(x.graphs for x in runs)
     dispatch = next((t for t in (s.t_scheduled_ns, s.t_prefill_start_ns, s.t_start_ns) if t is not None),
                     r.t_ingress_ns)
     first = index.first_run_after([(s.pid, tid) for tid in engine_tids], dispatch)
-    return _request_gpu(i, r, "decode_steps", wait, launches, graphs, first)
+    return _request_gpu(i, r, "decode_steps", sum(w.end_ns - w.start_ns for w in waits), launches, graphs,
+                        first, waits)
 
 
-def _request_gpu(i, r, how, wait, launches, graphs, first) -> RequestGpu:
+def _request_gpu(i, r, how, wait, launches, graphs, first, waits=()) -> RequestGpu:
     t_first = first.ts_ns if first is not None else None
     if t_first is not None and r.t_end_ns is not None and t_first > r.t_end_ns:
         t_first = None
@@ -356,7 +365,7 @@ def _request_gpu(i, r, how, wait, launches, graphs, first) -> RequestGpu:
                 and r.t_first_token_ns >= t_first else None)
     return RequestGpu(index=i, attributed_by=how, gpu_wait_ns=wait, gpu_launches=launches,
                       gpu_graph_launches=graphs, t_first_launch_ns=t_first,
-                      launch_to_first_token_ns=to_token)
+                      launch_to_first_token_ns=to_token, wait_intervals=tuple(sorted(waits)))
 
 
 def _thread_requests(requests: list[Request], index: _ThreadIndex, end_ns: int) -> list[RequestGpu]:
@@ -368,6 +377,7 @@ def _thread_requests(requests: list[Request], index: _ThreadIndex, end_ns: int) 
         for tid in {r.tid, *r.write_tids}:
             spans[(r.pid, tid)].append((r.t_ingress_ns, r.t_end_ns or end_ns, i))
     totals: dict[int, list[int]] = defaultdict(lambda: [0, 0, 0])
+    waits: dict[int, list[WaitInterval]] = defaultdict(list)
     first: dict[int, GpuLaunchesRecord] = {}
 
     def sole(key, t: int) -> int | None:
@@ -379,6 +389,7 @@ def _thread_requests(requests: list[Request], index: _ThreadIndex, end_ns: int) 
             owner = sole(key, c.ts_ns)
             if owner is not None:
                 totals[owner][0] += c.duration_ns
+                waits[owner].append(WaitInterval(c.ts_ns, c.exit_ns, "gpu", gpu_catalog.name(c.function)))
         for run in index.runs.get(key, []):
             owner = sole(key, run.ts_ns)
             if owner is not None:
@@ -386,7 +397,8 @@ def _thread_requests(requests: list[Request], index: _ThreadIndex, end_ns: int) 
                 totals[owner][2] += run.graphs
                 if owner not in first or run.ts_ns < first[owner].ts_ns:
                     first[owner] = run
-    return [_request_gpu(i, requests[i], "thread", *totals[i], first.get(i)) for i in sorted(totals)]
+    return [_request_gpu(i, requests[i], "thread", *totals[i], first.get(i), waits[i])
+            for i in sorted(totals)]
 
 
 def request_gpu(requests: list[Request], index: _ThreadIndex, end_ns: int) -> list[RequestGpu]:

@@ -25,7 +25,7 @@ from enum import StrEnum
 
 from inferprobe.analyzers.cadence import percentile
 from inferprobe.collector.events import FutexWaitRecord, OffcpuReason, OffcpuRecord
-from inferprobe.collector.timeline import DecodeStep, Request
+from inferprobe.collector.timeline import DecodeStep, Request, WaitInterval
 
 DEFAULT_MUTEX_THRESHOLD = 0.37
 FUTEX_LOCK_PI = 6
@@ -184,6 +184,8 @@ class SpanLocks:
     runqueue_ns: int  # runnable, not running (summed over serving threads)
     offcpu_ns: dict[str, int]  # blocked time by reason, summed over serving threads
     top_lock: int | None  # futex address that cost this span most
+    # each lock/GIL wait of those threads, clipped to the span (trace spans: exporters/spans.py)
+    lock_waits: tuple[WaitInterval, ...] = ()
 
     @property
     def ratio(self) -> float:
@@ -218,6 +220,7 @@ def threads_span_locks(pid: int, tids: set[int], span: tuple[int, int], index: _
     """Lock, handoff and off-CPU time of the given threads within span."""
     by_kind: dict[WaitKind, list[tuple[int, int]]] = defaultdict(list)
     per_addr: Counter[int] = Counter()
+    lock_waits: list[WaitInterval] = []
     runq = 0
     offcpu: Counter[str] = Counter()
     for tid in tids:
@@ -227,6 +230,7 @@ def threads_span_locks(pid: int, tids: set[int], span: tuple[int, int], index: _
                 by_kind[cw.kind].append(clipped)
                 if cw.kind in (WaitKind.LOCK, WaitKind.GIL):
                     per_addr[cw.wait.uaddr] += clipped[1] - clipped[0]
+                    lock_waits.append(WaitInterval(*clipped, cw.kind.value, hex(cw.wait.uaddr)))
         for o in index.offcpu.get((pid, tid), ()):
             if o.reason != OffcpuReason.PREEMPTED:
                 blocked = _clip(o.ts_ns, o.wake_ns, span)
@@ -245,6 +249,7 @@ def threads_span_locks(pid: int, tids: set[int], span: tuple[int, int], index: _
         runqueue_ns=runq,
         offcpu_ns=dict(offcpu),
         top_lock=per_addr.most_common(1)[0][0] if per_addr else None,
+        lock_waits=tuple(sorted(lock_waits)),
     )
 
 

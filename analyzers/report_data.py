@@ -16,6 +16,7 @@ from inferprobe.analyzers.cadence import CadenceSummary, by_endpoint, percentile
 from inferprobe.analyzers.decompose import TTFT_PHASES, phases_ns
 from inferprobe.analyzers.findings import Finding, FindingList
 from inferprobe.analyzers.gpu import GpuSummary, gpu_json, summarize_gpu
+from inferprobe.analyzers.itl_phases import gaps_at_percentiles, itl_phases_ns
 from inferprobe.analyzers.registry import ANALYZERS
 from inferprobe.analyzers.scheduler import SchedulerSummary, stall_ns_by_request, summarize_scheduler
 from inferprobe.analyzers.sections import AnalysisInput, AnalyzerSection
@@ -85,6 +86,8 @@ def build(recording: Recording, mutex_threshold: float = lock_analysis.DEFAULT_M
     for r in requests:  # exporters read it from the request (span attribute, metric)
         span = locks.of(r)
         r.mutex_wait_ratio = span.ratio if span is not None else None
+        if locks.enabled:  # trace spans (exporters/spans.py) draw each wait
+            r.lock_wait_intervals = list(span.lock_waits) if span is not None else []
     network = network_analysis.analyze(decoded, list(session.connections.values()),
                                        recording.snapshots.get("network"))
     final = recording.final or {}
@@ -93,6 +96,8 @@ def build(recording: Recording, mutex_threshold: float = lock_analysis.DEFAULT_M
         server.steps, int(final["duration_s"] * 1e9) if "duration_s" in final else None,
         recording.meta.get("probe_sets", {}).get("active", {}).get("gpu")
         if isinstance(recording.meta.get("probe_sets"), dict) else None)
+    for attributed in gpu.requests if gpu is not None else ():
+        requests[attributed.index].gpu_wait_intervals = list(attributed.wait_intervals)
     breakdown = break_down(requests)
     series = over_time(requests, usdt, recording.meta.get("started_monotonic_ns"))
     findings = FindingList(verdict.core_findings(requests, breakdown, series))
@@ -185,6 +190,7 @@ def request_json(r: Request, stall_ns: dict[tuple[int, int], int] | None = None,
         "bytes_in": r.bytes_in,
         "bytes_out": r.bytes_out,
         "phases_ns": phases_ns(r),
+        "itl_phases_ns": itl_phases_ns(r),
         **server_json(r, stall_ns or {}),
     }
 
@@ -219,6 +225,12 @@ def decomposition_json(data: ReportData) -> dict:
             "ttft_phases_ns": {k: v for k, v in phases.items() if k in TTFT_PHASES},
         }
     return out
+
+
+def itl_split_json(requests: list[Request]) -> dict | None:
+    """The gap at p50/p90/p99 of all split inter-token gaps, with its phases; null when none split."""
+    at = gaps_at_percentiles(requests, DECOMPOSITION_PERCENTILES)
+    return {f"p{q}": {"itl_ns": gap, "phases_ns": split} for q, (gap, split) in at.items()} or None
 
 
 def finding_json(f: Finding) -> dict:
@@ -256,6 +268,7 @@ def to_json(data: ReportData) -> dict:
         "endpoints": {ep: summary_json(s) for ep, s in data.endpoints.items()},
         "probe_sets": data.probe_sets,
         "latency_decomposition": decomposition_json(data),
+        "itl_phase_split": itl_split_json(data.requests),
         "findings": [finding_json(f) for f in data.findings],
         "scheduler": scheduler_json(data) if not data.server.empty else None,
         "gpu": gpu_json(data.gpu) if data.gpu is not None else None,

@@ -7,12 +7,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import NamedTuple
 
 
 class Outcome(StrEnum):
     COMPLETE = "complete"  # the response ended as its framing says
     ABORTED = "aborted"  # the connection closed (or broke) before that
     INCOMPLETE = "incomplete"  # still open when the recording ended
+
+
+class WaitInterval(NamedTuple):
+    """One wait a serving thread spent in while a request was in flight, clipped to the request."""
+
+    start_ns: int
+    end_ns: int
+    kind: str  # "lock" or "gil" (locks set); "gpu" (gpu set)
+    what: str  # the futex address ("0x7f...") or the CUDA function name
 
 
 @dataclass(slots=True)
@@ -40,6 +50,9 @@ class Request:
     correlated_by: str | None = None  # "conn_fd", "thread" or "time"
     # Filled in by analyzers/locks.py when the recording has the locks set:
     mutex_wait_ratio: float | None = None
+    # Filled in by analyzers/report_data.build (recordings, not the live path), longest first:
+    lock_wait_intervals: list[WaitInterval] | None = None  # locks set: lock/GIL waits
+    gpu_wait_intervals: list[WaitInterval] | None = None  # gpu set: sync calls and synchronous copies
 
     @property
     def t_first_token_ns(self) -> int | None:

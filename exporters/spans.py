@@ -1,8 +1,9 @@
 """The shape of one request's trace, as plain data (no OpenTelemetry types).
 
 One root SERVER span over ingress -> end, one child per phase (contiguous,
-ingress -> end), and each token chunk as an event on the root, up to a
-bound. Times stay on the kernel's monotonic clock here; otlp.py converts
+ingress -> end), a child per lock wait and GPU wait when the request
+carries them (the longest, up to a bound), and each token chunk as an
+event on the root, up to a bound. Times stay on the kernel's monotonic clock here; otlp.py converts
 them to wall-clock when it builds the real spans, so this module is pure
 and tested directly.
 
@@ -17,9 +18,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from inferprobe.analyzers.decompose import phases_ns
-from inferprobe.collector.timeline import Outcome, Request
+from inferprobe.collector.timeline import Outcome, Request, WaitInterval
 
 DEFAULT_MAX_TOKEN_EVENTS = 256
+MAX_WAIT_SPANS = 32  # per kind and request: the longest, then a count on the root
+LOCK_WAIT_SPAN = "lock wait"
+GPU_WAIT_SPAN = "gpu wait"
 TOKEN_EVENT = "inferprobe.token_chunk"
 TOKEN_SUMMARY_EVENT = "inferprobe.token_chunks.truncated"
 
@@ -166,13 +170,26 @@ def token_events(req: Request, bound: int) -> list[SpanEvent]:
     return events
 
 
+def wait_spans(name: str, intervals: list[WaitInterval] | None, bound: int) -> tuple[list[SpanShape], int]:
+    """The longest `bound` waits as child spans, in time order, and how many were left out."""
+    if not intervals:
+        return [], 0
+    longest = sorted(intervals, key=lambda w: (w.start_ns - w.end_ns, w.start_ns))[:bound]
+    attr = "inferprobe.cuda.function" if name == GPU_WAIT_SPAN else "inferprobe.futex.address"
+    spans = [SpanShape(name=name, start_ns=w.start_ns, end_ns=w.end_ns, kind="internal",
+                       attributes={"inferprobe.wait.kind": w.kind, attr: w.what})
+             for w in sorted(longest)]
+    return spans, len(intervals) - len(longest)
+
+
 def root_name(req: Request) -> str:
     op = operation_name(req.path)
     return op if op is not None else f"{req.method or 'HTTP'} {req.path or '/'}"
 
 
 def request_trace(req: Request, server: ServerInfo | None = None,
-                  max_token_events: int = DEFAULT_MAX_TOKEN_EVENTS) -> SpanShape:
+                  max_token_events: int = DEFAULT_MAX_TOKEN_EVENTS,
+                  max_wait_spans: int = MAX_WAIT_SPANS) -> SpanShape:
     server = server or ServerInfo()
     end = last_seen_ns(req)
     root = SpanShape(
@@ -186,6 +203,15 @@ def request_trace(req: Request, server: ServerInfo | None = None,
     )
     root.children = [SpanShape(name=name, start_ns=s, end_ns=e, kind="internal", attributes=attrs)
                      for name, s, e, attrs in phases(req)]
+    # Lock and GPU waits (recordings only: analyzers/report_data.build fills them), after the phases
+    for name, intervals, key in ((LOCK_WAIT_SPAN, req.lock_wait_intervals, "lock_waits"),
+                                 (GPU_WAIT_SPAN, req.gpu_wait_intervals, "gpu_waits")):
+        spans, left_out = wait_spans(name, intervals, max_wait_spans)
+        root.children += spans
+        if intervals is not None:
+            root.attributes[f"inferprobe.{key}"] = len(intervals)
+        if left_out:
+            root.attributes[f"inferprobe.{key}.not_shown"] = left_out
     return root
 
 

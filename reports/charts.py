@@ -86,6 +86,24 @@ def ttft_breakdown(decomp: Breakdown) -> str:
     return _svg(fig)
 
 
+def itl_breakdown(decomp: Breakdown) -> str:
+    fig, (ax,) = _figure(0.9 + 0.45 * len(decomp.itl))
+    colours = phase_colours([n for n, _ in decomp.itl[0].phases])
+    seen = set()
+    for y, b in enumerate(decomp.itl):
+        left = 0.0
+        for name, ns in b.phases:
+            ax.barh(y, ns / 1e6, left=left, color=colours[name], height=0.6,
+                    label=None if name in seen else name)
+            seen.add(name)
+            left += ns / 1e6
+    ax.set_yticks(range(len(decomp.itl)), [f"{b.label}  ({b.itl_ns / 1e6:.2f} ms)" for b in decomp.itl])
+    ax.invert_yaxis()
+    ax.set_xlabel("inter-token gap (ms), split by phase")
+    ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncols=4, frameon=False)
+    return _svg(fig)
+
+
 def waterfall(decomp: Breakdown) -> str:
     rows = decomp.waterfall
     fig, (ax,) = _figure(1.0 + 0.3 * len(rows))

@@ -61,9 +61,12 @@ def render_markdown(data: ReportData) -> str:
 
     out += ["## Latency decomposition", "",
             tables.decomposition_source_text(data.breakdown.source if data.breakdown else None), ""]
-    for t in (tables.ttft_phase_table(data), tables.waterfall_table(data)):
+    for t in (tables.ttft_phase_table(data), tables.itl_phase_table(data), tables.waterfall_table(data)):
         if t is not None:
             out.extend(render_table(t))
+    if data.breakdown is not None and data.breakdown.ttft and not data.breakdown.itl:
+        out += ["Inter-token latency cannot be split by phase (socket only: no token/decode-step probes).",
+                ""]
 
     out += ["## Distributions", ""]
     out.extend(render_table(tables.latency_table(data.overall, "Percentiles, all requests")))

@@ -72,6 +72,17 @@ def ttft_phase_table(data: ReportData) -> Table | None:
                  columns=("percentile", "TTFT", *names, "request"), rows=tuple(rows))
 
 
+def itl_phase_table(data: ReportData) -> Table | None:
+    d = data.breakdown
+    if d is None or not d.itl:
+        return None
+    rows = tuple((b.label, fmt_ms(b.itl_ns),
+                  *(f"{fmt_ms(ns)} ({b.share(n) * 100:.0f} %)" for n, ns in b.phases)) for b in d.itl)
+    return Table(caption="Inter-token latency by phase: the gaps at p50, p90 and p99 of all token gaps "
+                         "(ms, share of the gap)",
+                 columns=("percentile", "gap", *(n for n, _ in d.itl[0].phases)), rows=rows)
+
+
 def waterfall_table(data: ReportData) -> Table | None:
     d = data.breakdown
     if d is None or not d.waterfall:

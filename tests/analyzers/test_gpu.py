@@ -119,3 +119,16 @@ def test_histogram_p99_is_the_upper_edge_of_its_power_of_two_slot():
 
 def test_no_gpu_set_and_no_events_means_no_summary():
     assert summarize_gpu([], None, [], [], None, None) is None
+
+
+def test_request_carries_each_attributed_wait_as_an_interval():
+    events, steps = decode_step_loop(steps=4, launches=3, launch_ms=1, wait_ms=2, t0=10 * MS)
+    server = ServerRequest(pid=100, req_id=7, tid=100, t_scheduled_ns=12 * MS, steps=steps[1:3])
+    r = Request(pid=100, tid=100, conn=1, method="POST", path="/v1", t_ingress_ns=9 * MS,
+                outcome=Outcome.COMPLETE, t_end_ns=40 * MS, server=server)
+    (rg,) = summarize(events, steps, [r]).requests
+    # its steps' DtoH copies, exactly the time counted in gpu_wait_ns, named by function
+    assert [(w.start_ns, w.end_ns) for w in rg.wait_intervals] == [
+        (s.t_start_ns + MS, s.t_end_ns) for s in steps[1:3]]
+    assert sum(w.end_ns - w.start_ns for w in rg.wait_intervals) == rg.gpu_wait_ns
+    assert {(w.kind, w.what) for w in rg.wait_intervals} == {("gpu", "cudaMemcpy")}

@@ -32,3 +32,16 @@ def test_classify_falls_back_to_futex_arguments_and_says_so():
 def test_union_length_merges_overlaps():
     assert locks._union_length([(0, 10), (5, 15), (20, 30)]) == 25
     assert locks._union_length([]) == 0
+
+
+def test_span_lists_its_lock_waits_clipped_to_the_request():
+    from inferprobe.collector.timeline import Outcome, Request
+
+    r = Request(pid=1, tid=5, conn=1, method="GET", path="/", t_ingress_ns=100, outcome=Outcome.COMPLETE,
+                t_end_ns=200)
+    waits = [_wait(5, 50, 100, val=2),   # lock word "contended": a lock wait, 100..150 inside
+             _wait(5, 160, 10, val=7),   # unknown: not a lock wait
+             _wait(6, 120, 10, val=2)]   # another thread: not this request's
+    span = locks.analyze([r], waits, None).of(r)
+    assert span.lock_waits == ((100, 150, "lock", "0x10"),)
+    assert span.lock_wait_ns == sum(w.end_ns - w.start_ns for w in span.lock_waits)

@@ -107,3 +107,48 @@ def test_operation_names_and_server_info():
     assert server_info({"listening": ["tcp 127.0.0.1:8000"]}) == ServerInfo("127.0.0.1", 8000)
     assert server_info({"listening": ["tcp 0.0.0.0:8000", "tcp6 :::8000"]}) == ServerInfo(None, 8000)
     assert server_info({"listening": ["tcp 0.0.0.0:8000", "tcp 0.0.0.0:9000"]}) == ServerInfo()
+
+
+def test_lock_and_gpu_waits_become_child_spans_after_the_phases():
+    from inferprobe.collector.timeline import WaitInterval
+
+    req = _streamed(3)
+    t0 = req.t_ingress_ns
+    req.lock_wait_intervals = [WaitInterval(t0 + 2 * MS, t0 + 3 * MS, "lock", "0x7f00"),
+                               WaitInterval(t0 + 4 * MS, t0 + 4 * MS + 10, "gil", "0x7f08")]
+    req.gpu_wait_intervals = [WaitInterval(t0 + 21 * MS, t0 + 22 * MS, "gpu", "cudaStreamSynchronize")]
+    root = request_trace(req)
+    phase_names = [n for n in phases_ns(req)]
+    assert [c.name for c in root.children] == [*phase_names, "lock wait", "lock wait", "gpu wait"]
+    locks_, gpu = root.children[len(phase_names):-1], root.children[-1]
+    assert [(c.start_ns, c.end_ns) for c in locks_] == [(w.start_ns, w.end_ns)
+                                                        for w in req.lock_wait_intervals]
+    assert locks_[1].attributes == {"inferprobe.wait.kind": "gil", "inferprobe.futex.address": "0x7f08"}
+    assert gpu.attributes == {"inferprobe.wait.kind": "gpu",
+                              "inferprobe.cuda.function": "cudaStreamSynchronize"}
+    assert all(c.kind == "internal" for c in root.children)
+    assert root.attributes["inferprobe.lock_waits"] == 2 and root.attributes["inferprobe.gpu_waits"] == 1
+    assert "inferprobe.lock_waits.not_shown" not in root.attributes
+
+
+def test_wait_spans_keep_the_longest_and_count_the_rest():
+    from inferprobe.collector.timeline import WaitInterval
+
+    req = _streamed(2)
+    t0 = req.t_ingress_ns
+    # waits of 1..40 us, one every 100 us
+    req.lock_wait_intervals = [WaitInterval(t0 + k * 100_000, t0 + k * 100_000 + k * 1000, "lock", "0x10")
+                               for k in range(1, 41)]
+    root = request_trace(req, max_wait_spans=32)
+    waits = [c for c in root.children if c.name == "lock wait"]
+    assert len(waits) == 32
+    assert sorted(c.end_ns - c.start_ns for c in waits) == [k * 1000 for k in range(9, 41)]
+    assert [c.start_ns for c in waits] == sorted(c.start_ns for c in waits)  # time order
+    assert root.attributes["inferprobe.lock_waits"] == 40
+    assert root.attributes["inferprobe.lock_waits.not_shown"] == 8
+
+
+def test_no_wait_sources_no_wait_spans_or_counts():
+    root = request_trace(_streamed(2))
+    assert not [c for c in root.children if c.name.endswith(" wait")]
+    assert "inferprobe.lock_waits" not in root.attributes and "inferprobe.gpu_waits" not in root.attributes
