@@ -71,6 +71,9 @@ def test_html_parses_with_every_section_holding_data(reports):
         assert found.xpath(".//table//td|.//svg|.//li"), f"section {anchor} holds no data"
     # the charts are there: stacked TTFT bars, waterfall, 3 histograms, time series
     assert len(doc.xpath("//figure/svg")) >= 6
+    # this server has no USDT probes: ITL is not split, and the report says why
+    assert "cannot be split by phase from the socket alone" in reports["html"]
+    assert "Inter-token latency cannot be split by phase" in reports["markdown"][0]
     # the analyzer sections say which probe sources were active and which were off
     assert doc.xpath('//*[@id="analyzer-sockets"]//ul[@class="sources"]/li[@class="on"]')
     assert doc.xpath('//*[@id="analyzer-usdt"]//ul[@class="sources"]/li[@class="off"]')
