@@ -108,11 +108,17 @@ class Symbols:
         return tuple(out)
 
 
-def classify(frames: Sequence[str], wait: FutexWaitRecord) -> tuple[WaitKind, str]:
-    """What a wait was, from the waiting code; the futex arguments only as a fallback."""
+def classify(frames: Sequence[str], wait: FutexWaitRecord,
+             gil_takers: frozenset[str] = frozenset()) -> tuple[WaitKind, str]:
+    """What a wait was, from the waiting code; the futex arguments only as a fallback.
+
+    gil_takers: unnamed functions of this process known to wait for the GIL
+    (learn_gil_takers)."""
     for i, name in enumerate(frames):
         if name in GIL_FUNCTIONS:
             return WaitKind.GIL, f"frames: {name}"
+        if name in gil_takers:
+            return WaitKind.GIL, f"frames: {name} (take_gil: learned)"
         if name in LOCK_FUNCTIONS:
             return WaitKind.LOCK, f"frames: {name}"
         if name in HANDOFF_FUNCTIONS:
@@ -121,6 +127,8 @@ def classify(frames: Sequence[str], wait: FutexWaitRecord) -> tuple[WaitKind, st
                     return WaitKind.LOCK, f"frames: {caller} via {name}"
                 if caller in GIL_FUNCTIONS:
                     return WaitKind.GIL, f"frames: {caller} via {name}"
+                if caller in gil_takers:
+                    return WaitKind.GIL, f"frames: {caller} via {name} (take_gil: learned)"
             return WaitKind.HANDOFF, f"frames: {name}"
     if wait.op in (FUTEX_LOCK_PI, FUTEX_LOCK_PI2):
         return WaitKind.LOCK, "futex: priority-inheritance lock op"
@@ -129,12 +137,41 @@ def classify(frames: Sequence[str], wait: FutexWaitRecord) -> tuple[WaitKind, st
     return WaitKind.UNKNOWN, "futex: no known frame"
 
 
+def _unnamed(name: str) -> bool:
+    return "+0x" in name  # Symbols names a function without a symbol "module+0xSTART"
+
+
+def learn_gil_takers(stacks: Iterable[tuple[int, Sequence[str]]]) -> dict[int, frozenset[str]]:
+    """Per pid, the unnamed functions that sit between a condition/semaphore wait and a GIL
+    function in some stack: CPython's static take_gil, which Debian's stripped python3.11
+    shows only as "python3.11+0x...". The eval loop also calls take_gil directly (after
+    dropping the GIL on another thread's request: the main path of CPU-bound contention),
+    with no named GIL function above it; knowing the function from the waits that came
+    through PyEval_RestoreThread is what recognises those."""
+    learned: dict[int, set[str]] = defaultdict(set)
+    for pid, frames in stacks:
+        for i, name in enumerate(frames):
+            if name not in HANDOFF_FUNCTIONS:
+                continue
+            callers = frames[i + 1 : i + 1 + CALLER_WINDOW]
+            for j, caller in enumerate(callers):
+                if caller in GIL_FUNCTIONS:
+                    learned[pid].update(c for c in callers[:j] if _unnamed(c))
+                    break
+            break
+    return {pid: frozenset(names) for pid, names in learned.items()}
+
+
 def classify_all(waits: Iterable[FutexWaitRecord], symbols: Symbols) -> list[ClassifiedWait]:
-    out = []
+    stacks = []
     for w in waits:
         frames = symbols.frames(w.pid, w.ip, w.scan, w.stack_id)
         waker = symbols.frames(w.pid, w.waker_ip, w.waker_scan, w.waker_stack_id) if w.waker_ip else ()
-        kind, how = classify(frames, w)
+        stacks.append((w, frames, waker))
+    takers = learn_gil_takers((w.pid, frames) for w, frames, _ in stacks)
+    out = []
+    for w, frames, waker in stacks:
+        kind, how = classify(frames, w, takers.get(w.pid, frozenset()))
         out.append(ClassifiedWait(w, kind, how, frames, waker))
     return out
 

@@ -23,6 +23,22 @@ def test_classify_by_innermost_known_frame():
                           w)[0] == locks.WaitKind.GIL
 
 
+def test_gil_taker_learned_from_a_stack_through_a_gil_function():
+    # Debian's stripped 3.11: take_gil is unnamed; PyEval_RestoreThread names it once,
+    # then the eval loop's direct calls (no named GIL function above) are GIL waits too.
+    through_restore = ("x", "pthread_cond_timedwait", "python3.11+0x4f92c0", "PyEval_RestoreThread")
+    from_eval_loop = ("x", "pthread_cond_timedwait", "python3.11+0x4f92c0", "_PyEval_EvalFrameDefault")
+    other_cond = ("x", "pthread_cond_timedwait", "python3.11+0x634310", "_PyEval_EvalFrameDefault")
+    takers = locks.learn_gil_takers([(1, through_restore), (1, from_eval_loop), (1, other_cond)])
+    assert takers == {1: frozenset({"python3.11+0x4f92c0"})}
+    w = _wait(1, 0, 1)
+    assert locks.classify(from_eval_loop, w, takers[1])[0] == locks.WaitKind.GIL
+    assert locks.classify(other_cond, w, takers[1])[0] == locks.WaitKind.HANDOFF
+    # without a stack through a GIL function nothing is learned: the same wait stays a handoff
+    assert locks.learn_gil_takers([(1, from_eval_loop)]) == {}
+    assert locks.classify(from_eval_loop, w)[0] == locks.WaitKind.HANDOFF
+
+
 def test_classify_falls_back_to_futex_arguments_and_says_so():
     kind, how = locks.classify(["?"], _wait(1, 0, 1, op=0, val=2))
     assert kind == locks.WaitKind.LOCK and how.startswith("futex:")
