@@ -41,7 +41,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 # The /proc readers, the recorder wrapper and the report reader are the test-server benchmark's.
-from bench_overhead import PY, Recorder, box_cpu, fmt, proc_cpu_s, read_report  # noqa: E402
+from bench_overhead import PY, Recorder, box_cpu, fmt, proc_cpu_s, read_report, stop_process  # noqa: E402
 
 CONFIGS: dict[str, tuple[str, ...]] = {
     "default": (),
@@ -74,13 +74,7 @@ class DemoServer:
         self.pid = self.proc.pid
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, timeout=20)
         self._log.close()
 
 

@@ -90,6 +90,17 @@ def children_cpu_s() -> float:
 # -- processes -----------------------------------------------------------------
 
 
+
+def stop_process(proc: subprocess.Popen, timeout: float) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within timeout seconds."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
 class Server:
     def __init__(self, log: Path | None) -> None:
         cmd = [PY, str(SERVER), "--host", "127.0.0.1", "--port", "0"]
@@ -104,13 +115,7 @@ class Server:
         self.pid = self.proc.pid
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, timeout=10)
 
 
 class Recorder:
