@@ -203,7 +203,10 @@ def traced_with_locks(demo_server: DemoServer, tmp_path_factory):
         run_load(HOST, demo_server.port, connections=4, total_requests=8, body_factory=_body,
                  path="/v1/completions", timeout=180, request_id=RequestIds())
     finally:
-        recorder.stop()
+        # At stop the locks set names every code address it saw; in a torch
+        # server that means parsing libtorch's symbol tables (tens of seconds
+        # on a busy 2-core machine the first time).
+        recorder.stop(timeout=180)
     report = subprocess.run(inferprobe_cmd("report", str(out / "locks.ipr"), "--format", "json"),
                             capture_output=True, text=True, check=True)
     return json.loads(report.stdout)
