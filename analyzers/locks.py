@@ -108,6 +108,18 @@ class Symbols:
         return tuple(out)
 
 
+def _lock_or_gil(name: str, gil_takers: frozenset[str]) -> tuple[WaitKind, str] | None:
+    """(kind, note) when name is a lock-acquiring or GIL-taking function; the
+    three sets are disjoint (learned takers are unnamed addresses)."""
+    if name in GIL_FUNCTIONS:
+        return WaitKind.GIL, ""
+    if name in gil_takers:
+        return WaitKind.GIL, " (take_gil: learned)"
+    if name in LOCK_FUNCTIONS:
+        return WaitKind.LOCK, ""
+    return None
+
+
 def classify(frames: Sequence[str], wait: FutexWaitRecord,
              gil_takers: frozenset[str] = frozenset()) -> tuple[WaitKind, str]:
     """What a wait was, from the waiting code; the futex arguments only as a fallback.
@@ -115,20 +127,12 @@ def classify(frames: Sequence[str], wait: FutexWaitRecord,
     gil_takers: unnamed functions of this process known to wait for the GIL
     (learn_gil_takers)."""
     for i, name in enumerate(frames):
-        if name in GIL_FUNCTIONS:
-            return WaitKind.GIL, f"frames: {name}"
-        if name in gil_takers:
-            return WaitKind.GIL, f"frames: {name} (take_gil: learned)"
-        if name in LOCK_FUNCTIONS:
-            return WaitKind.LOCK, f"frames: {name}"
+        if (known := _lock_or_gil(name, gil_takers)) is not None:
+            return known[0], f"frames: {name}{known[1]}"
         if name in HANDOFF_FUNCTIONS:
             for caller in frames[i + 1 : i + 1 + CALLER_WINDOW]:
-                if caller in LOCK_FUNCTIONS:
-                    return WaitKind.LOCK, f"frames: {caller} via {name}"
-                if caller in GIL_FUNCTIONS:
-                    return WaitKind.GIL, f"frames: {caller} via {name}"
-                if caller in gil_takers:
-                    return WaitKind.GIL, f"frames: {caller} via {name} (take_gil: learned)"
+                if (known := _lock_or_gil(caller, gil_takers)) is not None:
+                    return known[0], f"frames: {caller} via {name}{known[1]}"
             return WaitKind.HANDOFF, f"frames: {name}"
     if wait.op in (FUTEX_LOCK_PI, FUTEX_LOCK_PI2):
         return WaitKind.LOCK, "futex: priority-inheritance lock op"

@@ -12,12 +12,13 @@ its native tid. Prints "LISTENING <port>" when ready.
 
 from __future__ import annotations
 
-import json
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, urlparse
+
+from threaded_json import reply_json, serve
 
 
 def spin(cpu_ns: int) -> int:
@@ -46,24 +47,16 @@ class Handler(BaseHTTPRequestHandler):
             for _ in range(int(q.get("cycles", ["20"])[0])):
                 sum(range(1000))
                 time.sleep(sleep_s)
-        body = json.dumps({"span_ns": time.monotonic_ns() - t_read,
+        reply_json(self, {"span_ns": time.monotonic_ns() - t_read,
                            "cpu_ns": time.thread_time_ns() - cpu0,
-                           "tid": threading.get_native_id()}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+                           "tid": threading.get_native_id()})
 
     def log_message(self, *args) -> None:
         pass
 
 
 def main() -> None:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    print(f"LISTENING {server.server_address[1]}", flush=True)
-    server.serve_forever()
+    serve(Handler)
 
 
 if __name__ == "__main__":

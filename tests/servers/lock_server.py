@@ -9,12 +9,13 @@ without touching the lock. Prints "LISTENING <port>" when ready.
 
 from __future__ import annotations
 
-import json
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, urlparse
+
+from threaded_json import reply_json, serve
 
 LOCK = threading.Lock()
 PERIOD_S = 0.010
@@ -45,13 +46,8 @@ class Handler(BaseHTTPRequestHandler):
                 waited += time.monotonic_ns() - t0
                 LOCK.release()
             time.sleep(sleep_s)
-        body = json.dumps({"wait_ns": waited, "span_ns": time.monotonic_ns() - t_read,
-                           "tid": threading.get_native_id()}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        reply_json(self, {"wait_ns": waited, "span_ns": time.monotonic_ns() - t_read,
+                           "tid": threading.get_native_id()})
 
     def log_message(self, *args) -> None:
         pass
@@ -59,10 +55,7 @@ class Handler(BaseHTTPRequestHandler):
 
 def main() -> None:
     threading.Thread(target=holder, daemon=True).start()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    print(f"LISTENING {server.server_address[1]}", flush=True)
-    server.serve_forever()
+    serve(Handler)
 
 
 if __name__ == "__main__":
