@@ -12,7 +12,8 @@ Ethernet (14, as on lo and veth), IPv4 (20) or IPv6 (40), TCP (20, plus 12
 when the connection uses timestamps: tcp_info says so). Walking writes and
 segments in time order, a write "reaches the wire" with the segment that
 carries its last byte; writes whose last bytes leave in the same segment
-were coalesced.
+were coalesced. Each incoming segment's snd_nxt (tcp_probe) re-anchors the
+count, so a segment the tracer missed cannot shift the later matches.
 """
 
 from __future__ import annotations
@@ -54,6 +55,8 @@ class WriteOnWire:
     segment: int | None = None  # index of that segment in the connection
     via: NetVia | None = None
     shared: bool = False  # its last byte left in a segment with the last byte of another write
+    unseen: bool = False  # its last byte left in a segment the tracer did not see (match_writes)
+    left_by_ns: int | None = None  # ... which had left by this time (an incoming segment's snd_nxt)
 
     @property
     def delay_ns(self) -> int | None:
@@ -80,6 +83,10 @@ class ConnectionNetwork:
     @property
     def coalesced_writes(self) -> int:
         return sum(1 for w in self.writes if w.shared)
+
+    @property
+    def unseen_writes(self) -> int:
+        return sum(1 for w in self.writes if w.unseen)
 
     @property
     def ack_released_writes(self) -> int:
@@ -140,44 +147,118 @@ def _samples_of(conn: Connection | None, pid: int, fd: int | None, samples: list
     return out
 
 
-def match_writes(writes: list[WriteOnWire], segments: list[NetXmitRecord], header: int) -> int:
+class _Written:
+    """Bytes the server had begun writing by a time: asked at increasing times."""
+
+    def __init__(self, writes: list[WriteOnWire]):
+        self.writes = writes
+        self.ends: list[int] = []  # running total after each write
+        total = 0
+        for w in writes:
+            total += w.bytes
+            self.ends.append(total)
+        self._begun = 0
+
+    def by(self, t_ns: int) -> int:
+        while self._begun < len(self.writes) and self.writes[self._begun].t_write_ns <= t_ns:
+            self._begun += 1
+        return self.ends[self._begun - 1] if self._begun else 0
+
+
+def _new_payload(seg: NetXmitRecord, header: int) -> int:
+    """New bytes a segment carries: none for a pure ACK, a retransmission or a failed send."""
+    if NetFlag.RETRANSMIT in seg.flags or seg.rc != 0:
+        return 0
+    return max(0, seg.len - header)
+
+
+def _signed32(x: int) -> int:
+    x &= 0xFFFFFFFF
+    return x - (1 << 32) if x >= 1 << 31 else x
+
+
+def sequence_base(writes: list[WriteOnWire], segments: list[NetXmitRecord],
+                  acks: list[NetAckRecord], header: int) -> int | None:
+    """TCP's sequence number for the first byte we saw written (writes, segments and
+    acks in time order), from tcp_probe's snd_nxt.
+
+    At each incoming segment, snd_nxt less the payload of the segments we saw
+    queued before it is that base plus the bytes of any segment we missed.
+    The count never runs ahead of the truth, so the smallest value is the
+    base: exact once one incoming segment had no missed segment before it."""
+    if not acks:
+        return None
+    written = _Written(writes)
+    candidates = []
+    counted = 0
+    pending = iter(segments)
+    seg = next(pending, None)
+    for ack in acks:
+        while seg is not None and seg.queue_ns < ack.ts_ns:
+            counted = min(counted + _new_payload(seg, header), written.by(seg.queue_ns))
+            seg = next(pending, None)
+        candidates.append((ack.snd_nxt - counted) & 0xFFFFFFFF)
+    first = candidates[0]
+    return (first + min(_signed32(c - first) for c in candidates)) & 0xFFFFFFFF
+
+
+def match_writes(writes: list[WriteOnWire], segments: list[NetXmitRecord], header: int,
+                 acks: list[NetAckRecord] = ()) -> int:
     """Marks each write with the segment carrying its last byte; returns segments used.
 
     Only bytes written before a segment was queued can be in it, which keeps
-    a misjudged header size or a segment we could not see from drifting the
-    match: the sent count never runs ahead of the written count.
+    a misjudged header size from running the match ahead. A segment we could
+    not see (sent from a TCP timer, say) would make the count fall behind and
+    give later writes a later segment than the one that carried them; so at
+    each incoming segment the count is set from TCP's own snd_nxt (tcp_probe),
+    and writes completed by that correction are marked `unseen`: they left
+    before that moment, in a segment the tracer did not time.
     """
     writes.sort(key=lambda w: w.t_write_ns)
-    ends = []
-    total = 0
-    for w in writes:
-        total += w.bytes
-        ends.append(total)
+    segments = sorted(segments, key=lambda s: s.queue_ns)
+    acks = sorted(acks, key=lambda a: a.ts_ns)
+    base = sequence_base(writes, segments, acks, header)
+    written = _Written(writes)
     sent = 0
     next_write = 0
-    begun = 0  # writes that had begun by the segment's queue time
+    next_ack = 0
     used = 0
-    for index, seg in enumerate(sorted(segments, key=lambda s: s.queue_ns)):
-        if NetFlag.RETRANSMIT in seg.flags or seg.rc != 0:
-            continue
-        payload = seg.len - header
-        if payload <= 0:
-            continue  # a pure ACK or window update
-        used += 1
-        while begun < len(writes) and writes[begun].t_write_ns <= seg.queue_ns:
-            begun += 1
-        written = ends[begun - 1] if begun else 0
-        sent = min(sent + payload, written)
+
+    def complete() -> list[WriteOnWire]:
+        nonlocal next_write
         done = []
-        while next_write < len(writes) and ends[next_write] <= sent:
+        while next_write < len(writes) and written.ends[next_write] <= sent:
             done.append(writes[next_write])
             next_write += 1
+        return done
+
+    def anchor(until_ns: int) -> None:
+        nonlocal next_ack, sent
+        while next_ack < len(acks) and acks[next_ack].ts_ns < until_ns:
+            ack = acks[next_ack]
+            next_ack += 1
+            truth = None if base is None else sent + _signed32(ack.snd_nxt - base - sent)
+            if truth is not None and truth > sent:
+                sent = min(truth, written.by(ack.ts_ns))
+                for w in complete():
+                    w.unseen = True
+                    w.left_by_ns = ack.ts_ns
+
+    for index, seg in enumerate(segments):
+        anchor(seg.queue_ns)
+        payload = _new_payload(seg, header)
+        if payload <= 0:
+            continue
+        used += 1
+        sent = min(sent + payload, written.by(seg.queue_ns))
+        done = complete()
         for w in done:
             w.t_queue_ns = seg.queue_ns
             w.t_wire_ns = seg.ts_ns
             w.segment = index
             w.via = seg.via
             w.shared = len(done) > 1
+    anchor(1 << 63)
     return used
 
 
@@ -214,7 +295,8 @@ def analyze(
             header_bytes=header_bytes(conn, mine), writes=writes[conn_id],
             retransmits=retransmits[conn_id], acks=acks[conn_id], samples=mine,
         )
-        result.segments = match_writes(result.writes, segments[conn_id], result.header_bytes)
+        result.segments = match_writes(result.writes, segments[conn_id], result.header_bytes,
+                                       acks[conn_id])
         out.append(result)
     return out
 
@@ -360,6 +442,7 @@ def connection_json(c: ConnectionNetwork) -> dict:
         "sockopt_unreadable": c.sockopt_unreadable,
         "writes": len(c.writes),
         "writes_on_wire": len(c.matched),
+        "writes_left_unseen": c.unseen_writes,
         "segments": c.segments,
         "coalesced_writes": c.coalesced_writes,
         "ack_released_writes": c.ack_released_writes,

@@ -39,6 +39,7 @@ CHUNKS = 60
 RECV_AFTER_WIRE_MAX_NS = 5_000_000
 RECV_AFTER_WIRE_SHARE = 0.9
 CLOCK_SLACK_NS = 200_000
+UNSEEN_MAX_SHARE = 0.1
 
 pytestmark = [needs_root]
 
@@ -182,7 +183,14 @@ def test_write_to_wire_against_client_receive_times(tmp_path, netns_pair, nodela
     assert sorted(arrival) == list(range(CHUNKS))
     segments: dict[int, set[int]] = {}
     soon = 0
+    unseen = [i for i, w in writes.items() if w.unseen]
+    # A segment sent from a TCP timer is not timed; snd_nxt says which chunks
+    # it carried, and those must be few and reported rather than mismatched.
+    assert len(unseen) <= UNSEEN_MAX_SHARE * CHUNKS, unseen
+    assert conn["writes_left_unseen"] == len(unseen)
     for i, w in writes.items():
+        if w.unseen:
+            continue
         assert w.t_wire_ns is not None, f"chunk {i} never matched a segment"
         # The client cannot have the bytes before they left, and gets them soon after.
         assert arrival[i] >= w.t_wire_ns - CLOCK_SLACK_NS, (i, w.t_wire_ns, arrival[i])
