@@ -11,8 +11,16 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
+from inferprobe.analyzers import locks
 from inferprobe.analyzers.cadence import percentile
-from inferprobe.collector.events import ConnRecord, Event, IoRecord, UsdtProbe, UsdtRecord
+from inferprobe.collector.events import (
+    ConnRecord,
+    Event,
+    FutexWaitRecord,
+    IoRecord,
+    UsdtProbe,
+    UsdtRecord,
+)
 from inferprobe.collector.sessionizer import Sessionizer
 from inferprobe.collector.timeline import Request
 
@@ -34,10 +42,70 @@ class LiveSnapshot:
     kv_occupancy: float | None  # latest kv_usage probe: used / capacity
     lost_events: int
     events: int
+    # Requests that ended in the window with mutex.wait.ratio above the threshold,
+    # over those judged; None when lock waits are not traced (top --locks).
+    locks_traced: bool = False
+    mutex_flagged_share: float | None = None
+    mutex_judged: int = 0
+
+
+# A request is judged for lock waits this long after it ended: its last
+# waits reach the ring buffer when they end, and the reader polls ~10 times/s.
+LOCK_SETTLE_NS = 500_000_000
+
+
+class LiveLocks:
+    """mutex.wait.ratio of requests as they end (analyzers/locks.py's definition,
+    with the threads that read and wrote each request; the engine threads the
+    report adds from USDT decode steps are not known live).
+
+    Waits are kept only while a request that may still count them is open or
+    unjudged, or while they are inside the window: memory follows the load,
+    not the length of the session."""
+
+    def __init__(self, classifier: locks.WaitClassifier, threshold: float = locks.DEFAULT_MUTEX_THRESHOLD):
+        self.classifier = classifier
+        self.threshold = threshold
+        self._new: list[FutexWaitRecord] = []
+        self._waits: list[locks.ClassifiedWait] = []
+        self._ended: deque = deque()  # requests ended, not yet judged
+        self.flags: deque[tuple[int, bool]] = deque()  # (end time, flagged)
+
+    def add_wait(self, wait: FutexWaitRecord) -> None:
+        self._new.append(wait)
+
+    def request_ended(self, request) -> None:
+        self._ended.append(request)
+
+    def judge(self, now_ns: int, oldest_open_ns: int | None, window_start_ns: int) -> None:
+        if self._new:
+            self._waits += self.classifier.classify(self._new)
+            self._new = []
+        settled = now_ns - LOCK_SETTLE_NS
+        ready = []
+        while self._ended and self._ended[0].t_end_ns <= settled:
+            ready.append(self._ended.popleft())
+        if ready:
+            index = locks.ThreadIndex(self._waits, ())
+            for r in ready:
+                self.flags.append((r.t_end_ns, locks.is_flagged(locks.span_locks(r, index), self.threshold)))
+        needed = [t for t in (oldest_open_ns, window_start_ns,
+                              self._ended[0].t_ingress_ns if self._ended else None) if t is not None]
+        keep_from = min(needed)
+        self._waits = [cw for cw in self._waits if cw.wait.end_ns >= keep_from]
+        while self.flags and self.flags[0][0] < window_start_ns:
+            self.flags.popleft()
+
+    @property
+    def retained_waits(self) -> int:
+        return len(self._waits) + len(self._new)
+
+    def share(self) -> float | None:
+        return sum(f for _, f in self.flags) / len(self.flags) if self.flags else None
 
 
 class LiveWindow:
-    def __init__(self, window_s: float = 10.0) -> None:
+    def __init__(self, window_s: float = 10.0, lock_waits: LiveLocks | None = None) -> None:
         self.window_ns = int(window_s * 1e9)
         self._sessions = Sessionizer()
         self._open: list[tuple[Request, int]] = []  # (request, token times already counted)
@@ -49,9 +117,14 @@ class LiveWindow:
         self.events = 0
         self.queue: tuple[int, int] | None = None
         self.kv: float | None = None
+        self.locks = lock_waits
 
     def feed(self, ev: Event) -> None:
         self.events += 1
+        if isinstance(ev, FutexWaitRecord):
+            if self.locks is not None:
+                self.locks.add_wait(ev)
+            return
         if isinstance(ev, UsdtRecord):
             if ev.probe == UsdtProbe.QUEUE_DEPTH and len(ev.args) >= 2:
                 self.queue = (int(ev.args[0]), int(ev.args[1]))
@@ -79,6 +152,8 @@ class LiveWindow:
             if req.t_end_ns is not None:
                 if req.e2e_ns is not None:
                     self._e2e.append((req.t_end_ns, req.e2e_ns))
+                if self.locks is not None:
+                    self.locks.request_ended(req)
             else:
                 still_open.append((req, len(tokens)))
         self._open = still_open
@@ -94,6 +169,9 @@ class LiveWindow:
     def snapshot(self, now_ns: int, lost_events: int = 0) -> LiveSnapshot:
         self._collect()
         self._expire(now_ns)
+        if self.locks is not None:
+            oldest_open = min((r.t_ingress_ns for r, _ in self._open), default=None)
+            self.locks.judge(now_ns, oldest_open, now_ns - self.window_ns)
         ttft = [v for _, v in self._ttft]
         itl = [v for _, v in self._itl]
         e2e = [v for _, v in self._e2e]
@@ -111,4 +189,7 @@ class LiveWindow:
             kv_occupancy=self.kv,
             lost_events=lost_events,
             events=self.events,
+            locks_traced=self.locks is not None,
+            mutex_flagged_share=None if self.locks is None else self.locks.share(),
+            mutex_judged=0 if self.locks is None else len(self.locks.flags),
         )

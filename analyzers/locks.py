@@ -91,6 +91,9 @@ class Symbols:
         f = self.frame(pid, addr)
         return f["function"] if f else f"{addr:#x}"
 
+    def stack(self, stack_id: int) -> list[int]:
+        return self._stacks.get(str(stack_id), [])
+
     def frames(self, pid: int, ip: int, scan: Sequence[int], stack_id: int) -> tuple[str, ...]:
         """ip, then scan hits that follow a call instruction, then the frame-pointer
         stack past the ip; adjacent duplicates dropped."""
@@ -100,7 +103,7 @@ class Symbols:
             if f and f["after_call"]:
                 names.append(f["function"])
         if stack_id >= 0:
-            names += [self.name(pid, a) for a in self._stacks.get(str(stack_id), [])[1:]]
+            names += [self.name(pid, a) for a in self.stack(stack_id)[1:]]
         out: list[str] = []
         for n in names:
             if not out or out[-1] != n:
@@ -166,18 +169,35 @@ def learn_gil_takers(stacks: Iterable[tuple[int, Sequence[str]]]) -> dict[int, f
     return {pid: frozenset(names) for pid, names in learned.items()}
 
 
+class WaitClassifier:
+    """Classifies futex waits batch after batch, remembering the GIL takers it learned.
+
+    A recording is one batch; `inferprobe top --locks` classifies each second's
+    waits as they come, and a take_gil learned from one second's stacks
+    classifies the next second's waits too."""
+
+    def __init__(self, symbols: Symbols):
+        self.symbols = symbols
+        self.gil_takers: dict[int, frozenset[str]] = {}
+
+    def classify(self, waits: Iterable[FutexWaitRecord]) -> list[ClassifiedWait]:
+        sym = self.symbols
+        stacks = []
+        for w in waits:
+            frames = sym.frames(w.pid, w.ip, w.scan, w.stack_id)
+            waker = sym.frames(w.pid, w.waker_ip, w.waker_scan, w.waker_stack_id) if w.waker_ip else ()
+            stacks.append((w, frames, waker))
+        for pid, names in learn_gil_takers((w.pid, frames) for w, frames, _ in stacks).items():
+            self.gil_takers[pid] = self.gil_takers.get(pid, frozenset()) | names
+        out = []
+        for w, frames, waker in stacks:
+            kind, how = classify(frames, w, self.gil_takers.get(w.pid, frozenset()))
+            out.append(ClassifiedWait(w, kind, how, frames, waker))
+        return out
+
+
 def classify_all(waits: Iterable[FutexWaitRecord], symbols: Symbols) -> list[ClassifiedWait]:
-    stacks = []
-    for w in waits:
-        frames = symbols.frames(w.pid, w.ip, w.scan, w.stack_id)
-        waker = symbols.frames(w.pid, w.waker_ip, w.waker_scan, w.waker_stack_id) if w.waker_ip else ()
-        stacks.append((w, frames, waker))
-    takers = learn_gil_takers((w.pid, frames) for w, frames, _ in stacks)
-    out = []
-    for w, frames, waker in stacks:
-        kind, how = classify(frames, w, takers.get(w.pid, frozenset()))
-        out.append(ClassifiedWait(w, kind, how, frames, waker))
-    return out
+    return WaitClassifier(symbols).classify(waits)
 
 
 # ---------------------------------------------------------------- per span
@@ -233,7 +253,7 @@ class SpanLocks:
         return self.lock_wait_ns / self.span_ns if self.span_ns else 0.0
 
 
-class _ThreadIndex:
+class ThreadIndex:
     """Waits and off-CPU periods per (pid, tid), sorted by start."""
 
     def __init__(self, waits: Sequence[ClassifiedWait], offcpu: Sequence[OffcpuRecord]):
@@ -250,14 +270,14 @@ def _clip(lo: int, hi: int, span: tuple[int, int]) -> tuple[int, int] | None:
     return (a, b) if b > a else None
 
 
-def span_locks(r: Request, index: _ThreadIndex) -> SpanLocks | None:
+def span_locks(r: Request, index: ThreadIndex) -> SpanLocks | None:
     span = span_of(r)
     if span is None:
         return None
     return threads_span_locks(r.pid, serving_threads(r), span, index)
 
 
-def threads_span_locks(pid: int, tids: set[int], span: tuple[int, int], index: _ThreadIndex) -> SpanLocks:
+def threads_span_locks(pid: int, tids: set[int], span: tuple[int, int], index: ThreadIndex) -> SpanLocks:
     """Lock, handoff and off-CPU time of the given threads within span."""
     by_kind: dict[WaitKind, list[tuple[int, int]]] = defaultdict(list)
     per_addr: Counter[int] = Counter()
@@ -382,7 +402,7 @@ def analyze(
     if not enabled:
         return result
     classified = classify_all(waits, Symbols(snapshot))
-    index = _ThreadIndex(classified, offcpu)
+    index = ThreadIndex(classified, offcpu)
     result.spans = {id(r): span_locks(r, index) for r in requests}
     result.steps = [(st, threads_span_locks(st.pid, {st.tid}, (st.t_start_ns, st.t_end_ns), index))
                     for st in steps if st.t_end_ns is not None and st.t_end_ns > st.t_start_ns]

@@ -23,7 +23,8 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from inferprobe.analyzers.live import LiveSnapshot, LiveWindow
+from inferprobe.analyzers.live import LiveLocks, LiveSnapshot, LiveWindow
+from inferprobe.analyzers.locks import DEFAULT_MUTEX_THRESHOLD, WaitClassifier
 from inferprobe.cli.options import apply_kernel_headers, kernel_headers_option, pid_option
 from inferprobe.collector import targets as target_procs
 from inferprobe.collector.events import DecodeError, decode
@@ -34,6 +35,7 @@ EXAMPLES = """
 Examples:
   sudo inferprobe top -p 1234               # q or Ctrl-C to leave
   sudo inferprobe top -p 1234 --window 30   # percentiles over the last 30 s
+  sudo inferprobe top -p 1234 --locks       # and the share of requests flagged for lock waits
   sudo inferprobe top -p 1234 | tee top.log # plain lines when not on a terminal
 """
 
@@ -51,10 +53,28 @@ def plain_line(s: LiveSnapshot, elapsed_s: float) -> str:
         line += f" queue={s.queue_waiting} running={s.queue_running}"
     if s.kv_occupancy is not None:
         line += f" kv={s.kv_occupancy * 100:.0f}%"
+    if s.locks_traced:
+        line += f" mutex_flagged={_share(s.mutex_flagged_share)} judged={s.mutex_judged}"
     return line + f" lost={s.lost_events}"
 
 
-def dashboard(s: LiveSnapshot, pids: list[int], elapsed_s: float) -> Group:
+def _share(share: float | None) -> str:
+    return "-" if share is None else f"{share * 100:.0f}%"
+
+
+def mutex_line(s: LiveSnapshot, threshold: float) -> Text:
+    if not s.locks_traced:
+        return Text("mutex-flagged: lock waits not traced (top --locks)", style="dim")
+    if not s.mutex_judged:
+        return Text.assemble(("mutex-flagged ", "dim"), "- (no request ended in the window yet)")
+    hot = s.mutex_flagged_share is not None and s.mutex_flagged_share > 0
+    return Text.assemble(("mutex-flagged ", "dim"),
+                         (_share(s.mutex_flagged_share), "bold red" if hot else "bold"),
+                         (f" of {s.mutex_judged} ended requests (mutex.wait.ratio > {threshold:g})", "dim"))
+
+
+def dashboard(s: LiveSnapshot, pids: list[int], elapsed_s: float,
+              threshold: float = DEFAULT_MUTEX_THRESHOLD) -> Group:
     """Fits 80x24: a title line, one latency table, one gauge table, a key hint."""
     title = Text.assemble(("inferprobe top", "bold"), f"  pid {', '.join(map(str, pids))}  ",
                           f"up {elapsed_s:.0f} s  window {s.window_s:g} s")
@@ -84,7 +104,7 @@ def dashboard(s: LiveSnapshot, pids: list[int], elapsed_s: float) -> Group:
             Text.assemble(("token occupancy ", "dim"),
                           "-" if s.kv_occupancy is None else f"{s.kv_occupancy * 100:.0f} %"),
         )
-    return Group(title, Text(""), traffic, Text(""), latency, server, Text(""),
+    return Group(title, Text(""), traffic, Text(""), latency, server, mutex_line(s, threshold), Text(""),
                  Text("q or Ctrl-C: detach and quit", style="dim"))
 
 
@@ -121,20 +141,32 @@ class _Keys:
 @click.option("--interval", type=click.FloatRange(0.2, 60), default=1.0, show_default=True,
               help="Seconds between refreshes.")
 @click.option("--no-usdt", is_flag=True, help="Do not attach the server's inferprobe USDT probes.")
+@click.option("--locks", is_flag=True,
+              help="Also trace futex waits and show the share of requests whose mutex.wait.ratio "
+              "is above --mutex-threshold (the cost is record --locks': docs/locks.md).")
+@click.option("--mutex-threshold", type=click.FloatRange(0, 1), default=DEFAULT_MUTEX_THRESHOLD,
+              show_default=True, help="With --locks: the mutex.wait.ratio above which a request is flagged.")
 @kernel_headers_option
-def top(pids, window, interval, no_usdt, kernel_headers) -> None:
+def top(pids, window, interval, no_usdt, locks, mutex_threshold, kernel_headers) -> None:
     """Live view of a running server: requests/s, in-flight, TTFT/ITL/E2E percentiles.
 
     Attaches like `record` (no change to the server) and shows the last
     --window seconds, refreshed every --interval. q or Ctrl-C detach.
     """
+    from inferprobe.collector.live_symbols import LiveSymbols
     from inferprobe.collector.loader import load_tracer
     from inferprobe.collector.ringbuf import RingBufferReader
 
     apply_kernel_headers(kernel_headers)
     pids = list(dict.fromkeys(pids))
-    tracer = load_tracer(pids, sets=("sockets",) if no_usdt else ("sockets", "usdt"), ringbuf_pages=1024)
-    model = LiveWindow(window_s=window)
+    sets = ("sockets",) + (() if no_usdt else ("usdt",)) + (("locks",) if locks else ())
+    tracer = load_tracer(pids, sets=sets, ringbuf_pages=1024)
+    lock_waits = None
+    if "locks" in tracer.active:
+        lock_waits = LiveLocks(WaitClassifier(LiveSymbols(tracer.bpf)), mutex_threshold)
+    elif locks:
+        click.echo(f"inferprobe: lock waits not traced: {tracer.inactive.get('locks')}", err=True)
+    model = LiveWindow(window_s=window, lock_waits=lock_waits)
 
     def sink(chunk: bytes) -> None:
         for raw in iter_ring_records(chunk):
@@ -170,7 +202,7 @@ def top(pids, window, interval, no_usdt, kernel_headers) -> None:
                     next_draw += interval
                     snap, elapsed = frame()
                     if live is not None:
-                        live.update(dashboard(snap, pids, elapsed), refresh=True)
+                        live.update(dashboard(snap, pids, elapsed, mutex_threshold), refresh=True)
                     else:
                         click.echo(plain_line(snap, elapsed))
                 if not any(target_procs.alive(p) for p in pids):

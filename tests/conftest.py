@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import importlib.util
 import os
 import select
@@ -55,6 +56,31 @@ class ServerProcess:
 
     def stop(self) -> None:
         stop_process(self.proc, timeout=10)
+
+
+class ListeningProgram:
+    """A test program that prints "LISTENING <port>" when ready and answers HTTP GETs."""
+
+    def __init__(self, argv: list[str]):
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline()
+        if not line.startswith("LISTENING"):
+            self.proc.kill()
+            raise RuntimeError(f"server did not start: {line!r}")
+        self.port = int(line.split()[-1])
+        self.pid = self.proc.pid
+
+    def get(self, path: str) -> tuple[int, bytes]:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        conn.request("GET", path)
+        resp = conn.getresponse()
+        body = resp.read()
+        conn.close()
+        return resp.status, body
+
+    def stop(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
 
 
 class Recorder:

@@ -49,6 +49,15 @@ _OFF_STACK = struct.Struct(f"<{OffcpuEvent.waker_stack_id.offset}xiI")  # waker 
 assert _WAIT_FIELDS.size == ctypes.sizeof(FutexWaitEvent)
 
 
+def read_stack(stack_table, stack_id: int) -> list[int] | None:
+    """A frame-pointer stack from the kernel's stack map, innermost first;
+    None when the id is no longer there."""
+    try:
+        return [a for a in stack_table.walk(stack_id) if a][:MAX_STACK_DEPTH]
+    except KeyError:
+        return None
+
+
 def _tracepoint(name: str) -> bool:
     return (TRACEFS_EVENTS / name).is_dir()
 
@@ -149,9 +158,8 @@ class LockProbes(ProbeSet):
         stacks: dict[str, list[int]] = {}
         stack_table = bpf["lock_stacks"]
         for sid, pid in self._stack_pids.items():
-            try:
-                addrs = [a for a in stack_table.walk(sid) if a][:MAX_STACK_DEPTH]
-            except KeyError:
+            addrs = read_stack(stack_table, sid)
+            if addrs is None:
                 continue
             stacks[str(sid)] = addrs
             self._addrs.setdefault(pid, set()).update(addrs)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from inferprobe.analyzers.live import LiveWindow
+from inferprobe.analyzers.live import LiveLocks, LiveWindow
+from inferprobe.analyzers.locks import Symbols, WaitClassifier
+from inferprobe.collector.events import EventType, FutexWaitFlag, FutexWaitRecord
 
 import factories as f
 
@@ -40,3 +42,43 @@ def test_window_rates_percentiles_and_in_flight():
     later = live.snapshot(now_ns=125 * S)
     assert later.requests_per_s == 0 and later.ttft_p50_ns is None
     assert later.in_flight == 1 and later.total_requests == 21
+
+
+def _futex_wait(tid: int, start: int, duration: int) -> FutexWaitRecord:
+    # val 2: glibc's "locked, with waiters" lock word; no frames, so that decides it is a lock wait
+    return FutexWaitRecord(
+        type=EventType.FUTEX_WAIT, pid=100, tid=tid, ts_ns=start, duration_ns=duration, uaddr=0x10,
+        op=0, val=2, ret=0, flags=FutexWaitFlag(0), ip=0, stack_id=-1, scan=(), waker_tid=0,
+        waker_ip=0, waker_stack_id=-1, waker_scan=())
+
+
+def _request_on_thread(conn: int, tid: int, t0: int, length_ms: int) -> list:
+    return f.decoded(f.conn_open(conn, ts=t0 - 1), f.request(conn, ts=t0, tid=tid),
+                     f.sse_headers(conn, ts=t0 + MS, tid=tid),
+                     f.sse_chunk(conn, done=True, end=True, ts=t0 + length_ms * MS, tid=tid))
+
+
+def test_mutex_flagged_share_counts_requests_as_they_settle_and_leave_the_window():
+    live = LiveWindow(window_s=10, lock_waits=LiveLocks(WaitClassifier(Symbols(None))))
+    t0 = 100 * S
+    for e in _request_on_thread(1, tid=7, t0=t0, length_ms=100):  # waits 60 of 100 ms: flagged
+        live.feed(e)
+    for e in _request_on_thread(2, tid=8, t0=t0, length_ms=100):  # waits 10 of 100 ms: not
+        live.feed(e)
+    live.feed(_futex_wait(7, t0 + 20 * MS, 60 * MS))
+    live.feed(_futex_wait(8, t0 + 20 * MS, 10 * MS))
+    live.feed(_futex_wait(9, t0 + 20 * MS, 90 * MS))  # a thread serving neither request
+    settling = live.snapshot(now_ns=t0 + 200 * MS)  # their last waits may still be in flight
+    assert settling.locks_traced and settling.mutex_judged == 0 and settling.mutex_flagged_share is None
+    snap = live.snapshot(now_ns=t0 + 2 * S)
+    assert snap.mutex_judged == 2 and snap.mutex_flagged_share == 0.5
+    later = live.snapshot(now_ns=t0 + 20 * S)
+    assert later.mutex_judged == 0 and later.mutex_flagged_share is None
+    assert live.locks.retained_waits == 0  # nothing open, nothing in the window: nothing kept
+
+
+def test_without_lock_tracing_the_snapshot_says_so():
+    live = LiveWindow(window_s=10)
+    live.feed(_futex_wait(7, S, MS))
+    snap = live.snapshot(now_ns=2 * S)
+    assert not snap.locks_traced and snap.mutex_flagged_share is None

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 import sse_client
-from conftest import inferprobe_cmd, needs_root
+from conftest import SERVERS, ListeningProgram, inferprobe_cmd, needs_root
 
 pytestmark = [needs_root, pytest.mark.bpf]
 
@@ -82,3 +84,51 @@ def test_top_prints_plain_lines_when_not_a_terminal(sse_server):
         if loader.is_alive():
             loader.join()
     assert proc.returncode == 0
+
+
+def _plain_lines_until(proc: subprocess.Popen, pattern: str, accept, timeout_s: float = 40) -> list[str]:
+    """Reads top's plain lines until one matches pattern and accept(match); returns them all."""
+    lines = []
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        lines.append(proc.stdout.readline())
+        m = re.search(pattern, lines[-1])
+        if m and accept(m):
+            return lines
+    raise AssertionError(f"no line matched {pattern!r}:\n{''.join(lines[-8:])}")
+
+
+def test_top_locks_shows_the_share_of_requests_flagged_for_lock_waits():
+    """lock_server.py: /contend requests wait on a held threading.Lock about half
+    their time (ratio > 0.37, the server measures it itself), /free ones never.
+    With only /free in the window the share is 0 %; with only /contend, all."""
+    server = ListeningProgram([sys.executable, str(SERVERS / "lock_server.py")])
+    phase = {"path": "/free"}
+    stop = threading.Event()
+
+    def load() -> None:
+        with ThreadPoolExecutor(3) as pool:
+            while not stop.is_set():
+                url = f"{phase['path']}?cycles=10&sleep_us=4000"
+                list(pool.map(server.get, [url] * 3))
+
+    proc = subprocess.Popen(inferprobe_cmd("top", "-p", str(server.pid), "--locks", "--window", "3",
+                                           "--interval", "0.5"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    loader = threading.Thread(target=load)
+    try:
+        assert proc.stdout.readline().startswith("inferprobe: attached")
+        loader.start()
+        share = r"mutex_flagged=(\d+)% judged=(\d+)"
+        _plain_lines_until(proc, share, lambda m: int(m.group(2)) >= 3 and int(m.group(1)) == 0)
+        phase["path"] = "/contend"
+        # once the /free requests have left the 3 s window, every judged request contended
+        _plain_lines_until(proc, share, lambda m: int(m.group(2)) >= 3 and int(m.group(1)) == 100)
+    finally:
+        stop.set()
+        proc.terminate()
+        proc.wait(timeout=30)
+        if loader.is_alive():
+            loader.join()
+        server.stop()
+    assert proc.returncode == 0, proc.stderr.read()

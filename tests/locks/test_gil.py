@@ -32,9 +32,9 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from test_lock_contention import _report, _Server
+from test_lock_contention import _report
 
-from conftest import SERVERS, Recorder, needs_root
+from conftest import SERVERS, ListeningProgram, Recorder, needs_root
 
 pytestmark = [needs_root, pytest.mark.bpf]
 
@@ -47,7 +47,7 @@ TOLERANCE = 0.03
 
 @pytest.fixture(scope="module")
 def gil_traced(tmp_path_factory):
-    server = _Server([sys.executable, str(SERVERS / "gil_server.py")])
+    server = ListeningProgram([sys.executable, str(SERVERS / "gil_server.py")])
     try:
         recording = tmp_path_factory.mktemp("gil-rec") / "gil.ipr"
         rec = Recorder([server.pid], recording, "--locks", "--duration", "60")

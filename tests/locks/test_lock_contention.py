@@ -13,7 +13,6 @@ own measurements, with real BPF and real threads.
 
 from __future__ import annotations
 
-import http.client
 import json
 import shutil
 import subprocess
@@ -23,36 +22,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SERVERS, Recorder, inferprobe_cmd, needs_root
+from conftest import SERVERS, ListeningProgram, Recorder, inferprobe_cmd, needs_root
 
 pytestmark = [needs_root, pytest.mark.bpf]
 
 HERE = Path(__file__).resolve().parent
 CC = shutil.which("cc") or shutil.which("gcc")
 TOLERANCE = 0.03
-
-
-class _Server:
-    def __init__(self, argv: list[str]):
-        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
-        line = self.proc.stdout.readline()
-        if not line.startswith("LISTENING"):
-            self.proc.kill()
-            raise RuntimeError(f"server did not start: {line!r}")
-        self.port = int(line.split()[-1])
-        self.pid = self.proc.pid
-
-    def get(self, path: str) -> tuple[int, bytes]:
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
-        conn.request("GET", path)
-        resp = conn.getresponse()
-        body = resp.read()
-        conn.close()
-        return resp.status, body
-
-    def stop(self) -> None:
-        self.proc.kill()
-        self.proc.wait()
 
 
 def _report(recording: Path, *extra: str) -> dict:
@@ -68,7 +44,7 @@ def c_server(tmp_path_factory):
     exe = tmp_path_factory.mktemp("locks") / "mutex_schedule"
     subprocess.run([CC, "-O1", "-g", "-fno-omit-frame-pointer", "-pthread", "-o", str(exe),
                     str(HERE / "mutex_schedule.c")], check=True)
-    server = _Server([str(exe)])
+    server = ListeningProgram([str(exe)])
     yield server
     server.stop()
 
@@ -143,7 +119,7 @@ def test_threshold_option_changes_the_flag(c_traced, tmp_path):
 
 
 def test_python_threading_lock_flags_exactly_the_contending_requests(tmp_path):
-    server = _Server([sys.executable, str(SERVERS / "lock_server.py")])
+    server = ListeningProgram([sys.executable, str(SERVERS / "lock_server.py")])
     try:
         recording = tmp_path / "py.ipr"
         rec = Recorder([server.pid], recording, "--locks", "--duration", "60")

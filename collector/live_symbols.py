@@ -1,0 +1,44 @@
+"""Names for lock-wait code addresses while attached (`inferprobe top --locks`).
+
+`record` names every address once, at stop, and stores the names in the
+recording (probe_sets/locks.py); a live view cannot wait for the stop, so
+this resolves each address the first time a wait mentions it, from the
+target's own maps and ELF files, and reads frame-pointer stacks straight
+from the kernel's stack map. Same interface as analyzers.locks.Symbols, so
+the classifier does not know which one it has.
+"""
+
+from __future__ import annotations
+
+from inferprobe.analyzers.locks import Symbols
+from inferprobe.collector import userstack
+from inferprobe.collector.probe_sets.locks import read_stack
+
+
+class LiveSymbols(Symbols):
+    def __init__(self, bpf) -> None:
+        super().__init__(None)
+        self._stack_table = bpf["lock_stacks"]
+        self._processes: dict[int, userstack.ProcessSymbols | None] = {}
+        self._frames: dict[tuple[int, int], dict | None] = {}
+        self._stack_cache: dict[int, list[int]] = {}
+
+    def frame(self, pid: int, addr: int) -> dict | None:
+        key = (pid, addr)
+        if key not in self._frames:
+            syms = self._process(pid)
+            self._frames[key] = None if syms is None else syms.resolve(addr).as_dict()
+        return self._frames[key]
+
+    def _process(self, pid: int) -> userstack.ProcessSymbols | None:
+        if pid not in self._processes:
+            try:
+                self._processes[pid] = userstack.ProcessSymbols(pid)
+            except OSError:  # exited: its waits keep their raw addresses
+                self._processes[pid] = None
+        return self._processes[pid]
+
+    def stack(self, stack_id: int) -> list[int]:
+        if stack_id not in self._stack_cache:
+            self._stack_cache[stack_id] = read_stack(self._stack_table, stack_id) or []
+        return self._stack_cache[stack_id]
