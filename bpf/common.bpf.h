@@ -7,6 +7,7 @@
  *
  * Compile-time settings arrive as -D flags from collector/loader.py:
  *   RINGBUF_PAGES          size of the event ring buffer, in pages
+ *   RINGBUF_WAKEUP_BYTES   bytes a CPU writes between two wake-ups of the reader
  *   HAVE_EXIT_GROUP_DEAD   sched_process_exit has the group_dead field
  */
 #ifndef INFERPROBE_COMMON_BPF_H
@@ -19,8 +20,13 @@
 #define RINGBUF_PAGES 2048
 #endif
 
+#ifndef RINGBUF_WAKEUP_BYTES
+#define RINGBUF_WAKEUP_BYTES (256 * 1024)
+#endif
+
 BPF_HASH(targets, u32, u8, 65536);                      /* tgids (and tids) we trace */
 BPF_PERCPU_ARRAY(counters, u64, COUNTER_MAX);
+BPF_PERCPU_ARRAY(unwoken_bytes, u64, 1);                /* written since this CPU last woke the reader */
 BPF_RINGBUF_OUTPUT(events, RINGBUF_PAGES);
 
 static __always_inline void count(u32 index)
@@ -44,10 +50,29 @@ static __always_inline void fill_header(struct event_header *hdr, u32 type, u64 
     hdr->ts_ns = ts_ns;
 }
 
-/* Copies a fully built event into the ring buffer, counting the outcome. */
+/* Copies a fully built event into the ring buffer, counting the outcome.
+ *
+ * Wake-ups are batched. By default the kernel wakes the reader whenever it
+ * writes into an empty ring, and a reader that keeps up always leaves it
+ * empty: one wake-up per event, paid inside the traced server's syscall
+ * (irq_work, try_to_wake_up) and again by the reader's context switch and
+ * Python loop. On a syscall-heavy server that was most of the overhead. So
+ * events are written without a wake-up, each CPU wakes the reader once it
+ * has written RINGBUF_WAKEUP_BYTES, and the reader also drains on a timer
+ * (collector/ringbuf.py), which bounds the delay when traffic is light. */
 static __always_inline int send_event(void *ev, u32 size)
 {
-    if (events.ringbuf_output(ev, size, 0) != 0) {
+    u64 flags = BPF_RB_NO_WAKEUP;
+    u32 zero = 0;
+    u64 *unwoken = unwoken_bytes.lookup(&zero);
+    if (unwoken) {
+        *unwoken += size;
+        if (*unwoken >= RINGBUF_WAKEUP_BYTES) {
+            *unwoken = 0;
+            flags = BPF_RB_FORCE_WAKEUP;
+        }
+    }
+    if (events.ringbuf_output(ev, size, flags) != 0) {
         count(COUNTER_EVENTS_LOST);
         return 0;
     }

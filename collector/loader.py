@@ -60,10 +60,23 @@ def ensure_privileges() -> None:
         )
 
 
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+# Each CPU wakes the reader after writing this share of the ring (at most
+# 256 KiB): all CPUs together fill at most half of it between two wake-ups.
+WAKEUP_SHARE_PER_CPU = 2
+
+
+def wakeup_bytes(ringbuf_pages: int, cpus: int | None = None) -> int:
+    cpus = cpus or os.cpu_count() or 1
+    ring = ringbuf_pages * PAGE_SIZE
+    return max(4096, min(256 * 1024, ring // (WAKEUP_SHARE_PER_CPU * cpus)))
+
+
 def _cflags(ringbuf_pages: int) -> list[str]:
     flags = [
         f"-I{bpf_source_dir()}",
         f"-DRINGBUF_PAGES={ringbuf_pages}",
+        f"-DRINGBUF_WAKEUP_BYTES={wakeup_bytes(ringbuf_pages)}",
         "-Wno-macro-redefined",
         "-Wno-visibility",
     ]
