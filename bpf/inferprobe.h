@@ -397,6 +397,7 @@ enum counter_index {
     COUNTER_IO_SKIPPED = 2,     /* socket I/O on connections that never carried HTTP */
     COUNTER_USDT_BAD_ARGS = 3,  /* a USDT argument could not be read */
     COUNTER_REQUESTS = 4,       /* request lines sent (a live count without decoding) */
+    COUNTER_IO_UNTRACKED = 5,   /* the per-thread pending map was full: a syscall not followed */
     COUNTER_NET_QUEUED = 14,    /* segments of traced connections seen at net_dev_queue */
     COUNTER_NET_XMITTED = 15,   /* ... and again at net_dev_xmit (the rest: dropped or re-segmented) */
     COUNTER_MAX = 16,           /* room for the other probe sets' counters */

@@ -55,6 +55,7 @@ struct scratch {
     u64 last_base;   /* the last user buffer touched, for the tail scan */
     u64 last_len;
     u32 n;           /* bytes copied into head */
+    u32 tail_in_head; /* the head ends with the whole of the last buffer */
     u32 body_start;
     u32 http_seen;
     u32 length_at;   /* where the Content-Length value starts, 0 if none */
@@ -70,7 +71,13 @@ struct user_iovec {
 };
 
 BPF_TABLE("lru_hash", struct sock_key, struct conn_state, socks, 65536);
-BPF_TABLE("lru_hash", u64, struct pending_io, pending, 16384);   /* per tid */
+/* Per tid, from a syscall's entry to its exit. A plain hash, not an LRU:
+ * inserting into an LRU cost ~100 ns more on every traced syscall
+ * (benchmarks/bench_syscalls.py). Entries cannot pile up: the exit removes
+ * them, and the kernel runs the exit tracepoint even for a thread killed
+ * inside the syscall (tests/e2e/test_inflight_state.py). Should it ever be
+ * full, the syscall is counted (IO_UNTRACKED) rather than silently lost. */
+BPF_HASH(pending, u64, struct pending_io, 16384);
 BPF_TABLE("lru_hash", u64, u64, pending_accept, 4096);           /* per tid: sockaddr ptr */
 BPF_ARRAY(next_conn_id, u64, 1);
 BPF_PERCPU_ARRAY(scratch_area, struct scratch, 1);
@@ -327,7 +334,16 @@ static __always_inline void scan_tail(struct scratch *s)
     u32 t = len > SCAN_TAIL_BYTES ? SCAN_TAIL_BYTES : (u32)len;
     if (t == 0 || t > SCAN_TAIL_BYTES)
         return;
-    bpf_probe_read_user(s->tail, t, (void *)(s->last_base + len - t));
+    if (s->tail_in_head) {
+        /* The last buffer is all in the head: take its tail from there
+         * rather than read user memory again (most token chunks). */
+        u32 from = s->n - t;
+#pragma unroll
+        for (u32 k = 0; k < SCAN_TAIL_BYTES; k++)
+            s->tail[k] = s->head[(from + k) & SCRATCH_MASK];
+    } else {
+        bpf_probe_read_user(s->tail, t, (void *)(s->last_base + len - t));
+    }
     /* [DONE] beyond the head window is only looked for in the tail. */
     u32 tail_is_new = (u64)s->ev.bytes > s->n;
     struct window w = {};
@@ -402,11 +418,13 @@ static __always_inline void copy_head(struct scratch *s, u64 buf, u32 vlen, u64 
         s->n = n;
         s->last_base = buf;
         s->last_len = moved;
+        s->tail_in_head = moved == n;
         return;
     }
     u32 copied = 0;
     u64 remaining = moved;
     s->last_len = 0;
+    s->tail_in_head = 0;
 #pragma unroll
     for (int k = 0; k < MAX_IOVECS; k++) {
         if (k >= vlen || remaining == 0 || copied >= SCAN_HEAD_BYTES)
@@ -429,6 +447,7 @@ static __always_inline void copy_head(struct scratch *s, u64 buf, u32 vlen, u64 
         if (size > 0)
             bpf_probe_read_user(&s->head[off], size, (void *)iov.base);
         copied += n;
+        s->tail_in_head = n == take;
     }
     s->n = copied;
 }
@@ -476,7 +495,8 @@ static __always_inline int io_enter(s32 fd, u64 buf, u32 vlen, u16 dir, u16 is_m
         .is_msghdr = is_msghdr,
         .http_seen = state->http_seen,
     };
-    pending.update(&id, &io);
+    if (pending.update(&id, &io) != 0)
+        count(COUNTER_IO_UNTRACKED);
     return 0;
 }
 
@@ -545,6 +565,7 @@ static __always_inline int io_exit(void *ctx, long ret)
         ev->flags |= HTTP_FLAG_VECTORED;
     s->http_seen = io.http_seen;
     s->n = 0;
+    s->tail_in_head = 0;
     s->body_start = 0;
     s->length_at = 0;
     s->last_len = 0;

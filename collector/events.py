@@ -91,6 +91,7 @@ class Counter(enum.IntEnum):
     IO_SKIPPED = 2
     USDT_BAD_ARGS = 3
     REQUESTS = 4
+    IO_UNTRACKED = 5
     NET_QUEUED = 14
     NET_XMITTED = 15
 
