@@ -23,6 +23,10 @@ ring (measured here: a few events "lost" per minute with the ring nearly
 empty). x86-64 orders plain loads and stores enough for this single
 consumer: the producer position is read before the headers it covers, and
 our consumer position is written after we copied the records.
+
+Wake-ups: the programs write without waking us and each CPU forces a
+wake-up only every RINGBUF_WAKEUP_BYTES (bpf/common.bpf.h), so poll()'s
+timeout is what bounds the delay at low rates: callers poll every 100 ms.
 """
 
 from __future__ import annotations
