@@ -60,32 +60,6 @@ def test_top_shows_live_requests_and_quits_on_q(sse_server):
     assert child.exitstatus == 0, child.before
 
 
-def test_top_prints_plain_lines_when_not_a_terminal(sse_server):
-    stop = threading.Event()
-    loader = threading.Thread(target=_load, args=(sse_server.port, stop))
-    proc = subprocess.Popen(inferprobe_cmd("top", "-p", str(sse_server.pid), "--interval", "0.5"),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout.readline().startswith("inferprobe: attached")
-        loader.start()
-        lines = []
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            lines.append(proc.stdout.readline())
-            m = re.search(r"requests=(\d+)", lines[-1])
-            if m and int(m.group(1)) > 0:
-                break
-        assert m and int(m.group(1)) > 0, lines
-        assert "\x1b[" not in "".join(lines)  # no terminal escapes in a pipe
-    finally:
-        stop.set()
-        proc.terminate()
-        proc.wait(timeout=15)
-        if loader.is_alive():
-            loader.join()
-    assert proc.returncode == 0
-
-
 def _plain_lines_until(proc: subprocess.Popen, pattern: str, accept, timeout_s: float = 40) -> list[str]:
     """Reads top's plain lines until one matches pattern and accept(match); returns them all."""
     lines = []
@@ -96,6 +70,29 @@ def _plain_lines_until(proc: subprocess.Popen, pattern: str, accept, timeout_s: 
         if m and accept(m):
             return lines
     raise AssertionError(f"no line matched {pattern!r}:\n{''.join(lines[-8:])}")
+
+
+def _stop_top(proc: subprocess.Popen, stop: threading.Event, loader: threading.Thread) -> None:
+    stop.set()
+    proc.terminate()
+    proc.wait(timeout=30)
+    if loader.is_alive():
+        loader.join()
+
+
+def test_top_prints_plain_lines_when_not_a_terminal(sse_server):
+    stop = threading.Event()
+    loader = threading.Thread(target=_load, args=(sse_server.port, stop))
+    proc = subprocess.Popen(inferprobe_cmd("top", "-p", str(sse_server.pid), "--interval", "0.5"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().startswith("inferprobe: attached")
+        loader.start()
+        lines = _plain_lines_until(proc, r"requests=(\d+)", lambda m: int(m.group(1)) > 0, timeout_s=30)
+        assert "\x1b[" not in "".join(lines)  # no terminal escapes in a pipe
+    finally:
+        _stop_top(proc, stop, loader)
+    assert proc.returncode == 0
 
 
 def test_top_locks_shows_the_share_of_requests_flagged_for_lock_waits():
@@ -125,10 +122,6 @@ def test_top_locks_shows_the_share_of_requests_flagged_for_lock_waits():
         # once the /free requests have left the 3 s window, every judged request contended
         _plain_lines_until(proc, share, lambda m: int(m.group(2)) >= 3 and int(m.group(1)) == 100)
     finally:
-        stop.set()
-        proc.terminate()
-        proc.wait(timeout=30)
-        if loader.is_alive():
-            loader.join()
+        _stop_top(proc, stop, loader)
         server.stop()
     assert proc.returncode == 0, proc.stderr.read()
