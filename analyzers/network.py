@@ -180,16 +180,22 @@ def _signed32(x: int) -> int:
 def sequence_base(writes: list[WriteOnWire], segments: list[NetXmitRecord],
                   acks: list[NetAckRecord], header: int) -> int | None:
     """TCP's sequence number for the first byte we saw written (writes, segments and
-    acks in time order), from tcp_probe's snd_nxt.
+    acks in time order), from tcp_probe's snd_nxt; None when nothing can say.
 
-    At each incoming segment, snd_nxt less the payload of the segments we saw
-    queued before it is that base plus the bytes of any segment we missed.
-    The count never runs ahead of the truth, so the smallest value is the
-    base: exact once one incoming segment had no missed segment before it."""
-    if not acks:
-        return None
+    Two bounds, both from incoming segments that came after the first of our
+    bytes was seen leaving:
+    - snd_nxt less the payload of the segments we saw queued before it is
+      the base plus the bytes of any segment we missed: an upper bound
+      (the count never runs ahead, the header size being right), exact once
+      one incoming segment had no missed segment before it;
+    - snd_nxt less the bytes written by then is a lower bound: no more of
+      our bytes can have left than had been written. It is exact whenever
+      everything written had left, and it keeps a count that did run ahead
+      (a header misjudged) from dragging the base below the truth.
+    Incoming segments before our first byte left say nothing: on a
+    connection traced from mid-life the stream's earlier bytes are not ours."""
     written = _Written(writes)
-    candidates = []
+    upper, lower = [], []
     counted = 0
     pending = iter(segments)
     seg = next(pending, None)
@@ -197,9 +203,15 @@ def sequence_base(writes: list[WriteOnWire], segments: list[NetXmitRecord],
         while seg is not None and seg.queue_ns < ack.ts_ns:
             counted = min(counted + _new_payload(seg, header), written.by(seg.queue_ns))
             seg = next(pending, None)
-        candidates.append((ack.snd_nxt - counted) & 0xFFFFFFFF)
-    first = candidates[0]
-    return (first + min(_signed32(c - first) for c in candidates)) & 0xFFFFFFFF
+        if counted > 0:
+            upper.append((ack.snd_nxt - counted) & 0xFFFFFFFF)
+            lower.append((ack.snd_nxt - written.by(ack.ts_ns)) & 0xFFFFFFFF)
+    if not upper:
+        return None
+    first = upper[0]
+    low = min(_signed32(c - first) for c in upper)
+    high = max(_signed32(c - first) for c in lower)
+    return (first + max(low, high)) & 0xFFFFFFFF
 
 
 def match_writes(writes: list[WriteOnWire], segments: list[NetXmitRecord], header: int,
@@ -212,7 +224,9 @@ def match_writes(writes: list[WriteOnWire], segments: list[NetXmitRecord], heade
     give later writes a later segment than the one that carried them; so at
     each incoming segment the count is set from TCP's own snd_nxt (tcp_probe),
     and writes completed by that correction are marked `unseen`: they left
-    before that moment, in a segment the tracer did not time.
+    before that moment, in a segment the tracer did not time. The correction
+    waits for the next incoming segment: a seen segment that follows a missed
+    one with no ACK in between is still credited with the missed bytes.
     """
     writes.sort(key=lambda w: w.t_write_ns)
     segments = sorted(segments, key=lambda s: s.queue_ns)
@@ -237,9 +251,11 @@ def match_writes(writes: list[WriteOnWire], segments: list[NetXmitRecord], heade
         while next_ack < len(acks) and acks[next_ack].ts_ns < until_ns:
             ack = acks[next_ack]
             next_ack += 1
-            truth = None if base is None else sent + _signed32(ack.snd_nxt - base - sent)
-            if truth is not None and truth > sent:
-                sent = min(truth, written.by(ack.ts_ns))
+            if base is None:
+                continue
+            truth = min(sent + _signed32(ack.snd_nxt - base - sent), written.by(ack.ts_ns))
+            if truth > sent:
+                sent = truth
                 for w in complete():
                     w.unseen = True
                     w.left_by_ns = ack.ts_ns

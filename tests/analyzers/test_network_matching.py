@@ -62,3 +62,17 @@ def test_without_incoming_segments_matching_falls_back_to_byte_counts():
     match_writes(writes, [seg(105, 10), seg(250, 10)], HEADER, acks=[])
     assert [w.segment for w in writes] == [0, 1]
     assert not any(w.unseen for w in writes)
+
+
+def test_a_connection_traced_mid_stream_keeps_its_held_writes():
+    # Traced from mid-life: 5000 bytes of the stream left before our first write
+    # was seen, and the incoming segment then says so. W2 is held (Nagle) until
+    # the ACK of W1, and leaves in the segment that ACK releases.
+    base = 1_000_000
+    writes = [WriteOnWire(100, 110, 100), WriteOnWire(200, 210, 50)]
+    segments = [seg(105, 100), seg(310, 50, via=NetVia.ACK)]
+    acks = [ack(50, base - 5000), ack(300, base + 100)]
+    match_writes(writes, segments, HEADER, acks)
+    assert [w.segment for w in writes] == [0, 1]
+    assert not any(w.unseen for w in writes)
+    assert writes[1].via == NetVia.ACK
