@@ -49,9 +49,14 @@ class LiveSnapshot:
     mutex_judged: int = 0
 
 
-# A request is judged for lock waits this long after it ended: its last
-# waits reach the ring buffer when they end, and the reader polls ~10 times/s.
+# A request is judged for lock waits this long after it ended: a wait reaches
+# the ring buffer when it ends, and the reader polls ~10 times/s. A wait that
+# overlaps the request but ends later than this is not counted live.
 LOCK_SETTLE_NS = 500_000_000
+# Lock waits are kept at most this long: a request open for longer (an endless
+# stream, a WebSocket) is judged on its last LOCK_HISTORY_NS only.
+LOCK_HISTORY_NS = 300 * 1_000_000_000
+COUNTED_KINDS = (locks.WaitKind.LOCK, locks.WaitKind.GIL)  # what mutex.wait.ratio sums
 
 
 class LiveLocks:
@@ -59,8 +64,9 @@ class LiveLocks:
     with the threads that read and wrote each request; the engine threads the
     report adds from USDT decode steps are not known live).
 
-    Waits are kept only while a request that may still count them is open or
-    unjudged, or while they are inside the window: memory follows the load,
+    Only lock and GIL waits are kept (handoff waits of idle workers are most
+    waits and never count), and only while an open or unjudged request may
+    still count them, for LOCK_HISTORY_NS at most: memory follows the load,
     not the length of the session."""
 
     def __init__(self, classifier: locks.WaitClassifier, threshold: float = locks.DEFAULT_MUTEX_THRESHOLD):
@@ -79,7 +85,7 @@ class LiveLocks:
 
     def judge(self, now_ns: int, oldest_open_ns: int | None, window_start_ns: int) -> None:
         if self._new:
-            self._waits += self.classifier.classify(self._new)
+            self._waits += [cw for cw in self.classifier.classify(self._new) if cw.kind in COUNTED_KINDS]
             self._new = []
         settled = now_ns - LOCK_SETTLE_NS
         ready = []
@@ -89,9 +95,9 @@ class LiveLocks:
             index = locks.ThreadIndex(self._waits, ())
             for r in ready:
                 self.flags.append((r.t_end_ns, locks.is_flagged(locks.span_locks(r, index), self.threshold)))
-        needed = [t for t in (oldest_open_ns, window_start_ns,
-                              self._ended[0].t_ingress_ns if self._ended else None) if t is not None]
-        keep_from = min(needed)
+        unjudged = min((r.t_ingress_ns for r in self._ended), default=None)
+        needed = [t for t in (oldest_open_ns, unjudged) if t is not None]
+        keep_from = max(min(needed, default=now_ns), now_ns - LOCK_HISTORY_NS)
         self._waits = [cw for cw in self._waits if cw.wait.end_ns >= keep_from]
         while self.flags and self.flags[0][0] < window_start_ns:
             self.flags.popleft()

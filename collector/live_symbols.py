@@ -10,9 +10,13 @@ the classifier does not know which one it has.
 
 from __future__ import annotations
 
+import time
+
 from inferprobe.analyzers.locks import Symbols
 from inferprobe.collector import userstack
 from inferprobe.collector.probe_sets.locks import read_stack
+
+MAPS_REREAD_S = 1.0
 
 
 class LiveSymbols(Symbols):
@@ -20,23 +24,44 @@ class LiveSymbols(Symbols):
         super().__init__(None)
         self._stack_table = bpf["lock_stacks"]
         self._processes: dict[int, userstack.ProcessSymbols | None] = {}
-        self._frames: dict[tuple[int, int], dict | None] = {}
+        self._frames: dict[tuple[int, int], dict] = {}
+        self._maps_read: dict[int, float] = {}  # pid -> when its maps were last read
         self._stack_cache: dict[int, list[int]] = {}
 
     def frame(self, pid: int, addr: int) -> dict | None:
         key = (pid, addr)
-        if key not in self._frames:
-            syms = self._process(pid)
-            self._frames[key] = None if syms is None else syms.resolve(addr).as_dict()
+        if key in self._frames:
+            return self._frames[key]
+        syms = self._process(pid)
+        if syms is None:
+            return None
+        frame = syms.resolve(addr)
+        if frame.module == "?" and self._reread(pid):
+            # Outside every mapping we knew: a library loaded since (torch
+            # and CUDA load lazily). Read the maps again, at most once a second.
+            frame = self._processes[pid].resolve(addr)
+        if frame.module == "?":
+            return frame.as_dict()  # not cached: a later read of the maps may know it
+        self._frames[key] = frame.as_dict()
         return self._frames[key]
 
     def _process(self, pid: int) -> userstack.ProcessSymbols | None:
         if pid not in self._processes:
-            try:
-                self._processes[pid] = userstack.ProcessSymbols(pid)
-            except OSError:  # exited: its waits keep their raw addresses
-                self._processes[pid] = None
+            self._load(pid)
         return self._processes[pid]
+
+    def _load(self, pid: int) -> None:
+        try:
+            self._processes[pid] = userstack.ProcessSymbols(pid)
+        except OSError:  # exited: its waits keep their raw addresses
+            self._processes[pid] = None
+        self._maps_read[pid] = time.monotonic()
+
+    def _reread(self, pid: int) -> bool:
+        if time.monotonic() - self._maps_read.get(pid, 0.0) < MAPS_REREAD_S:
+            return False
+        self._load(pid)
+        return self._processes[pid] is not None
 
     def stack(self, stack_id: int) -> list[int]:
         if stack_id not in self._stack_cache:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from inferprobe.analyzers.live import LiveLocks, LiveWindow
+from inferprobe.analyzers.live import LOCK_HISTORY_NS, LiveLocks, LiveWindow
 from inferprobe.analyzers.locks import Symbols, WaitClassifier
 from inferprobe.collector.events import EventType, FutexWaitFlag, FutexWaitRecord
 
@@ -44,11 +44,12 @@ def test_window_rates_percentiles_and_in_flight():
     assert later.in_flight == 1 and later.total_requests == 21
 
 
-def _futex_wait(tid: int, start: int, duration: int) -> FutexWaitRecord:
-    # val 2: glibc's "locked, with waiters" lock word; no frames, so that decides it is a lock wait
+def _futex_wait(tid: int, start: int, duration: int, val: int = 2) -> FutexWaitRecord:
+    # val 2: glibc's "locked, with waiters" lock word; no frames, so that decides it is a lock
+    # wait (any other value, with no frames: unknown, which never counts)
     return FutexWaitRecord(
         type=EventType.FUTEX_WAIT, pid=100, tid=tid, ts_ns=start, duration_ns=duration, uaddr=0x10,
-        op=0, val=2, ret=0, flags=FutexWaitFlag(0), ip=0, stack_id=-1, scan=(), waker_tid=0,
+        op=0, val=val, ret=0, flags=FutexWaitFlag(0), ip=0, stack_id=-1, scan=(), waker_tid=0,
         waker_ip=0, waker_stack_id=-1, waker_scan=())
 
 
@@ -82,3 +83,18 @@ def test_without_lock_tracing_the_snapshot_says_so():
     live.feed(_futex_wait(7, S, MS))
     snap = live.snapshot(now_ns=2 * S)
     assert not snap.locks_traced and snap.mutex_flagged_share is None
+
+
+def test_lock_waits_kept_for_a_request_that_never_ends_are_capped():
+    live = LiveWindow(window_s=10, lock_waits=LiveLocks(WaitClassifier(Symbols(None))))
+    t0 = 100 * S
+    events = f.decoded(f.conn_open(1, ts=t0 - 1), f.request(1, ts=t0, tid=7),
+                       f.sse_headers(1, ts=t0 + MS, tid=7))  # an endless stream
+    for e in events:
+        live.feed(e)
+    live.feed(_futex_wait(7, t0 + S, 10 * MS))  # a lock wait: kept while the stream is open
+    live.feed(_futex_wait(7, t0 + 2 * S, 10 * MS, val=0))  # not a lock wait: never kept
+    live.snapshot(now_ns=t0 + 3 * S)
+    assert live.locks.retained_waits == 1
+    live.snapshot(now_ns=t0 + LOCK_HISTORY_NS + 2 * S)  # the stream is still open
+    assert live.locks.retained_waits == 0
