@@ -60,19 +60,22 @@ static __always_inline void fill_header(struct event_header *hdr, u32 type, u64 
  * events are written without a wake-up, each CPU wakes the reader once it
  * has written RINGBUF_WAKEUP_BYTES, and the reader also drains on a timer
  * (collector/ringbuf.py), which bounds the delay when traffic is light. */
-static __always_inline int send_event(void *ev, u32 size)
+static __always_inline u64 wakeup_flag(u32 size)
 {
-    u64 flags = BPF_RB_NO_WAKEUP;
     u32 zero = 0;
     u64 *unwoken = unwoken_bytes.lookup(&zero);
-    if (unwoken) {
-        *unwoken += size;
-        if (*unwoken >= RINGBUF_WAKEUP_BYTES) {
-            *unwoken = 0;
-            flags = BPF_RB_FORCE_WAKEUP;
-        }
-    }
-    if (events.ringbuf_output(ev, size, flags) != 0) {
+    if (!unwoken)
+        return BPF_RB_NO_WAKEUP;
+    *unwoken += size;
+    if (*unwoken < RINGBUF_WAKEUP_BYTES)
+        return BPF_RB_NO_WAKEUP;
+    *unwoken = 0;
+    return BPF_RB_FORCE_WAKEUP;
+}
+
+static __always_inline int send_event(void *ev, u32 size)
+{
+    if (events.ringbuf_output(ev, size, wakeup_flag(size)) != 0) {
         count(COUNTER_EVENTS_LOST);
         return 0;
     }

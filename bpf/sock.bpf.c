@@ -144,7 +144,7 @@ static __always_inline int accept_exit(long ret)
                 bpf_probe_read_user(ev->peer_addr, 16, (void *)(addr + 8));
         }
     }
-    events.ringbuf_submit(ev, 0);
+    events.ringbuf_submit(ev, wakeup_flag(sizeof(*ev)));
     count(COUNTER_EVENTS_SENT);
     return 0;
 }
@@ -180,7 +180,7 @@ TRACEPOINT_PROBE(syscalls, sys_enter_close)
     fill_header(&ev->hdr, EVENT_CONN_CLOSE, bpf_ktime_get_ns(), id);
     ev->conn_id = conn_id;
     ev->fd = (s32)args->fd;
-    events.ringbuf_submit(ev, 0);
+    events.ringbuf_submit(ev, wakeup_flag(sizeof(*ev)));
     count(COUNTER_EVENTS_SENT);
     return 0;
 }
@@ -335,9 +335,12 @@ static __always_inline void scan_tail(struct scratch *s)
     if (t == 0 || t > SCAN_TAIL_BYTES)
         return;
     if (s->tail_in_head) {
-        /* The last buffer is all in the head: take its tail from there
-         * rather than read user memory again (most token chunks). */
-        u32 from = s->n - t;
+        /* The last buffer is all in the head: take the tail from there
+         * rather than read user memory again (most token chunks), and
+         * across iovecs, so "\r\n0\r\n\r\n" split between two is seen. */
+        u32 n = s->n;
+        t = n > SCAN_TAIL_BYTES ? SCAN_TAIL_BYTES : n;
+        u32 from = n - t;
 #pragma unroll
         for (u32 k = 0; k < SCAN_TAIL_BYTES; k++)
             s->tail[k] = s->head[(from + k) & SCRATCH_MASK];
