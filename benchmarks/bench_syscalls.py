@@ -21,8 +21,10 @@ Wall-clock ping-pong on a small VM is noisy, so a last phase measures the
 programs themselves: with kernel.bpf_stats_enabled the kernel times every
 run of every BPF program (tail calls included in their caller), read back
 from /proc/self/fdinfo of a tracer loaded in this process. That figure, in
-ns of BPF per server syscall (the filter's cost on the client's own
-syscalls included), is the one to compare between versions of the probes.
+ns of BPF per server syscall, is the one to compare between versions of the
+probes. It includes the target filter running on every other process's
+socket syscalls meanwhile (the client's, and anything else on the host):
+run it on a quiet machine.
 
     sudo .venv/bin/python benchmarks/bench_syscalls.py [--rounds 3] [--requests 20000]
         [--stream-events 16] [--record-arg=--network]
@@ -82,6 +84,7 @@ def measure_in_kernel(app: PingPong, workloads: dict) -> dict:
     from inferprobe.collector.ringbuf import RingBufferReader
 
     stats = Path("/proc/sys/kernel/bpf_stats_enabled")
+    stats_before = stats.read_text().strip()
     tracer = load_tracer([app.pid], sets=("sockets", "usdt"))
     received = [0]
     reader = RingBufferReader(tracer, lambda chunk: received.__setitem__(0, received[0] + len(chunk)))
@@ -99,7 +102,7 @@ def measure_in_kernel(app: PingPong, workloads: dict) -> dict:
             out[name] = {"bpf_ns_per_server_syscall": round(ns / (n * syscalls)),
                          "program_runs_per_server_syscall": round(runs / (n * syscalls), 2)}
     finally:
-        stats.write_text("0")
+        stats.write_text(stats_before)
         stop.set()
         pump.join()
         reader.close()

@@ -91,8 +91,10 @@ static int read_response(int fd, int stream)
         if (stream ? (have >= 5 && memcmp(buf + have - 5, "0\r\n\r\n", 5) == 0)
                    : (strstr(buf, "{\"ok\":true}") != NULL))
             return 0;
-        if (have > sizeof(buf) - 256)  /* keep only the tail */
-            have = 0;
+        if (have > sizeof(buf) - 256) {  /* keep only the tail: the terminator may straddle it */
+            memmove(buf, buf + have - 4, 4);
+            have = 4;
+        }
     }
 }
 
