@@ -58,7 +58,11 @@ def test_on_cpu_shares_match_the_programs_own_cpu_clock(tmp_path):
     # names resolved from the ELF symbol table, whole frame-pointer stacks
     burn_stacks = [f for f in stacks if "burn_a" in f]
     assert burn_stacks and all("start_thread" in f and "[truncated]" not in f for f in burn_stacks)
-    assert snap["counters"]["collisions"] == 0
+    # Stack ids are hashed into 16384 slots: with a few hundred distinct stacks
+    # (kernel stacks vary per interrupted instruction) a collision or two is
+    # the birthday paradox, not a bug. They are counted and shown; keep them rare.
+    counters = snap["counters"]
+    assert counters["collisions"] <= 0.01 * counters["samples"], counters
 
 
 @pytest.mark.skipif(platform.machine() != "x86_64", reason="sleeper.c makes its syscall in x86-64 assembly")
