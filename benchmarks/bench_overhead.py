@@ -82,6 +82,37 @@ def box_cpu() -> tuple[int, int]:
     return total - idle, total
 
 
+def bpf_program_time(pid: int) -> tuple[int, int]:
+    """(run time ns, runs) of every BPF program the process holds, from fdinfo.
+
+    The kernel keeps these only while kernel.bpf_stats_enabled is 1; a tail
+    call's time counts in the program that made it."""
+    total = runs = 0
+    for info in Path(f"/proc/{pid}/fdinfo").iterdir():
+        try:
+            text = info.read_text()
+        except OSError:  # closed meanwhile
+            continue
+        if "prog_type:" not in text:
+            continue
+        fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+        total += int(fields.get("run_time_ns", "0"))
+        runs += int(fields.get("run_cnt", "0"))
+    return total, runs
+
+
+@contextlib.contextmanager
+def bpf_stats_enabled():
+    """kernel.bpf_stats_enabled on for the duration, restored as found."""
+    knob = Path("/proc/sys/kernel/bpf_stats_enabled")
+    before = knob.read_text().strip()
+    knob.write_text("1")
+    try:
+        yield
+    finally:
+        knob.write_text(before)
+
+
 def children_cpu_s() -> float:
     ru = resource.getrusage(resource.RUSAGE_CHILDREN)
     return ru.ru_utime + ru.ru_stime
@@ -221,7 +252,9 @@ def run_phase(
     try:
         s0 = proc_cpu_s(server.pid)
         b0 = box_cpu()
+        bpf0 = bpf_program_time(rec.proc.pid) if rec is not None and args.bpf_stats else None
         summary, client_cpu = run_client(args, server.port, args.duration)
+        bpf1 = bpf_program_time(rec.proc.pid) if bpf0 is not None else None
         b1 = box_cpu()
         s1 = proc_cpu_s(server.pid)
         phase: dict = {
@@ -246,6 +279,8 @@ def run_phase(
                 "requests": (report.get("summary") or {}).get("requests"),
                 "events": recd.get("events"),
                 "complete": recd.get("complete"),
+                "bpf_ns": None if bpf1 is None else bpf1[0] - bpf0[0],
+                "bpf_runs": None if bpf1 is None else bpf1[1] - bpf0[1],
             }
             rec = None
         return phase
@@ -358,7 +393,20 @@ def aggregate(phases: list[dict]) -> dict:
         "traced_requests_recorded": sum(p["tracer"]["requests"] or 0 for p in traced),
         "traced_requests_client": t["completed"],
         "per_round": paired,
+        **bpf_time_per_request(traced, t, u),
     }
+
+
+def bpf_time_per_request(traced: list[dict], t: dict, u: dict) -> dict:
+    """With --bpf-stats: time inside the BPF programs per traced request (all programs,
+    on every process's syscalls), and that against the untraced server CPU per request."""
+    ns = [p["tracer"]["bpf_ns"] for p in traced if p["tracer"].get("bpf_ns") is not None]
+    if not ns or not t["completed"]:
+        return {}
+    us = sum(ns) / 1000 / t["completed"]
+    base = u["server_cpu_ms_per_1k"]  # ms per 1000 requests = us per request
+    return {"bpf_us_per_request": us,
+            "bpf_share_of_untraced_server_cpu": us / base if base else None}
 
 
 def print_summary(s: dict) -> None:
@@ -401,6 +449,10 @@ def print_summary(s: dict) -> None:
     )
     print(f"tracer peak RSS = {fmt(s['tracer_peak_rss_mb'], '.0f')} MB")
     print(f"lost events = {s['lost_events']}")
+    if "bpf_us_per_request" in s:
+        share = s["bpf_share_of_untraced_server_cpu"]
+        print(f"BPF programs per request = {s['bpf_us_per_request']:.2f} us "
+              f"({'-' if share is None else f'{share * 100:.1f} %'} of the untraced server CPU per request)")
 
 
 # -- main ----------------------------------------------------------------------
@@ -425,6 +477,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--server-log", action="store_true", help="let the server write its JSONL request log"
     )
+    ap.add_argument("--bpf-stats", action="store_true",
+                    help="also time the BPF programs themselves (kernel.bpf_stats_enabled, which "
+                    "adds a little to every program run, so traced phases run slightly slower)")
     ap.add_argument("--record-arg", action="append", default=[],
                     help="extra argument for `inferprobe record` (repeat), e.g. --record-arg=--locks")
     args = ap.parse_args(argv)
@@ -437,6 +492,8 @@ def main(argv: list[str] | None = None) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _raise_interrupt)
     with contextlib.ExitStack() as stack:
+        if args.bpf_stats:
+            stack.enter_context(bpf_stats_enabled())
         if args.keep_dir is not None:
             args.keep_dir.mkdir(parents=True, exist_ok=True)
             workdir = args.keep_dir

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -41,7 +42,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench_overhead import Recorder, stop_process
+from bench_overhead import Recorder, bpf_program_time, bpf_stats_enabled, stop_process
 
 REPO = Path(__file__).resolve().parent.parent
 MODES = ("untraced", "empty", "traced")
@@ -65,17 +66,6 @@ class EmptyPrograms:
         self.bpf.cleanup()
 
 
-def program_time_ns(bpf) -> tuple[int, int]:
-    """(run time ns, runs) summed over every loaded program, from fdinfo."""
-    total = runs = 0
-    for fn in bpf.funcs.values():
-        info = Path(f"/proc/self/fdinfo/{fn.fd}").read_text()
-        fields = dict(line.split(":", 1) for line in info.splitlines() if ":" in line)
-        total += int(fields.get("run_time_ns", "0"))
-        runs += int(fields.get("run_cnt", "0"))
-    return total, runs
-
-
 def measure_in_kernel(app: PingPong, workloads: dict) -> dict:
     """BPF time per server syscall, from the kernel's own per-program statistics."""
     import threading
@@ -83,8 +73,6 @@ def measure_in_kernel(app: PingPong, workloads: dict) -> dict:
     from inferprobe.collector.loader import load_tracer
     from inferprobe.collector.ringbuf import RingBufferReader
 
-    stats = Path("/proc/sys/kernel/bpf_stats_enabled")
-    stats_before = stats.read_text().strip()
     tracer = load_tracer([app.pid], sets=("sockets", "usdt"))
     received = [0]
     reader = RingBufferReader(tracer, lambda chunk: received.__setitem__(0, received[0] + len(chunk)))
@@ -93,16 +81,15 @@ def measure_in_kernel(app: PingPong, workloads: dict) -> dict:
     pump.start()
     out = {}
     try:
-        stats.write_text("1")
-        for name, (command, n, syscalls) in workloads.items():
-            before = program_time_ns(tracer.bpf)
-            app.run(command)
-            after = program_time_ns(tracer.bpf)
-            ns, runs = after[0] - before[0], after[1] - before[1]
-            out[name] = {"bpf_ns_per_server_syscall": round(ns / (n * syscalls)),
-                         "program_runs_per_server_syscall": round(runs / (n * syscalls), 2)}
+        with bpf_stats_enabled():
+            for name, (command, n, syscalls) in workloads.items():
+                before = bpf_program_time(os.getpid())
+                app.run(command)
+                after = bpf_program_time(os.getpid())
+                ns, runs = after[0] - before[0], after[1] - before[1]
+                out[name] = {"bpf_ns_per_server_syscall": round(ns / (n * syscalls)),
+                             "program_runs_per_server_syscall": round(runs / (n * syscalls), 2)}
     finally:
-        stats.write_text(stats_before)
         stop.set()
         pump.join()
         reader.close()
