@@ -41,7 +41,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 # The /proc readers, the recorder wrapper and the report reader are the test-server benchmark's.
-from bench_overhead import PY, Recorder, box_cpu, fmt, proc_cpu_s, read_report, stop_process  # noqa: E402
+from bench_overhead import (  # noqa: E402
+    PY,
+    Recorder,
+    box_cpu,
+    fmt,
+    proc_cpu_s,
+    raise_interrupt,
+    read_report,
+    stop_process,
+)
 
 CONFIGS: dict[str, tuple[str, ...]] = {
     "default": (),
@@ -188,10 +197,6 @@ def print_summary(s: dict) -> None:
               f"{pct(v['ratios']['server_cpu_ms_per_1k_tokens']):>10}")
 
 
-def _raise_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--duration", type=float, default=20.0, help="seconds of load per phase")
@@ -211,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         print("bench_demo: loading BPF programs needs root", file=sys.stderr)
         return 2
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _raise_interrupt)
+        signal.signal(sig, raise_interrupt)
 
     with contextlib.ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ipbench-demo-")))

@@ -458,7 +458,7 @@ def print_summary(s: dict) -> None:
 # -- main ----------------------------------------------------------------------
 
 
-def _raise_interrupt(signum: int, frame: object) -> None:
+def raise_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
@@ -490,7 +490,7 @@ def main(argv: list[str] | None = None) -> int:
 
     # SIGINT too: a shell may start background jobs with it ignored.
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _raise_interrupt)
+        signal.signal(sig, raise_interrupt)
     with contextlib.ExitStack() as stack:
         if args.bpf_stats:
             stack.enter_context(bpf_stats_enabled())
