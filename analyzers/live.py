@@ -42,11 +42,12 @@ class LiveSnapshot:
     kv_occupancy: float | None  # latest kv_usage probe: used / capacity
     lost_events: int
     events: int
-    # Requests that ended in the window with mutex.wait.ratio above the threshold,
-    # over those judged; None when lock waits are not traced (top --locks).
-    locks_traced: bool = False
+    locks_traced: bool = False  # top --locks
+    # Requests that ended in the window with mutex.wait.ratio above mutex_threshold,
+    # over those judged (mutex_judged); None when none was judged or locks are not traced.
     mutex_flagged_share: float | None = None
     mutex_judged: int = 0
+    mutex_threshold: float = locks.DEFAULT_MUTEX_THRESHOLD
 
 
 # A request is judged for lock waits this long after it ended: a wait reaches
@@ -198,4 +199,5 @@ class LiveWindow:
             locks_traced=self.locks is not None,
             mutex_flagged_share=None if self.locks is None else self.locks.share(),
             mutex_judged=0 if self.locks is None else len(self.locks.flags),
+            mutex_threshold=locks.DEFAULT_MUTEX_THRESHOLD if self.locks is None else self.locks.threshold,
         )

@@ -62,7 +62,7 @@ def _share(share: float | None) -> str:
     return "-" if share is None else f"{share * 100:.0f}%"
 
 
-def mutex_line(s: LiveSnapshot, threshold: float) -> Text:
+def mutex_line(s: LiveSnapshot) -> Text:
     if not s.locks_traced:
         return Text("mutex-flagged: lock waits not traced (top --locks)", style="dim")
     if not s.mutex_judged:
@@ -70,11 +70,11 @@ def mutex_line(s: LiveSnapshot, threshold: float) -> Text:
     hot = s.mutex_flagged_share is not None and s.mutex_flagged_share > 0
     return Text.assemble(("mutex-flagged ", "dim"),
                          (_share(s.mutex_flagged_share), "bold red" if hot else "bold"),
-                         (f" of {s.mutex_judged} ended requests (mutex.wait.ratio > {threshold:g})", "dim"))
+                         (f" of {s.mutex_judged} ended requests "
+                          f"(mutex.wait.ratio > {s.mutex_threshold:g})", "dim"))
 
 
-def dashboard(s: LiveSnapshot, pids: list[int], elapsed_s: float,
-              threshold: float = DEFAULT_MUTEX_THRESHOLD) -> Group:
+def dashboard(s: LiveSnapshot, pids: list[int], elapsed_s: float) -> Group:
     """Fits 80x24: a title line, one latency table, one gauge table, a key hint."""
     title = Text.assemble(("inferprobe top", "bold"), f"  pid {', '.join(map(str, pids))}  ",
                           f"up {elapsed_s:.0f} s  window {s.window_s:g} s")
@@ -104,7 +104,7 @@ def dashboard(s: LiveSnapshot, pids: list[int], elapsed_s: float,
             Text.assemble(("token occupancy ", "dim"),
                           "-" if s.kv_occupancy is None else f"{s.kv_occupancy * 100:.0f} %"),
         )
-    return Group(title, Text(""), traffic, Text(""), latency, server, mutex_line(s, threshold), Text(""),
+    return Group(title, Text(""), traffic, Text(""), latency, server, mutex_line(s), Text(""),
                  Text("q or Ctrl-C: detach and quit", style="dim"))
 
 
@@ -202,7 +202,7 @@ def top(pids, window, interval, no_usdt, locks, mutex_threshold, kernel_headers)
                     next_draw += interval
                     snap, elapsed = frame()
                     if live is not None:
-                        live.update(dashboard(snap, pids, elapsed, mutex_threshold), refresh=True)
+                        live.update(dashboard(snap, pids, elapsed), refresh=True)
                     else:
                         click.echo(plain_line(snap, elapsed))
                 if not any(target_procs.alive(p) for p in pids):
