@@ -8,6 +8,7 @@ needs it.
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -87,6 +88,36 @@ def _cflags(ringbuf_pages: int) -> list[str]:
     except OSError:
         pass
     return flags
+
+
+def add_targets(bpf, pids: list[int]) -> None:
+    """Sets the pids' bits in the kernel's target bitmap (common.bpf.h), which
+    covers every pid a 64-bit kernel can hand out (PID_MAX_LIMIT, 1 << 22)."""
+    bitmap = bpf[b"targets"]
+    for pid in pids:
+        word = ctypes.c_int(pid // 64)
+        bitmap[word] = ctypes.c_uint64(bitmap[word].value | (1 << (pid % 64)))
+
+
+def target_pids(bpf) -> list[int]:
+    """Every pid set in the kernel's target bitmap: the targets, and the
+    processes and threads the kernel saw them fork since."""
+    from bcc import libbcc
+
+    bitmap = bpf[b"targets"]
+    words = bitmap.max_entries
+    keys = (ctypes.c_uint32 * words)()
+    values = (ctypes.c_uint64 * words)()
+    count = ctypes.c_uint32(words)
+    batch = ctypes.c_uint32(0)
+    # One BPF_MAP_LOOKUP_BATCH for the whole 512 KiB, not 65536 lookups: this
+    # runs about once a second while recording.
+    if libbcc.lib.bpf_lookup_batch(bitmap.map_fd, None, ctypes.byref(batch), keys, values,
+                                   ctypes.byref(count)) != 0 and ctypes.get_errno() != errno.ENOENT:
+        raise OSError(ctypes.get_errno(), "reading the target bitmap failed")
+    return [index * 64 + bit
+            for index, word in enumerate(memoryview(values).cast("B").cast("Q")[:count.value]) if word
+            for bit in range(64) if word >> bit & 1]
 
 
 @dataclass
@@ -249,9 +280,10 @@ def load_tracer(
             "run 'inferprobe doctor' to see what is missing"
         )
 
-    tgids = bpf[b"targets"]
-    for pid in all_pids:
-        tgids[ctypes.c_uint32(pid)] = ctypes.c_uint8(1)
+    add_targets(bpf, all_pids)
+    # A child forked while the first pass rewrote its word may have lost the
+    # bit the kernel set for it: a second pass over the live tree restores it.
+    add_targets(bpf, target_procs.with_descendants(pids))
     return LoadedTracer(bpf=bpf, pids=all_pids, active=active, ringbuf_pages=ringbuf_pages,
                         inactive=inactive, ctx=ctx)
 

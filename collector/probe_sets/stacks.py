@@ -72,8 +72,9 @@ class _StackSet(ProbeSet):
         return None
 
     def _remember_targets(self, bpf) -> None:
-        pids = {int(k.value) for k in bpf["targets"].keys()}
-        for pid in sorted(pids):
+        from inferprobe.collector.loader import target_pids
+
+        for pid in target_pids(bpf):
             # the targets map also holds thread ids: only thread group leaders have maps of their own
             if Path(f"/proc/{pid}/task/{pid}").exists():
                 self.symbolizer.remember_process(pid)

@@ -48,3 +48,49 @@ def test_worker_forked_after_attach_is_traced(tmp_path):
     reqs = doc["requests"]
     assert [r["path"] for r in reqs] == ["/item/0", "/item/1", "/item/2"]  # no query strings
     assert all(r["pid"] == child and r["status"] == 200 and r["outcome"] == "complete" for r in reqs)
+
+
+# Waits for a line on stdin, then starts a thread and forks a child (each says
+# its id and stays), then on the next line lets both end.
+FORKER = r"""
+import os, sys, threading
+sys.stdin.readline()
+release = threading.Event()
+t = threading.Thread(target=release.wait)
+t.start()
+r, w = os.pipe()
+child = os.fork()
+if child == 0:
+    os.read(r, 1)
+    os._exit(0)
+print(t.native_id, child, flush=True)
+sys.stdin.readline()
+release.set()
+t.join()
+os.write(w, b"x")
+os.waitpid(child, 0)
+print("done", flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_the_kernel_target_set_follows_forks_and_exits():
+    from inferprobe.collector.loader import load_tracer, target_pids
+
+    proc = subprocess.Popen([sys.executable, "-c", FORKER], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    tracer = load_tracer([proc.pid], sets=("sockets",), require_listener=False)
+    try:
+        assert target_pids(tracer.bpf) == [proc.pid]
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        thread, child = map(int, proc.stdout.readline().split())
+        assert set(target_pids(tracer.bpf)) == {proc.pid, thread, child}
+        proc.stdin.write("end\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() == "done"
+        assert target_pids(tracer.bpf) == [proc.pid]  # thread and child gone, their bits cleared
+    finally:
+        proc.kill()
+        proc.wait()
+        tracer.close()
