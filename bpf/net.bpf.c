@@ -79,7 +79,7 @@ static __always_inline int net_learn_socket(u64 sk, int ret)
     u64 id = bpf_get_current_pid_tgid();
     if (!is_target(id >> 32))
         return 0;
-    struct pending_io *io = pending.lookup(&id);
+    struct pending_io *io = pending_peek(id);
     if (!io || !io->conn_id)
         return 0;
     struct net_sock_info info = {.conn_id = io->conn_id, .pid = id >> 32};
@@ -174,7 +174,7 @@ TRACEPOINT_PROBE(net, net_dev_queue)
     if (!note)
         return 0;
     struct net_queued q = {.queue_ns = now};
-    struct pending_io *io = pending.lookup(&id);
+    struct pending_io *io = pending_peek(id);
     if (io && note->ts_ns > io->ts_ns) {
         /* A segment was received on this CPU after this thread's write
          * began: we are in a softirq run on top of the write (loopback and

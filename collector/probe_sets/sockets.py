@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import ctypes
+import os
+import re
+from pathlib import Path
 
 from inferprobe.collector import targets as target_procs
 from inferprobe.collector.probe_sets import ProbeSet, TargetContext
@@ -12,9 +15,7 @@ CLASSIFIER_PROGRAMS = [
     "classify_read",
     "classify_write",
     "scan_header_block",
-    "finish_headers",
     "scan_body",
-    "finish_body",
 ]
 
 
@@ -26,6 +27,18 @@ class SocketProbes(ProbeSet):
 
     def __init__(self) -> None:
         self.preexisting_sockets = 0
+        self.pending_in_task_storage = False
+
+    def prepare(self, ctx: TargetContext) -> str | None:
+        choice = (ctx.options.get("sockets") or {}).get("pending", "auto")
+        self.pending_in_task_storage = choice == "task" or (choice == "auto" and task_storage_usable())
+        if self.pending_in_task_storage:
+            # Freed with each thread by the kernel, and not listable: nothing to watch.
+            self.state_maps = ("socks", "pending_accept")
+        return None
+
+    def cflags(self) -> list[str]:
+        return ["-DPENDING_IN_TASK_STORAGE"] if self.pending_in_task_storage else []
 
     def after_load(self, bpf, ctx: TargetContext) -> None:
         import bcc
@@ -45,3 +58,12 @@ class SocketProbes(ProbeSet):
                 next_id += 1
         bpf[b"next_conn_id"][ctypes.c_int(0)] = ctypes.c_uint64(next_id)
         self.preexisting_sockets = next_id - 1
+
+
+def task_storage_usable(release: str | None = None) -> bool:
+    """Task-local storage from tracepoint programs: Linux 5.13 and later, and
+    bpf_get_current_task_btf() needs the kernel's BTF."""
+    version = re.match(r"(\d+)\.(\d+)", release or os.uname().release)
+    if version is None:
+        return False
+    return tuple(map(int, version.groups())) >= (5, 13) and Path("/sys/kernel/btf/vmlinux").exists()

@@ -1,10 +1,12 @@
 """In-flight BPF state does not outlive the thread it belongs to.
 
-`pending` (bpf/sock.bpf.c) holds one entry per thread between a traced
-syscall's entry and its exit. It is a plain hash, not an LRU (cheaper per
-syscall), so nothing evicts a stale entry: a thread killed while it sits in
-a traced read() must not leave one behind (the kernel still runs the
-syscall's exit tracepoint on the way out).
+bpf/sock.bpf.c keeps one entry per thread between a traced syscall's entry
+and its exit. On kernels without task-local storage for tracepoints that is
+`pending`, a plain hash, not an LRU (cheaper per syscall), so nothing evicts
+a stale entry: a thread killed while it sits in a traced read() must not
+leave one behind (the kernel still runs the syscall's exit tracepoint on the
+way out). The test forces that fallback, which this kernel would not choose.
+(Task-local storage is freed by the kernel with its thread.)
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ def test_a_thread_killed_inside_a_traced_read_leaves_no_pending_entry():
     tracer = None
     try:
         port = int(target.stdout.readline())
-        tracer = load_tracer([target.pid], sets=("sockets",))
+        tracer = load_tracer([target.pid], sets=("sockets",), options={"sockets": {"pending": "hash"}})
         client = socket.create_connection(("127.0.0.1", port))
         worker = int(target.stdout.readline())
         client.sendall(b"GET /x HTTP/1.1\r\nHost: t\r\n\r\n")

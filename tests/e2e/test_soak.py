@@ -53,7 +53,11 @@ def test_rss_and_state_maps_stay_bounded_under_connection_churn(tmp_path, sse_se
     # Every client connection is closed: the server keeps only what it had
     # before (its listening socket, maybe an idle one), nothing per request.
     assert last["socks"] <= first["socks"] + 2, counts
-    assert last["pending"] <= 4 and last["pending_accept"] <= 4, last  # threads parked in a syscall
+    # Threads parked in a syscall. Per-thread syscall state is listed only
+    # where it lives in the `pending` hash; in task-local storage (kernel
+    # 5.13+, chosen here) the kernel frees it with its thread. The hash's own
+    # cleanup is tested in test_inflight_state.py.
+    assert last.get("pending", 0) <= 4 and last["pending_accept"] <= 4, last
     peak = max(c["socks"] for c in counts)
     assert peak < 200, peak  # bounded by concurrent connections, not by their total count
 

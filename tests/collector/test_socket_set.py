@@ -1,0 +1,36 @@
+"""Where the socket set keeps per-thread syscall state (bpf/sock.bpf.c)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from inferprobe.collector.probe_sets import TargetContext
+from inferprobe.collector.probe_sets.sockets import SocketProbes, task_storage_usable
+
+HAVE_BTF = Path("/sys/kernel/btf/vmlinux").exists()
+
+
+@pytest.mark.parametrize(("release", "new_enough"), [
+    ("4.18.0-553.el8_10.x86_64", False),  # RHEL 8
+    ("5.10.0-30-amd64", False),           # Debian 11
+    ("5.12.19", False),
+    ("5.13.0-rc1", True),                 # task storage reached tracing programs in 5.13
+    ("5.15.0-105-generic", True),         # Ubuntu 22.04
+    ("6.18.0", True),
+    ("not-a-version", False),
+])
+def test_task_storage_needs_linux_5_13_and_btf(release, new_enough):
+    assert task_storage_usable(release) is (new_enough and HAVE_BTF)
+
+
+def test_the_hash_fallback_can_be_forced_and_is_then_watched_for_leaks():
+    forced = SocketProbes()
+    forced.prepare(TargetContext(pids=[1], options={"sockets": {"pending": "hash"}}))
+    assert forced.cflags() == [] and "pending" in forced.state_maps
+
+    auto = SocketProbes()
+    auto.prepare(TargetContext(pids=[1]))
+    assert auto.pending_in_task_storage is task_storage_usable()
+    assert ("pending" in auto.state_maps) is not auto.pending_in_task_storage

@@ -1,0 +1,163 @@
+"""The in-kernel HTTP classifier (bpf/sock.bpf.c) against crafted bytes.
+
+A scripted server answers each request with exact writes, one send() each,
+over a real TCP connection; the tracer's io_events for those reads and
+writes are compared field by field with what each buffer holds. The cases
+are the ones servers differ in: header case, Content-Type parameters, bare
+"\\n" line ends, SSE fields with and without a space, comments, several
+events per write, [DONE] and the last chunk coalesced, headers past the
+512-byte scan window, a write longer than the window whose end is only in
+its tail.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass
+
+import pytest
+
+from inferprobe.collector.events import HttpFlag, HttpKind, IoRecord, decode
+from inferprobe.collector.loader import load_tracer
+from inferprobe.collector.ringbuf import RingBufferReader
+from inferprobe.collector.ringbuf_format import iter_ring_records
+
+from conftest import needs_root
+
+pytestmark = [pytest.mark.bpf, needs_root]
+
+# Reads one request per recv() and answers it with the writes given for it.
+SERVER = r"""
+import json, socket, sys, time
+steps = [[bytes.fromhex(w) for w in step] for step in json.load(open(sys.argv[1]))]
+srv = socket.socket()
+srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+srv.bind(("127.0.0.1", 0))
+srv.listen()
+print(srv.getsockname()[1], flush=True)
+conn, _ = srv.accept()
+conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+for writes in steps:
+    conn.recv(65536)
+    for w in writes:
+        conn.sendall(w)
+        time.sleep(0.01)
+conn.recv(1)
+"""
+
+FLAGS = (HttpFlag.HEADERS_END | HttpFlag.CHUNKED | HttpFlag.EVENT_STREAM | HttpFlag.SSE_DONE
+         | HttpFlag.CHUNKED_END | HttpFlag.CONN_CLOSE | HttpFlag.HAS_LENGTH)
+
+
+@dataclass
+class Expect:
+    data: bytes
+    kind: HttpKind = HttpKind.DATA
+    flags: HttpFlag = HttpFlag(0)
+    status: int = 0
+    method: str | None = None
+    path: str | None = None
+    content_length: int | None = None
+    header_bytes: int = 0
+    sse_events: int = 0
+
+
+def chunk(payload: bytes) -> bytes:
+    return b"%x\r\n" % len(payload) + payload + b"\r\n"
+
+
+H = HttpFlag
+SSE_HEAD = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream; charset=utf-8\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n")
+REQ_A = (b"POST /v1/chat/completions?key=secret HTTP/1.1\r\nHost: h\r\nCONTENT-LENGTH:  17\r\n"
+         b"Content-Type: application/json\r\n\r\n")
+REQ_BIG = b"GET /big HTTP/1.1\r\nX-Pad: " + b"a" * 700 + b"\r\nContent-Length: 3\r\n\r\nabc"
+BIG_HEAD = b"HTTP/1.1 200 OK\r\ntransfer-encoding: CHUNKED\r\ncontent-type:text/event-stream\r\n\r\n"
+LONG_WRITE = chunk(b"data: " + b"x" * 1500 + b"\n\n") + chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n"
+BARE_LF = b"HTTP/1.1 200 OK\nContent-Length: 2\n\nok"
+REQ_HEALTH = b"GET /health HTTP/1.1\r\nHost: h\r\n\r\n"
+NOT_FOUND = b"HTTP/1.0 404 Not Found\r\ncontent-length: 9\r\nConnection: close\r\n\r\n"
+REQ_PATCH = b"PATCH /p HTTP/1.1\r\nHost: x\r\n\r\n"
+NO_CONTENT = b"HTTP/1.1 204 No Content\r\n\r\n"
+
+# (the request the client sends, what the server's read of it must give,
+#  the server's writes and what each must give)
+STEPS: list[tuple[Expect, list[Expect]]] = [
+    (Expect(REQ_A + b'{"prompt":"hi!!"}', HttpKind.REQUEST, H.HEADERS_END | H.HAS_LENGTH,
+            method="POST", path="/v1/chat/completions", content_length=17, header_bytes=len(REQ_A)),
+     [Expect(SSE_HEAD, HttpKind.RESPONSE, H.HEADERS_END | H.EVENT_STREAM | H.CHUNKED, status=200,
+             header_bytes=len(SSE_HEAD)),
+      Expect(chunk(b'data: {"t":1}\n\ndata: {"t":2}\n\n'), sse_events=2),
+      Expect(chunk(b'data:{"t":3}\r\n\r\n'), sse_events=1),
+      Expect(chunk(b"event: x\ndata: a\nid: 1\n\n"), sse_events=1),
+      Expect(chunk(b"xdata: no\n: data: a comment\nDATA: not a data field\n\n")),
+      Expect(chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n", flags=H.SSE_DONE | H.CHUNKED_END)]),
+    (Expect(REQ_HEALTH, HttpKind.REQUEST, H.HEADERS_END, method="GET", path="/health",
+            header_bytes=len(REQ_HEALTH)),
+     [Expect(NOT_FOUND + b"not found", HttpKind.RESPONSE, H.HEADERS_END | H.HAS_LENGTH | H.CONN_CLOSE,
+             status=404, content_length=9, header_bytes=len(NOT_FOUND))]),
+    (Expect(REQ_BIG, HttpKind.REQUEST, method="GET", path="/big"),  # headers end past the window
+     [Expect(BIG_HEAD + chunk(b"data: a\n\n"), HttpKind.RESPONSE,
+             H.HEADERS_END | H.CHUNKED | H.EVENT_STREAM, status=200, header_bytes=len(BIG_HEAD),
+             sse_events=1),
+      # longer than the window: one "data:" in view, [DONE] and the last chunk only in the tail
+      Expect(LONG_WRITE, sse_events=1, flags=H.SSE_DONE | H.CHUNKED_END)]),
+    (Expect(REQ_PATCH, HttpKind.REQUEST, H.HEADERS_END, method="PATCH", path="/p",
+            header_bytes=len(REQ_PATCH)),
+     [Expect(BARE_LF, HttpKind.RESPONSE, H.HEADERS_END | H.HAS_LENGTH, status=200, content_length=2,
+             header_bytes=len(BARE_LF) - 2),
+      Expect(b"0\r\n\r\n", flags=H.CHUNKED_END),
+      Expect(NO_CONTENT, HttpKind.RESPONSE, H.HEADERS_END, status=204, header_bytes=len(NO_CONTENT))]),
+]
+
+
+def observed(e: Expect) -> dict:
+    return {"kind": e.kind, "flags": e.flags & FLAGS, "status": e.status, "method": e.method,
+            "path": e.path, "content_length": e.content_length, "header_bytes": e.header_bytes,
+            "sse_events": e.sse_events, "bytes": len(e.data)}
+
+
+def as_expect(ev: IoRecord) -> dict:
+    return {"kind": ev.kind, "flags": ev.flags & FLAGS, "status": ev.status, "method": ev.method,
+            "path": ev.path, "content_length": ev.content_length, "header_bytes": ev.header_bytes,
+            "sse_events": ev.sse_events, "bytes": ev.bytes}
+
+
+@pytest.mark.parametrize("pending", ["auto", "hash"])
+def test_each_read_and_write_is_classified_as_its_bytes_say(tmp_path, pending):
+    script = tmp_path / "steps.json"
+    script.write_text(json.dumps([[w.data.hex() for w in writes] for _, writes in STEPS]))
+    server = subprocess.Popen([sys.executable, "-c", SERVER, str(script)], stdout=subprocess.PIPE, text=True)
+    chunks: list[bytes] = []
+    tracer = None
+    try:
+        port = int(server.stdout.readline())
+        tracer = load_tracer([server.pid], sets=("sockets",), ringbuf_pages=64,
+                             options={"sockets": {"pending": pending}})
+        reader = RingBufferReader(tracer, chunks.append)
+        with socket.create_connection(("127.0.0.1", port)) as client:
+            for request, writes in STEPS:
+                client.sendall(request.data)
+                want = sum(len(w.data) for w in writes)
+                got = 0
+                while got < want:
+                    got += len(client.recv(65536))
+            client.sendall(b"x")
+        server.wait(timeout=10)
+        reader.drain()
+        counters = tracer.counters()
+        reader.close()
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+        if tracer is not None:
+            tracer.close()
+    events = [decode(raw) for chunk in chunks for raw in iter_ring_records(chunk)]
+    io = [e for e in events if isinstance(e, IoRecord) and e.pid == server.pid and e.bytes > 0]
+    expected = [x for request, writes in STEPS for x in (request, *writes)] + [Expect(b"x")]
+    assert [as_expect(e) for e in io] == [observed(x) for x in expected]
+    assert counters["events_lost"] == 0
