@@ -53,6 +53,8 @@ class ToggledTracer:
             self.reader.poll(50)
 
     def attach(self, on: bool) -> None:
+        if on == self.attached:
+            return
         bpf = self.tracer.bpf
         for tp in self.tracepoints:
             if on:

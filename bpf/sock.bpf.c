@@ -301,11 +301,19 @@ static __always_inline void stay_in_memory(void)
     asm volatile("" ::: "memory");
 }
 
-/* Non-zero when some byte of w is c (exact: the classic zero-byte test). */
-static __always_inline u64 has_byte(u64 w, u8 c)
+/* The newlines of the 8 bytes at `base` that lie in [from, n): one bit (the
+ * byte's high bit) per '\n', exact (no borrow between bytes). Computing the
+ * bounds here as a mask leaves one branch per position to the verifier. */
+static __always_inline u64 newlines(const u8 *head, u32 base, u32 from, u32 n)
 {
-    u64 x = w ^ (ONES * c);
-    return (x - ONES) & ~x & HIGHS;
+    u64 x = load8(head, base) ^ (ONES * '\n');
+    u64 mask = ~(((x & ~HIGHS) + ~HIGHS) | x) & HIGHS;
+    u32 left = n - base;   /* callers have base < n */
+    if (left < 8)
+        mask &= (1ULL << (8 * left)) - 1;
+    if (from > base)
+        mask &= ~((1ULL << (8 * ((from - base) & 7))) - 1);
+    return mask;
 }
 
 /* A Content-Type value starting at v: text/event-stream, with or without
@@ -358,12 +366,12 @@ static __always_inline void scan_headers(struct scratch *s)
     for (u32 base = 0; base < SCAN_HEAD_BYTES; base += 8) {
         if (base >= n)
             break;
-        if (!has_byte(load8(s->head, base), '\n'))
+        u64 found = newlines(s->head, base, 0, n);
+        if (!found)
             continue;
 #pragma unroll
         for (u32 b = 0; b < 8; b++) {
-            u32 q = base + b;
-            if (q < n && s->head[q & SCRATCH_MASK] == '\n' && header_newline(s, q))
+            if ((found & (0x80ULL << (8 * b))) && header_newline(s, base + b))
                 return;
             stay_in_memory();
         }
@@ -427,13 +435,13 @@ static __always_inline void scan_sse(struct scratch *s)
         u32 base = first + word * 8;
         if (base >= n)
             break;
-        if (!has_byte(load8(s->head, base), '\n'))
+        u64 found = newlines(s->head, base, start, n);
+        if (!found)
             continue;
 #pragma unroll
         for (u32 b = 0; b < 8; b++) {
-            u32 q = base + b;
-            if (q >= start && q < n && s->head[q & SCRATCH_MASK] == '\n')
-                sse_line(s, q + 1);
+            if (found & (0x80ULL << (8 * b)))
+                sse_line(s, base + b + 1);
             stay_in_memory();
         }
     }
@@ -577,14 +585,15 @@ static __always_inline void copy_head(struct scratch *s, u64 buf, u32 vlen, u64 
 /* ---------------------------------------------------------------- read / write
  *
  * Entry stores the arguments per thread. Exit fills the event in per-CPU
- * scratch and hands it down a short chain of tail calls, so that each
- * program verifies on its own:
+ * scratch and hands it down a short chain of tail calls (a few ns each), so
+ * that each program verifies on its own:
  *   sys_exit_* -> classify_read  -> scan_header_block -> submit
  *              -> classify_write -> scan_header_block -> scan_body -> submit
- *                                -> (no status line: body scanned in place) -> submit
- * A token chunk, the most frequent write, takes one tail call. Code after
- * a scan loop is walked by the verifier once per way out of the loop, so
- * what follows the loops is kept small.
+ *                                -> scan_body (no status line) -> submit
+ * Code after a scan loop is walked by the verifier once per way out of the
+ * loop, so what follows the loops is kept small; and each scan is its own
+ * program because verifying one costs ~0.1 s of start-up (inlined into
+ * classify_write, the body scan made that one program take a second).
  */
 enum classify_prog {
     PROG_CLASSIFY_READ = 0,
@@ -745,10 +754,8 @@ int classify_write(void *ctx)
     /* The last chunk "0\r\n\r\n" written on its own. */
     if (s->n == 5 && STARTS(first8, "0\r\n\r\n"))
         s->ev.flags |= HTTP_FLAG_CHUNKED_END;
-    /* A body write (every token chunk): scanned here rather than in a
-     * further program, a tail call less on the most frequent path. */
-    scan_sse(s);
-    return finish_body(s);
+    classifiers.call(ctx, PROG_SCAN_BODY);
+    return submit(s);
 }
 
 int scan_header_block(void *ctx)
