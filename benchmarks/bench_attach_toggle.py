@@ -1,21 +1,26 @@
 #!/usr/bin/env python3
-"""Server CPU per request with the probes attached and detached, seconds apart.
+"""Server CPU per request with the probes detached, attached to no target, and tracing.
 
 bench_overhead.py starts a fresh `inferprobe record` for every traced phase,
 so its phases are tens of seconds apart, and on a small VM the machine's
 own speed drifts by more than the few percent being measured. Here the
-tracer is compiled and loaded once, in this process, and its tracepoints
-are detached and attached again between short phases (ABBA order: detached,
-attached, attached, detached, ...), so each pair of phases sees the same
-machine. What is compared is the server's own CPU time per completed
-request (utime + stime from /proc), which is where the BPF programs and the
-syscall tracepoints' slow path are paid; throughput is shown too.
+tracer is compiled and loaded once, in this process, and switched between
+short phases:
 
-With the probes detached the server runs exactly as untraced: no program is
-attached to any tracepoint. The events of the attached phases are drained
-(not written) by a thread of this process, whose CPU is not the server's.
+  detached    no program on any tracepoint: the server runs as untraced
+  untargeted  every program attached, the server's pid not in the target
+              set: what the tracepoints cost whatever a tracer does (they
+              fire for every process on the host), plus the target check
+  traced      the server traced, as `record` traces it
 
-    sudo .venv/bin/python benchmarks/bench_attach_toggle.py [--pairs 8] [--phase-s 4]
+Each round runs the three in a rotated order, so that drift falls on each
+state alike, and the ratios are taken within a round. What is compared is
+the server's own CPU time per completed request (utime + stime from /proc),
+where the BPF programs and the tracepoints' slow path are paid; throughput
+is shown too. Events of the traced phases are drained (not written) by a
+thread of this process, whose CPU is not the server's.
+
+    sudo .venv/bin/python benchmarks/bench_attach_toggle.py [--rounds 8] [--phase-s 3]
         [--connections 16] [--max-tokens 1] [--interval-ms 0] [--bpf-stats] [--json out.json]
 """
 
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import json
 import os
 import statistics
@@ -32,15 +38,18 @@ from pathlib import Path
 
 from bench_overhead import Server, bpf_program_time, bpf_stats_enabled, proc_cpu_s, run_client
 
+STATES = ("detached", "untargeted", "traced")
 
-class ToggledTracer:
-    """The default probe sets, loaded once; tracepoints detached or attached on demand."""
 
-    def __init__(self, pid: int) -> None:
+class SwitchedTracer:
+    """The default probe sets, loaded once, switched between STATES."""
+
+    def __init__(self, pid: int, ringbuf_pages: int) -> None:
         from inferprobe.collector.loader import DEFAULT_SETS, load_tracer
         from inferprobe.collector.ringbuf import RingBufferReader
 
-        self.tracer = load_tracer([pid], sets=DEFAULT_SETS)
+        self.pid = pid
+        self.tracer = load_tracer([pid], sets=DEFAULT_SETS, ringbuf_pages=ringbuf_pages)
         self.tracepoints = list(self.tracer.bpf.tracepoint_fds)
         self.reader = RingBufferReader(self.tracer, lambda chunk: None)
         self._stop = threading.Event()
@@ -52,7 +61,7 @@ class ToggledTracer:
         while not self._stop.is_set():
             self.reader.poll(50)
 
-    def attach(self, on: bool) -> None:
+    def _attach(self, on: bool) -> None:
         if on == self.attached:
             return
         bpf = self.tracer.bpf
@@ -64,6 +73,17 @@ class ToggledTracer:
                 bpf.detach_tracepoint(tp)
         self.attached = on
 
+    def _target(self, on: bool) -> None:
+        bitmap = self.tracer.bpf[b"targets"]  # common.bpf.h: one bit per pid
+        word = ctypes.c_int(self.pid // 64)
+        bit = 1 << (self.pid % 64)
+        value = bitmap[word].value
+        bitmap[word] = ctypes.c_uint64(value | bit if on else value & ~bit)
+
+    def switch(self, state: str) -> None:
+        self._attach(state != "detached")
+        self._target(state == "traced")
+
     def close(self) -> dict:
         self._stop.set()
         self._pump.join()
@@ -74,8 +94,8 @@ class ToggledTracer:
         return counters
 
 
-def run_phase(args: argparse.Namespace, server: Server, tracer: ToggledTracer, attached: bool) -> dict:
-    tracer.attach(attached)
+def run_phase(args: argparse.Namespace, server: Server, tracer: SwitchedTracer, state: str) -> dict:
+    tracer.switch(state)
     bpf0 = bpf_program_time(os.getpid())
     cpu0 = proc_cpu_s(server.pid)
     summary, _ = run_client(args, server.port, args.phase_s)
@@ -83,7 +103,6 @@ def run_phase(args: argparse.Namespace, server: Server, tracer: ToggledTracer, a
     bpf1 = bpf_program_time(os.getpid())
     n = summary["completed"]
     return {
-        "attached": attached,
         "completed": n,
         "requests_per_s": summary["requests_per_s"],
         "server_cpu_us_per_request": (cpu1 - cpu0) * 1e6 / n if n else None,
@@ -93,14 +112,15 @@ def run_phase(args: argparse.Namespace, server: Server, tracer: ToggledTracer, a
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--pairs", type=int, default=8, help="detached/attached pairs (ABBA order)")
-    ap.add_argument("--phase-s", type=float, default=4.0, help="seconds of load per phase")
+    ap.add_argument("--rounds", type=int, default=8, help="rounds of the three states, order rotated")
+    ap.add_argument("--phase-s", type=float, default=3.0, help="seconds of load per phase")
     ap.add_argument("--connections", type=int, default=16)
     ap.add_argument("--max-tokens", type=int, default=1)
     ap.add_argument("--interval-ms", type=float, default=0.0)
     ap.add_argument("--bpf-stats", action="store_true",
                     help="also time the BPF programs (kernel.bpf_stats_enabled; adds its own "
                          "clock reads to every run, so it inflates the attached phases a little)")
+    ap.add_argument("--ringbuf-pages", type=int, default=2048, help="as record's default (8 MiB)")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
     if os.geteuid() != 0:
@@ -112,57 +132,52 @@ def main(argv: list[str] | None = None) -> int:
             stack.enter_context(bpf_stats_enabled())
         server = Server(None)
         stack.callback(server.stop)
-        tracer = ToggledTracer(server.pid)
-        run_client(args, server.port, 2.0)  # warm-up, attached
-        pairs = []
-        for i in range(args.pairs):
-            order = (False, True) if i % 2 == 0 else (True, False)
-            phases = {attached: run_phase(args, server, tracer, attached) for attached in order}
-            off, on = phases[False], phases[True]
-            pair = {
-                "detached": off,
-                "attached": on,
-                "server_cpu_ratio": on["server_cpu_us_per_request"] / off["server_cpu_us_per_request"],
-                "throughput_ratio": on["requests_per_s"] / off["requests_per_s"],
-            }
+        tracer = SwitchedTracer(server.pid, args.ringbuf_pages)
+        run_client(args, server.port, 2.0)  # warm-up, traced
+        rounds = []
+        for i in range(args.rounds):
+            order = STATES[i % 3:] + STATES[:i % 3]
+            phases = {state: run_phase(args, server, tracer, state) for state in order}
+            base = phases["detached"]
+            r = {"phases": phases}
+            for state in ("untargeted", "traced"):
+                r[f"{state}_server_cpu_ratio"] = (phases[state]["server_cpu_us_per_request"]
+                                                  / base["server_cpu_us_per_request"])
+                r[f"{state}_throughput_ratio"] = phases[state]["requests_per_s"] / base["requests_per_s"]
             if args.bpf_stats:
-                pair["bpf_share"] = on["bpf_us_per_request"] / off["server_cpu_us_per_request"]
-            pairs.append(pair)
-            print(f"pair {i + 1}: server CPU/request {off['server_cpu_us_per_request']:.1f} -> "
-                  f"{on['server_cpu_us_per_request']:.1f} us (x{pair['server_cpu_ratio']:.3f}), "
-                  f"throughput x{pair['throughput_ratio']:.3f}"
-                  + (f", BPF {on['bpf_us_per_request']:.2f} us/request" if args.bpf_stats else ""),
-                  flush=True)
-        tracer.attach(True)
+                r["bpf_share"] = phases["traced"]["bpf_us_per_request"] / base["server_cpu_us_per_request"]
+            rounds.append(r)
+            bpf = f" (BPF {phases['traced']['bpf_us_per_request']:.2f} us/request)" if args.bpf_stats else ""
+            print(f"round {i + 1}: server CPU/request detached {base['server_cpu_us_per_request']:.1f} us; "
+                  f"untargeted x{r['untargeted_server_cpu_ratio']:.3f}, "
+                  f"traced x{r['traced_server_cpu_ratio']:.3f}{bpf}", flush=True)
+        tracer.switch("traced")
         counters = tracer.close()
 
-    def median(key: str) -> float:
-        return statistics.median(p[key] for p in pairs)
+    def spread(key: str) -> dict:
+        values = [r[key] for r in rounds]
+        quartiles = statistics.quantiles(values, n=4) if len(values) >= 2 else [values[0]] * 3
+        return {"median": statistics.median(values), "q1": quartiles[0], "q3": quartiles[2]}
 
-    summary = {
-        "pairs": len(pairs),
-        "server_cpu_per_request_ratio_median": median("server_cpu_ratio"),
-        "server_cpu_per_request_ratio_quartiles": statistics.quantiles(
-            [p["server_cpu_ratio"] for p in pairs], n=4) if len(pairs) >= 2 else None,
-        "throughput_ratio_median": median("throughput_ratio"),
-        "events_sent": counters.get("events_sent"),
-        "events_lost": counters.get("events_lost"),
-    }
+    summary = {key: spread(key) for key in ("untargeted_server_cpu_ratio", "traced_server_cpu_ratio",
+                                            "untargeted_throughput_ratio", "traced_throughput_ratio")}
     if args.bpf_stats:
-        summary["bpf_share_of_detached_server_cpu_median"] = median("bpf_share")
+        summary["bpf_share_of_detached_server_cpu"] = spread("bpf_share")
+    summary["events_sent"] = counters.get("events_sent")
+    summary["events_lost"] = counters.get("events_lost")
     print()
-    quartiles = summary["server_cpu_per_request_ratio_quartiles"]
-    print(f"server CPU per request, attached/detached: median "
-          f"x{summary['server_cpu_per_request_ratio_median']:.3f}"
-          + (f" (quartiles {', '.join(f'{q:.3f}' for q in quartiles)})" if quartiles else ""))
-    print(f"throughput, attached/detached: median x{summary['throughput_ratio_median']:.3f}")
-    if args.bpf_stats:
-        print(f"BPF programs: median {summary['bpf_share_of_detached_server_cpu_median'] * 100:.1f} % "
-              "of the detached server CPU per request")
+    for key, label in (("untargeted_server_cpu_ratio", "server CPU per request, untargeted/detached"),
+                       ("traced_server_cpu_ratio", "server CPU per request, traced/detached"),
+                       ("untargeted_throughput_ratio", "throughput, untargeted/detached"),
+                       ("traced_throughput_ratio", "throughput, traced/detached"),
+                       ("bpf_share_of_detached_server_cpu", "BPF programs / detached server CPU")):
+        if key in summary:
+            s = summary[key]
+            print(f"{label}: median {s['median']:.3f} (quartiles {s['q1']:.3f}-{s['q3']:.3f})")
     print(f"events sent {summary['events_sent']}, lost {summary['events_lost']}")
     if args.json is not None:
         args.json.write_text(json.dumps({"config": vars(args) | {"json": str(args.json)},
-                                         "pairs": pairs, "summary": summary}, indent=2))
+                                         "rounds": rounds, "summary": summary}, indent=2))
     return 0
 
 

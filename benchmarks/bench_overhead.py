@@ -82,23 +82,55 @@ def box_cpu() -> tuple[int, int]:
     return total - idle, total
 
 
+def _run_time(fdinfo: Path) -> tuple[int, int] | None:
+    """(run time ns, runs) from one fd's fdinfo, None unless it is a BPF program."""
+    try:
+        text = fdinfo.read_text()
+    except OSError:  # closed meanwhile
+        return None
+    if "prog_type:" not in text:
+        return None
+    fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+    return int(fields.get("run_time_ns", "0")), int(fields.get("run_cnt", "0"))
+
+
+def _sum_run_times(fdinfos) -> tuple[int, int]:
+    times = [t for t in map(_run_time, fdinfos) if t is not None]
+    return sum(ns for ns, _ in times), sum(runs for _, runs in times)
+
+
 def bpf_program_time(pid: int) -> tuple[int, int]:
     """(run time ns, runs) of every BPF program the process holds, from fdinfo.
 
     The kernel keeps these only while kernel.bpf_stats_enabled is 1; a tail
     call's time counts in the program that made it."""
-    total = runs = 0
-    for info in Path(f"/proc/{pid}/fdinfo").iterdir():
-        try:
-            text = info.read_text()
-        except OSError:  # closed meanwhile
-            continue
-        if "prog_type:" not in text:
-            continue
-        fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
-        total += int(fields.get("run_time_ns", "0"))
-        runs += int(fields.get("run_cnt", "0"))
-    return total, runs
+    return _sum_run_times(Path(f"/proc/{pid}/fdinfo").iterdir())
+
+
+SOCKET_SYSCALLS = ("read", "readv", "recvfrom", "recvmsg", "write", "writev", "sendto", "sendmsg")
+
+
+class EmptyPrograms:
+    """Do-nothing BPF programs on the syscall tracepoints sock.bpf.c uses.
+
+    Attached beside the tracer they show what the tracepoints cost whatever
+    a tracer does (bench_syscalls.py); with kernel.bpf_stats_enabled, the
+    time the kernel books for them per run is its own timing overhead,
+    which it books for every run of the tracer's programs too."""
+
+    def __init__(self) -> None:
+        from bcc import BPF
+
+        text = "\n".join(f"TRACEPOINT_PROBE(syscalls, sys_{edge}_{name}) {{ return 0; }}"
+                         for name in SOCKET_SYSCALLS for edge in ("enter", "exit"))
+        self.bpf = BPF(text=text)
+
+    def run_time(self) -> tuple[int, int]:
+        """(run time ns, runs) of these programs, as bpf_program_time() counts them."""
+        return _sum_run_times(Path(f"/proc/self/fdinfo/{fn.fd}") for fn in self.bpf.funcs.values())
+
+    def stop(self) -> None:
+        self.bpf.cleanup()
 
 
 @contextlib.contextmanager
@@ -245,16 +277,20 @@ def read_report(path: Path) -> dict:
 def run_phase(
     args: argparse.Namespace, server: Server, workdir: Path, rnd: int, traced: bool
 ) -> dict:
-    rec = None
+    rec = empty = None
     if traced:
         rec = Recorder(server.pid, workdir / f"round{rnd}.ipr", workdir / f"round{rnd}.err",
                        tuple(args.record_arg))
+        if args.bpf_stats:
+            empty = EmptyPrograms()  # what the kernel's timing itself books per run
     try:
         s0 = proc_cpu_s(server.pid)
         b0 = box_cpu()
-        bpf0 = bpf_program_time(rec.proc.pid) if rec is not None and args.bpf_stats else None
+        bpf0 = bpf_program_time(rec.proc.pid) if empty is not None else None
+        empty0 = empty.run_time() if empty is not None else None
         summary, client_cpu = run_client(args, server.port, args.duration)
-        bpf1 = bpf_program_time(rec.proc.pid) if bpf0 is not None else None
+        bpf1 = bpf_program_time(rec.proc.pid) if empty is not None else None
+        empty1 = empty.run_time() if empty is not None else None
         b1 = box_cpu()
         s1 = proc_cpu_s(server.pid)
         phase: dict = {
@@ -281,10 +317,14 @@ def run_phase(
                 "complete": recd.get("complete"),
                 "bpf_ns": None if bpf1 is None else bpf1[0] - bpf0[0],
                 "bpf_runs": None if bpf1 is None else bpf1[1] - bpf0[1],
+                "empty_program_ns": None if empty1 is None else empty1[0] - empty0[0],
+                "empty_program_runs": None if empty1 is None else empty1[1] - empty0[1],
             }
             rec = None
         return phase
     finally:
+        if empty is not None:
+            empty.stop()
         if rec is not None:
             rec.kill()
 
@@ -400,13 +440,21 @@ def aggregate(phases: list[dict]) -> dict:
 def bpf_time_per_request(traced: list[dict], t: dict, u: dict) -> dict:
     """With --bpf-stats: time inside the BPF programs per traced request (all programs,
     on every process's syscalls), and that against the untraced server CPU per request."""
-    ns = [p["tracer"]["bpf_ns"] for p in traced if p["tracer"].get("bpf_ns") is not None]
-    if not ns or not t["completed"]:
+    stats = [p["tracer"] for p in traced if p["tracer"].get("bpf_ns") is not None]
+    if not stats or not t["completed"]:
         return {}
-    us = sum(ns) / 1000 / t["completed"]
+    ns = sum(s["bpf_ns"] for s in stats)
+    us = ns / 1000 / t["completed"]
+    # The kernel's timing reads the clock around every run; an empty program
+    # measures that (it books nothing else), so it is taken off every run.
+    floor_ns = sum(s["empty_program_ns"] for s in stats) / max(1, sum(s["empty_program_runs"] for s in stats))
+    net_us = (ns - floor_ns * sum(s["bpf_runs"] for s in stats)) / 1000 / t["completed"]
     base = u["server_cpu_ms_per_1k"]  # ms per 1000 requests = us per request
     return {"bpf_us_per_request": us,
-            "bpf_share_of_untraced_server_cpu": us / base if base else None}
+            "bpf_share_of_untraced_server_cpu": us / base if base else None,
+            "bpf_stats_ns_per_run": floor_ns,
+            "bpf_us_per_request_net_of_stats": net_us,
+            "bpf_net_share_of_untraced_server_cpu": net_us / base if base else None}
 
 
 def print_summary(s: dict) -> None:
@@ -451,8 +499,12 @@ def print_summary(s: dict) -> None:
     print(f"lost events = {s['lost_events']}")
     if "bpf_us_per_request" in s:
         share = s["bpf_share_of_untraced_server_cpu"]
+        net = s["bpf_net_share_of_untraced_server_cpu"]
         print(f"BPF programs per request = {s['bpf_us_per_request']:.2f} us "
-              f"({'-' if share is None else f'{share * 100:.1f} %'} of the untraced server CPU per request)")
+              f"({'-' if share is None else f'{share * 100:.1f} %'} of the untraced server CPU per request); "
+              f"less the kernel's own timing ({s['bpf_stats_ns_per_run']:.0f} ns per run, an empty "
+              f"program's): {s['bpf_us_per_request_net_of_stats']:.2f} us "
+              f"({'-' if net is None else f'{net * 100:.1f} %'})")
 
 
 # -- main ----------------------------------------------------------------------

@@ -42,28 +42,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench_overhead import Recorder, bpf_program_time, bpf_stats_enabled, stop_process
+from bench_overhead import EmptyPrograms, Recorder, bpf_program_time, bpf_stats_enabled, stop_process
 
 REPO = Path(__file__).resolve().parent.parent
 MODES = ("untraced", "empty", "traced")
 SOURCE = REPO / "benchmarks" / "native" / "http_pingpong.c"
-
-
-SOCKET_SYSCALLS = ("read", "readv", "recvfrom", "recvmsg", "write", "writev", "sendto", "sendmsg")
-
-
-class EmptyPrograms:
-    """Do-nothing BPF programs on the syscall tracepoints sock.bpf.c uses."""
-
-    def __init__(self) -> None:
-        from bcc import BPF
-
-        text = "\n".join(f"TRACEPOINT_PROBE(syscalls, sys_{edge}_{name}) {{ return 0; }}"
-                         for name in SOCKET_SYSCALLS for edge in ("enter", "exit"))
-        self.bpf = BPF(text=text)
-
-    def stop(self) -> None:
-        self.bpf.cleanup()
 
 
 def measure_in_kernel(app: PingPong, workloads: dict) -> dict:

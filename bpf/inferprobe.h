@@ -92,7 +92,7 @@ enum http_method {
 #define HTTP_FLAG_CHUNKED_END    0x0010 /* the last chunk "0\r\n\r\n" ends this write */
 #define HTTP_FLAG_CONN_CLOSE     0x0020 /* Connection: close */
 #define HTTP_FLAG_HAS_LENGTH     0x0040 /* content_length is valid */
-#define HTTP_FLAG_VECTORED       0x0080 /* readv/writev/sendmsg/recvmsg: only the first iovec was scanned */
+#define HTTP_FLAG_VECTORED       0x0080 /* readv/writev/sendmsg/recvmsg: the first 4 iovecs were scanned */
 
 struct event_header {
     __u32 type;     /* enum event_type: must be first */
