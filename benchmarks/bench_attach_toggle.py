@@ -20,7 +20,7 @@ where the BPF programs and the tracepoints' slow path are paid; throughput
 is shown too. Events of the traced phases are drained (not written) by a
 thread of this process, whose CPU is not the server's.
 
-    sudo .venv/bin/python benchmarks/bench_attach_toggle.py [--rounds 8] [--phase-s 3]
+    sudo .venv/bin/python benchmarks/bench_attach_toggle.py [--rounds 9] [--phase-s 3]
         [--connections 16] [--max-tokens 1] [--interval-ms 0] [--bpf-stats] [--json out.json]
 """
 
@@ -112,7 +112,7 @@ def run_phase(args: argparse.Namespace, server: Server, tracer: SwitchedTracer, 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=8, help="rounds of the three states, order rotated")
+    ap.add_argument("--rounds", type=int, default=9, help="rounds of the three states, order rotated")
     ap.add_argument("--phase-s", type=float, default=3.0, help="seconds of load per phase")
     ap.add_argument("--connections", type=int, default=16)
     ap.add_argument("--max-tokens", type=int, default=1)
