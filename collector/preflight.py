@@ -269,13 +269,19 @@ def check_bpf_syscall() -> Check:
 def check_btf() -> Check:
     name = "btf"
     try:
+        from inferprobe.collector.probe_sets.sockets import task_storage_usable
+
         if os.path.exists(BTF_VMLINUX):
             size = os.path.getsize(BTF_VMLINUX)
-            return Check(name, True, f"{BTF_VMLINUX} ({size // 1024} KiB)", required=False)
+            where = ("task-local storage" if task_storage_usable()
+                     else "a hash map (task-local storage needs Linux 5.13+)")
+            return Check(name, True, f"{BTF_VMLINUX} ({size // 1024} KiB); per-thread syscall state "
+                         f"in {where}", required=False)
         return Check(
             name,
             False,
-            f"{BTF_VMLINUX} missing; not needed by inferprobe's tracepoint programs",
+            f"{BTF_VMLINUX} missing; not required: per-thread syscall state then lives in a hash "
+            "map, ~170 ns more per traced syscall than task-local storage",
             "use a kernel built with CONFIG_DEBUG_INFO_BTF=y",
             required=False,
         )

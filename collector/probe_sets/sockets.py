@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 from inferprobe.collector import targets as target_procs
+from inferprobe.collector.preflight import BTF_VMLINUX
 from inferprobe.collector.probe_sets import ProbeSet, TargetContext
 
 # The tail-call chain of sock.bpf.c, in enum classify_prog order.
@@ -66,4 +67,4 @@ def task_storage_usable(release: str | None = None) -> bool:
     version = re.match(r"(\d+)\.(\d+)", release or os.uname().release)
     if version is None:
         return False
-    return tuple(map(int, version.groups())) >= (5, 13) and Path("/sys/kernel/btf/vmlinux").exists()
+    return tuple(map(int, version.groups())) >= (5, 13) and Path(BTF_VMLINUX).exists()
