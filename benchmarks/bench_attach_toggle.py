@@ -28,38 +28,25 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import json
 import os
 import statistics
 import sys
-import threading
 from pathlib import Path
 
-from bench_overhead import Server, bpf_program_time, bpf_stats_enabled, proc_cpu_s, run_client
+from bench_overhead import DrainedTracer, Server, bpf_program_time, bpf_stats_enabled, proc_cpu_s, run_client
 
 STATES = ("detached", "untargeted", "traced")
 
 
-class SwitchedTracer:
+class SwitchedTracer(DrainedTracer):
     """The default probe sets, loaded once, switched between STATES."""
 
     def __init__(self, pid: int, ringbuf_pages: int) -> None:
-        from inferprobe.collector.loader import DEFAULT_SETS, load_tracer
-        from inferprobe.collector.ringbuf import RingBufferReader
-
+        super().__init__(pid, ringbuf_pages)
         self.pid = pid
-        self.tracer = load_tracer([pid], sets=DEFAULT_SETS, ringbuf_pages=ringbuf_pages)
         self.tracepoints = list(self.tracer.bpf.tracepoint_fds)
-        self.reader = RingBufferReader(self.tracer, lambda chunk: None)
-        self._stop = threading.Event()
-        self._pump = threading.Thread(target=self._drain, daemon=True)
-        self._pump.start()
         self.attached = True
-
-    def _drain(self) -> None:
-        while not self._stop.is_set():
-            self.reader.poll(50)
 
     def _attach(self, on: bool) -> None:
         if on == self.attached:
@@ -73,25 +60,11 @@ class SwitchedTracer:
                 bpf.detach_tracepoint(tp)
         self.attached = on
 
-    def _target(self, on: bool) -> None:
-        bitmap = self.tracer.bpf[b"targets"]  # common.bpf.h: one bit per pid
-        word = ctypes.c_int(self.pid // 64)
-        bit = 1 << (self.pid % 64)
-        value = bitmap[word].value
-        bitmap[word] = ctypes.c_uint64(value | bit if on else value & ~bit)
-
     def switch(self, state: str) -> None:
-        self._attach(state != "detached")
-        self._target(state == "traced")
+        from inferprobe.collector.loader import add_targets, remove_targets
 
-    def close(self) -> dict:
-        self._stop.set()
-        self._pump.join()
-        self.reader.drain()
-        counters = self.tracer.counters()
-        self.reader.close()
-        self.tracer.close()
-        return counters
+        self._attach(state != "detached")
+        (add_targets if state == "traced" else remove_targets)(self.tracer.bpf, [self.pid])
 
 
 def run_phase(args: argparse.Namespace, server: Server, tracer: SwitchedTracer, state: str) -> dict:

@@ -40,6 +40,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -131,6 +132,36 @@ class EmptyPrograms:
 
     def stop(self) -> None:
         self.bpf.cleanup()
+
+
+class DrainedTracer:
+    """inferprobe's default probe sets loaded in this process, their events
+    drained (not kept) by a thread, so that a full ring cannot skew what the
+    programs cost. The thread's CPU is this process's, not the server's."""
+
+    def __init__(self, pid: int, ringbuf_pages: int = 2048) -> None:
+        from inferprobe.collector.loader import DEFAULT_SETS, load_tracer
+        from inferprobe.collector.ringbuf import RingBufferReader
+
+        self.tracer = load_tracer([pid], sets=DEFAULT_SETS, ringbuf_pages=ringbuf_pages)
+        self.reader = RingBufferReader(self.tracer, lambda chunk: None)
+        self._stop = threading.Event()
+        self._pump = threading.Thread(target=self._drain, daemon=True)
+        self._pump.start()
+
+    def _drain(self) -> None:
+        while not self._stop.is_set():
+            self.reader.poll(50)
+
+    def close(self) -> dict:
+        """Stops draining and unloads; returns the kernel side's counters."""
+        self._stop.set()
+        self._pump.join()
+        self.reader.drain()
+        counters = self.tracer.counters()
+        self.reader.close()
+        self.tracer.close()
+        return counters
 
 
 @contextlib.contextmanager

@@ -42,7 +42,14 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench_overhead import EmptyPrograms, Recorder, bpf_program_time, bpf_stats_enabled, stop_process
+from bench_overhead import (
+    DrainedTracer,
+    EmptyPrograms,
+    Recorder,
+    bpf_program_time,
+    bpf_stats_enabled,
+    stop_process,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 MODES = ("untraced", "empty", "traced")
@@ -51,22 +58,7 @@ SOURCE = REPO / "benchmarks" / "native" / "http_pingpong.c"
 
 def measure_in_kernel(app: PingPong, workloads: dict) -> dict:
     """BPF time per server syscall, from the kernel's own per-program statistics."""
-    import threading
-
-    from inferprobe.collector.loader import load_tracer
-    from inferprobe.collector.ringbuf import RingBufferReader
-
-    tracer = load_tracer([app.pid], sets=("sockets", "usdt"))
-    # Events are only drained, so that a full ring cannot skew the programs' time.
-    reader = RingBufferReader(tracer, lambda chunk: None)
-    stop = threading.Event()
-
-    def drain() -> None:
-        while not stop.is_set():
-            reader.poll(50)
-
-    pump = threading.Thread(target=drain)
-    pump.start()
+    tracer = DrainedTracer(app.pid)
     out = {}
     try:
         with bpf_stats_enabled():
@@ -78,9 +70,6 @@ def measure_in_kernel(app: PingPong, workloads: dict) -> dict:
                 out[name] = {"bpf_ns_per_server_syscall": round(ns / (n * syscalls)),
                              "program_runs_per_server_syscall": round(runs / (n * syscalls), 2)}
     finally:
-        stop.set()
-        pump.join()
-        reader.close()
         tracer.close()
     return out
 

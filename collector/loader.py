@@ -93,10 +93,20 @@ def _cflags(ringbuf_pages: int) -> list[str]:
 def add_targets(bpf, pids: list[int]) -> None:
     """Sets the pids' bits in the kernel's target bitmap (common.bpf.h), which
     covers every pid a 64-bit kernel can hand out (PID_MAX_LIMIT, 1 << 22)."""
+    _set_target_bits(bpf, pids, True)
+
+
+def remove_targets(bpf, pids: list[int]) -> None:
+    """Clears the pids' bits: the programs then treat them as any other process."""
+    _set_target_bits(bpf, pids, False)
+
+
+def _set_target_bits(bpf, pids: list[int], on: bool) -> None:
     bitmap = bpf[b"targets"]
     for pid in pids:
         word = ctypes.c_int(pid // 64)
-        bitmap[word] = ctypes.c_uint64(bitmap[word].value | (1 << (pid % 64)))
+        value, bit = bitmap[word].value, 1 << (pid % 64)
+        bitmap[word] = ctypes.c_uint64(value | bit if on else value & ~bit)
 
 
 def target_pids(bpf) -> list[int]:

@@ -6,10 +6,11 @@ from pathlib import Path
 
 import pytest
 
+from inferprobe.collector.preflight import BTF_VMLINUX
 from inferprobe.collector.probe_sets import TargetContext
 from inferprobe.collector.probe_sets.sockets import SocketProbes, task_storage_usable
 
-HAVE_BTF = Path("/sys/kernel/btf/vmlinux").exists()
+HAVE_BTF = Path(BTF_VMLINUX).exists()
 
 
 @pytest.mark.parametrize(("release", "new_enough"), [
