@@ -25,7 +25,7 @@ up as extra *server* CPU time, not in the recorder's.
 Usage (needs root for the BPF part)::
 
     sudo .venv/bin/python benchmarks/bench_overhead.py [--duration 10] [--rounds 3]
-        [--connections 32] [--max-tokens 16] [--interval-ms 2] [--json out.json]
+        [--connections 32] [--max-tokens 16] [--interval-ms 2] [--unary] [--json out.json]
 """
 
 from __future__ import annotations
@@ -282,6 +282,8 @@ def run_client(args: argparse.Namespace, port: int, duration: float) -> tuple[di
         "--connections", str(args.connections), "--duration", str(duration),
         "--max-tokens", str(args.max_tokens), "--interval-ms", str(args.interval_ms),
     ]  # fmt: skip
+    if args.unary:
+        cmd.append("--no-stream")
     c0 = children_cpu_s()
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 120)
     c1 = children_cpu_s()
@@ -553,6 +555,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--connections", type=int, default=32)
     ap.add_argument("--max-tokens", type=int, default=16)
     ap.add_argument("--interval-ms", type=float, default=2.0)
+    ap.add_argument("--unary", action="store_true",
+                    help="one JSON response per request (headers and body in one write) instead "
+                    "of an SSE stream: the many-small-requests case")
     ap.add_argument("--json", type=Path, default=None, help="write all numbers here")
     ap.add_argument(
         "--keep-dir", type=Path, default=None, help="keep recordings and logs in this folder"
@@ -589,7 +594,8 @@ def main(argv: list[str] | None = None) -> int:
             f"server pid {server.pid} port {server.port}; {args.rounds} rounds x "
             f"({args.duration:g} s untraced + {args.duration:g} s traced), "
             f"{args.connections} connections, max_tokens {args.max_tokens}, "
-            f"interval_ms {args.interval_ms:g}; {os.cpu_count()} CPUs",
+            f"interval_ms {args.interval_ms:g}, {'unary' if args.unary else 'streamed'}; "
+            f"{os.cpu_count()} CPUs",
             flush=True,
         )
         if args.warmup > 0:
@@ -647,6 +653,7 @@ def main(argv: list[str] | None = None) -> int:
                     "connections": args.connections,
                     "max_tokens": args.max_tokens,
                     "interval_ms": args.interval_ms,
+                    "unary": args.unary,
                     "cpus": os.cpu_count(),
                     "server_log": args.server_log,
                 },
