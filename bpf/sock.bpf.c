@@ -856,6 +856,13 @@ int scan_header_block(void *ctx)
     scan_headers(s);
     parse_content_length(s);
     if (s->ev.kind == HTTP_KIND_RESPONSE) {
+        /* Headers seen whole, neither chunked nor an event stream: nothing
+         * in this body is read downstream (no tokens outside streams, the
+         * end is a byte count or close), so the scan is skipped. */
+        u16 flags = s->ev.flags;
+        if ((flags & HTTP_FLAG_HEADERS_END) &&
+            !(flags & (HTTP_FLAG_CHUNKED | HTTP_FLAG_EVENT_STREAM)))
+            return submit(s);
         if (!s->body_start)
             s->body_start = s->n;   /* headers run past the window: no body in view */
         classifiers.call(ctx, PROG_SCAN_BODY);

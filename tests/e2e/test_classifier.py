@@ -7,7 +7,7 @@ are the ones servers differ in: header case, Content-Type parameters, bare
 "\\n" line ends, SSE fields with and without a space, comments, several
 events per write, [DONE] and the last chunk coalesced, headers past the
 512-byte scan window, a write longer than the window whose end is only in
-its tail.
+its tail, and a length-framed body that is not scanned at all.
 """
 
 from __future__ import annotations
@@ -82,6 +82,11 @@ REQ_HEALTH = b"GET /health HTTP/1.1\r\nHost: h\r\n\r\n"
 NOT_FOUND = b"HTTP/1.0 404 Not Found\r\ncontent-length: 9\r\nConnection: close\r\n\r\n"
 REQ_PATCH = b"PATCH /p HTTP/1.1\r\nHost: x\r\n\r\n"
 NO_CONTENT = b"HTTP/1.1 204 No Content\r\n\r\n"
+REQ_PLAIN = b"GET /plain HTTP/1.1\r\nHost: h\r\n\r\n"
+# Length-framed, not an event stream: its body is not scanned, so SSE-looking
+# lines in it are not counted (the kernel skips the scan; nothing reads it).
+PLAIN_BODY = b"data: not a token\n\ndata: [DONE]\n\n"
+PLAIN_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n" % len(PLAIN_BODY)
 
 # (the request the client sends, what the server's read of it must give,
 #  the server's writes and what each must give)
@@ -111,6 +116,10 @@ STEPS: list[tuple[Expect, list[Expect]]] = [
              header_bytes=len(BARE_LF) - 2),
       Expect(b"0\r\n\r\n", flags=H.CHUNKED_END),
       Expect(NO_CONTENT, HttpKind.RESPONSE, H.HEADERS_END, status=204, header_bytes=len(NO_CONTENT))]),
+    (Expect(REQ_PLAIN, HttpKind.REQUEST, H.HEADERS_END, method="GET", path="/plain",
+            header_bytes=len(REQ_PLAIN)),
+     [Expect(PLAIN_HEAD + PLAIN_BODY, HttpKind.RESPONSE, H.HEADERS_END | H.HAS_LENGTH, status=200,
+             content_length=len(PLAIN_BODY), header_bytes=len(PLAIN_HEAD))]),
 ]
 
 
