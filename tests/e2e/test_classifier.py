@@ -20,12 +20,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from inferprobe.collector.events import HttpFlag, HttpKind, IoRecord, decode
-from inferprobe.collector.loader import load_tracer
-from inferprobe.collector.ringbuf import RingBufferReader
-from inferprobe.collector.ringbuf_format import iter_ring_records
+from inferprobe.collector.events import HttpFlag, HttpKind, IoRecord
 
-from conftest import needs_root
+from conftest import KernelCapture, needs_root, stop_process
 
 pytestmark = [pytest.mark.bpf, needs_root]
 
@@ -140,13 +137,10 @@ def test_each_read_and_write_is_classified_as_its_bytes_say(tmp_path, pending):
     script = tmp_path / "steps.json"
     script.write_text(json.dumps([[w.data.hex() for w in writes] for _, writes in STEPS]))
     server = subprocess.Popen([sys.executable, "-c", SERVER, str(script)], stdout=subprocess.PIPE, text=True)
-    chunks: list[bytes] = []
-    tracer = None
+    capture = None
     try:
         port = int(server.stdout.readline())
-        tracer = load_tracer([server.pid], sets=("sockets",), ringbuf_pages=64,
-                             options={"sockets": {"pending": pending}})
-        reader = RingBufferReader(tracer, chunks.append)
+        capture = KernelCapture(server.pid, options={"sockets": {"pending": pending}})
         with socket.create_connection(("127.0.0.1", port)) as client:
             for request, writes in STEPS:
                 client.sendall(request.data)
@@ -156,16 +150,11 @@ def test_each_read_and_write_is_classified_as_its_bytes_say(tmp_path, pending):
                     got += len(client.recv(65536))
             client.sendall(b"x")
         server.wait(timeout=10)
-        reader.drain()
-        counters = tracer.counters()
-        reader.close()
+        events, counters = capture.finish()
     finally:
-        if server.poll() is None:
-            server.kill()
-            server.wait()
-        if tracer is not None:
-            tracer.close()
-    events = [decode(raw) for chunk in chunks for raw in iter_ring_records(chunk)]
+        stop_process(server)
+        if capture is not None:
+            capture.close()
     io = [e for e in events if isinstance(e, IoRecord) and e.pid == server.pid and e.bytes > 0]
     expected = [x for request, writes in STEPS for x in (request, *writes)] + [Expect(b"x")]
     assert [as_expect(e) for e in io] == [observed(x) for x in expected]

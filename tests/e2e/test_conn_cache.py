@@ -23,12 +23,9 @@ import sys
 
 import pytest
 
-from inferprobe.collector.events import ConnRecord, EventType, HttpKind, IoRecord, decode
-from inferprobe.collector.loader import load_tracer
-from inferprobe.collector.ringbuf import RingBufferReader
-from inferprobe.collector.ringbuf_format import iter_ring_records
+from inferprobe.collector.events import ConnRecord, EventType, HttpKind, IoRecord
 
-from conftest import needs_root
+from conftest import KernelCapture, needs_root, stop_process
 
 pytestmark = [pytest.mark.bpf, needs_root]
 
@@ -102,13 +99,10 @@ def test_a_reused_fd_and_a_late_http_flip_reach_the_right_connection(pending):
         [sys.executable, "-c", SERVER, str(len(REQUEST)), RESPONSE.hex()],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )
-    chunks: list[bytes] = []
-    tracer = None
+    capture = None
     try:
         port = int(server.stdout.readline())
-        tracer = load_tracer([server.pid], sets=("sockets",), ringbuf_pages=64,
-                             options={"sockets": {"pending": pending}})
-        reader = RingBufferReader(tracer, chunks.append)
+        capture = KernelCapture(server.pid, options={"sockets": {"pending": pending}})
         server.stdin.write("go\n")
         server.stdin.flush()
         with socket.create_connection(("127.0.0.1", port)) as first:
@@ -124,18 +118,13 @@ def test_a_reused_fd_and_a_late_http_flip_reach_the_right_connection(pending):
             second.sendall(b"x")
             fds = json.loads(server.stdout.readline())
         server.wait(timeout=10)
-        reader.drain()
-        counters = tracer.counters()
-        reader.close()
+        events, counters = capture.finish()
     finally:
-        if server.poll() is None:
-            server.kill()
-            server.wait()
-        if tracer is not None:
-            tracer.close()
+        stop_process(server)
+        if capture is not None:
+            capture.close()
 
     assert fds[0] == fds[1], "the precondition: the second connection reuses the first's fd"
-    events = [decode(raw) for chunk in chunks for raw in iter_ring_records(chunk)]
     opened = {e.peer_port: e.conn_id for e in events
               if isinstance(e, ConnRecord) and e.type == EventType.CONN_OPEN and e.pid == server.pid}
     first_id, second_id = opened[first_port], opened[second_port]
