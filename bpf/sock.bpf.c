@@ -104,7 +104,16 @@ static __always_inline void socks_changed(void)
         __sync_fetch_and_add(generation, 1);
 }
 
+/* What pending_finish() found for the exiting thread. */
+enum pending_found {
+    PENDING_NONE = 0,          /* no traced syscall in flight */
+    PENDING_FOUND = 1,
+    PENDING_THREAD_UNSEEN = 2, /* task storage only: the thread entered nothing since attach */
+};
+
 #ifdef PENDING_IN_TASK_STORAGE
+#include <asm/ptrace.h>   /* struct pt_regs: the saved user registers (recover_in_flight) */
+
 /* A thread's recent connections, by fd. A socks lookup costs ~150 ns in a
  * busy server (two cache misses into a 65536-entry map); this copy sits in
  * the cache lines the syscall's pending state touches anyway. Sixteen
@@ -165,11 +174,53 @@ static __always_inline int lookup_conn(struct pending_io *slot, u32 tgid, s32 fd
 static __always_inline int pending_finish(u64 id, struct pending_io *io)
 {
     struct pending_io *slot = pending_task.task_storage_get(bpf_get_current_task_btf(), 0, 0);
-    if (!slot || !slot->ts_ns)
-        return 0;
+    if (!slot)
+        return PENDING_THREAD_UNSEEN;
+    if (!slot->ts_ns)
+        return PENDING_NONE;
     *io = *slot;
     slot->ts_ns = 0;
+    return PENDING_FOUND;
+}
+
+/* A socket syscall the thread was already inside when tracing began (an
+ * idle server blocked in recv() at attach): its entry was never seen, and
+ * without this its request would be missing. Every traced syscall a target
+ * thread enters creates its storage, so a thread without any is in one
+ * that began earlier. The arguments are still in the thread's saved user
+ * registers (the architecture's syscall ABI, read as uprobes read theirs);
+ * the start is unknown, so io->ts_ns stays 0 and io_exit uses the exit
+ * time and flags the event. Taken at most once per thread: it creates the
+ * storage. x86-64 only: elsewhere the first argument's register already
+ * holds the return value at exit. */
+static __always_inline int recover_in_flight(u64 id, struct pending_io *io, u16 dir,
+                                             u16 vectored, u16 is_msghdr)
+{
+#if defined(__x86_64__)
+    u32 tgid = id >> 32;
+    if (!is_target(tgid))
+        return 0;
+    struct task_struct *task = bpf_get_current_task_btf();
+    struct thread_io *thread = pending_task.task_storage_get(task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+    if (!thread)
+        return 0;
+    struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
+    s32 fd = (s32)regs->di;
+    struct conn_state state;
+    if (!lookup_conn(&thread->io, tgid, fd, &state))
+        return 0;
+    io->ts_ns = 0;
+    io->buf = regs->si;
+    io->conn_id = state.conn_id;
+    io->vlen = vectored ? (u32)regs->dx : 0;
+    io->fd = fd;
+    io->dir = dir;
+    io->is_msghdr = is_msghdr;
+    io->http_seen = state.http_seen;
     return 1;
+#else
+    return 0;
+#endif
 }
 
 /* The thread's syscall in flight, left in place (net.bpf.c reads it). */
@@ -211,10 +262,18 @@ static __always_inline int pending_finish(u64 id, struct pending_io *io)
 {
     struct pending_io *found = pending.lookup(&id);
     if (!found)
-        return 0;
+        return PENDING_NONE;
     *io = *found;
     pending.delete(&id);
-    return 1;
+    return PENDING_FOUND;
+}
+
+/* The hash cannot tell a thread never seen from one between syscalls, so a
+ * syscall already under way at attach stays unrecorded in this mode. */
+static __always_inline int recover_in_flight(u64 id, struct pending_io *io, u16 dir,
+                                             u16 vectored, u16 is_msghdr)
+{
+    return 0;
 }
 
 static __always_inline struct pending_io *pending_peek(u64 id)
@@ -744,15 +803,21 @@ static __always_inline struct scratch *get_scratch(void)
     return scratch_area.lookup(&zero);
 }
 
-static __always_inline int io_exit(void *ctx, long ret)
+static __always_inline int io_exit(void *ctx, long ret, u16 dir, u16 vectored, u16 is_msghdr)
 {
     u64 id = bpf_get_current_pid_tgid();
     struct pending_io io;
-    if (!pending_finish(id, &io))
+    int found = pending_finish(id, &io);
+    if (found == PENDING_NONE)
+        return 0;
+    if (found == PENDING_THREAD_UNSEEN && (ret <= 0 || !recover_in_flight(id, &io, dir, vectored, is_msghdr)))
         return 0;
     /* Only now: this exit runs for every read and write on the host, and
      * the clock costs more than the lookup that turns most of them away. */
     u64 now = bpf_ktime_get_ns();
+    u16 began_before_tracing = io.ts_ns == 0;
+    if (began_before_tracing)
+        io.ts_ns = now;
 
     /* Non-blocking sockets: EAGAIN is a poll, not I/O. */
     if (ret == -11 /* EAGAIN */)
@@ -780,6 +845,8 @@ static __always_inline int io_exit(void *ctx, long ret)
     ev->content_length = -1;
     if (io.vlen)
         ev->flags |= HTTP_FLAG_VECTORED;
+    if (began_before_tracing)
+        ev->flags |= HTTP_FLAG_BEGAN_UNSEEN;
     s->http_seen = io.http_seen;
     s->n = 0;
     s->tail_in_head = 0;
@@ -880,18 +947,18 @@ int scan_body(void *ctx)
 }
 
 TRACEPOINT_PROBE(syscalls, sys_enter_read) { return io_enter(args->fd, (u64)args->buf, 0, DIR_READ, 0); }
-TRACEPOINT_PROBE(syscalls, sys_exit_read) { return io_exit(args, args->ret); }
+TRACEPOINT_PROBE(syscalls, sys_exit_read) { return io_exit(args, args->ret, DIR_READ, 0, 0); }
 TRACEPOINT_PROBE(syscalls, sys_enter_readv) { return io_enter(args->fd, (u64)args->vec, args->vlen, DIR_READ, 0); }
-TRACEPOINT_PROBE(syscalls, sys_exit_readv) { return io_exit(args, args->ret); }
+TRACEPOINT_PROBE(syscalls, sys_exit_readv) { return io_exit(args, args->ret, DIR_READ, 1, 0); }
 TRACEPOINT_PROBE(syscalls, sys_enter_recvfrom) { return io_enter(args->fd, (u64)args->ubuf, 0, DIR_READ, 0); }
-TRACEPOINT_PROBE(syscalls, sys_exit_recvfrom) { return io_exit(args, args->ret); }
+TRACEPOINT_PROBE(syscalls, sys_exit_recvfrom) { return io_exit(args, args->ret, DIR_READ, 0, 0); }
 TRACEPOINT_PROBE(syscalls, sys_enter_recvmsg) { return io_enter(args->fd, (u64)args->msg, 0, DIR_READ, 1); }
-TRACEPOINT_PROBE(syscalls, sys_exit_recvmsg) { return io_exit(args, args->ret); }
+TRACEPOINT_PROBE(syscalls, sys_exit_recvmsg) { return io_exit(args, args->ret, DIR_READ, 0, 1); }
 TRACEPOINT_PROBE(syscalls, sys_enter_write) { return io_enter(args->fd, (u64)args->buf, 0, DIR_WRITE, 0); }
-TRACEPOINT_PROBE(syscalls, sys_exit_write) { return io_exit(args, args->ret); }
+TRACEPOINT_PROBE(syscalls, sys_exit_write) { return io_exit(args, args->ret, DIR_WRITE, 0, 0); }
 TRACEPOINT_PROBE(syscalls, sys_enter_writev) { return io_enter(args->fd, (u64)args->vec, args->vlen, DIR_WRITE, 0); }
-TRACEPOINT_PROBE(syscalls, sys_exit_writev) { return io_exit(args, args->ret); }
+TRACEPOINT_PROBE(syscalls, sys_exit_writev) { return io_exit(args, args->ret, DIR_WRITE, 1, 0); }
 TRACEPOINT_PROBE(syscalls, sys_enter_sendto) { return io_enter(args->fd, (u64)args->buff, 0, DIR_WRITE, 0); }
-TRACEPOINT_PROBE(syscalls, sys_exit_sendto) { return io_exit(args, args->ret); }
+TRACEPOINT_PROBE(syscalls, sys_exit_sendto) { return io_exit(args, args->ret, DIR_WRITE, 0, 0); }
 TRACEPOINT_PROBE(syscalls, sys_enter_sendmsg) { return io_enter(args->fd, (u64)args->msg, 0, DIR_WRITE, 1); }
-TRACEPOINT_PROBE(syscalls, sys_exit_sendmsg) { return io_exit(args, args->ret); }
+TRACEPOINT_PROBE(syscalls, sys_exit_sendmsg) { return io_exit(args, args->ret, DIR_WRITE, 0, 1); }

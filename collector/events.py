@@ -83,6 +83,7 @@ class HttpFlag(enum.IntFlag):
     CONN_CLOSE = 0x0020
     HAS_LENGTH = 0x0040
     VECTORED = 0x0080
+    BEGAN_UNSEEN = 0x0100
 
 
 class Counter(enum.IntEnum):

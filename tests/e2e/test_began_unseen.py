@@ -1,0 +1,104 @@
+"""A read already blocked when tracing began (bpf/sock.bpf.c, recover_in_flight).
+
+An idle threaded server sits in recv() on a keep-alive connection when the
+tracer attaches, so the kernel never saw that syscall begin. Its request
+must still be recorded, rebuilt at the syscall's exit from the thread's
+saved registers, flagged BEGAN_UNSEEN, and timed between the client's own
+send and receive; the next request on the connection is an ordinary one.
+"""
+
+from __future__ import annotations
+
+import platform
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from inferprobe.collector.events import HttpFlag, HttpKind, IoRecord
+from inferprobe.collector.probe_sets.sockets import task_storage_usable
+
+from conftest import KernelCapture, needs_root, stop_process
+
+pytestmark = [
+    pytest.mark.bpf,
+    needs_root,
+    pytest.mark.skipif(platform.machine() != "x86_64",
+                       reason="the syscall's arguments are read from x86-64 registers"),
+    pytest.mark.skipif(not task_storage_usable(),
+                       reason="needs task-local storage (Linux 5.13+ with BTF) to tell unseen threads"),
+]
+
+REQUEST = b"GET /v1/models HTTP/1.1\r\nHost: h\r\n\r\n"
+RESPONSE = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+RECVFROM = 45  # x86-64 syscall number, as /proc/<pid>/task/<tid>/syscall shows it
+
+SERVER = r"""
+import socket, sys, threading
+REQUEST_LEN, RESPONSE = int(sys.argv[1]), bytes.fromhex(sys.argv[2])
+srv = socket.socket()
+srv.bind(("127.0.0.1", 0))
+srv.listen()
+print(srv.getsockname()[1], flush=True)
+conn, _ = srv.accept()
+
+def serve():
+    while conn.recv(REQUEST_LEN):
+        conn.sendall(RESPONSE)
+
+worker = threading.Thread(target=serve)
+worker.start()
+print(worker.native_id, flush=True)
+worker.join()
+"""
+
+
+def blocked_in(pid: int, tid: int) -> int | None:
+    """The syscall number a thread is blocked in, None if it is running."""
+    fields = open(f"/proc/{pid}/task/{tid}/syscall").read().split()
+    return int(fields[0]) if fields and fields[0].lstrip("-").isdigit() else None
+
+
+def test_a_request_read_blocked_at_attach_is_recorded():
+    server = subprocess.Popen([sys.executable, "-c", SERVER, str(len(REQUEST)), RESPONSE.hex()],
+                              stdout=subprocess.PIPE, text=True)
+    capture = None
+    try:
+        port = int(server.stdout.readline())
+        client = socket.create_connection(("127.0.0.1", port))
+        worker = int(server.stdout.readline())
+        deadline = time.monotonic() + 10
+        while blocked_in(server.pid, worker) != RECVFROM:
+            assert time.monotonic() < deadline, "the worker never blocked in recv()"
+            time.sleep(0.02)
+
+        capture = KernelCapture(server.pid)  # the worker is inside recv() all along
+        sent_ns = time.monotonic_ns()
+        client.sendall(REQUEST)
+        assert client.recv(len(RESPONSE)) == RESPONSE
+        answered_ns = time.monotonic_ns()
+        client.sendall(REQUEST)
+        assert client.recv(len(RESPONSE)) == RESPONSE
+        client.close()
+        server.wait(timeout=10)
+        events, counters = capture.finish()
+    finally:
+        stop_process(server)
+        if capture is not None:
+            capture.close()
+
+    io = [e for e in events if isinstance(e, IoRecord) and e.pid == server.pid and e.bytes > 0]
+    assert [(e.kind, e.tid, bool(e.flags & HttpFlag.BEGAN_UNSEEN)) for e in io] == [
+        (HttpKind.REQUEST, worker, True),
+        (HttpKind.RESPONSE, worker, False),
+        (HttpKind.REQUEST, worker, False),
+        (HttpKind.RESPONSE, worker, False),
+    ]
+    first = io[0]
+    assert first.path == "/v1/models" and first.bytes == len(REQUEST)
+    assert first.ts_ns == first.exit_ns, "an unseen start stands at the exit"
+    assert sent_ns <= first.exit_ns <= answered_ns
+    assert len({e.conn_id for e in io}) == 1 and first.conn_id != 0
+    assert counters["events_lost"] == 0
