@@ -61,6 +61,11 @@ struct scratch {
     u32 length_at;   /* where the Content-Length value starts, 0 if none */
     u32 data_lines;
     u32 done;
+    /* Vectored I/O: the iovecs copy_head() did not reach, and the bytes the
+     * syscall moved through them (find_last_iovec walks them). */
+    u64 iov_next;
+    u64 bytes_left;
+    u32 iovs_left;
 };
 
 
@@ -606,6 +611,36 @@ static __always_inline void finish_sse(struct scratch *s)
 
 /* The last bytes of a write: the chunked terminator and [DONE] trail the
  * final token chunk when a server coalesces the end of a stream. */
+/* A vectored write's end can lie past the iovecs copy_head() read: more
+ * than MAX_IOVECS of them, or a head filled by the first. Walk the rest of
+ * the array, without copying, to the buffer holding the last byte moved, so
+ * that the tail is that buffer's end. Past IOV_WALK_MAX iovecs there is no
+ * tail rather than a wrong one. */
+#define IOV_WALK_MAX 64
+static __always_inline void find_last_iovec(struct scratch *s)
+{
+    u64 remaining = s->bytes_left;
+    u64 next = s->iov_next;
+    u32 left = s->iovs_left;
+    if (!remaining)
+        return;
+    for (u32 k = 0; k < IOV_WALK_MAX; k++) {
+        if (k >= left || !remaining)
+            break;
+        struct user_iovec iov = {};
+        bpf_probe_read_user(&iov, sizeof(iov), (void *)(next + k * sizeof(iov)));
+        u64 take = iov.len < remaining ? iov.len : remaining;
+        if (take) {
+            s->last_base = iov.base;
+            s->last_len = take;
+            s->tail_in_head = 0;
+        }
+        remaining -= take;
+    }
+    if (remaining)
+        s->last_len = 0;
+}
+
 static __always_inline void scan_tail(struct scratch *s)
 {
     u64 len = s->last_len;
@@ -621,7 +656,7 @@ static __always_inline void scan_tail(struct scratch *s)
         return;
     }
     u32 t = len > SCAN_TAIL_BYTES ? SCAN_TAIL_BYTES : (u32)len;
-    if (t < 6 || t > SCAN_TAIL_BYTES)
+    if (t < 5 || t > SCAN_TAIL_BYTES)
         return;
     bpf_probe_read_user(s->tail, t, (void *)(s->last_base + len - t));
     /* [DONE] beyond the head window is only looked for in the tail. */
@@ -632,6 +667,10 @@ static __always_inline void scan_tail(struct scratch *s)
             s->done |= tail_is_new << 1;   /* bit 1: seen in the tail only */
     }
     if (t >= 7 && MATCHES(load8_tail(s->tail, t - 7), CHUNKED_END, 7))
+        s->ev.flags |= HTTP_FLAG_CHUNKED_END;
+    /* The last chunk as a buffer of its own at the end of a vectored write
+     * (Node.js writes it so): its CRLF before is in another iovec. */
+    if (len == 5 && MATCHES(load8_tail(s->tail, 0), "0\r\n\r\n", 5))
         s->ev.flags |= HTTP_FLAG_CHUNKED_END;
 }
 
@@ -694,9 +733,11 @@ static __always_inline void copy_head(struct scratch *s, u64 buf, u32 vlen, u64 
         s->last_base = buf;
         s->last_len = moved;
         s->tail_in_head = moved == n;
+        s->bytes_left = 0;
         return;
     }
     u32 copied = 0;
+    u32 walked = 0;
     u64 remaining = moved;
     s->last_len = 0;
     s->tail_in_head = 0;
@@ -707,6 +748,9 @@ static __always_inline void copy_head(struct scratch *s, u64 buf, u32 vlen, u64 
         struct user_iovec iov = {};
         bpf_probe_read_user(&iov, sizeof(iov), (void *)(buf + k * sizeof(iov)));
         u64 take = iov.len < remaining ? iov.len : remaining;
+        walked = k + 1;
+        if (take == 0)
+            continue;   /* an empty iovec: the last buffer is still the one before */
         s->last_base = iov.base;
         s->last_len = take;
         remaining -= take;
@@ -725,6 +769,9 @@ static __always_inline void copy_head(struct scratch *s, u64 buf, u32 vlen, u64 
         s->tail_in_head = n == take;
     }
     s->n = copied;
+    s->iov_next = buf + walked * sizeof(struct user_iovec);
+    s->iovs_left = vlen - walked;
+    s->bytes_left = remaining;
 }
 
 /* ---------------------------------------------------------------- read / write
@@ -872,6 +919,7 @@ static __always_inline int io_exit(void *ctx, long ret, u16 dir, u16 vectored, u
 /* The end of a body write: its last bytes, the SSE counts, the event. */
 static __always_inline int finish_body(struct scratch *s)
 {
+    find_last_iovec(s);
     scan_tail(s);
     finish_sse(s);
     return submit(s);

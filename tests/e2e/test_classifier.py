@@ -7,7 +7,8 @@ are the ones servers differ in: header case, Content-Type parameters, bare
 "\\n" line ends, SSE fields with and without a space, comments, several
 events per write, [DONE] and the last chunk coalesced, headers past the
 512-byte scan window, a write longer than the window whose end is only in
-its tail, and a length-framed body that is not scanned at all.
+its tail, vectored writes whose end lies past the iovecs copied, and a
+length-framed body that is not scanned at all.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ pytestmark = [pytest.mark.bpf, needs_root]
 # Reads one request per recv() and answers it with the writes given for it.
 SERVER = r"""
 import json, socket, sys, time
-steps = [[bytes.fromhex(w) for w in step] for step in json.load(open(sys.argv[1]))]
+# A write is hex (one send) or a list of hex (one sendmsg, an iovec each).
+steps = json.load(open(sys.argv[1]))
 srv = socket.socket()
 srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 srv.bind(("127.0.0.1", 0))
@@ -40,7 +42,10 @@ conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 for writes in steps:
     conn.recv(65536)
     for w in writes:
-        conn.sendall(w)
+        if isinstance(w, list):
+            conn.sendmsg([bytes.fromhex(part) for part in w])
+        else:
+            conn.sendall(bytes.fromhex(w))
         time.sleep(0.01)
 conn.recv(1)
 """
@@ -51,7 +56,7 @@ FLAGS = (HttpFlag.HEADERS_END | HttpFlag.CHUNKED | HttpFlag.EVENT_STREAM | HttpF
 
 @dataclass
 class Expect:
-    data: bytes
+    data: bytes | list[bytes]   # a list: one vectored write, a buffer per iovec
     kind: HttpKind = HttpKind.DATA
     flags: HttpFlag = HttpFlag(0)
     status: int = 0
@@ -60,6 +65,14 @@ class Expect:
     content_length: int | None = None
     header_bytes: int = 0
     sse_events: int = 0
+
+    @property
+    def payload(self) -> bytes:
+        return b"".join(self.data) if isinstance(self.data, list) else self.data
+
+    def script(self) -> str | list[str]:
+        """How the scripted server is told to write it."""
+        return [part.hex() for part in self.data] if isinstance(self.data, list) else self.data.hex()
 
 
 def chunk(payload: bytes) -> bytes:
@@ -83,6 +96,13 @@ REQ_PLAIN = b"GET /plain HTTP/1.1\r\nHost: h\r\n\r\n"
 # Length-framed, not an event stream: its body is not scanned, so SSE-looking
 # lines in it are not counted (the kernel skips the scan; nothing reads it).
 PLAIN_BODY = b"data: not a token\n\ndata: [DONE]\n\n"
+REQ_VEC = b"GET /vec HTTP/1.1\r\nHost: h\r\n\r\n"
+C1, C2 = chunk(b"data: a\n\n"), chunk(b"data: [DONE]\n\n")
+# More iovecs than the kernel copies (4), an empty one among them, the last
+# chunk alone in the last: the end is found by walking the rest.
+VEC_MANY = [C1[:5], C1[5:10], C1[10:], b"", C2, b"0\r\n\r\n"]
+# The first iovec fills the 512-byte head: the end is in the second.
+VEC_FULL = [chunk(b"data: " + b"x" * 600 + b"\n\n"), C2 + b"0\r\n\r\n"]
 PLAIN_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n" % len(PLAIN_BODY)
 
 # (the request the client sends, what the server's read of it must give,
@@ -113,6 +133,16 @@ STEPS: list[tuple[Expect, list[Expect]]] = [
              header_bytes=len(BARE_LF) - 2),
       Expect(b"0\r\n\r\n", flags=H.CHUNKED_END),
       Expect(NO_CONTENT, HttpKind.RESPONSE, H.HEADERS_END, status=204, header_bytes=len(NO_CONTENT))]),
+    (Expect(REQ_VEC, HttpKind.REQUEST, H.HEADERS_END, method="GET", path="/vec",
+            header_bytes=len(REQ_VEC)),
+     [Expect(SSE_HEAD, HttpKind.RESPONSE, H.HEADERS_END | H.EVENT_STREAM | H.CHUNKED, status=200,
+             header_bytes=len(SSE_HEAD)),
+      Expect(VEC_MANY, sse_events=1, flags=H.CHUNKED_END)]),  # [DONE]: in neither head nor tail
+    (Expect(REQ_VEC, HttpKind.REQUEST, H.HEADERS_END, method="GET", path="/vec",
+            header_bytes=len(REQ_VEC)),
+     [Expect(SSE_HEAD, HttpKind.RESPONSE, H.HEADERS_END | H.EVENT_STREAM | H.CHUNKED, status=200,
+             header_bytes=len(SSE_HEAD)),
+      Expect(VEC_FULL, sse_events=1, flags=H.SSE_DONE | H.CHUNKED_END)]),
     (Expect(REQ_PLAIN, HttpKind.REQUEST, H.HEADERS_END, method="GET", path="/plain",
             header_bytes=len(REQ_PLAIN)),
      [Expect(PLAIN_HEAD + PLAIN_BODY, HttpKind.RESPONSE, H.HEADERS_END | H.HAS_LENGTH, status=200,
@@ -123,7 +153,7 @@ STEPS: list[tuple[Expect, list[Expect]]] = [
 def observed(e: Expect) -> dict:
     return {"kind": e.kind, "flags": e.flags & FLAGS, "status": e.status, "method": e.method,
             "path": e.path, "content_length": e.content_length, "header_bytes": e.header_bytes,
-            "sse_events": e.sse_events, "bytes": len(e.data)}
+            "sse_events": e.sse_events, "bytes": len(e.payload)}
 
 
 def as_expect(ev: IoRecord) -> dict:
@@ -135,7 +165,7 @@ def as_expect(ev: IoRecord) -> dict:
 @pytest.mark.parametrize("pending", ["auto", "hash"])
 def test_each_read_and_write_is_classified_as_its_bytes_say(tmp_path, pending):
     script = tmp_path / "steps.json"
-    script.write_text(json.dumps([[w.data.hex() for w in writes] for _, writes in STEPS]))
+    script.write_text(json.dumps([[w.script() for w in writes] for _, writes in STEPS]))
     server = subprocess.Popen([sys.executable, "-c", SERVER, str(script)], stdout=subprocess.PIPE, text=True)
     capture = None
     try:
@@ -143,8 +173,8 @@ def test_each_read_and_write_is_classified_as_its_bytes_say(tmp_path, pending):
         capture = KernelCapture(server.pid, options={"sockets": {"pending": pending}})
         with socket.create_connection(("127.0.0.1", port)) as client:
             for request, writes in STEPS:
-                client.sendall(request.data)
-                want = sum(len(w.data) for w in writes)
+                client.sendall(request.payload)
+                want = sum(len(w.payload) for w in writes)
                 got = 0
                 while got < want:
                     got += len(client.recv(65536))
