@@ -57,6 +57,12 @@ class KernelCapture:
         self.close()
         return [decode(raw) for chunk in self._chunks for raw in iter_ring_records(chunk)], counters
 
+    def __enter__(self) -> KernelCapture:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     def close(self) -> None:
         """Unloads; safe to call again, and after finish()."""
         if self.reader is not None:
@@ -146,6 +152,23 @@ class Recorder:
         self.proc.terminate()
         out, err = self.proc.communicate(timeout=timeout)
         return "".join(self.stdout_lines) + out, err
+
+
+@pytest.fixture
+def python_script():
+    """Starts `python -c SCRIPT ARGS...` with its stdout piped (text); every
+    process started is stopped at teardown."""
+    started: list[subprocess.Popen] = []
+
+    def start(script: str, *args: str, **popen) -> subprocess.Popen:
+        proc = subprocess.Popen([sys.executable, "-c", script, *args],
+                                stdout=subprocess.PIPE, text=True, **popen)
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        stop_process(proc)
 
 
 @pytest.fixture

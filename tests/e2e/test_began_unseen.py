@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import platform
 import socket
-import subprocess
-import sys
 import time
 
 import pytest
@@ -20,7 +18,7 @@ import pytest
 from inferprobe.collector.events import HttpFlag, HttpKind, IoRecord
 from inferprobe.collector.probe_sets.sockets import task_storage_usable
 
-from conftest import KernelCapture, needs_root, stop_process
+from conftest import KernelCapture, needs_root
 
 pytestmark = [
     pytest.mark.bpf,
@@ -61,20 +59,17 @@ def blocked_in(pid: int, tid: int) -> int | None:
     return int(fields[0]) if fields and fields[0].lstrip("-").isdigit() else None
 
 
-def test_a_request_read_blocked_at_attach_is_recorded():
-    server = subprocess.Popen([sys.executable, "-c", SERVER, str(len(REQUEST)), RESPONSE.hex()],
-                              stdout=subprocess.PIPE, text=True)
-    capture = None
-    try:
-        port = int(server.stdout.readline())
-        client = socket.create_connection(("127.0.0.1", port))
-        worker = int(server.stdout.readline())
-        deadline = time.monotonic() + 10
-        while blocked_in(server.pid, worker) != RECVFROM:
-            assert time.monotonic() < deadline, "the worker never blocked in recv()"
-            time.sleep(0.02)
+def test_a_request_read_blocked_at_attach_is_recorded(python_script):
+    server = python_script(SERVER, str(len(REQUEST)), RESPONSE.hex())
+    port = int(server.stdout.readline())
+    client = socket.create_connection(("127.0.0.1", port))
+    worker = int(server.stdout.readline())
+    deadline = time.monotonic() + 10
+    while blocked_in(server.pid, worker) != RECVFROM:
+        assert time.monotonic() < deadline, "the worker never blocked in recv()"
+        time.sleep(0.02)
 
-        capture = KernelCapture(server.pid)  # the worker is inside recv() all along
+    with KernelCapture(server.pid) as capture:  # the worker is inside recv() all along
         sent_ns = time.monotonic_ns()
         client.sendall(REQUEST)
         assert client.recv(len(RESPONSE)) == RESPONSE
@@ -84,10 +79,6 @@ def test_a_request_read_blocked_at_attach_is_recorded():
         client.close()
         server.wait(timeout=10)
         events, counters = capture.finish()
-    finally:
-        stop_process(server)
-        if capture is not None:
-            capture.close()
 
     io = [e for e in events if isinstance(e, IoRecord) and e.pid == server.pid and e.bytes > 0]
     assert [(e.kind, e.tid, bool(e.flags & HttpFlag.BEGAN_UNSEEN)) for e in io] == [

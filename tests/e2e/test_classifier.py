@@ -15,15 +15,13 @@ from __future__ import annotations
 
 import json
 import socket
-import subprocess
-import sys
 from dataclasses import dataclass
 
 import pytest
 
 from inferprobe.collector.events import HttpFlag, HttpKind, IoRecord
 
-from conftest import KernelCapture, needs_root, stop_process
+from conftest import KernelCapture, needs_root
 
 pytestmark = [pytest.mark.bpf, needs_root]
 
@@ -163,14 +161,12 @@ def as_expect(ev: IoRecord) -> dict:
 
 
 @pytest.mark.parametrize("pending", ["auto", "hash"])
-def test_each_read_and_write_is_classified_as_its_bytes_say(tmp_path, pending):
+def test_each_read_and_write_is_classified_as_its_bytes_say(tmp_path, pending, python_script):
     script = tmp_path / "steps.json"
     script.write_text(json.dumps([[w.script() for w in writes] for _, writes in STEPS]))
-    server = subprocess.Popen([sys.executable, "-c", SERVER, str(script)], stdout=subprocess.PIPE, text=True)
-    capture = None
-    try:
-        port = int(server.stdout.readline())
-        capture = KernelCapture(server.pid, options={"sockets": {"pending": pending}})
+    server = python_script(SERVER, str(script))
+    port = int(server.stdout.readline())
+    with KernelCapture(server.pid, options={"sockets": {"pending": pending}}) as capture:
         with socket.create_connection(("127.0.0.1", port)) as client:
             for request, writes in STEPS:
                 client.sendall(request.payload)
@@ -181,10 +177,6 @@ def test_each_read_and_write_is_classified_as_its_bytes_say(tmp_path, pending):
             client.sendall(b"x")
         server.wait(timeout=10)
         events, counters = capture.finish()
-    finally:
-        stop_process(server)
-        if capture is not None:
-            capture.close()
     io = [e for e in events if isinstance(e, IoRecord) and e.pid == server.pid and e.bytes > 0]
     expected = [x for request, writes in STEPS for x in (request, *writes)] + [Expect(b"x")]
     assert [as_expect(e) for e in io] == [observed(x) for x in expected]

@@ -19,13 +19,12 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
-import sys
 
 import pytest
 
 from inferprobe.collector.events import ConnRecord, EventType, HttpKind, IoRecord
 
-from conftest import KernelCapture, needs_root, stop_process
+from conftest import KernelCapture, needs_root
 
 pytestmark = [pytest.mark.bpf, needs_root]
 
@@ -94,15 +93,10 @@ def read_exactly(sock: socket.socket, n: int) -> bytes:
 
 
 @pytest.mark.parametrize("pending", ["auto", "hash"])
-def test_a_reused_fd_and_a_late_http_flip_reach_the_right_connection(pending):
-    server = subprocess.Popen(
-        [sys.executable, "-c", SERVER, str(len(REQUEST)), RESPONSE.hex()],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-    )
-    capture = None
-    try:
-        port = int(server.stdout.readline())
-        capture = KernelCapture(server.pid, options={"sockets": {"pending": pending}})
+def test_a_reused_fd_and_a_late_http_flip_reach_the_right_connection(pending, python_script):
+    server = python_script(SERVER, str(len(REQUEST)), RESPONSE.hex(), stdin=subprocess.PIPE)
+    port = int(server.stdout.readline())
+    with KernelCapture(server.pid, options={"sockets": {"pending": pending}}) as capture:
         server.stdin.write("go\n")
         server.stdin.flush()
         with socket.create_connection(("127.0.0.1", port)) as first:
@@ -119,10 +113,6 @@ def test_a_reused_fd_and_a_late_http_flip_reach_the_right_connection(pending):
             fds = json.loads(server.stdout.readline())
         server.wait(timeout=10)
         events, counters = capture.finish()
-    finally:
-        stop_process(server)
-        if capture is not None:
-            capture.close()
 
     assert fds[0] == fds[1], "the precondition: the second connection reuses the first's fd"
     opened = {e.peer_port: e.conn_id for e in events
