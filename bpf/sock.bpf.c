@@ -93,6 +93,9 @@ BPF_TABLE("lru_hash", struct sock_key, struct conn_state, socks, 65536);
  * connection accepted or closed, or seen to carry HTTP. Caches stamped with
  * an older generation are ignored. */
 BPF_ARRAY(socks_generation, u64, 1);
+/* The first conn_id handed out in the kernel: lower ones are connections
+ * that were open when tracing began (seeded by user space). */
+BPF_ARRAY(first_new_conn_id, u64, 1);
 
 static __always_inline u64 socks_generation_now(void)
 {
@@ -196,12 +199,13 @@ static __always_inline int pending_finish(u64 id, struct pending_io *io)
  * registers (the architecture's syscall ABI, read as uprobes read theirs);
  * the start is unknown, so io->ts_ns stays 0 and io_exit uses the exit
  * time and flags the event. Taken at most once per thread: it creates the
- * storage. x86-64 only: elsewhere the first argument's register already
- * holds the return value at exit. */
+ * storage. x86-64 and Linux 5.15+ only (HAVE_TASK_PT_REGS, set by
+ * collector/probe_sets/sockets.py): elsewhere the first argument's register
+ * already holds the return value at exit. */
 static __always_inline int recover_in_flight(u64 id, struct pending_io *io, u16 dir,
                                              u16 vectored, u16 is_msghdr)
 {
-#if defined(__x86_64__)
+#if defined(HAVE_TASK_PT_REGS) && defined(__x86_64__)
     u32 tgid = id >> 32;
     if (!is_target(tgid))
         return 0;
@@ -213,6 +217,13 @@ static __always_inline int recover_in_flight(u64 id, struct pending_io *io, u16 
     s32 fd = (s32)regs->di;
     struct conn_state state;
     if (!lookup_conn(&thread->io, tgid, fd, &state))
+        return 0;
+    /* Begun before attach, so on a connection open then (seeded by user
+     * space, ids below first_new_conn_id). A newer one on this fd means the
+     * fd was closed and reused while the thread sat on the old socket. */
+    u32 zero = 0;
+    u64 *first_new = first_new_conn_id.lookup(&zero);
+    if (!first_new || state.conn_id >= *first_new)
         return 0;
     io->ts_ns = 0;
     io->buf = regs->si;
@@ -807,8 +818,10 @@ static __always_inline int io_enter(s32 fd, u64 buf, u32 vlen, u16 dir, u16 is_m
         return 0;
     }
     struct conn_state state;
-    if (!lookup_conn(io, tgid, fd, &state))
+    if (!lookup_conn(io, tgid, fd, &state)) {
+        io->ts_ns = 0;   /* nothing in flight, whatever an earlier syscall left */
         return 0;
+    }
     io->ts_ns = bpf_ktime_get_ns();
     io->buf = buf;
     io->conn_id = state.conn_id;

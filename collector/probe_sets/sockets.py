@@ -39,7 +39,11 @@ class SocketProbes(ProbeSet):
         return None
 
     def cflags(self) -> list[str]:
-        return ["-DPENDING_IN_TASK_STORAGE"] if self.pending_in_task_storage else []
+        if not self.pending_in_task_storage:
+            return []
+        # Rebuilding a syscall already under way at attach reads the thread's
+        # saved registers with bpf_task_pt_regs(): Linux 5.15+.
+        return ["-DPENDING_IN_TASK_STORAGE"] + (["-DHAVE_TASK_PT_REGS"] if task_pt_regs_usable() else [])
 
     def after_load(self, bpf, ctx: TargetContext) -> None:
         import bcc
@@ -58,13 +62,23 @@ class SocketProbes(ProbeSet):
                 socks[socks.Key(pid=pid, fd=fd)] = socks.Leaf(conn_id=next_id, http_seen=0)
                 next_id += 1
         bpf[b"next_conn_id"][ctypes.c_int(0)] = ctypes.c_uint64(next_id)
+        bpf[b"first_new_conn_id"][ctypes.c_int(0)] = ctypes.c_uint64(next_id)
         self.preexisting_sockets = next_id - 1
+
+
+def kernel_at_least(minimum: tuple[int, int], release: str | None = None) -> bool:
+    version = re.match(r"(\d+)\.(\d+)", release or os.uname().release)
+    return version is not None and tuple(map(int, version.groups())) >= minimum
 
 
 def task_storage_usable(release: str | None = None) -> bool:
     """Task-local storage from tracepoint programs: Linux 5.13 and later, and
     bpf_get_current_task_btf() needs the kernel's BTF."""
-    version = re.match(r"(\d+)\.(\d+)", release or os.uname().release)
-    if version is None:
-        return False
-    return tuple(map(int, version.groups())) >= (5, 13) and Path(BTF_VMLINUX).exists()
+    return kernel_at_least((5, 13), release) and Path(BTF_VMLINUX).exists()
+
+
+def task_pt_regs_usable(release: str | None = None) -> bool:
+    """bpf_task_pt_regs(), and task storage with it: Linux 5.15 and later,
+    on x86-64 (elsewhere a syscall's first argument is gone by its exit)."""
+    return (task_storage_usable(release) and kernel_at_least((5, 15), release)
+            and os.uname().machine == "x86_64")

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 from inferprobe.collector.preflight import BTF_VMLINUX
 from inferprobe.collector.probe_sets import TargetContext
-from inferprobe.collector.probe_sets.sockets import SocketProbes, task_storage_usable
+from inferprobe.collector.probe_sets.sockets import SocketProbes, task_pt_regs_usable, task_storage_usable
 
 HAVE_BTF = Path(BTF_VMLINUX).exists()
 
@@ -24,6 +25,19 @@ HAVE_BTF = Path(BTF_VMLINUX).exists()
 ])
 def test_task_storage_needs_linux_5_13_and_btf(release, new_enough):
     assert task_storage_usable(release) is (new_enough and HAVE_BTF)
+
+
+@pytest.mark.parametrize(("release", "new_enough"), [
+    ("5.14.21", False),   # task storage, but no bpf_task_pt_regs yet
+    ("5.15.0-105-generic", True),
+    ("6.18.0", True),
+])
+def test_rebuilding_syscalls_under_way_needs_linux_5_15(release, new_enough):
+    expected = new_enough and HAVE_BTF and os.uname().machine == "x86_64"
+    assert task_pt_regs_usable(release) is expected
+    probes = SocketProbes()
+    probes.pending_in_task_storage = True
+    assert ("-DHAVE_TASK_PT_REGS" in probes.cflags()) is task_pt_regs_usable()
 
 
 def test_the_hash_fallback_can_be_forced_and_is_then_watched_for_leaks():

@@ -5,28 +5,29 @@ tracer attaches, so the kernel never saw that syscall begin. Its request
 must still be recorded, rebuilt at the syscall's exit from the thread's
 saved registers, flagged BEGAN_UNSEEN, and timed between the client's own
 send and receive; the next request on the connection is an ordinary one.
+But if its fd was closed under it and reused by a newer connection, its
+bytes belong to neither, and nothing is recorded for them.
 """
 
 from __future__ import annotations
 
-import platform
 import socket
+import subprocess
 import time
 
 import pytest
 
 from inferprobe.collector.events import HttpFlag, HttpKind, IoRecord
-from inferprobe.collector.probe_sets.sockets import task_storage_usable
+from inferprobe.collector.probe_sets.sockets import task_pt_regs_usable
 
 from conftest import KernelCapture, needs_root
 
 pytestmark = [
     pytest.mark.bpf,
     needs_root,
-    pytest.mark.skipif(platform.machine() != "x86_64",
-                       reason="the syscall's arguments are read from x86-64 registers"),
-    pytest.mark.skipif(not task_storage_usable(),
-                       reason="needs task-local storage (Linux 5.13+ with BTF) to tell unseen threads"),
+    pytest.mark.skipif(not task_pt_regs_usable(),
+                       reason="needs x86-64, task-local storage and bpf_task_pt_regs (Linux 5.15+ "
+                       "with BTF) to tell unseen threads and read their syscall's arguments"),
 ]
 
 REQUEST = b"GET /v1/models HTTP/1.1\r\nHost: h\r\n\r\n"
@@ -92,4 +93,61 @@ def test_a_request_read_blocked_at_attach_is_recorded(python_script):
     assert first.ts_ns == first.exit_ns, "an unseen start stands at the exit"
     assert sent_ns <= first.exit_ns <= answered_ns
     assert len({e.conn_id for e in io}) == 1 and first.conn_id != 0
+    assert counters["events_lost"] == 0
+
+
+# The fd the worker is blocked on is closed under it and handed to a newer
+# connection; the old peer's bytes then end the worker's recv().
+REUSED = r"""
+import socket, sys, threading
+REQUEST_LEN, RESPONSE = int(sys.argv[1]), bytes.fromhex(sys.argv[2])
+srv = socket.socket()
+srv.bind(("127.0.0.1", 0))
+srv.listen()
+print(srv.getsockname()[1], flush=True)
+old, _ = srv.accept()
+old_fd = old.fileno()
+worker = threading.Thread(target=old.recv, args=(REQUEST_LEN,))
+worker.start()
+print(worker.native_id, flush=True)
+sys.stdin.readline()               # the tracer is attached
+old.close()                        # the worker stays inside recv() on the old socket
+new, _ = srv.accept()
+print(new.fileno() == old_fd, flush=True)
+new.recv(REQUEST_LEN)
+new.sendall(RESPONSE)
+worker.join()
+new.recv(1)
+"""
+
+
+def test_a_read_begun_on_a_socket_since_closed_is_not_given_to_the_fds_new_connection(python_script):
+    server = python_script(REUSED, str(len(REQUEST)), RESPONSE.hex(), stdin=subprocess.PIPE)
+    port = int(server.stdout.readline())
+    old_client = socket.create_connection(("127.0.0.1", port))
+    worker = int(server.stdout.readline())
+    deadline = time.monotonic() + 10
+    while blocked_in(server.pid, worker) != RECVFROM:
+        assert time.monotonic() < deadline, "the worker never blocked in recv()"
+        time.sleep(0.02)
+
+    with KernelCapture(server.pid) as capture:
+        server.stdin.write("go\n")
+        server.stdin.flush()
+        new_client = socket.create_connection(("127.0.0.1", port))
+        assert server.stdout.readline().strip() == "True", "precondition: the fd was reused"
+        new_client.sendall(REQUEST)
+        assert new_client.recv(len(RESPONSE)) == RESPONSE
+        old_client.sendall(REQUEST)          # ends the worker's recv() on the old socket
+        new_client.sendall(b"x")
+        server.wait(timeout=10)
+        events, counters = capture.finish()
+    old_client.close()
+    new_client.close()
+
+    io = [e for e in events if isinstance(e, IoRecord) and e.pid == server.pid and e.bytes > 0]
+    assert worker not in {e.tid for e in io}, "the old socket's bytes were credited to the new one"
+    assert [(e.kind, e.bytes) for e in io] == [
+        (HttpKind.REQUEST, len(REQUEST)), (HttpKind.RESPONSE, len(RESPONSE)), (HttpKind.DATA, 1)]
+    assert len({e.conn_id for e in io}) == 1
     assert counters["events_lost"] == 0
