@@ -269,19 +269,23 @@ def check_bpf_syscall() -> Check:
 def check_btf() -> Check:
     name = "btf"
     try:
-        from inferprobe.collector.probe_sets.sockets import task_storage_usable
+        from inferprobe.collector.probe_sets.sockets import task_pt_regs_usable, task_storage_usable
 
         if os.path.exists(BTF_VMLINUX):
             size = os.path.getsize(BTF_VMLINUX)
             where = ("task-local storage" if task_storage_usable()
                      else "a hash map (task-local storage needs Linux 5.13+)")
+            in_flight = ("rebuilt" if task_pt_regs_usable()
+                         else "not recorded (needs x86-64 and Linux 5.15+)")
             return Check(name, True, f"{BTF_VMLINUX} ({size // 1024} KiB); per-thread syscall state "
-                         f"in {where}", required=False)
+                         f"in {where}; a read already blocked at attach is {in_flight}",
+                         required=False)
         return Check(
             name,
             False,
             f"{BTF_VMLINUX} missing; not required: per-thread syscall state then lives in a hash "
-            "map, ~170 ns more per traced syscall than task-local storage",
+            "map, ~170 ns more per traced syscall than task-local storage, and a read already "
+            "blocked at attach is not recorded",
             "use a kernel built with CONFIG_DEBUG_INFO_BTF=y",
             required=False,
         )

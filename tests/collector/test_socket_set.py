@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from inferprobe.collector.preflight import BTF_VMLINUX
+from inferprobe.collector.preflight import BTF_VMLINUX, check_btf
 from inferprobe.collector.probe_sets import TargetContext
 from inferprobe.collector.probe_sets.sockets import SocketProbes, task_pt_regs_usable, task_storage_usable
 
@@ -49,3 +49,9 @@ def test_the_hash_fallback_can_be_forced_and_is_then_watched_for_leaks():
     auto.prepare(TargetContext(pids=[1]))
     assert auto.pending_in_task_storage is task_storage_usable()
     assert ("pending" in auto.state_maps) is not auto.pending_in_task_storage
+
+
+def test_doctor_says_where_thread_state_lives_and_whether_blocked_reads_are_rebuilt():
+    detail = check_btf().detail
+    assert ("state in task-local storage;" in detail) is task_storage_usable()
+    assert ("blocked at attach is rebuilt" in detail) is task_pt_regs_usable()
