@@ -76,19 +76,6 @@ struct user_iovec {
 };
 
 BPF_TABLE("lru_hash", struct sock_key, struct conn_state, socks, 65536);
-/* Per thread, from a syscall's entry to its exit.
- *
- * Where the kernel allows it (5.13+ with BTF: collector/probe_sets/sockets.py
- * decides), in task-local storage: a lookup through the task, ~10 ns, where
- * a hash update plus delete cost ~180 ns on every traced syscall
- * (benchmarks/bench_syscalls.py). The kernel frees it with the thread; an
- * entry is in flight while its ts_ns is non-zero.
- *
- * Elsewhere a plain hash, not an LRU (an LRU insert costs ~100 ns more).
- * Entries cannot pile up: the exit removes them, and the kernel runs the
- * exit tracepoint even for a thread killed inside the syscall
- * (tests/e2e/test_inflight_state.py). Should it ever be full, the syscall is
- * counted (IO_UNTRACKED) rather than silently lost. */
 /* Any change to socks that a thread's cache of it (below) could miss: a
  * connection accepted or closed, or seen to carry HTTP. Caches stamped with
  * an older generation are ignored. */
@@ -112,6 +99,21 @@ static __always_inline void socks_changed(void)
         __sync_fetch_and_add(generation, 1);
 }
 
+/* What the exit needs of a traced syscall, written where pending_slot() or
+ * recover_in_flight() keep it. */
+static __always_inline void fill_pending(struct pending_io *io, u64 ts_ns, u64 buf, u32 vlen, s32 fd,
+                                         u16 dir, u16 is_msghdr, struct conn_state *conn)
+{
+    io->ts_ns = ts_ns;
+    io->buf = buf;
+    io->conn_id = conn->conn_id;
+    io->vlen = vlen;
+    io->fd = fd;
+    io->dir = dir;
+    io->is_msghdr = is_msghdr;
+    io->http_seen = conn->http_seen;
+}
+
 /* What pending_finish() found for the exiting thread. */
 enum pending_found {
     PENDING_NONE = 0,          /* no traced syscall in flight */
@@ -119,6 +121,19 @@ enum pending_found {
     PENDING_THREAD_UNSEEN = 2, /* task storage only: the thread entered nothing since attach */
 };
 
+/* Per thread, from a syscall's entry to its exit.
+ *
+ * Where the kernel allows it (5.13+ with BTF: collector/probe_sets/sockets.py
+ * decides), in task-local storage: a lookup through the task, ~10 ns, where
+ * a hash update plus delete cost ~180 ns on every traced syscall
+ * (benchmarks/bench_syscalls.py). The kernel frees it with the thread; an
+ * entry is in flight while its ts_ns is non-zero.
+ *
+ * Elsewhere a plain hash, not an LRU (an LRU insert costs ~100 ns more).
+ * Entries cannot pile up: the exit removes them, and the kernel runs the
+ * exit tracepoint even for a thread killed inside the syscall
+ * (tests/e2e/test_inflight_state.py). Should it ever be full, the syscall is
+ * counted (IO_UNTRACKED) rather than silently lost. */
 #ifdef PENDING_IN_TASK_STORAGE
 #include <asm/ptrace.h>   /* struct pt_regs: the saved user registers (recover_in_flight) */
 
@@ -225,14 +240,7 @@ static __always_inline int recover_in_flight(u64 id, struct pending_io *io, u16 
     u64 *first_new = first_new_conn_id.lookup(&zero);
     if (!first_new || state.conn_id >= *first_new)
         return 0;
-    io->ts_ns = 0;
-    io->buf = regs->si;
-    io->conn_id = state.conn_id;
-    io->vlen = vectored ? (u32)regs->dx : 0;
-    io->fd = fd;
-    io->dir = dir;
-    io->is_msghdr = is_msghdr;
-    io->http_seen = state.http_seen;
+    fill_pending(io, 0, regs->si, vectored ? (u32)regs->dx : 0, fd, dir, is_msghdr, &state);
     return 1;
 #else
     return 0;
@@ -620,8 +628,6 @@ static __always_inline void finish_sse(struct scratch *s)
 
 #define CHUNKED_END "\r\n0\r\n\r\n"   /* the empty last chunk after the previous one's CRLF */
 
-/* The last bytes of a write: the chunked terminator and [DONE] trail the
- * final token chunk when a server coalesces the end of a stream. */
 /* A vectored write's end can lie past the iovecs copy_head() read: more
  * than MAX_IOVECS of them, or a head filled by the first. Walk the rest of
  * the array, without copying, to the buffer holding the last byte moved, so
@@ -652,6 +658,8 @@ static __always_inline void find_last_iovec(struct scratch *s)
         s->last_len = 0;
 }
 
+/* The last bytes of a write: the chunked terminator and [DONE] trail the
+ * final token chunk when a server coalesces the end of a stream. */
 static __always_inline void scan_tail(struct scratch *s)
 {
     u64 len = s->last_len;
@@ -822,14 +830,7 @@ static __always_inline int io_enter(s32 fd, u64 buf, u32 vlen, u16 dir, u16 is_m
         io->ts_ns = 0;   /* nothing in flight, whatever an earlier syscall left */
         return 0;
     }
-    io->ts_ns = bpf_ktime_get_ns();
-    io->buf = buf;
-    io->conn_id = state.conn_id;
-    io->vlen = vlen;
-    io->fd = fd;
-    io->dir = dir;
-    io->is_msghdr = is_msghdr;
-    io->http_seen = state.http_seen;
+    fill_pending(io, bpf_ktime_get_ns(), buf, vlen, fd, dir, is_msghdr, &state);
     pending_commit(id, io);
     return 0;
 }
