@@ -34,13 +34,18 @@ REQUEST = b"GET /v1/models HTTP/1.1\r\nHost: h\r\n\r\n"
 RESPONSE = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
 RECVFROM = 45  # x86-64 syscall number, as /proc/<pid>/task/<tid>/syscall shows it
 
-SERVER = r"""
+# Both servers: listen, print the port, then accept; each then prints the
+# tid of the worker thread that blocks in recv().
+LISTEN = r"""
 import socket, sys, threading
 REQUEST_LEN, RESPONSE = int(sys.argv[1]), bytes.fromhex(sys.argv[2])
 srv = socket.socket()
 srv.bind(("127.0.0.1", 0))
 srv.listen()
 print(srv.getsockname()[1], flush=True)
+"""
+
+SERVER = LISTEN + r"""
 conn, _ = srv.accept()
 
 def serve():
@@ -60,8 +65,9 @@ def blocked_in(pid: int, tid: int) -> int | None:
     return int(fields[0]) if fields and fields[0].lstrip("-").isdigit() else None
 
 
-def test_a_request_read_blocked_at_attach_is_recorded(python_script):
-    server = python_script(SERVER, str(len(REQUEST)), RESPONSE.hex())
+def connect_until_worker_blocks(server) -> tuple[int, socket.socket, int]:
+    """Connects to a LISTEN server and waits until its worker sits in recv():
+    (port, client socket, worker tid)."""
     port = int(server.stdout.readline())
     client = socket.create_connection(("127.0.0.1", port))
     worker = int(server.stdout.readline())
@@ -69,6 +75,12 @@ def test_a_request_read_blocked_at_attach_is_recorded(python_script):
     while blocked_in(server.pid, worker) != RECVFROM:
         assert time.monotonic() < deadline, "the worker never blocked in recv()"
         time.sleep(0.02)
+    return port, client, worker
+
+
+def test_a_request_read_blocked_at_attach_is_recorded(python_script):
+    server = python_script(SERVER, str(len(REQUEST)), RESPONSE.hex())
+    _, client, worker = connect_until_worker_blocks(server)
 
     with KernelCapture(server.pid) as capture:  # the worker is inside recv() all along
         sent_ns = time.monotonic_ns()
@@ -98,13 +110,7 @@ def test_a_request_read_blocked_at_attach_is_recorded(python_script):
 
 # The fd the worker is blocked on is closed under it and handed to a newer
 # connection; the old peer's bytes then end the worker's recv().
-REUSED = r"""
-import socket, sys, threading
-REQUEST_LEN, RESPONSE = int(sys.argv[1]), bytes.fromhex(sys.argv[2])
-srv = socket.socket()
-srv.bind(("127.0.0.1", 0))
-srv.listen()
-print(srv.getsockname()[1], flush=True)
+REUSED = LISTEN + r"""
 old, _ = srv.accept()
 old_fd = old.fileno()
 worker = threading.Thread(target=old.recv, args=(REQUEST_LEN,))
@@ -123,13 +129,7 @@ new.recv(1)
 
 def test_a_read_begun_on_a_socket_since_closed_is_not_given_to_the_fds_new_connection(python_script):
     server = python_script(REUSED, str(len(REQUEST)), RESPONSE.hex(), stdin=subprocess.PIPE)
-    port = int(server.stdout.readline())
-    old_client = socket.create_connection(("127.0.0.1", port))
-    worker = int(server.stdout.readline())
-    deadline = time.monotonic() + 10
-    while blocked_in(server.pid, worker) != RECVFROM:
-        assert time.monotonic() < deadline, "the worker never blocked in recv()"
-        time.sleep(0.02)
+    port, old_client, worker = connect_until_worker_blocks(server)
 
     with KernelCapture(server.pid) as capture:
         server.stdin.write("go\n")
