@@ -77,24 +77,37 @@ struct user_iovec {
 
 BPF_TABLE("lru_hash", struct sock_key, struct conn_state, socks, 65536);
 /* Any change to socks that a thread's cache of it (below) could miss: a
- * connection accepted or closed, or seen to carry HTTP. Caches stamped with
- * an older generation are ignored. */
-BPF_ARRAY(socks_generation, u64, 1);
+ * connection accepted or closed, or seen to carry HTTP. Each change bumps
+ * the generation of its (process, fd) slot, so a busy server's accepts and
+ * closes leave other fds' and other processes' cached entries valid;
+ * slots are shared by hash, and a collision only costs a socks lookup.
+ * Caches stamped with an older generation are ignored. User space seeds
+ * socks before the targets are set (collector/loader.py), so no target
+ * thread can have cached a seeded socket as untracked. */
+#define SOCKS_GENERATION_SLOTS 4096
+BPF_ARRAY(socks_generation, u64, SOCKS_GENERATION_SLOTS);
 /* The first conn_id handed out in the kernel: lower ones are connections
  * that were open when tracing began (seeded by user space). */
 BPF_ARRAY(first_new_conn_id, u64, 1);
 
-static __always_inline u64 socks_generation_now(void)
+static __always_inline u32 socks_slot(u32 tgid, s32 fd)
 {
-    u32 zero = 0;
-    u64 *generation = socks_generation.lookup(&zero);
+    return (tgid * 0x9E3779B1U + (u32)fd) & (SOCKS_GENERATION_SLOTS - 1);
+}
+
+static __always_inline u64 socks_generation_now(u32 tgid, s32 fd)
+{
+    u32 slot = socks_slot(tgid, fd);
+    u64 *generation = socks_generation.lookup(&slot);
     return generation ? *generation : 0;
 }
 
-static __always_inline void socks_changed(void)
+/* Called after the change to socks, so that a cache filled from the state
+ * before it carries the generation before it. */
+static __always_inline void socks_changed(u32 tgid, s32 fd)
 {
-    u32 zero = 0;
-    u64 *generation = socks_generation.lookup(&zero);
+    u32 slot = socks_slot(tgid, fd);
+    u64 *generation = socks_generation.lookup(&slot);
     if (generation)
         __sync_fetch_and_add(generation, 1);
 }
@@ -137,11 +150,14 @@ enum pending_found {
 #ifdef PENDING_IN_TASK_STORAGE
 #include <asm/ptrace.h>   /* struct pt_regs: the saved user registers (recover_in_flight) */
 
-/* A thread's recent connections, by fd. A socks lookup costs ~150 ns in a
- * busy server (two cache misses into a 65536-entry map); this copy sits in
- * the cache lines the syscall's pending state touches anyway. Sixteen
- * direct-mapped slots cover an event loop's handful of busy connections; a
- * collision or a newer generation just means a socks lookup. */
+/* A thread's recent fds and what socks says of them. A socks lookup costs
+ * ~150 ns in a busy server (two cache misses into a 65536-entry map); this
+ * copy sits in the cache lines the syscall's pending state touches anyway.
+ * Sixteen direct-mapped slots cover an event loop's handful of busy
+ * connections; a collision or a newer generation just means a socks
+ * lookup. An fd that is no tracked socket (a log file, a pipe, a client
+ * connection to a backend) is cached as such too: a server writing a log
+ * line per request would otherwise pay the lookup on every line. */
 #define CONN_CACHE_SLOTS 16
 struct cached_conn {
     u64 conn_id;
@@ -149,7 +165,7 @@ struct cached_conn {
     s32 fd;
     u32 http_seen;
     u32 filled;
-    u32 _pad;
+    u32 tracked;     /* 0: socks has no entry for this fd */
 };
 
 struct thread_io {
@@ -174,23 +190,24 @@ static __always_inline int lookup_conn(struct pending_io *slot, u32 tgid, s32 fd
     struct thread_io *thread = (struct thread_io *)slot;
     /* Read before socks: a change after this point leaves the copy stale
      * under a generation that no longer matches. */
-    u64 generation = socks_generation_now();
+    u64 generation = socks_generation_now(tgid, fd);
     struct cached_conn *cached = &thread->conns[(u32)fd & (CONN_CACHE_SLOTS - 1)];
     if (cached->filled && cached->fd == fd && cached->generation == generation) {
         out->conn_id = cached->conn_id;
         out->http_seen = cached->http_seen;
-        return 1;
+        return cached->tracked;
     }
     struct sock_key key = {.pid = tgid, .fd = fd};
     struct conn_state *state = socks.lookup(&key);
+    cached->generation = generation;
+    cached->fd = fd;
+    cached->filled = 1;
+    cached->tracked = state != 0;
     if (!state)
         return 0;
     *out = *state;
     cached->conn_id = out->conn_id;
-    cached->generation = generation;
-    cached->fd = fd;
     cached->http_seen = out->http_seen;
-    cached->filled = 1;
     return 1;
 }
 
@@ -346,7 +363,7 @@ static __always_inline int accept_exit(long ret)
     struct sock_key key = {.pid = id >> 32, .fd = (s32)ret};
     struct conn_state state = {.conn_id = conn_id};
     socks.update(&key, &state);
-    socks_changed();
+    socks_changed(key.pid, key.fd);
 
     struct conn_event *ev = events.ringbuf_reserve(sizeof(struct conn_event));
     if (!ev) {
@@ -395,7 +412,7 @@ TRACEPOINT_PROBE(syscalls, sys_enter_close)
     u64 conn_id = state->conn_id;
     u32 http_seen = state->http_seen;
     socks.delete(&key);
-    socks_changed();
+    socks_changed(tgid, key.fd);
     if (!http_seen) {
         count(COUNTER_IO_SKIPPED);
         return 0;
@@ -850,7 +867,7 @@ static __always_inline int submit(struct scratch *s)
         struct conn_state *state = socks.lookup(&key);
         if (state) {
             state->http_seen = 1;
-            socks_changed();
+            socks_changed(key.pid, key.fd);
         }
     }
     if (ev->kind == HTTP_KIND_REQUEST)

@@ -290,6 +290,9 @@ def load_tracer(
             "run 'inferprobe doctor' to see what is missing"
         )
 
+    # Only now, after every set seeded its maps: until a pid is a target the
+    # programs ignore it, so none of its threads can have cached a socket
+    # as untracked before the sockets set seeded it (bpf/sock.bpf.c).
     add_targets(bpf, all_pids)
     # A child forked while the first pass rewrote its word may have lost the
     # bit the kernel set for it: a second pass over the live tree restores it.

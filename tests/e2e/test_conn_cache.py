@@ -12,6 +12,15 @@ One thread accepts and closes connections while a second does I/O on them:
 
 Every read and write must carry the conn_id of the connection the client
 really used, told apart by the client's port in the CONN_OPEN events.
+
+The cache also remembers fds that are no tracked socket, which can go stale
+two more ways, each with its own test below:
+
+* a file the worker wrote to is closed and its fd handed to a connection;
+* a connection open before tracing began is polled all through the attach:
+  had its thread been a target before user space seeded the socket into
+  the table, it would have cached it as untracked (the loader sets the
+  targets last; this test fails if that order changes).
 """
 
 from __future__ import annotations
@@ -130,4 +139,103 @@ def test_a_reused_fd_and_a_late_http_flip_reach_the_right_connection(pending, py
         (second_id, HttpKind.RESPONSE, len(RESPONSE)),
         (second_id, HttpKind.DATA, 1),
     ]
+    assert counters["events_lost"] == 0
+
+
+# The worker writes to a file, which is closed; the next connection gets its
+# fd and the worker serves it.
+REUSED_FILE_SERVER = r"""
+import json, os, queue, socket, sys, threading
+REQUEST_LEN, RESPONSE = int(sys.argv[1]), bytes.fromhex(sys.argv[2])
+jobs, done = queue.Queue(), queue.Queue()
+
+def worker():
+    while (job := jobs.get()) is not None:
+        op, target = job
+        if op == "log":
+            os.write(target, b"a log line\n")
+        elif op == "serve":
+            target.recv(REQUEST_LEN)
+            target.sendall(RESPONSE)
+        done.put(None)
+
+def on_worker(op, target):
+    jobs.put((op, target))
+    done.get()
+
+threading.Thread(target=worker).start()
+srv = socket.socket()
+srv.bind(("127.0.0.1", 0))
+srv.listen()
+print(srv.getsockname()[1], flush=True)
+sys.stdin.readline()               # the tracer is attached
+log = os.open(os.devnull, os.O_WRONLY)
+on_worker("log", log)              # the worker caches this fd: no socket
+os.close(log)
+conn, _ = srv.accept()             # the lowest free fd: the file's
+on_worker("serve", conn)
+print(json.dumps([log, conn.fileno()]), flush=True)
+conn.recv(1)
+jobs.put(None)
+"""
+
+
+@pytest.mark.parametrize("pending", ["auto", "hash"])
+def test_an_fd_cached_as_no_socket_is_traced_once_a_connection_reuses_it(pending, python_script):
+    server = python_script(REUSED_FILE_SERVER, str(len(REQUEST)), RESPONSE.hex(), stdin=subprocess.PIPE)
+    port = int(server.stdout.readline())
+    with KernelCapture(server.pid, options={"sockets": {"pending": pending}}) as capture:
+        server.stdin.write("go\n")
+        server.stdin.flush()
+        with socket.create_connection(("127.0.0.1", port)) as client:
+            client.sendall(REQUEST)
+            assert read_exactly(client, len(RESPONSE)) == RESPONSE
+            fds = json.loads(server.stdout.readline())
+            client.sendall(b"x")
+        server.wait(timeout=10)
+        events, counters = capture.finish()
+
+    assert fds[0] == fds[1], "the precondition: the connection reuses the file's fd"
+    kinds = [e.kind for e in events if isinstance(e, IoRecord) and e.pid == server.pid and e.bytes > 0]
+    assert kinds == [HttpKind.REQUEST, HttpKind.RESPONSE, HttpKind.DATA]
+    assert counters["events_lost"] == 0
+
+
+# A keep-alive connection open before tracing starts, polled without
+# blocking all through the attach.
+POLLING_SERVER = r"""
+import socket, sys, time
+REQUEST_LEN, RESPONSE = int(sys.argv[1]), bytes.fromhex(sys.argv[2])
+srv = socket.socket()
+srv.bind(("127.0.0.1", 0))
+srv.listen()
+print(srv.getsockname()[1], flush=True)
+conn, _ = srv.accept()
+print("accepted", flush=True)
+while True:
+    try:
+        request = conn.recv(REQUEST_LEN, socket.MSG_DONTWAIT)
+        break
+    except BlockingIOError:
+        time.sleep(0.0002)
+conn.sendall(RESPONSE)
+conn.recv(1)
+"""
+
+
+@pytest.mark.parametrize("pending", ["auto", "hash"])
+def test_a_connection_polled_during_attach_is_traced_once_seeded(pending, python_script):
+    server = python_script(POLLING_SERVER, str(len(REQUEST)), RESPONSE.hex())
+    port = int(server.stdout.readline())
+    with socket.create_connection(("127.0.0.1", port)) as client:
+        assert server.stdout.readline().strip() == "accepted"
+        with KernelCapture(server.pid, options={"sockets": {"pending": pending}}) as capture:
+            client.sendall(REQUEST)
+            assert read_exactly(client, len(RESPONSE)) == RESPONSE
+            client.sendall(b"x")
+            server.wait(timeout=10)
+            events, counters = capture.finish()
+
+    io = [(e.kind, e.bytes) for e in events if isinstance(e, IoRecord) and e.pid == server.pid and e.bytes > 0]
+    assert io == [(HttpKind.REQUEST, len(REQUEST)), (HttpKind.RESPONSE, len(RESPONSE)), (HttpKind.DATA, 1)]
     assert counters["events_lost"] == 0
