@@ -886,7 +886,9 @@ static __always_inline int io_exit(void *ctx, long ret, u16 dir, u16 vectored, u
     u64 id = bpf_get_current_pid_tgid();
     struct pending_io io;
     int found = pending_finish(id, &io);
-    if (found == PENDING_NONE)
+    /* Non-blocking sockets: EAGAIN is a poll, not I/O. (After the pending
+     * entry is taken, so that none is left behind.) */
+    if (found == PENDING_NONE || ret == -11 /* EAGAIN */)
         return 0;
     if (found == PENDING_THREAD_UNSEEN && (ret <= 0 || !recover_in_flight(id, &io, dir, vectored, is_msghdr)))
         return 0;
@@ -896,10 +898,6 @@ static __always_inline int io_exit(void *ctx, long ret, u16 dir, u16 vectored, u
     u16 began_before_tracing = io.ts_ns == 0;
     if (began_before_tracing)
         io.ts_ns = now;
-
-    /* Non-blocking sockets: EAGAIN is a poll, not I/O. */
-    if (ret == -11 /* EAGAIN */)
-        return 0;
     struct scratch *s = get_scratch();
     if (!s)
         return 0;
