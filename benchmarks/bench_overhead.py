@@ -449,6 +449,10 @@ def aggregate(phases: list[dict]) -> dict:
                     pt["client"]["requests_per_s"], pu["client"]["requests_per_s"]
                 ),
                 "itl_p99_ratio": ratio(pt["client"]["itl_ms_p99"], pu["client"]["itl_ms_p99"]),
+                "server_cpu_per_1k_ratio": ratio(
+                    per_1k(pt["server_cpu_s"] * 1000, pt["client"]["completed"]),
+                    per_1k(pu["server_cpu_s"] * 1000, pu["client"]["completed"]),
+                ),
             }
         )
     return {
@@ -466,8 +470,18 @@ def aggregate(phases: list[dict]) -> dict:
         "traced_requests_recorded": sum(p["tracer"]["requests"] or 0 for p in traced),
         "traced_requests_client": t["completed"],
         "per_round": paired,
+        # How far the rounds scatter: on a small shared VM a round can be
+        # 10 % off, so a ratio means little without it.
+        "throughput_ratio_stderr": standard_error([r["throughput_ratio"] for r in paired]),
+        "server_cpu_per_1k_ratio_stderr": standard_error([r["server_cpu_per_1k_ratio"] for r in paired]),
         **bpf_time_per_request(traced, t, u),
     }
+
+
+def standard_error(values: list[float | None]) -> float | None:
+    """Standard error of the mean of the per-round values (None below two rounds)."""
+    known = [v for v in values if v is not None]
+    return statistics.stdev(known) / len(known) ** 0.5 if len(known) >= 2 else None
 
 
 def bpf_time_per_request(traced: list[dict], t: dict, u: dict) -> dict:
@@ -490,6 +504,10 @@ def bpf_time_per_request(traced: list[dict], t: dict, u: dict) -> dict:
             "bpf_net_share_of_untraced_server_cpu": net_us / base if base else None}
 
 
+def stderr_pct(stderr: float | None) -> str:
+    return "" if stderr is None else f", per-round standard error {stderr * 100:.1f} %"
+
+
 def print_summary(s: dict) -> None:
     def pct(r: float | None) -> str:
         return "-" if r is None else f"{(r - 1) * 100:+.1f} %"
@@ -499,7 +517,8 @@ def print_summary(s: dict) -> None:
     for r in s["per_round"]:
         print(
             f"  round {r['round']}: throughput {fmt(r['throughput_ratio'], '.3f')}, "
-            f"p99 ITL {fmt(r['itl_p99_ratio'], '.3f')}"
+            f"p99 ITL {fmt(r['itl_p99_ratio'], '.3f')}, "
+            f"server CPU per request {fmt(r['server_cpu_per_1k_ratio'], '.3f')}"
         )
     u, t = s["untraced"], s["traced"]
     print(
@@ -509,7 +528,7 @@ def print_summary(s: dict) -> None:
     print(
         f"server CPU per 1k requests: untraced = {fmt(u['server_cpu_ms_per_1k'], '.0f')} ms, "
         f"traced = {fmt(t['server_cpu_ms_per_1k'], '.0f')} ms "
-        f"({pct(s['server_cpu_per_1k_ratio'])})"
+        f"({pct(s['server_cpu_per_1k_ratio'])}{stderr_pct(s['server_cpu_per_1k_ratio_stderr'])})"
     )
     print(
         f"p50 TTFT traced/untraced = {fmt(s['ttft_p50_ratio'], '.3f')} "
@@ -519,7 +538,8 @@ def print_summary(s: dict) -> None:
     print("== summary ==")
     thr = s["throughput_ratio"]
     loss = "-" if thr is None else f"{(1 - thr) * 100:.1f} %"
-    print(f"throughput traced/untraced = {fmt(thr, '.3f')} (loss {loss})")
+    print(f"throughput traced/untraced = {fmt(thr, '.3f')} (loss {loss}"
+          f"{stderr_pct(s['throughput_ratio_stderr'])})")
     print(f"tokens/s ratio traced/untraced = {fmt(s['tokens_per_s_ratio'], '.3f')}")
     print(
         f"p99 ITL traced/untraced = {fmt(s['itl_p99_ratio'], '.3f')} "
