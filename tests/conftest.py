@@ -154,6 +154,18 @@ class Recorder:
         return "".join(self.stdout_lines) + out, err
 
 
+# The start of the inline test servers run with python_script: the modules
+# they use, a socket listening on a free loopback port, and that port printed
+# as the first line of their output.
+LISTENING_SERVER = r"""
+import json, os, queue, socket, sys, threading, time
+srv = socket.socket()
+srv.bind(("127.0.0.1", 0))
+srv.listen()
+print(srv.getsockname()[1], flush=True)
+"""
+
+
 @pytest.fixture
 def python_script():
     """Starts `python -c SCRIPT ARGS...` with its stdout piped (text); every

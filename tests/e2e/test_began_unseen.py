@@ -20,7 +20,7 @@ import pytest
 from inferprobe.collector.events import HttpFlag, HttpKind, IoRecord
 from inferprobe.collector.probe_sets.sockets import task_pt_regs_usable
 
-from conftest import KernelCapture, needs_root
+from conftest import LISTENING_SERVER, KernelCapture, needs_root
 
 pytestmark = [
     pytest.mark.bpf,
@@ -36,13 +36,8 @@ RECVFROM = 45  # x86-64 syscall number, as /proc/<pid>/task/<tid>/syscall shows 
 
 # Both servers: listen, print the port, then accept; each then prints the
 # tid of the worker thread that blocks in recv().
-LISTEN = r"""
-import socket, sys, threading
+LISTEN = LISTENING_SERVER + r"""
 REQUEST_LEN, RESPONSE = int(sys.argv[1]), bytes.fromhex(sys.argv[2])
-srv = socket.socket()
-srv.bind(("127.0.0.1", 0))
-srv.listen()
-print(srv.getsockname()[1], flush=True)
 """
 
 SERVER = LISTEN + r"""

@@ -21,20 +21,14 @@ import pytest
 
 from inferprobe.collector.events import HttpFlag, HttpKind, IoRecord
 
-from conftest import KernelCapture, needs_root
+from conftest import LISTENING_SERVER, KernelCapture, needs_root
 
 pytestmark = [pytest.mark.bpf, needs_root]
 
 # Reads one request per recv() and answers it with the writes given for it.
-SERVER = r"""
-import json, socket, sys, time
+SERVER = LISTENING_SERVER + r"""
 # A write is hex (one send) or a list of hex (one sendmsg, an iovec each).
 steps = json.load(open(sys.argv[1]))
-srv = socket.socket()
-srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-srv.bind(("127.0.0.1", 0))
-srv.listen()
-print(srv.getsockname()[1], flush=True)
 conn, _ = srv.accept()
 conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 for writes in steps:

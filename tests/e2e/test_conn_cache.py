@@ -25,6 +25,7 @@ two more ways, each with its own test below:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import subprocess
@@ -33,43 +34,41 @@ import pytest
 
 from inferprobe.collector.events import ConnRecord, EventType, HttpKind, IoRecord
 
-from conftest import KernelCapture, needs_root
+from conftest import LISTENING_SERVER, KernelCapture, needs_root
 
 pytestmark = [pytest.mark.bpf, needs_root]
 
 REQUEST = b"GET /v1/models HTTP/1.1\r\nHost: h\r\n\r\n"
 RESPONSE = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
 
-# The main thread accepts, closes and reads requests; "worker" does what it
-# is handed, in order, and answers with the fd it used.
-SERVER = r"""
-import json, queue, socket, sys, threading
+# A second thread that runs OPS[op](target) when handed (op, target), and
+# answers with what it returned.
+WORKER = LISTENING_SERVER + r"""
 REQUEST_LEN, RESPONSE = int(sys.argv[1]), bytes.fromhex(sys.argv[2])
 jobs, done = queue.Queue(), queue.Queue()
 
 def worker():
     while (job := jobs.get()) is not None:
-        op, conn = job
-        if op == "send":
-            conn.sendall(RESPONSE)
-        elif op == "recv":
-            conn.recv(REQUEST_LEN)
-        elif op == "poke":
-            try:
-                conn.recv(1, socket.MSG_DONTWAIT)
-            except BlockingIOError:
-                pass
-        done.put(conn.fileno())
+        op, target = job
+        done.put(OPS[op](target))
 
-def on_worker(op, conn):
-    jobs.put((op, conn))
+def on_worker(op, target):
+    jobs.put((op, target))
     return done.get()
 
 threading.Thread(target=worker).start()
-srv = socket.socket()
-srv.bind(("127.0.0.1", 0))
-srv.listen()
-print(srv.getsockname()[1], flush=True)
+"""
+
+# The main thread accepts, closes and reads requests; the worker does what
+# it is handed, in order.
+SERVER = WORKER + r"""
+def poke(conn):
+    try:
+        conn.recv(1, socket.MSG_DONTWAIT)
+    except BlockingIOError:
+        pass
+
+OPS = {"send": lambda conn: conn.sendall(RESPONSE), "recv": lambda conn: conn.recv(REQUEST_LEN), "poke": poke}
 sys.stdin.readline()               # the tracer is attached: accept() is seen whole
 
 first, _ = srv.accept()
@@ -101,13 +100,21 @@ def read_exactly(sock: socket.socket, n: int) -> bytes:
     return data
 
 
-@pytest.mark.parametrize("pending", ["auto", "hash"])
-def test_a_reused_fd_and_a_late_http_flip_reach_the_right_connection(pending, python_script):
-    server = python_script(SERVER, str(len(REQUEST)), RESPONSE.hex(), stdin=subprocess.PIPE)
+@contextlib.contextmanager
+def attached_then_started(script: str, pending: str, python_script):
+    """A WORKER server that waits for the tracer: yields (server, port, capture)
+    once it has been told to go on."""
+    server = python_script(script, str(len(REQUEST)), RESPONSE.hex(), stdin=subprocess.PIPE)
     port = int(server.stdout.readline())
     with KernelCapture(server.pid, options={"sockets": {"pending": pending}}) as capture:
         server.stdin.write("go\n")
         server.stdin.flush()
+        yield server, port, capture
+
+
+@pytest.mark.parametrize("pending", ["auto", "hash"])
+def test_a_reused_fd_and_a_late_http_flip_reach_the_right_connection(pending, python_script):
+    with attached_then_started(SERVER, pending, python_script) as (server, port, capture):
         with socket.create_connection(("127.0.0.1", port)) as first:
             first_port = first.getsockname()[1]
             for _ in range(2):
@@ -144,30 +151,12 @@ def test_a_reused_fd_and_a_late_http_flip_reach_the_right_connection(pending, py
 
 # The worker writes to a file, which is closed; the next connection gets its
 # fd and the worker serves it.
-REUSED_FILE_SERVER = r"""
-import json, os, queue, socket, sys, threading
-REQUEST_LEN, RESPONSE = int(sys.argv[1]), bytes.fromhex(sys.argv[2])
-jobs, done = queue.Queue(), queue.Queue()
+REUSED_FILE_SERVER = WORKER + r"""
+def serve(conn):
+    conn.recv(REQUEST_LEN)
+    conn.sendall(RESPONSE)
 
-def worker():
-    while (job := jobs.get()) is not None:
-        op, target = job
-        if op == "log":
-            os.write(target, b"a log line\n")
-        elif op == "serve":
-            target.recv(REQUEST_LEN)
-            target.sendall(RESPONSE)
-        done.put(None)
-
-def on_worker(op, target):
-    jobs.put((op, target))
-    done.get()
-
-threading.Thread(target=worker).start()
-srv = socket.socket()
-srv.bind(("127.0.0.1", 0))
-srv.listen()
-print(srv.getsockname()[1], flush=True)
+OPS = {"log": lambda fd: os.write(fd, b"a log line\n"), "serve": serve}
 sys.stdin.readline()               # the tracer is attached
 log = os.open(os.devnull, os.O_WRONLY)
 on_worker("log", log)              # the worker caches this fd: no socket
@@ -182,11 +171,7 @@ jobs.put(None)
 
 @pytest.mark.parametrize("pending", ["auto", "hash"])
 def test_an_fd_cached_as_no_socket_is_traced_once_a_connection_reuses_it(pending, python_script):
-    server = python_script(REUSED_FILE_SERVER, str(len(REQUEST)), RESPONSE.hex(), stdin=subprocess.PIPE)
-    port = int(server.stdout.readline())
-    with KernelCapture(server.pid, options={"sockets": {"pending": pending}}) as capture:
-        server.stdin.write("go\n")
-        server.stdin.flush()
+    with attached_then_started(REUSED_FILE_SERVER, pending, python_script) as (server, port, capture):
         with socket.create_connection(("127.0.0.1", port)) as client:
             client.sendall(REQUEST)
             assert read_exactly(client, len(RESPONSE)) == RESPONSE
@@ -203,13 +188,8 @@ def test_an_fd_cached_as_no_socket_is_traced_once_a_connection_reuses_it(pending
 
 # A keep-alive connection open before tracing starts, polled without
 # blocking all through the attach.
-POLLING_SERVER = r"""
-import socket, sys, time
+POLLING_SERVER = LISTENING_SERVER + r"""
 REQUEST_LEN, RESPONSE = int(sys.argv[1]), bytes.fromhex(sys.argv[2])
-srv = socket.socket()
-srv.bind(("127.0.0.1", 0))
-srv.listen()
-print(srv.getsockname()[1], flush=True)
 conn, _ = srv.accept()
 print("accepted", flush=True)
 while True:
@@ -236,6 +216,7 @@ def test_a_connection_polled_during_attach_is_traced_once_seeded(pending, python
             server.wait(timeout=10)
             events, counters = capture.finish()
 
-    io = [(e.kind, e.bytes) for e in events if isinstance(e, IoRecord) and e.pid == server.pid and e.bytes > 0]
+    io = [(e.kind, e.bytes) for e in events
+          if isinstance(e, IoRecord) and e.pid == server.pid and e.bytes > 0]
     assert io == [(HttpKind.REQUEST, len(REQUEST)), (HttpKind.RESPONSE, len(RESPONSE)), (HttpKind.DATA, 1)]
     assert counters["events_lost"] == 0

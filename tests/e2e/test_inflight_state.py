@@ -20,17 +20,12 @@ import pytest
 
 from inferprobe.collector.loader import load_tracer
 
-from conftest import needs_root
+from conftest import LISTENING_SERVER, needs_root
 
 pytestmark = [pytest.mark.bpf, needs_root]
 
 # Answers one request per recv() on a worker thread, then blocks in the next recv().
-TARGET = r"""
-import socket, sys, threading
-srv = socket.socket()
-srv.bind(("127.0.0.1", 0))
-srv.listen()
-print(srv.getsockname()[1], flush=True)
+TARGET = LISTENING_SERVER + r"""
 conn, _ = srv.accept()
 def serve():
     print(threading.get_native_id(), flush=True)
