@@ -17,6 +17,7 @@ CLASSIFIER_PROGRAMS = [
     "classify_write",
     "scan_header_block",
     "scan_body",
+    "gather_iovecs",
 ]
 
 

@@ -90,11 +90,22 @@ REQ_PLAIN = b"GET /plain HTTP/1.1\r\nHost: h\r\n\r\n"
 PLAIN_BODY = b"data: not a token\n\ndata: [DONE]\n\n"
 REQ_VEC = b"GET /vec HTTP/1.1\r\nHost: h\r\n\r\n"
 C1, C2 = chunk(b"data: a\n\n"), chunk(b"data: [DONE]\n\n")
-# More iovecs than the kernel copies (4), an empty one among them, the last
+# More iovecs than the kernel copies (8), empty ones among them, the last
 # chunk alone in the last: the end is found by walking the rest.
-VEC_MANY = [C1[:5], C1[5:10], C1[10:], b"", C2, b"0\r\n\r\n"]
+VEC_MANY = [C1[:3], C1[3:6], C1[6:9], C1[9:12], C1[12:], b"", b"", b"", C2, b"0\r\n\r\n"]
 # The first iovec fills the 512-byte head: the end is in the second.
 VEC_FULL = [chunk(b"data: " + b"x" * 600 + b"\n\n"), C2 + b"0\r\n\r\n"]
+
+
+def hyper_chunk(payload: bytes) -> list[bytes]:
+    """A chunk as hyper (Rust) hands it to writev: size line, data, CRLF."""
+    return [b"%x\r\n" % len(payload), payload, b"\r\n"]
+
+
+# Two token chunks that hyper queued and wrote at once, and the same with the
+# end of the stream: every "data:" line and [DONE] is in the copied head.
+HYPER_TWO = hyper_chunk(b'data: {"t":1}\n\n') + hyper_chunk(b'data: {"t":2}\n\n')
+HYPER_END = hyper_chunk(b'data: {"t":3}\n\n') + hyper_chunk(b"data: [DONE]\n\n") + [b"0\r\n\r\n"]
 PLAIN_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n" % len(PLAIN_BODY)
 
 # (the request the client sends, what the server's read of it must give,
@@ -135,6 +146,12 @@ STEPS: list[tuple[Expect, list[Expect]]] = [
      [Expect(SSE_HEAD, HttpKind.RESPONSE, H.HEADERS_END | H.EVENT_STREAM | H.CHUNKED, status=200,
              header_bytes=len(SSE_HEAD)),
       Expect(VEC_FULL, sse_events=1, flags=H.SSE_DONE | H.CHUNKED_END)]),
+    (Expect(REQ_VEC, HttpKind.REQUEST, H.HEADERS_END, method="GET", path="/vec",
+            header_bytes=len(REQ_VEC)),
+     [Expect(SSE_HEAD, HttpKind.RESPONSE, H.HEADERS_END | H.EVENT_STREAM | H.CHUNKED, status=200,
+             header_bytes=len(SSE_HEAD)),
+      Expect(HYPER_TWO, sse_events=2),
+      Expect(HYPER_END, sse_events=1, flags=H.SSE_DONE | H.CHUNKED_END)]),
     (Expect(REQ_PLAIN, HttpKind.REQUEST, H.HEADERS_END, method="GET", path="/plain",
             header_bytes=len(REQ_PLAIN)),
      [Expect(PLAIN_HEAD + PLAIN_BODY, HttpKind.RESPONSE, H.HEADERS_END | H.HAS_LENGTH, status=200,
