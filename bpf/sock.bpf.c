@@ -160,7 +160,10 @@ enum pending_found {
  * connections; a collision or a newer generation just means a socks
  * lookup. An fd that is no tracked socket (a log file, a pipe, a client
  * connection to a backend) is cached as such too: a server writing a log
- * line per request would otherwise pay the lookup on every line. */
+ * line per request would otherwise pay the lookup on every line. A hit
+ * skips socks, so its LRU does not see the use: when full (65536 live
+ * connections) it may evict a busy one, whose cached copy then serves on
+ * until close(), which bumps the slot whether or not socks still has it. */
 #define CONN_CACHE_SLOTS 16
 struct cached_conn {
     u64 conn_id;
@@ -410,8 +413,13 @@ TRACEPOINT_PROBE(syscalls, sys_enter_close)
         return 0;
     struct sock_key key = {.pid = tgid, .fd = (s32)args->fd};
     struct conn_state *state = socks.lookup(&key);
-    if (!state)
+    if (!state) {
+        /* A thread may still have it cached as a connection: socks is an
+         * LRU and may have evicted the entry. The fd's next life must not
+         * inherit that copy. */
+        socks_changed(tgid, key.fd);
         return 0;
+    }
     u64 conn_id = state->conn_id;
     u32 http_seen = state->http_seen;
     socks.delete(&key);

@@ -13,10 +13,13 @@ One thread accepts and closes connections while a second does I/O on them:
 Every read and write must carry the conn_id of the connection the client
 really used, told apart by the client's port in the CONN_OPEN events.
 
-The cache also remembers fds that are no tracked socket, which can go stale
-two more ways, each with its own test below:
+The cache also remembers fds that are no tracked socket, and a connection
+can leave the socket table without accept or close (the table is an LRU),
+which makes more ways to go stale, each with its own test below:
 
 * a file the worker wrote to is closed and its fd handed to a connection;
+* a connection's fd is closed and reopened as a file, with the connection
+  still in the table or already evicted from it;
 * a connection open before tracing began is polled all through the attach:
   had its thread been a target before user space seeded the socket into
   the table, it would have cached it as untracked (the loader sets the
@@ -183,6 +186,55 @@ def test_an_fd_cached_as_no_socket_is_traced_once_a_connection_reuses_it(pending
     assert fds[0] == fds[1], "the precondition: the connection reuses the file's fd"
     kinds = [e.kind for e in events if isinstance(e, IoRecord) and e.pid == server.pid and e.bytes > 0]
     assert kinds == [HttpKind.REQUEST, HttpKind.RESPONSE, HttpKind.DATA]
+    assert counters["events_lost"] == 0
+
+
+# The worker serves a connection; its fd is closed (after the test has, or
+# has not, removed it from the socket table as the LRU would when full) and
+# reopened as a file, which the worker writes to.
+CLOSED_THEN_FILE_SERVER = WORKER + r"""
+def serve(conn):
+    conn.recv(REQUEST_LEN)
+    conn.sendall(RESPONSE)
+    conn.recv(1)
+
+OPS = {"log": lambda fd: os.write(fd, b"a log line\n"), "serve": serve}
+sys.stdin.readline()               # the tracer is attached
+conn, _ = srv.accept()
+on_worker("serve", conn)           # the worker caches this fd: a connection
+print(conn.fileno(), flush=True)
+sys.stdin.readline()               # the test may have evicted it
+fd = conn.fileno()
+conn.close()
+log = os.open(os.devnull, os.O_WRONLY)
+on_worker("log", log)              # must not be taken for the closed connection
+print(json.dumps([fd, log]), flush=True)
+jobs.put(None)
+"""
+
+
+@pytest.mark.parametrize("evicted", [False, True], ids=["in-table", "evicted"])
+@pytest.mark.parametrize("pending", ["auto", "hash"])
+def test_a_closed_connections_fd_reopened_as_a_file_is_not_that_connection(pending, evicted, python_script):
+    with attached_then_started(CLOSED_THEN_FILE_SERVER, pending, python_script) as (server, port, capture):
+        with socket.create_connection(("127.0.0.1", port)) as client:
+            client.sendall(REQUEST)
+            assert read_exactly(client, len(RESPONSE)) == RESPONSE
+            client.sendall(b"x")
+            fd = int(server.stdout.readline())
+            if evicted:
+                socks = capture.tracer.bpf[b"socks"]
+                del socks[socks.Key(pid=server.pid, fd=fd)]
+            server.stdin.write("go on\n")
+            server.stdin.flush()
+            fds = json.loads(server.stdout.readline())
+        server.wait(timeout=10)
+        events, counters = capture.finish()
+
+    assert fds[0] == fds[1], "the precondition: the file reuses the connection's fd"
+    io = [(e.kind, e.bytes) for e in events
+          if isinstance(e, IoRecord) and e.pid == server.pid and e.bytes > 0]
+    assert io == [(HttpKind.REQUEST, len(REQUEST)), (HttpKind.RESPONSE, len(RESPONSE)), (HttpKind.DATA, 1)]
     assert counters["events_lost"] == 0
 
 
