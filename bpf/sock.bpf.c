@@ -93,15 +93,16 @@ BPF_ARRAY(socks_generation, u64, SOCKS_GENERATION_SLOTS);
  * that were open when tracing began (seeded by user space). */
 BPF_ARRAY(first_new_conn_id, u64, 1);
 
-static __always_inline u32 socks_slot(u32 tgid, s32 fd)
+/* The generation counter of the (process, fd) slot. */
+static __always_inline u64 *socks_generation_of(u32 tgid, s32 fd)
 {
-    return (tgid * 0x9E3779B1U + (u32)fd) & (SOCKS_GENERATION_SLOTS - 1);
+    u32 slot = (tgid * 0x9E3779B1U + (u32)fd) & (SOCKS_GENERATION_SLOTS - 1);
+    return socks_generation.lookup(&slot);
 }
 
 static __always_inline u64 socks_generation_now(u32 tgid, s32 fd)
 {
-    u32 slot = socks_slot(tgid, fd);
-    u64 *generation = socks_generation.lookup(&slot);
+    u64 *generation = socks_generation_of(tgid, fd);
     return generation ? *generation : 0;
 }
 
@@ -109,8 +110,7 @@ static __always_inline u64 socks_generation_now(u32 tgid, s32 fd)
  * before it carries the generation before it. */
 static __always_inline void socks_changed(u32 tgid, s32 fd)
 {
-    u32 slot = socks_slot(tgid, fd);
-    u64 *generation = socks_generation.lookup(&slot);
+    u64 *generation = socks_generation_of(tgid, fd);
     if (generation)
         __sync_fetch_and_add(generation, 1);
 }
@@ -662,6 +662,21 @@ static __always_inline void finish_sse(struct scratch *s)
  * that the tail is that buffer's end. Past IOV_WALK_MAX iovecs there is no
  * tail rather than a wrong one. */
 #define IOV_WALK_MAX 64
+
+/* Reads the iovec at `at` and takes what the syscall moved through it, at
+ * most `remaining`: a buffer that took bytes becomes the last one touched
+ * (an empty one leaves the one before). Returns the bytes taken. */
+static __always_inline u64 take_iovec(struct scratch *s, u64 at, u64 remaining, struct user_iovec *iov)
+{
+    bpf_probe_read_user(iov, sizeof(*iov), (void *)at);
+    u64 take = iov->len < remaining ? iov->len : remaining;
+    if (take) {
+        s->last_base = iov->base;
+        s->last_len = take;
+    }
+    return take;
+}
+
 static __always_inline void find_last_iovec(struct scratch *s)
 {
     u64 remaining = s->bytes_left;
@@ -673,13 +688,9 @@ static __always_inline void find_last_iovec(struct scratch *s)
         if (k >= left || !remaining)
             break;
         struct user_iovec iov = {};
-        bpf_probe_read_user(&iov, sizeof(iov), (void *)(next + k * sizeof(iov)));
-        u64 take = iov.len < remaining ? iov.len : remaining;
-        if (take) {
-            s->last_base = iov.base;
-            s->last_len = take;
+        u64 take = take_iovec(s, next + k * sizeof(iov), remaining, &iov);
+        if (take)
             s->tail_in_head = 0;
-        }
         remaining -= take;
     }
     if (remaining)
@@ -797,13 +808,10 @@ static __always_inline void copy_iovecs(struct scratch *s)
         if (k >= vlen || remaining == 0 || copied >= SCAN_HEAD_BYTES)
             break;
         struct user_iovec iov = {};
-        bpf_probe_read_user(&iov, sizeof(iov), (void *)(buf + k * sizeof(iov)));
-        u64 take = iov.len < remaining ? iov.len : remaining;
+        u64 take = take_iovec(s, buf + k * sizeof(iov), remaining, &iov);
         walked = k + 1;
         if (take == 0)
-            continue;   /* an empty iovec: the last buffer is still the one before */
-        s->last_base = iov.base;
-        s->last_len = take;
+            continue;   /* an empty iovec: nothing to copy */
         remaining -= take;
         u32 room = SCAN_HEAD_BYTES - copied;
         u32 n = take > room ? room : (u32)take;
