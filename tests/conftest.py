@@ -154,6 +154,14 @@ class Recorder:
         return "".join(self.stdout_lines) + out, err
 
 
+def bytes_moved(events: list, pid: int) -> list:
+    """The process's socket reads and writes that moved bytes, in the order
+    the kernel sent them (collector IoRecords)."""
+    from inferprobe.collector.events import IoRecord
+
+    return [e for e in events if isinstance(e, IoRecord) and e.pid == pid and e.bytes > 0]
+
+
 # The start of the inline test servers run with python_script: the modules
 # they use, a socket listening on a free loopback port, and that port printed
 # as the first line of their output.

@@ -17,10 +17,10 @@ import time
 
 import pytest
 
-from inferprobe.collector.events import HttpFlag, HttpKind, IoRecord
+from inferprobe.collector.events import HttpFlag, HttpKind
 from inferprobe.collector.probe_sets.sockets import task_pt_regs_usable
 
-from conftest import LISTENING_SERVER, KernelCapture, needs_root
+from conftest import LISTENING_SERVER, KernelCapture, bytes_moved, needs_root
 
 pytestmark = [
     pytest.mark.bpf,
@@ -88,7 +88,7 @@ def test_a_request_read_blocked_at_attach_is_recorded(python_script):
         server.wait(timeout=10)
         events, counters = capture.finish()
 
-    io = [e for e in events if isinstance(e, IoRecord) and e.pid == server.pid and e.bytes > 0]
+    io = bytes_moved(events, server.pid)
     assert [(e.kind, e.tid, bool(e.flags & HttpFlag.BEGAN_UNSEEN)) for e in io] == [
         (HttpKind.REQUEST, worker, True),
         (HttpKind.RESPONSE, worker, False),
@@ -140,7 +140,7 @@ def test_a_read_begun_on_a_socket_since_closed_is_not_given_to_the_fds_new_conne
     old_client.close()
     new_client.close()
 
-    io = [e for e in events if isinstance(e, IoRecord) and e.pid == server.pid and e.bytes > 0]
+    io = bytes_moved(events, server.pid)
     assert worker not in {e.tid for e in io}, "the old socket's bytes were credited to the new one"
     assert [(e.kind, e.bytes) for e in io] == [
         (HttpKind.REQUEST, len(REQUEST)), (HttpKind.RESPONSE, len(RESPONSE)), (HttpKind.DATA, 1)]

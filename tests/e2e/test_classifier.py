@@ -21,7 +21,7 @@ import pytest
 
 from inferprobe.collector.events import HttpFlag, HttpKind, IoRecord
 
-from conftest import LISTENING_SERVER, KernelCapture, needs_root
+from conftest import LISTENING_SERVER, KernelCapture, bytes_moved, needs_root
 
 pytestmark = [pytest.mark.bpf, needs_root]
 
@@ -188,7 +188,7 @@ def test_each_read_and_write_is_classified_as_its_bytes_say(tmp_path, pending, p
             client.sendall(b"x")
         server.wait(timeout=10)
         events, counters = capture.finish()
-    io = [e for e in events if isinstance(e, IoRecord) and e.pid == server.pid and e.bytes > 0]
+    io = bytes_moved(events, server.pid)
     expected = [x for request, writes in STEPS for x in (request, *writes)] + [Expect(b"x")]
     assert [as_expect(e) for e in io] == [observed(x) for x in expected]
     assert counters["events_lost"] == 0

@@ -35,9 +35,9 @@ import subprocess
 
 import pytest
 
-from inferprobe.collector.events import ConnRecord, EventType, HttpKind, IoRecord
+from inferprobe.collector.events import ConnRecord, EventType, HttpKind
 
-from conftest import LISTENING_SERVER, KernelCapture, needs_root
+from conftest import LISTENING_SERVER, KernelCapture, bytes_moved, needs_root
 
 pytestmark = [pytest.mark.bpf, needs_root]
 
@@ -138,8 +138,7 @@ def test_a_reused_fd_and_a_late_http_flip_reach_the_right_connection(pending, py
               if isinstance(e, ConnRecord) and e.type == EventType.CONN_OPEN and e.pid == server.pid}
     first_id, second_id = opened[first_port], opened[second_port]
     assert first_id != second_id
-    io = [(e.conn_id, e.kind, e.bytes) for e in events
-          if isinstance(e, IoRecord) and e.pid == server.pid and e.bytes > 0]
+    io = [(e.conn_id, e.kind, e.bytes) for e in bytes_moved(events, server.pid)]
     assert io == [
         (first_id, HttpKind.REQUEST, len(REQUEST)),
         (first_id, HttpKind.RESPONSE, len(RESPONSE)),
@@ -184,7 +183,7 @@ def test_an_fd_cached_as_no_socket_is_traced_once_a_connection_reuses_it(pending
         events, counters = capture.finish()
 
     assert fds[0] == fds[1], "the precondition: the connection reuses the file's fd"
-    kinds = [e.kind for e in events if isinstance(e, IoRecord) and e.pid == server.pid and e.bytes > 0]
+    kinds = [e.kind for e in bytes_moved(events, server.pid)]
     assert kinds == [HttpKind.REQUEST, HttpKind.RESPONSE, HttpKind.DATA]
     assert counters["events_lost"] == 0
 
@@ -232,8 +231,7 @@ def test_a_closed_connections_fd_reopened_as_a_file_is_not_that_connection(pendi
         events, counters = capture.finish()
 
     assert fds[0] == fds[1], "the precondition: the file reuses the connection's fd"
-    io = [(e.kind, e.bytes) for e in events
-          if isinstance(e, IoRecord) and e.pid == server.pid and e.bytes > 0]
+    io = [(e.kind, e.bytes) for e in bytes_moved(events, server.pid)]
     assert io == [(HttpKind.REQUEST, len(REQUEST)), (HttpKind.RESPONSE, len(RESPONSE)), (HttpKind.DATA, 1)]
     assert counters["events_lost"] == 0
 
@@ -268,7 +266,6 @@ def test_a_connection_polled_during_attach_is_traced_once_seeded(pending, python
             server.wait(timeout=10)
             events, counters = capture.finish()
 
-    io = [(e.kind, e.bytes) for e in events
-          if isinstance(e, IoRecord) and e.pid == server.pid and e.bytes > 0]
+    io = [(e.kind, e.bytes) for e in bytes_moved(events, server.pid)]
     assert io == [(HttpKind.REQUEST, len(REQUEST)), (HttpKind.RESPONSE, len(RESPONSE)), (HttpKind.DATA, 1)]
     assert counters["events_lost"] == 0
