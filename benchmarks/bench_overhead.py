@@ -22,10 +22,14 @@ the number of requests it recorded (which should match the client's count).
 Note that the BPF programs run in the server's own syscalls: their cost shows
 up as extra *server* CPU time, not in the recorder's.
 
+With --floor, each round has a third phase with do-nothing programs on the
+same socket syscall tracepoints and no recorder: what the attach points cost
+by themselves, which no change to the programs can take back.
+
 Usage (needs root for the BPF part)::
 
     sudo .venv/bin/python benchmarks/bench_overhead.py [--duration 10] [--rounds 3]
-        [--connections 32] [--max-tokens 16] [--interval-ms 2] [--unary] [--json out.json]
+        [--connections 32] [--max-tokens 16] [--interval-ms 2] [--unary] [--floor] [--json out.json]
 """
 
 from __future__ import annotations
@@ -308,27 +312,31 @@ def read_report(path: Path) -> dict:
 
 
 def run_phase(
-    args: argparse.Namespace, server: Server, workdir: Path, rnd: int, traced: bool
+    args: argparse.Namespace, server: Server, workdir: Path, rnd: int, mode: str
 ) -> dict:
+    """One load phase; mode is "untraced", "traced" (inferprobe record) or
+    "empty" (only EmptyPrograms: what the attach points cost by themselves)."""
     rec = empty = None
-    if traced:
+    if mode == "traced":
         rec = Recorder(server.pid, workdir / f"round{rnd}.ipr", workdir / f"round{rnd}.err",
                        tuple(args.record_arg))
         if args.bpf_stats:
             empty = EmptyPrograms()  # what the kernel's timing itself books per run
+    elif mode == "empty":
+        empty = EmptyPrograms()
     try:
         s0 = proc_cpu_s(server.pid)
         b0 = box_cpu()
-        bpf0 = bpf_program_time(rec.proc.pid) if empty is not None else None
+        bpf0 = bpf_program_time(rec.proc.pid) if rec is not None and empty is not None else None
         empty0 = empty.run_time() if empty is not None else None
         summary, client_cpu = run_client(args, server.port, args.duration)
-        bpf1 = bpf_program_time(rec.proc.pid) if empty is not None else None
+        bpf1 = bpf_program_time(rec.proc.pid) if rec is not None and empty is not None else None
         empty1 = empty.run_time() if empty is not None else None
         b1 = box_cpu()
         s1 = proc_cpu_s(server.pid)
         phase: dict = {
             "round": rnd,
-            "mode": "traced" if traced else "untraced",
+            "mode": mode,
             "client": summary,
             "client_cpu_s": round(client_cpu, 3),
             "server_cpu_s": round(s1 - s0, 3),
@@ -436,25 +444,8 @@ def aggregate(phases: list[dict]) -> dict:
     trc_cpu_ms = sum(p["tracer"]["cpu_s"] for p in traced) * 1000
     rss = [p["tracer"]["peak_rss_kb"] for p in traced if p["tracer"]["peak_rss_kb"]]
 
-    def ratio(a: float | None, b: float | None) -> float | None:
-        return a / b if a is not None and b else None
-
-    paired = []
-    ps_u, ps_t = mode("untraced"), mode("traced")
-    for pu, pt in zip(ps_u, ps_t, strict=False):
-        paired.append(
-            {
-                "round": pu["round"],
-                "throughput_ratio": ratio(
-                    pt["client"]["requests_per_s"], pu["client"]["requests_per_s"]
-                ),
-                "itl_p99_ratio": ratio(pt["client"]["itl_ms_p99"], pu["client"]["itl_ms_p99"]),
-                "server_cpu_per_1k_ratio": ratio(
-                    per_1k(pt["server_cpu_s"] * 1000, pt["client"]["completed"]),
-                    per_1k(pu["server_cpu_s"] * 1000, pu["client"]["completed"]),
-                ),
-            }
-        )
+    paired = paired_ratios(mode("untraced"), traced)
+    floor = paired_ratios(mode("untraced"), mode("empty"))
     return {
         "untraced": u,
         "traced": t,
@@ -475,7 +466,38 @@ def aggregate(phases: list[dict]) -> dict:
         "throughput_ratio_stderr": standard_error([r["throughput_ratio"] for r in paired]),
         "server_cpu_per_1k_ratio_stderr": standard_error([r["server_cpu_per_1k_ratio"] for r in paired]),
         **bpf_time_per_request(traced, t, u),
+        **({"attach_point_floor": mean_ratios(floor)} if floor else {}),
     }
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def paired_ratios(base: list[dict], other: list[dict]) -> list[dict]:
+    """Per round, the other phase against the untraced one next to it."""
+    return [
+        {
+            "round": pu["round"],
+            "throughput_ratio": ratio(px["client"]["requests_per_s"], pu["client"]["requests_per_s"]),
+            "itl_p99_ratio": ratio(px["client"]["itl_ms_p99"], pu["client"]["itl_ms_p99"]),
+            "server_cpu_per_1k_ratio": ratio(
+                per_1k(px["server_cpu_s"] * 1000, px["client"]["completed"]),
+                per_1k(pu["server_cpu_s"] * 1000, pu["client"]["completed"]),
+            ),
+        }
+        for pu, px in zip(base, other, strict=False)
+    ]
+
+
+def mean_ratios(rounds: list[dict]) -> dict:
+    """Mean and standard error over rounds of each per-round ratio."""
+    out: dict = {}
+    for key in ("throughput_ratio", "server_cpu_per_1k_ratio"):
+        known = [r[key] for r in rounds if r[key] is not None]
+        out[key] = statistics.fmean(known) if known else None
+        out[key + "_stderr"] = standard_error(known)
+    return out
 
 
 def standard_error(values: list[float | None]) -> float | None:
@@ -550,6 +572,12 @@ def print_summary(s: dict) -> None:
     )
     print(f"tracer peak RSS = {fmt(s['tracer_peak_rss_mb'], '.0f')} MB")
     print(f"lost events = {s['lost_events']}")
+    if "attach_point_floor" in s:
+        f = s["attach_point_floor"]
+        print(f"attach points alone (do-nothing programs)/untraced: throughput "
+              f"{fmt(f['throughput_ratio'], '.3f')}{stderr_pct(f['throughput_ratio_stderr'])}; "
+              f"server CPU per request {fmt(f['server_cpu_per_1k_ratio'], '.3f')}"
+              f"{stderr_pct(f['server_cpu_per_1k_ratio_stderr'])}")
     if "bpf_us_per_request" in s:
         share = s["bpf_share_of_untraced_server_cpu"]
         net = s["bpf_net_share_of_untraced_server_cpu"]
@@ -588,6 +616,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bpf-stats", action="store_true",
                     help="also time the BPF programs themselves (kernel.bpf_stats_enabled, which "
                     "adds a little to every program run, so traced phases run slightly slower)")
+    ap.add_argument("--floor", action="store_true",
+                    help="a third phase per round with only do-nothing programs on the same socket "
+                    "syscall tracepoints: the share of the overhead the attach points take by themselves")
     ap.add_argument("--record-arg", action="append", default=[],
                     help="extra argument for `inferprobe record` (repeat), e.g. --record-arg=--locks")
     args = ap.parse_args(argv)
@@ -624,12 +655,12 @@ def main(argv: list[str] | None = None) -> int:
         phases: list[dict] = []
         try:
             for rnd in range(1, args.rounds + 1):
-                for traced in (False, True):
-                    p = run_phase(args, server, workdir, rnd, traced)
+                for mode in ("untraced", "traced", "empty") if args.floor else ("untraced", "traced"):
+                    p = run_phase(args, server, workdir, rnd, mode)
                     phases.append(p)
                     c = p["client"]
                     extra = ""
-                    if traced:
+                    if mode == "traced":
                         tr = p["tracer"]
                         extra = (
                             f", tracer {tr['cpu_s'] * 1000:.0f} ms CPU, "
