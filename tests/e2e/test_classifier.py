@@ -7,8 +7,9 @@ are the ones servers differ in: header case, Content-Type parameters, bare
 "\\n" line ends, SSE fields with and without a space, comments, several
 events per write, [DONE] and the last chunk coalesced, headers past the
 512-byte scan window, a write longer than the window whose end is only in
-its tail, vectored writes whose end lies past the iovecs copied, and a
-length-framed body that is not scanned at all.
+its tail, many events coalesced into one long write (with lines cut by
+every window edge, and past the last window), vectored writes whose end lies
+past the iovecs copied, and a length-framed body that is not scanned at all.
 """
 
 from __future__ import annotations
@@ -108,6 +109,42 @@ HYPER_TWO = hyper_chunk(b'data: {"t":1}\n\n') + hyper_chunk(b'data: {"t":2}\n\n'
 HYPER_END = hyper_chunk(b'data: {"t":3}\n\n') + hyper_chunk(b"data: [DONE]\n\n") + [b"0\r\n\r\n"]
 PLAIN_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n" % len(PLAIN_BODY)
 
+# A long write is scanned in windows of 512 bytes, each starting 16 before the
+# one before ends (bpf/sock.bpf.c, next_body_window): 496 * k to 496 * k + 512.
+WINDOW, STEP, MAX_WINDOWS = 512, 496, 24
+SCANNED = WINDOW + MAX_WINDOWS * STEP   # a write's bytes looked at for "data:" lines
+
+
+def line_at(offset: int, line: bytes, pad_after: int = 0) -> bytes:
+    """One chunk: a token event padded so that `line` starts `offset` bytes into
+    the write, then an SSE comment of pad_after bytes (not an event)."""
+    for m in range(offset):
+        comment = b": " + b"z" * pad_after + b"\n\n" if pad_after else b""
+        payload = b"data: " + b"x" * m + b"\n\n" + line + comment
+        write = chunk(payload)
+        if write.index(line, 8 + m) == offset:
+            return write
+    raise ValueError(offset)
+
+
+def openai_event(i: int) -> bytes:
+    """A chat-completion chunk the size OpenAI-compatible servers send (~300 bytes)."""
+    body = {"id": "chatcmpl-" + "a" * 24, "object": "chat.completion.chunk", "created": 1700000000 + i,
+            "model": "SmolLM2-135M-Instruct", "system_fingerprint": "fp_" + "b" * 10,
+            "choices": [{"index": 0, "delta": {"content": f" tok{i}"}, "logprobs": None,
+                         "finish_reason": None}]}
+    return chunk(b"data: " + json.dumps(body).encode() + b"\n\n")
+
+
+# Several events a server queued while the client read slowly and wrote at once.
+COALESCED = b"".join(openai_event(i) for i in range(30)) + chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n"
+PAST_LAST_WINDOW = b"".join(openai_event(i) for i in range(60)) + chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n"
+# The events counted in it: those whose "data:" is whole in the windows scanned.
+PAST_LAST_WINDOW_COUNTED = sum(1 for i in range(len(PAST_LAST_WINDOW))
+                               if PAST_LAST_WINDOW.startswith(b"\ndata: {", i) and i + 1 + 5 <= SCANNED)
+# "data:" lines starting across each edge of the first and second windows.
+EDGES = [*range(WINDOW - 16, WINDOW + 4), *range(WINDOW + STEP - 16, WINDOW + STEP + 4)]
+
 # (the request the client sends, what the server's read of it must give,
 #  the server's writes and what each must give)
 STEPS: list[tuple[Expect, list[Expect]]] = [
@@ -152,6 +189,16 @@ STEPS: list[tuple[Expect, list[Expect]]] = [
              header_bytes=len(SSE_HEAD)),
       Expect(HYPER_TWO, sse_events=2),
       Expect(HYPER_END, sse_events=1, flags=H.SSE_DONE | H.CHUNKED_END)]),
+    (Expect(REQ_VEC, HttpKind.REQUEST, H.HEADERS_END, method="GET", path="/vec",
+            header_bytes=len(REQ_VEC)),
+     [Expect(SSE_HEAD, HttpKind.RESPONSE, H.HEADERS_END | H.EVENT_STREAM | H.CHUNKED, status=200,
+             header_bytes=len(SSE_HEAD)),
+      *[Expect(line_at(at, b'data: {"t":2}\n\n', pad_after=600), sse_events=2) for at in EDGES],
+      *[Expect(line_at(at, b"data: [DONE]\n\n") + b"0\r\n\r\n", sse_events=1,
+               flags=H.SSE_DONE | H.CHUNKED_END) for at in EDGES[::3]],
+      Expect(COALESCED, sse_events=30, flags=H.SSE_DONE | H.CHUNKED_END),
+      # [DONE] and the last chunk are then seen in the write's tail
+      Expect(PAST_LAST_WINDOW, sse_events=PAST_LAST_WINDOW_COUNTED, flags=H.SSE_DONE | H.CHUNKED_END)]),
     (Expect(REQ_PLAIN, HttpKind.REQUEST, H.HEADERS_END, method="GET", path="/plain",
             header_bytes=len(REQ_PLAIN)),
      [Expect(PLAIN_HEAD + PLAIN_BODY, HttpKind.RESPONSE, H.HEADERS_END | H.HAS_LENGTH, status=200,
