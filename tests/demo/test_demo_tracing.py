@@ -15,10 +15,15 @@ import statistics
 import subprocess
 import time
 from collections import defaultdict
+from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
 from inferprobe.analyzers.decompose import TTFT_PHASES
+from inferprobe.collector.events import UsdtRecord, decode
+from inferprobe.collector.recording import read_recording
+from inferprobe.collector.server_view import build_server_view
 from inferprobe.demo.loadgen import RequestIds, token_events
 from inferprobe.demo.sse_client import connect, request_once, run_load
 
@@ -58,8 +63,17 @@ def _raw(server: DemoServer, payload: bytes) -> int:
         sock.close()
 
 
+class Traced(NamedTuple):
+    results: list          # the load client's own measurements, one per request
+    bad_json: int          # HTTP status of the request with a body that is not JSON
+    aborted: object        # the request whose client hung up mid-stream
+    report: dict           # `inferprobe report --format json` of the recording
+    stdout: str            # what `inferprobe record` printed
+    recording: Path
+
+
 @pytest.fixture(scope="module")
-def traced(demo_server: DemoServer, tmp_path_factory):
+def traced(demo_server: DemoServer, tmp_path_factory) -> Traced:
     out = tmp_path_factory.mktemp("demo-trace")
     recorder = Recorder([demo_server.proc.pid], out / "demo.ipr")
     try:
@@ -76,7 +90,7 @@ def traced(demo_server: DemoServer, tmp_path_factory):
         stdout, stderr = recorder.stop()
     report = subprocess.run(inferprobe_cmd("report", str(out / "demo.ipr"), "--format", "json"),
                             capture_output=True, text=True, check=True)
-    return results, bad_json, aborted, json.loads(report.stdout), stdout
+    return Traced(results, bad_json, aborted, json.loads(report.stdout), stdout, out / "demo.ipr")
 
 
 def _by_client_connection(report: dict) -> dict[tuple[int, int], dict]:
@@ -93,9 +107,32 @@ def _by_client_connection(report: dict) -> dict[tuple[int, int], dict]:
     return out
 
 
+def _client_and_recorded(traced: Traced):
+    """(what the client measured, what was recorded) for each load request, in send order."""
+    recorded = _by_client_connection(traced.report)
+    per_port: dict[int, int] = defaultdict(int)
+    for res in sorted(traced.results, key=lambda r: r.t_send_ns):
+        index = per_port[res.local_port]
+        per_port[res.local_port] += 1
+        yield res, recorded[(res.local_port, index)]
+
+
+def _why_untied(traced: Traced, rec: dict) -> str:
+    """What the recording holds around a request the correlator left untied: its
+    connection's fd and times, and every request_start the server fired with that fd.
+    (One CI run once saw a request left untied and could not be looked at afterwards.)"""
+    conn = next(c for c in traced.report["connections"] if c["conn_id"] == rec["conn"])
+    usdt = [ev for ev in map(decode, read_recording(traced.recording).events) if isinstance(ev, UsdtRecord)]
+    starts = sorted((s.t_start_ns, s.req_id, s.tid) for s in build_server_view(usdt).requests.values()
+                    if s.conn_fd == conn["fd"])
+    fields = {k: rec[k] for k in ("conn", "tid", "t_ingress_ns", "t_response_start_ns", "t_end_ns",
+                                  "outcome")}
+    return f"untied request {fields} on fd {conn['fd']}; request_start with that fd (t, id, tid): {starts}"
+
+
 def test_usdt_probes_were_attached_and_seen(traced):
-    _, _, _, report, stdout = traced
-    assert "usdt" in report["probe_sets"]["active"], stdout
+    report = traced.report
+    assert "usdt" in report["probe_sets"]["active"], traced.stdout
     sched = report["scheduler"]
     for probe in ("request_start", "request_queued", "request_scheduled", "prefill_start", "prefill_end",
                   "decode_step_start", "decode_step_end", "token_emit", "request_end", "queue_depth",
@@ -105,29 +142,20 @@ def test_usdt_probes_were_attached_and_seen(traced):
 
 
 def test_every_request_is_tied_to_the_id_its_client_sent(traced):
-    results, _, _, report, _ = traced
-    recorded = _by_client_connection(report)
-    per_port: dict[int, int] = defaultdict(int)
     checked = 0
-    for res in sorted(results, key=lambda r: r.t_send_ns):
+    for res, rec in _client_and_recorded(traced):
         assert res.error is None and res.status == 200, res.error
-        index = per_port[res.local_port]
-        per_port[res.local_port] += 1
-        rec = recorded[(res.local_port, index)]
+        if rec["usdt_request_id"] is None:
+            pytest.fail(_why_untied(traced, rec))
         assert rec["usdt_request_id"] == int(res.request_id)
         assert rec["correlated_by"] == "conn_fd"
         checked += 1
-    assert checked == REQUESTS and len(per_port) == STREAMS
+    assert checked == REQUESTS and len({res.local_port for res in traced.results}) == STREAMS
 
 
 def test_phases_sum_to_what_the_client_measured(traced):
-    results, _, _, report, _ = traced
-    recorded = _by_client_connection(report)
-    per_port: dict[int, int] = defaultdict(int)
     ttft_err, e2e_err = [], []
-    for res in sorted(results, key=lambda r: r.t_send_ns):
-        rec = recorded[(res.local_port, per_port[res.local_port])]
-        per_port[res.local_port] += 1
+    for res, rec in _client_and_recorded(traced):
         phases = rec["phases_ns"]
         for name in ("ingress", "queue", "schedule", "prefill", "first_token", "network_flush", "decode"):
             assert name in phases, (name, phases)
@@ -143,7 +171,7 @@ def test_phases_sum_to_what_the_client_measured(traced):
 
 
 def test_queueing_shows_in_the_gauges_and_the_decomposition(traced):
-    _, _, _, report, _ = traced
+    report = traced.report
     sched = report["scheduler"]
     # 16 streams against a batch of 4: requests must have waited.
     assert sched["scheduler_queue_length"]["max"] >= 1
@@ -159,13 +187,8 @@ def test_queueing_shows_in_the_gauges_and_the_decomposition(traced):
 
 
 def test_itl_phases_sum_to_each_streamed_requests_inter_token_time(traced):
-    results, _, _, report, _ = traced
-    recorded = _by_client_connection(report)
-    per_port: dict[int, int] = defaultdict(int)
     client_err = []
-    for res in sorted(results, key=lambda r: r.t_send_ns):
-        rec = recorded[(res.local_port, per_port[res.local_port])]
-        per_port[res.local_port] += 1
+    for res, rec in _client_and_recorded(traced):
         split = rec["itl_phases_ns"]
         assert split is not None and set(split) == {"decode", "stall", "flush", "other"}, rec
         assert min(split.values()) >= 0
@@ -175,15 +198,15 @@ def test_itl_phases_sum_to_each_streamed_requests_inter_token_time(traced):
         events = token_events(res)
         client_err.append(abs(sum(split.values()) - (events[-1] - events[0])))
     assert statistics.median(client_err) <= MEDIAN_TOLERANCE_NS, sorted(client_err)
-    top = report["itl_phase_split"]
+    top = traced.report["itl_phase_split"]
     assert set(top) == {"p50", "p90", "p99"}
     for row in top.values():
         assert sum(row["phases_ns"].values()) == row["itl_ns"]
 
 
 def test_bad_input_and_a_hang_up_show_in_the_recording(traced):
-    _, bad_json, aborted, report, _ = traced
-    assert bad_json == 400
+    report, aborted = traced.report, traced.aborted
+    assert traced.bad_json == 400
     statuses = [r["status"] for r in report["requests"]]
     assert 400 in statuses
     assert aborted.aborted
