@@ -31,6 +31,10 @@
  * exit program, one event alone 0.38 us, so the coalesced write still costs
  * less than the 30 it replaces (measured with kernel.bpf_stats_enabled). */
 #define MAX_BODY_WINDOWS 24
+/* A vectored write's windows take two tail calls each (scan_body and
+ * gather_window): after the four before the first body scan, twelve fit in
+ * the 33 the kernel allows: 6464 bytes. */
+#define MAX_VECTORED_WINDOWS 12
 /* A window starts this many bytes before the one before ends, so that a line
  * cut by the end of one ("data: [DONE]" is 12 bytes) is whole in the next. */
 #define WINDOW_OVERLAP 16
@@ -76,12 +80,14 @@ struct scratch {
     u32 data_lines;
     u32 done;
     /* Vectored I/O: the iovecs copy_iovecs() did not reach, and the bytes the
-     * syscall moved through them (find_last_iovec walks them). */
+     * syscall moved through them (find_last_iovec walks them). The first
+     * may have been copied in part: iov_skip of its bytes. */
     u64 iov_next;
     u64 bytes_left;
     u32 iovs_left;
-    /* A plain write longer than the head: scan_body() goes on over the rest
-     * of it, one window at a time (next_body_window). */
+    u32 iov_skip;
+    /* A write longer than the head: scan_body() goes on over the rest of it,
+     * one window at a time (next_body_window). */
     u64 body_base;
     u64 body_len;
     u32 window_start; /* where in the write the head now starts */
@@ -650,14 +656,14 @@ static __always_inline void sse_line(struct scratch *s, u32 p)
 static __always_inline void scan_sse(struct scratch *s)
 {
     u32 n = s->n, start = s->body_start;
-    if (!s->window_start) {
+    if (!s->windows) {
         s->data_lines = 0;
         s->done = 0;
         s->deferred = 0;
     }
     if (start >= n || start >= SCAN_HEAD_BYTES)
         return;
-    if (!s->window_start)
+    if (!s->windows)
         sse_line(s, start);   /* a line begins where the body does */
     u32 first = start & ~7U;
     for (u32 word = 0; word < SCAN_HEAD_BYTES / 8; word++) {
@@ -695,16 +701,19 @@ static __always_inline void finish_sse(struct scratch *s)
  * tail rather than a wrong one. */
 #define IOV_WALK_MAX 64
 
-/* Reads the iovec at `at` and takes what the syscall moved through it, at
- * most `remaining`: a buffer that took bytes becomes the last one touched
- * (an empty one leaves the one before). Returns the bytes taken. */
-static __always_inline u64 take_iovec(struct scratch *s, u64 at, u64 remaining, struct user_iovec *iov)
+/* Reads the iovec at `at` and takes what the syscall moved through it past
+ * its first `skip` bytes, at most `remaining`: a buffer that took bytes
+ * becomes the last one touched (an empty one leaves the one before).
+ * Returns the bytes taken. */
+static __always_inline u64 take_iovec(struct scratch *s, u64 at, u64 skip, u64 remaining,
+                                      struct user_iovec *iov)
 {
     bpf_probe_read_user(iov, sizeof(*iov), (void *)at);
-    u64 take = iov->len < remaining ? iov->len : remaining;
+    u64 avail = iov->len > skip ? iov->len - skip : 0;
+    u64 take = avail < remaining ? avail : remaining;
     if (take) {
         s->last_base = iov->base;
-        s->last_len = take;
+        s->last_len = skip + take;
     }
     return take;
 }
@@ -720,7 +729,7 @@ static __always_inline void find_last_iovec(struct scratch *s)
         if (k >= left || !remaining)
             break;
         struct user_iovec iov = {};
-        u64 take = take_iovec(s, next + k * sizeof(iov), remaining, &iov);
+        u64 take = take_iovec(s, next + k * sizeof(iov), k ? 0 : s->iov_skip, remaining, &iov);
         if (take)
             s->tail_in_head = 0;
         remaining -= take;
@@ -826,53 +835,32 @@ static __always_inline void copy_buffer(struct scratch *s, u64 buf, u64 moved)
     s->more = moved > n;
 }
 
-/* Moves the head to the next window of a long plain write, WINDOW_OVERLAP
- * bytes before the end of this one. Returns 0 when this window was the last
- * to scan. A write longer than the windows counts the lines in them; its
- * end is still read as a tail (scan_tail). */
-static __always_inline int next_body_window(struct scratch *s)
-{
-    if (!s->more)
-        return 0;
-    u64 start = (u64)s->window_start + s->n - WINDOW_OVERLAP;
-    u64 left = s->body_len - start;
-    u32 n = left > SCAN_HEAD_BYTES ? SCAN_HEAD_BYTES : (u32)left;
-    if (n > 0 && n <= SCAN_HEAD_BYTES)
-        bpf_probe_read_user(s->head, n, (void *)(s->body_base + start));
-    s->window_start = start;
-    s->n = n;
-    s->windows++;
-    s->more = left > n && s->windows < MAX_BODY_WINDOWS;
-    /* Newlines from here: lines starting at or after WINDOW_OVERLAP - 11,
-     * which the window before could not see whole ("data: [DONE]"). */
-    s->body_start = WINDOW_OVERLAP - 12;
-    s->tail_in_head = left == n;   /* the end of the write is in view */
-    return 1;
-}
-
-/* Vectored I/O: concatenates the first MAX_IOVECS iovecs not yet copied
- * (s->iov_next, s->iovs_left, s->bytes_left) into the head, up to
- * SCAN_HEAD_BYTES, and leaves those fields describing the rest for
- * find_last_iovec(). Remembers the last buffer touched for the tail scan. */
-static __always_inline void copy_iovecs(struct scratch *s)
+/* Vectored I/O: concatenates up to MAX_IOVECS iovecs not yet copied
+ * (s->iov_next, s->iovs_left, s->bytes_left) into the head from `at` up to
+ * SCAN_HEAD_BYTES, and leaves those fields describing the rest: for the next
+ * window, or for find_last_iovec(). An iovec the head fills stays next, with
+ * s->iov_skip of its bytes copied; `resume` (a constant: the first window
+ * has nothing to resume, and its program verifies faster without) starts
+ * past them. Remembers the last buffer touched for the tail scan. */
+static __always_inline void copy_iovecs(struct scratch *s, u32 at, int resume)
 {
     u64 buf = s->iov_next, remaining = s->bytes_left;
     u32 vlen = s->iovs_left;
-    u32 copied = 0;
+    u64 first_skip = resume ? s->iov_skip : 0;
+    u32 copied = at;
     u32 walked = 0;
-    s->last_len = 0;
     s->tail_in_head = 0;
-    s->more = 0;   /* the windows after the head follow plain buffers only */
+    s->iov_skip = 0;
 #pragma unroll
     for (int k = 0; k < MAX_IOVECS; k++) {
         if (k >= vlen || remaining == 0 || copied >= SCAN_HEAD_BYTES)
             break;
+        u64 skip = k == 0 ? first_skip : 0;
         struct user_iovec iov = {};
-        u64 take = take_iovec(s, buf + k * sizeof(iov), remaining, &iov);
+        u64 take = take_iovec(s, buf + k * sizeof(iov), skip, remaining, &iov);
         walked = k + 1;
         if (take == 0)
             continue;   /* an empty iovec: nothing to copy */
-        remaining -= take;
         u32 room = SCAN_HEAD_BYTES - copied;
         u32 n = take > room ? room : (u32)take;
         u64 off = copied, size = n;
@@ -883,14 +871,51 @@ static __always_inline void copy_iovecs(struct scratch *s)
         if (size > SCAN_HEAD_BYTES)
             size = SCAN_HEAD_BYTES;
         if (size > 0)
-            bpf_probe_read_user(&s->head[off], size, (void *)iov.base);
+            bpf_probe_read_user(&s->head[off], size, (void *)(iov.base + skip));
         copied += n;
+        remaining -= n;
         s->tail_in_head = n == take;
+        if (n < take) {
+            s->iov_skip = skip + n;   /* the head is full inside this iovec: it comes next */
+            walked = k;
+            break;
+        }
     }
     s->n = copied;
     s->iov_next = buf + walked * sizeof(struct user_iovec);
     s->iovs_left = vlen - walked;
     s->bytes_left = remaining;
+}
+
+/* Moves the head to the next window of a long write: the last
+ * WINDOW_OVERLAP bytes of this one, then what follows them in the write (a
+ * plain buffer's next bytes, or the next iovecs'). Returns 0 when this
+ * window was the last to scan. A write longer than the windows counts the
+ * lines in them; its end is still read as a tail (scan_tail). */
+static __always_inline int next_body_window(struct scratch *s)
+{
+    if (!s->more)
+        return 0;
+    u32 n = s->n;   /* >= WINDOW_OVERLAP: a shorter window sets no `more` */
+    u64 carried_lo = load8(s->head, n - WINDOW_OVERLAP), carried_hi = load8(s->head, n - 8);
+    *(u64 *)&s->head[0] = carried_lo;
+    *(u64 *)&s->head[8] = carried_hi;
+    s->window_start += n - WINDOW_OVERLAP;
+    s->windows++;
+    /* Newlines from here: lines starting at or after WINDOW_OVERLAP - 11,
+     * which the window before could not see whole ("data: [DONE]"). */
+    s->body_start = WINDOW_OVERLAP - 12;
+    if (s->ev.flags & HTTP_FLAG_VECTORED)
+        return 1;   /* gather_iovecs fills the rest of the window */
+    u64 at = (u64)s->window_start + WINDOW_OVERLAP;   /* the first byte not yet in a window */
+    u64 rest = s->body_len - at;
+    u32 fresh = rest > SCAN_HEAD_BYTES - WINDOW_OVERLAP ? SCAN_HEAD_BYTES - WINDOW_OVERLAP : (u32)rest;
+    if (fresh > 0 && fresh <= SCAN_HEAD_BYTES - WINDOW_OVERLAP)
+        bpf_probe_read_user(&s->head[WINDOW_OVERLAP], fresh, (void *)(s->body_base + at));
+    s->n = WINDOW_OVERLAP + fresh;
+    s->tail_in_head = rest == fresh;   /* the end of the write is in view */
+    s->more = rest > fresh && s->windows < MAX_BODY_WINDOWS;
+    return 1;
 }
 
 /* ---------------------------------------------------------------- read / write
@@ -915,6 +940,7 @@ enum classify_prog {
     PROG_SCAN_HEADER_BLOCK = 2,
     PROG_SCAN_BODY = 3,
     PROG_GATHER_IOVECS = 4,
+    PROG_GATHER_WINDOW = 5,
 };
 BPF_PROG_ARRAY(classifiers, 8);
 
@@ -1042,16 +1068,6 @@ static __always_inline int io_exit(void *ctx, long ret, u16 dir, u16 vectored, u
     return submit(s);
 }
 
-int gather_iovecs(void *ctx)
-{
-    struct scratch *s = get_scratch();
-    if (!s)
-        return 0;
-    copy_iovecs(s);
-    classifiers.call(ctx, s->ev.hdr.type == EVENT_SOCK_READ ? PROG_CLASSIFY_READ : PROG_CLASSIFY_WRITE);
-    return submit(s);
-}
-
 /* The end of a body write: its last bytes, the SSE counts, the event. */
 static __always_inline int finish_body(struct scratch *s)
 {
@@ -1059,6 +1075,33 @@ static __always_inline int finish_body(struct scratch *s)
     scan_tail(s);
     finish_sse(s);
     return submit(s);
+}
+
+int gather_iovecs(void *ctx)
+{
+    struct scratch *s = get_scratch();
+    if (!s)
+        return 0;
+    copy_iovecs(s, 0, 0);
+    /* A window of fewer bytes than the overlap cannot carry one over. */
+    s->more = s->bytes_left && s->n >= WINDOW_OVERLAP;
+    classifiers.call(ctx, s->ev.hdr.type == EVENT_SOCK_READ ? PROG_CLASSIFY_READ : PROG_CLASSIFY_WRITE);
+    return submit(s);
+}
+
+/* A further window of a long vectored write: the iovecs after the bytes
+ * next_body_window() carried over, then back to scan_body. A program of its
+ * own, with the offset a constant: copy_iovecs() with a variable one, and
+ * resuming, in one program took the verifier three times as long. */
+int gather_window(void *ctx)
+{
+    struct scratch *s = get_scratch();
+    if (!s)
+        return 0;
+    copy_iovecs(s, WINDOW_OVERLAP, 1);
+    s->more = s->bytes_left && s->windows < MAX_VECTORED_WINDOWS;
+    classifiers.call(ctx, PROG_SCAN_BODY);
+    return finish_body(s);
 }
 
 int classify_read(void *ctx)
@@ -1134,10 +1177,10 @@ int scan_body(void *ctx)
     scan_sse(s);
     /* Only an event stream goes on past the head: a long write of anything
      * else (a JSON body, a file) costs one window, as it always did. */
-    if (!s->window_start && !s->data_lines && !s->deferred)
+    if (!s->windows && !s->data_lines && !s->deferred)
         s->more = 0;
     if (next_body_window(s))
-        classifiers.call(ctx, PROG_SCAN_BODY);
+        classifiers.call(ctx, s->ev.flags & HTTP_FLAG_VECTORED ? PROG_GATHER_WINDOW : PROG_SCAN_BODY);
     return finish_body(s);
 }
 

@@ -18,6 +18,7 @@ CLASSIFIER_PROGRAMS = [
     "scan_header_block",
     "scan_body",
     "gather_iovecs",
+    "gather_window",
 ]
 
 

@@ -3,12 +3,9 @@ what the traced programs measured themselves."""
 
 from __future__ import annotations
 
-import glob
 import math
-import os
 import platform
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +15,7 @@ import pytest
 from inferprobe.collector.recording import read_recording
 from inferprobe.flamegraphs import fold
 
-from conftest import REPO, Recorder, inferprobe_cmd, needs_root
+from conftest import PY312, REPO, Recorder, inferprobe_cmd, needs_root
 
 sys.path.insert(0, str(REPO / "tests" / "programs"))
 from build import Program, build  # noqa: E402
@@ -92,16 +89,6 @@ def test_off_cpu_sleep_shows_with_its_weight(tmp_path):
     assert any(f.endswith("_[k]") for f in leafward), "no kernel frames under the sleep"
     assert leafward.index("wait_for_batch") < leafward.index("do_nanosleep_[k]") if (
         "do_nanosleep_[k]" in leafward) else True
-
-
-def _runs(python: str | None) -> bool:
-    return bool(python) and os.access(python, os.X_OK) and subprocess.run(
-        [python, "-V"], capture_output=True).returncode == 0
-
-
-PY312 = next((p for p in [shutil.which("python3.12"), shutil.which("python3.13"),
-                          *sorted(glob.glob("/root/.pyenv/versions/3.1[2-9]*/bin/python3.1[2-9]"))]
-              if _runs(p)), None)
 
 
 def _has_frame_pointers(python: str) -> bool:

@@ -110,10 +110,10 @@ HYPER_END = hyper_chunk(b'data: {"t":3}\n\n') + hyper_chunk(b"data: [DONE]\n\n")
 PLAIN_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n" % len(PLAIN_BODY)
 
 # A long write is scanned in windows of 512 bytes, each starting 16 before the
-# one before ends (bpf/sock.bpf.c, next_body_window): 496 * k to 496 * k + 512.
-WINDOW, STEP, MAX_WINDOWS = 512, 496, 24
-SCANNED = WINDOW + MAX_WINDOWS * STEP   # a write's bytes looked at for "data:" lines
-
+# one before ends (bpf/sock.bpf.c, next_body_window): 496 * k to 496 * k + 512;
+# a plain write's first 24 windows after the head, a vectored write's first 12.
+WINDOW, STEP = 512, 496
+SCANNED_PLAIN, SCANNED_VECTORED = WINDOW + 24 * STEP, WINDOW + 12 * STEP
 
 def line_at(offset: int, line: bytes, pad_after: int = 0) -> bytes:
     """One chunk: a token event padded so that `line` starts `offset` bytes into
@@ -127,21 +127,41 @@ def line_at(offset: int, line: bytes, pad_after: int = 0) -> bytes:
     raise ValueError(offset)
 
 
-def openai_event(i: int) -> bytes:
-    """A chat-completion chunk the size OpenAI-compatible servers send (~300 bytes)."""
+def openai_payload(i: int) -> bytes:
+    """A chat-completion chunk's SSE event, the size OpenAI-compatible servers send (~300 bytes)."""
     body = {"id": "chatcmpl-" + "a" * 24, "object": "chat.completion.chunk", "created": 1700000000 + i,
             "model": "SmolLM2-135M-Instruct", "system_fingerprint": "fp_" + "b" * 10,
             "choices": [{"index": 0, "delta": {"content": f" tok{i}"}, "logprobs": None,
                          "finish_reason": None}]}
-    return chunk(b"data: " + json.dumps(body).encode() + b"\n\n")
+    return b"data: " + json.dumps(body).encode() + b"\n\n"
+
+
+def openai_event(i: int) -> bytes:
+    return chunk(openai_payload(i))
 
 
 # Several events a server queued while the client read slowly and wrote at once.
 COALESCED = b"".join(openai_event(i) for i in range(30)) + chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n"
 PAST_LAST_WINDOW = b"".join(openai_event(i) for i in range(60)) + chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n"
-# The events counted in it: those whose "data:" is whole in the windows scanned.
-PAST_LAST_WINDOW_COUNTED = sum(1 for i in range(len(PAST_LAST_WINDOW))
-                               if PAST_LAST_WINDOW.startswith(b"\ndata: {", i) and i + 1 + 5 <= SCANNED)
+
+
+def counted(data: bytes, scanned: int) -> int:
+    """The token events counted in a write longer than its windows: those whose
+    "data:" is whole in the first `scanned` bytes."""
+    return sum(1 for i in range(len(data)) if data.startswith(b"\ndata: {", i) and i + 1 + 5 <= scanned)
+
+
+def split(data: bytes, size: int) -> list[bytes]:
+    """One vectored write of `data`, an iovec per `size` bytes."""
+    return [data[i:i + size] for i in range(0, len(data), size)]
+
+
+# The same events queued and written with one sendmsg(), as Python 3.12+ asyncio
+# transports do when the client reads slowly (an iovec per queued write) and
+# hyper does (three per chunk); cut into 100-byte iovecs, windows end and
+# resume inside them.
+ASYNCIO_QUEUED = [openai_event(i) for i in range(20)] + [chunk(b"data: [DONE]\n\n"), b"0\r\n\r\n"]
+HYPER_QUEUED = [part for i in range(12) for part in hyper_chunk(openai_payload(i))] + HYPER_END
 # "data:" lines starting across each edge of the first and second windows.
 EDGES = [*range(WINDOW - 16, WINDOW + 4), *range(WINDOW + STEP - 16, WINDOW + STEP + 4)]
 
@@ -198,7 +218,13 @@ STEPS: list[tuple[Expect, list[Expect]]] = [
                flags=H.SSE_DONE | H.CHUNKED_END) for at in EDGES[::3]],
       Expect(COALESCED, sse_events=30, flags=H.SSE_DONE | H.CHUNKED_END),
       # [DONE] and the last chunk are then seen in the write's tail
-      Expect(PAST_LAST_WINDOW, sse_events=PAST_LAST_WINDOW_COUNTED, flags=H.SSE_DONE | H.CHUNKED_END)]),
+      Expect(PAST_LAST_WINDOW, sse_events=counted(PAST_LAST_WINDOW, SCANNED_PLAIN),
+             flags=H.SSE_DONE | H.CHUNKED_END),
+      Expect(ASYNCIO_QUEUED, sse_events=20, flags=H.SSE_DONE | H.CHUNKED_END),
+      Expect(HYPER_QUEUED, sse_events=13, flags=H.SSE_DONE | H.CHUNKED_END),
+      Expect(split(COALESCED[:6000], 100), sse_events=counted(COALESCED[:6000], SCANNED_VECTORED)),
+      Expect(split(PAST_LAST_WINDOW, 300), sse_events=counted(PAST_LAST_WINDOW, SCANNED_VECTORED),
+             flags=H.SSE_DONE | H.CHUNKED_END)]),
     (Expect(REQ_PLAIN, HttpKind.REQUEST, H.HEADERS_END, method="GET", path="/plain",
             header_bytes=len(REQ_PLAIN)),
      [Expect(PLAIN_HEAD + PLAIN_BODY, HttpKind.RESPONSE, H.HEADERS_END | H.HAS_LENGTH, status=200,
