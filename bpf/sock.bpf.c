@@ -906,7 +906,7 @@ static __always_inline int next_body_window(struct scratch *s)
      * which the window before could not see whole ("data: [DONE]"). */
     s->body_start = WINDOW_OVERLAP - 12;
     if (s->ev.flags & HTTP_FLAG_VECTORED)
-        return 1;   /* gather_iovecs fills the rest of the window */
+        return 1;   /* gather_window fills the rest of the window */
     u64 at = (u64)s->window_start + WINDOW_OVERLAP;   /* the first byte not yet in a window */
     u64 rest = s->body_len - at;
     u32 fresh = rest > SCAN_HEAD_BYTES - WINDOW_OVERLAP ? SCAN_HEAD_BYTES - WINDOW_OVERLAP : (u32)rest;
