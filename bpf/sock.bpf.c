@@ -88,8 +88,6 @@ struct scratch {
     u32 iov_skip;
     /* A write longer than the head: scan_body() goes on over the rest of it,
      * one window at a time (next_body_window). */
-    u64 body_base;
-    u64 body_len;
     u32 window_start; /* where in the write the head now starts */
     u32 windows;      /* windows scanned after the first */
     u32 more;         /* another window follows this one */
@@ -830,8 +828,6 @@ static __always_inline void copy_buffer(struct scratch *s, u64 buf, u64 moved)
     s->last_len = moved;
     s->tail_in_head = moved == n;
     s->bytes_left = 0;
-    s->body_base = buf;
-    s->body_len = moved;
     s->more = moved > n;
 }
 
@@ -907,11 +903,13 @@ static __always_inline int next_body_window(struct scratch *s)
     s->body_start = WINDOW_OVERLAP - 12;
     if (s->ev.flags & HTTP_FLAG_VECTORED)
         return 1;   /* gather_window fills the rest of the window */
+    /* A plain buffer is its own last buffer (copy_buffer): last_base and
+     * last_len are the whole write. */
     u64 at = (u64)s->window_start + WINDOW_OVERLAP;   /* the first byte not yet in a window */
-    u64 rest = s->body_len - at;
+    u64 rest = s->last_len - at;
     u32 fresh = rest > SCAN_HEAD_BYTES - WINDOW_OVERLAP ? SCAN_HEAD_BYTES - WINDOW_OVERLAP : (u32)rest;
     if (fresh > 0 && fresh <= SCAN_HEAD_BYTES - WINDOW_OVERLAP)
-        bpf_probe_read_user(&s->head[WINDOW_OVERLAP], fresh, (void *)(s->body_base + at));
+        bpf_probe_read_user(&s->head[WINDOW_OVERLAP], fresh, (void *)(s->last_base + at));
     s->n = WINDOW_OVERLAP + fresh;
     s->tail_in_head = rest == fresh;   /* the end of the write is in view */
     s->more = rest > fresh && s->windows < MAX_BODY_WINDOWS;
