@@ -176,6 +176,27 @@ def bytes_moved(events: list, pid: int) -> list:
     return [e for e in events if isinstance(e, IoRecord) and e.pid == pid and e.bytes > 0]
 
 
+# How far the kernel scans a long write for SSE "data:" lines (bpf/sock.bpf.c,
+# next_body_window): windows of 512 bytes, each starting 16 before the one
+# before ends (496 * k to 496 * k + 512), a plain write's first 24 after the
+# head, a vectored write's first 12.
+SSE_WINDOW, SSE_WINDOW_STEP = 512, 496
+SSE_SCANNED_BYTES = {False: SSE_WINDOW + 24 * SSE_WINDOW_STEP, True: SSE_WINDOW + 12 * SSE_WINDOW_STEP}
+
+
+def sse_events_counted(write: bytes, vectored: bool) -> int:
+    """The token events the kernel counts in one write of these bytes: "data:"
+    lines starting at a line start (or the write's start) whose "data:" lies
+    in the scanned bytes; a "data: [DONE]" seen whole there is the end marker,
+    not a token."""
+    limit = min(len(write), SSE_SCANNED_BYTES[vectored])
+    count = 0
+    for p in range(limit - 4):
+        if (p == 0 or write[p - 1] == 0x0A) and write.startswith(b"data:", p):
+            count += not (write.startswith(b"data: [DONE]", p) and p + 12 <= limit)
+    return count
+
+
 # The start of the inline test servers run with python_script: the modules
 # they use, a socket listening on a free loopback port, and that port printed
 # as the first line of their output.

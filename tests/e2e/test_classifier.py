@@ -22,7 +22,15 @@ import pytest
 
 from inferprobe.collector.events import HttpFlag, HttpKind, IoRecord
 
-from conftest import LISTENING_SERVER, KernelCapture, bytes_moved, needs_root
+from conftest import (
+    LISTENING_SERVER,
+    SSE_WINDOW,
+    SSE_WINDOW_STEP,
+    KernelCapture,
+    bytes_moved,
+    needs_root,
+    sse_events_counted,
+)
 
 pytestmark = [pytest.mark.bpf, needs_root]
 
@@ -109,11 +117,7 @@ HYPER_TWO = hyper_chunk(b'data: {"t":1}\n\n') + hyper_chunk(b'data: {"t":2}\n\n'
 HYPER_END = hyper_chunk(b'data: {"t":3}\n\n') + hyper_chunk(b"data: [DONE]\n\n") + [b"0\r\n\r\n"]
 PLAIN_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n" % len(PLAIN_BODY)
 
-# A long write is scanned in windows of 512 bytes, each starting 16 before the
-# one before ends (bpf/sock.bpf.c, next_body_window): 496 * k to 496 * k + 512;
-# a plain write's first 24 windows after the head, a vectored write's first 12.
-WINDOW, STEP = 512, 496
-SCANNED_PLAIN, SCANNED_VECTORED = WINDOW + 24 * STEP, WINDOW + 12 * STEP
+
 
 def line_at(offset: int, line: bytes, pad_after: int = 0) -> bytes:
     """One chunk: a token event padded so that `line` starts `offset` bytes into
@@ -145,12 +149,6 @@ COALESCED = b"".join(openai_event(i) for i in range(30)) + chunk(b"data: [DONE]\
 PAST_LAST_WINDOW = b"".join(openai_event(i) for i in range(60)) + chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n"
 
 
-def counted(data: bytes, scanned: int) -> int:
-    """The token events counted in a write longer than its windows: those whose
-    "data:" is whole in the first `scanned` bytes."""
-    return sum(1 for i in range(len(data)) if data.startswith(b"\ndata: {", i) and i + 1 + 5 <= scanned)
-
-
 def split(data: bytes, size: int) -> list[bytes]:
     """One vectored write of `data`, an iovec per `size` bytes."""
     return [data[i:i + size] for i in range(0, len(data), size)]
@@ -163,7 +161,8 @@ def split(data: bytes, size: int) -> list[bytes]:
 ASYNCIO_QUEUED = [openai_event(i) for i in range(20)] + [chunk(b"data: [DONE]\n\n"), b"0\r\n\r\n"]
 HYPER_QUEUED = [part for i in range(12) for part in hyper_chunk(openai_payload(i))] + HYPER_END
 # "data:" lines starting across each edge of the first and second windows.
-EDGES = [*range(WINDOW - 16, WINDOW + 4), *range(WINDOW + STEP - 16, WINDOW + STEP + 4)]
+EDGES = [*range(SSE_WINDOW - 16, SSE_WINDOW + 4),
+         *range(SSE_WINDOW + SSE_WINDOW_STEP - 16, SSE_WINDOW + SSE_WINDOW_STEP + 4)]
 
 # (the request the client sends, what the server's read of it must give,
 #  the server's writes and what each must give)
@@ -218,12 +217,12 @@ STEPS: list[tuple[Expect, list[Expect]]] = [
                flags=H.SSE_DONE | H.CHUNKED_END) for at in EDGES[::3]],
       Expect(COALESCED, sse_events=30, flags=H.SSE_DONE | H.CHUNKED_END),
       # [DONE] and the last chunk are then seen in the write's tail
-      Expect(PAST_LAST_WINDOW, sse_events=counted(PAST_LAST_WINDOW, SCANNED_PLAIN),
+      Expect(PAST_LAST_WINDOW, sse_events=sse_events_counted(PAST_LAST_WINDOW, vectored=False),
              flags=H.SSE_DONE | H.CHUNKED_END),
       Expect(ASYNCIO_QUEUED, sse_events=20, flags=H.SSE_DONE | H.CHUNKED_END),
       Expect(HYPER_QUEUED, sse_events=13, flags=H.SSE_DONE | H.CHUNKED_END),
-      Expect(split(COALESCED[:6000], 100), sse_events=counted(COALESCED[:6000], SCANNED_VECTORED)),
-      Expect(split(PAST_LAST_WINDOW, 300), sse_events=counted(PAST_LAST_WINDOW, SCANNED_VECTORED),
+      Expect(split(COALESCED[:6000], 100), sse_events=sse_events_counted(COALESCED[:6000], vectored=True)),
+      Expect(split(PAST_LAST_WINDOW, 300), sse_events=sse_events_counted(PAST_LAST_WINDOW, vectored=True),
              flags=H.SSE_DONE | H.CHUNKED_END)]),
     (Expect(REQ_PLAIN, HttpKind.REQUEST, H.HEADERS_END, method="GET", path="/plain",
             header_bytes=len(REQ_PLAIN)),

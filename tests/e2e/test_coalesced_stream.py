@@ -15,20 +15,19 @@ it, within the windows it scans (bpf/sock.bpf.c).
 from __future__ import annotations
 
 import socket
+import subprocess
 
 import pytest
 
 from inferprobe.collector.events import EventType, HttpFlag
 
-from conftest import PY312, KernelCapture, bytes_moved, needs_root
+from conftest import PY312, KernelCapture, bytes_moved, needs_root, sse_events_counted
 
 pytestmark = [pytest.mark.bpf, needs_root,
               pytest.mark.skipif(PY312 is None, reason="no CPython 3.12+ on this host: its asyncio's "
                                  "vectored writes cannot be produced (3.11's join the queue into one send)")]
 
 EVENTS = 60
-WINDOW, STEP = 512, 496
-SCANNED = {False: WINDOW + 24 * STEP, True: WINDOW + 12 * STEP}   # plain, vectored
 
 SERVER = r"""
 import asyncio, json, socket, sys
@@ -79,21 +78,7 @@ asyncio.run(main())
 """
 
 
-def tokens_counted(write: bytes, vectored: bool) -> int:
-    """The token events the kernel counts in one write: "data:" lines starting
-    at a line start (or the write's start) whose "data:" lies in the scanned
-    bytes; a "data: [DONE]" seen whole there is the end marker, not a token."""
-    limit = min(len(write), SCANNED[vectored])
-    count = 0
-    for p in range(limit - 4):
-        if (p == 0 or write[p - 1] == 0x0A) and write.startswith(b"data:", p):
-            count += not (write.startswith(b"data: [DONE]", p) and p + 12 <= limit)
-    return count
-
-
 def test_events_an_asyncio_server_queued_and_sent_at_once_are_each_counted(python_script):
-    import subprocess
-
     stream = bytes.fromhex(subprocess.run([PY312, "-c", SERVER, str(EVENTS), "--print-stream"],
                                           capture_output=True, text=True, check=True).stdout)
     server = python_script(SERVER, str(EVENTS), python=PY312)
@@ -116,7 +101,7 @@ def test_events_an_asyncio_server_queued_and_sent_at_once_are_each_counted(pytho
     assert sum(w.bytes for w in writes) == len(stream)
     at, expected = 0, []
     for w in writes:
-        expected.append(tokens_counted(stream[at:at + w.bytes], HttpFlag.VECTORED in w.flags))
+        expected.append(sse_events_counted(stream[at:at + w.bytes], HttpFlag.VECTORED in w.flags))
         at += w.bytes
     assert [w.sse_events for w in writes] == expected
     # it was the case under test: events that were queued, sent several to a sendmsg()
