@@ -15,14 +15,18 @@
 #include <linux/types.h>
 #endif
 
-#define INFERPROBE_LAYOUT_VERSION 1
+#define INFERPROBE_LAYOUT_VERSION 2
 
 /* How much of a socket buffer the kernel side looks at to classify it. The
  * bytes stay in a per-CPU scratch buffer: only derived fields (method, path,
  * status, lengths, counts, flags) are copied into an event. */
 #define SCAN_HEAD_BYTES 512
-#define SCAN_TAIL_BYTES 32
+#define SCAN_TAIL_BYTES 64
 #define PATH_MAX_BYTES 64
+/* The request body's "model" value and a named SSE event's name: protocol
+ * identifiers, never prompt or completion text (docs/report-json.md). */
+#define MODEL_MAX_BYTES 64
+#define EVENT_NAME_MAX_BYTES 32
 
 /* Each probe set owns a range of type numbers so that sets can grow
  * independently: 1-15 sockets and USDT, 16-31 locks and scheduling,
@@ -94,6 +98,13 @@ enum http_method {
 #define HTTP_FLAG_HAS_LENGTH     0x0040 /* content_length is valid */
 #define HTTP_FLAG_VECTORED       0x0080 /* readv/writev/sendmsg/recvmsg: the first 8 iovecs were scanned */
 #define HTTP_FLAG_BEGAN_UNSEEN   0x0100 /* the syscall was under way when tracing began: ts_ns is its exit */
+#define HTTP_FLAG_NDJSON_STREAM  0x0200 /* Content-Type: application/x-ndjson, ndjson, jsonl, x-jsonlines */
+#define HTTP_FLAG_LAST_CHUNK     0x0400 /* the last chunk's "0\r\n" line, without the blank line that ends the body */
+#define HTTP_FLAG_BLANK_LINE_END 0x0800 /* the write ends with an empty line ("\r\n\r\n", or is "\r\n" alone) */
+#define HTTP_FLAG_OUTPUT_TOKENS  0x1000 /* output_tokens holds a count the stream states */
+#define HTTP_FLAG_INPUT_TOKENS   0x2000 /* input_tokens holds a count the stream states */
+#define HTTP_FLAG_MODEL          0x4000 /* model holds the request body's "model" value */
+#define HTTP_FLAG_JSON_DONE      0x8000 /* "done": true in this write, NDJSON's end marker (Ollama) */
 
 struct event_header {
     __u32 type;     /* enum event_type: must be first */
@@ -123,10 +134,18 @@ struct io_event {
     __u16 flags;            /* HTTP_FLAG_* */
     __u16 status;           /* HTTP status code for HTTP_KIND_RESPONSE */
     __u16 header_bytes;     /* bytes up to and including the blank line, when HEADERS_END */
-    __u16 sse_events;       /* "data:" lines starting in the scanned part of the body */
+    __u16 sse_events;       /* SSE "data:" lines of unnamed or *delta events in the scanned body */
     __u8 method;            /* enum http_method for HTTP_KIND_REQUEST */
     __u8 path_len;
     char path[PATH_MAX_BYTES]; /* request path without the query string */
+    __u32 output_tokens;    /* valid with HTTP_FLAG_OUTPUT_TOKENS: the last such count in the write */
+    __u32 input_tokens;     /* valid with HTTP_FLAG_INPUT_TOKENS */
+    __u16 json_lines;       /* NDJSON lines (objects or arrays) the write completes */
+    __u16 named_events;     /* SSE events named other than *delta (message_start, ping, ...): not tokens */
+    __u8 model_len;         /* with HTTP_FLAG_MODEL */
+    __u8 event_name_len;    /* the first of the named_events */
+    char model[MODEL_MAX_BYTES];
+    char event_name[EVENT_NAME_MAX_BYTES];
 };
 
 struct usdt_event {

@@ -77,6 +77,7 @@ struct scratch {
     u32 body_start;
     u32 http_seen;
     u32 length_at;   /* where the Content-Length value starts, 0 if none */
+    u32 type_at;     /* where the Content-Type value starts, 0 if none */
     u32 data_lines;
     u32 done;
     /* Vectored I/O: the iovecs copy_iovecs() did not reach, and the bytes the
@@ -91,7 +92,24 @@ struct scratch {
     u32 window_start; /* where in the write the head now starts */
     u32 windows;      /* windows scanned after the first */
     u32 more;         /* another window follows this one */
-    u32 deferred;     /* a "data:" line was left to the next window */
+    u32 deferred;     /* a "data:" line or an NDJSON line end was left to the next window */
+    /* Stream shapes beyond unnamed SSE events (line_end, sse_line): */
+    u32 json_lines;     /* NDJSON line ends: '}' or ']' before the '\n' */
+    u32 json_deferred;  /* an NDJSON line end was left to the next window */
+    u32 json_mode;      /* windows after the first: no "data:" in the first, only scan_fields reads them */
+    u32 json_done;      /* "done": true seen */
+    u32 event_name_at;  /* the SSE event's "event:" line: where its name starts, + 1 */
+    u32 named_events;
+    u32 first_name_at;  /* this window's first such name: where (+ 1) and how long */
+    u32 first_name_len;
+    u32 line_room;      /* bytes a line needs in view: 12 with another window to follow, else 5 */
+    /* JSON fields of this window (stream_fields.bpf.h): where a count's
+     * value starts (+ 1), and the request's "model" value */
+    u32 output_at;
+    u32 input_at;
+    u32 model_at;
+    u32 model_pass;     /* request body: 0 the head, 1 the read's last bytes */
+    u32 tail_read;      /* bytes of the write's end read into tail[] */
 };
 
 
@@ -494,6 +512,9 @@ TRACEPOINT_PROBE(syscalls, sys_enter_close)
 #define MATCHES(w, lit, n) ((((w) | FOLD8(lit "\0\0\0\0\0\0\0")) & LOW_BYTES(n)) == \
                             (LE8(lit "\0\0\0\0\0\0\0") & LOW_BYTES(n)))
 
+/* The first n bytes of word w equal the literal exactly (case-sensitive). */
+#define EQUALS(w, lit, n) (((w) & LOW_BYTES(n)) == (LE8(lit "\0\0\0\0\0\0\0") & LOW_BYTES(n)))
+
 #define ONES 0x0101010101010101ULL
 #define HIGHS 0x8080808080808080ULL
 
@@ -524,16 +545,26 @@ static __always_inline void stay_in_memory(void)
 /* The newlines of the 8 bytes at `base` that lie in [from, n): one bit (the
  * byte's high bit) per '\n', exact (no borrow between bytes). Computing the
  * bounds here as a mask leaves one branch per position to the verifier. */
-static __always_inline u64 newlines(const u8 *head, u32 base, u32 from, u32 n)
+static __always_inline u64 bytes_equal(u64 w, u8 c)
 {
-    u64 x = load8(head, base) ^ (ONES * '\n');
-    u64 mask = ~(((x & ~HIGHS) + ~HIGHS) | x) & HIGHS;
+    u64 x = w ^ (ONES * c);
+    return ~(((x & ~HIGHS) + ~HIGHS) | x) & HIGHS;
+}
+
+/* Keeps the bits of `mask` (one per byte of the word at `base`) that lie in [from, n). */
+static __always_inline u64 within(u64 mask, u32 base, u32 from, u32 n)
+{
     u32 left = n - base;   /* callers have base < n */
     if (left < 8)
         mask &= (1ULL << (8 * left)) - 1;
     if (from > base)
         mask &= ~((1ULL << (8 * ((from - base) & 7))) - 1);
     return mask;
+}
+
+static __always_inline u64 newlines(const u8 *head, u32 base, u32 from, u32 n)
+{
+    return within(bytes_equal(load8(head, base), '\n'), base, from, n);
 }
 
 /* A Content-Type value starting at v: text/event-stream, with or without
@@ -544,8 +575,20 @@ static __always_inline void content_type(struct scratch *s, u32 v)
     if (v < n && s->head[v & SCRATCH_MASK] == ' ')
         v++;
     if (v + 17 <= n && MATCHES(load8(s->head, v), "text/eve", 8) &&
-        MATCHES(load8(s->head, v + 8), "nt-strea", 8) && (s->head[(v + 16) & SCRATCH_MASK] | 0x20) == 'm')
+        MATCHES(load8(s->head, v + 8), "nt-strea", 8) && (s->head[(v + 16) & SCRATCH_MASK] | 0x20) == 'm') {
         s->ev.flags |= HTTP_FLAG_EVENT_STREAM;
+        return;
+    }
+    /* NDJSON / JSON Lines: application/x-ndjson, application/ndjson,
+     * application/jsonl, application/x-jsonlines (and x-jsonl, jsonlines). */
+    if (v + 17 > n || !MATCHES(load8(s->head, v), "applicat", 8) || !MATCHES(load8(s->head, v + 8), "ion/", 4))
+        return;
+    u32 t = v + 12;
+    if (t + 2 <= n && (s->head[t & SCRATCH_MASK] | 0x20) == 'x' && s->head[(t + 1) & SCRATCH_MASK] == '-')
+        t += 2;
+    if ((t + 6 <= n && MATCHES(load8(s->head, t), "ndjson", 6)) ||
+        (t + 5 <= n && MATCHES(load8(s->head, t), "jsonl", 5)))
+        s->ev.flags |= HTTP_FLAG_NDJSON_STREAM;
 }
 
 /* A '\n' at q inside the header block: the blank line ending it, or the end
@@ -573,7 +616,7 @@ static __always_inline int header_newline(struct scratch *s, u32 q)
         if (MATCHES(rest, "-length:", 8))
             s->length_at = q + 16;
         else if (MATCHES(rest, "-type:", 6))
-            content_type(s, q + 14);
+            s->type_at = q + 14;   /* read once after the scan: fewer branches per line */
     }
     return 0;
 }
@@ -626,22 +669,64 @@ static __always_inline void parse_content_length(struct scratch *s)
     }
 }
 
+/* The data line at p of an event whose "event:" line came just before it:
+ * returns 1 when that name makes the event no token. A name ending in
+ * "delta" streams content (Anthropic's content_block_delta, OpenAI's
+ * response.output_text.delta), except message_delta; an empty one is the
+ * default type, "message". Anything else (message_start, ping, response.completed) is a
+ * stream event, counted and its first name kept. Decided here, at the data
+ * line, rather than at each line end: the scan loop has a budget of
+ * branches per position that the verifier can follow. */
+static __always_inline int named_event(struct scratch *s, u32 p)
+{
+    u32 start = s->event_name_at - 1, end = p - 1;   /* p - 1: the event line's '\n' */
+    s->event_name_at = 0;
+    if (s->head[(end - 1) & SCRATCH_MASK] == '\r')
+        end--;
+    if (s->head[start & SCRATCH_MASK] == ' ')
+        start++;
+    u32 len = end - start;
+    /* Anthropic's message_delta is the exception: it carries the stop reason
+     * and the usage, never content. */
+    if (end <= start || (len >= 5 && EQUALS(load8(s->head, end - 5), "delta", 5) &&
+                         !(len == 13 && EQUALS(load8(s->head, start), "message_", 8))))
+        return 0;
+    s->named_events++;
+    if (!s->first_name_at) {
+        s->first_name_at = start + 1;
+        s->first_name_len = end - start;
+    }
+    return 1;
+}
+
 /* A body line starting at p: an SSE "data:" field, and whether it is
- * "data: [DONE]". Counts live in the scratch map, not in registers, so that
- * paths through the scan differ in nothing the verifier tracks. */
+ * "data: [DONE]"; an "event:" field naming the event; a blank line ending
+ * it. Counts live in the scratch map, not in registers, so that paths
+ * through the scan differ in nothing the verifier tracks. */
 static __always_inline void sse_line(struct scratch *s, u32 p)
 {
     u32 n = s->n;
-    /* A window another one follows leaves a line it cannot see whole, up to
-     * "data: [DONE]", to that one; the last sees up to the end of the write. */
-    u32 need = s->more ? 12 : 5;
-    /* Field names are case-sensitive in SSE: "data:" exactly; [DONE] in any case. */
-    if (p + 5 > n || (load8(s->head, p) & LOW_BYTES(5)) != (LE8("data:\0\0\0") & LOW_BYTES(5)))
+    if (p >= n)
         return;
-    if (p + need > n) {
+    u64 word = load8(s->head, p);
+    /* A window another one follows leaves a line it cannot see whole, up to
+     * "data: [DONE]", to that one (line_room); the last sees up to the end
+     * of the write. Field names are case-sensitive in SSE: "data:" and
+     * "event:" exactly; [DONE] in any case. */
+    if (EQUALS(word, "event:", 6)) {
+        s->event_name_at = p + s->line_room <= n ? p + 7 : 0;
+        return;
+    }
+    if (!EQUALS(word, "data:", 5)) {
+        s->event_name_at = 0;   /* only an event line just before its data names it */
+        return;
+    }
+    if (p + s->line_room > n) {
         s->deferred = 1;
         return;
     }
+    if (s->event_name_at && named_event(s, p))
+        return;   /* the data of a named event that is not a token */
     s->data_lines++;
     if ((p + 11 <= n && MATCHES(load8(s->head, p + 5), "[done]", 6)) ||
         (p + 12 <= n && MATCHES(load8(s->head, p + 5), " [done]", 7)))
@@ -658,7 +743,11 @@ static __always_inline void scan_sse(struct scratch *s)
         s->data_lines = 0;
         s->done = 0;
         s->deferred = 0;
+        s->named_events = 0;
     }
+    s->line_room = s->more ? 12 : 5;
+    s->event_name_at = 0;   /* an event line cut by the window edge: its data counts as unnamed */
+    s->first_name_at = 0;
     if (start >= n || start >= SCAN_HEAD_BYTES)
         return;
     if (!s->windows)
@@ -680,6 +769,8 @@ static __always_inline void scan_sse(struct scratch *s)
     }
 }
 
+#include "stream_fields.bpf.h"
+
 static __always_inline void finish_sse(struct scratch *s)
 {
     u32 data_lines = s->data_lines;
@@ -688,9 +779,57 @@ static __always_inline void finish_sse(struct scratch *s)
     if ((s->done & 1) && data_lines)
         data_lines--;   /* the [DONE] line is the end marker, not a token */
     s->ev.sse_events = data_lines > 0xffff ? 0xffff : data_lines;
+    s->ev.json_lines = s->json_lines > 0xffff ? 0xffff : s->json_lines;
+    s->ev.named_events = s->named_events > 0xffff ? 0xffff : s->named_events;
 }
 
 #define CHUNKED_END "\r\n0\r\n\r\n"   /* the empty last chunk after the previous one's CRLF */
+
+/* How a write ends, for a chunked body whose end comes in pieces (cpp-httplib,
+ * llama.cpp's server: the last data chunk, then "0\r\n", then "\r\n"; or the
+ * last data chunk and "0\r\n" in one write, then trailers and the blank line):
+ * "\r\n0\r\n" is the last chunk's line after a chunk, "\r\n\r\n" an empty line.
+ * The session decides with the response's state (collector/sessionizer.py).
+ * `mask` bounds the reads inside `buf` for the verifier. */
+static __always_inline void end_lines(struct scratch *s, const u8 *buf, u32 len, u32 mask)
+{
+    if (len < 4)
+        return;
+    /* Hide len's range from the compiler, so that it keeps the masks the
+     * verifier needs (it would drop them as no-ops). */
+    asm volatile("" : "+r"(len));
+    u8 c1 = buf[(len - 1) & mask], c2 = buf[(len - 2) & mask], c3 = buf[(len - 3) & mask],
+       c4 = buf[(len - 4) & mask];
+    if (c1 != '\n' || c2 != '\r')
+        return;
+    if (c3 == '\n' && c4 == '\r')
+        s->ev.flags |= HTTP_FLAG_BLANK_LINE_END;
+    else if (c3 == '0' && c4 == '\n' && len >= 5 && buf[(len - 5) & mask] == '\r')
+        s->ev.flags |= HTTP_FLAG_LAST_CHUNK;
+}
+
+/* 1 when the tail ends an NDJSON line: '}' or ']', the line end ("\n" or
+ * "\r\n"), and maybe the CRLF that closes its chunk. For a write longer than
+ * the windows scanned, whose end only the tail sees. */
+static __always_inline u32 json_line_at_end(struct scratch *s, const u8 *tail, u32 t)
+{
+    u32 e = t;
+    asm volatile("" : "+r"(e));   /* keep the masks: see end_lines() */
+    if (s->ev.flags & HTTP_FLAG_CHUNKED_END && e >= 5)
+        e -= 5;   /* "0\r\n\r\n" after the line's chunk */
+    if (e >= 3 && tail[(e - 1) & (SCAN_TAIL_BYTES - 1)] == '\n' && tail[(e - 2) & (SCAN_TAIL_BYTES - 1)] == '\r' &&
+        tail[(e - 3) & (SCAN_TAIL_BYTES - 1)] == '\n')
+        e -= 2;   /* the chunk's CRLF after the line's own '\n' */
+    if (e < 2 || tail[(e - 1) & (SCAN_TAIL_BYTES - 1)] != '\n')
+        return 0;
+    e--;
+    if (tail[(e - 1) & (SCAN_TAIL_BYTES - 1)] == '\r')
+        e--;
+    if (e < 1)
+        return 0;
+    u8 c = tail[(e - 1) & (SCAN_TAIL_BYTES - 1)];
+    return c == '}' || c == ']';
+}
 
 /* A vectored write's end can lie past the iovecs copy_iovecs() read: more
  * than MAX_IOVECS of them, or a head filled by the first. Walk the rest of
@@ -750,12 +889,16 @@ static __always_inline void scan_tail(struct scratch *s)
         u32 n = s->n;
         if (n >= 7 && MATCHES(load8(s->head, n - 7), CHUNKED_END, 7))
             s->ev.flags |= HTTP_FLAG_CHUNKED_END;
+        if (s->body_start < n)   /* not the blank line that ends the headers */
+            end_lines(s, s->head, n, SCRATCH_MASK);
         return;
     }
     u32 t = len > SCAN_TAIL_BYTES ? SCAN_TAIL_BYTES : (u32)len;
     if (t < 5 || t > SCAN_TAIL_BYTES)
         return;
     bpf_probe_read_user(s->tail, t, (void *)(s->last_base + len - t));
+    s->tail_read = t;
+    end_lines(s, s->tail, t, SCAN_TAIL_BYTES - 1);
     /* [DONE] beyond the windows scanned is only looked for in the tail. */
     u32 tail_is_new = (u64)s->ev.bytes > s->window_start + s->n;
 #pragma unroll
@@ -769,6 +912,8 @@ static __always_inline void scan_tail(struct scratch *s)
      * (Node.js writes it so): its CRLF before is in another iovec. */
     if (len == 5 && MATCHES(load8_tail(s->tail, 0), "0\r\n\r\n", 5))
         s->ev.flags |= HTTP_FLAG_CHUNKED_END;
+    if (tail_is_new)
+        s->json_lines += json_line_at_end(s, s->tail, t);
 }
 
 /* The word starts with the literal, compared as sent (methods and "HTTP/"
@@ -939,8 +1084,11 @@ enum classify_prog {
     PROG_SCAN_BODY = 3,
     PROG_GATHER_IOVECS = 4,
     PROG_GATHER_WINDOW = 5,
+    PROG_SCAN_TAIL_FIELDS = 6,
+    PROG_SCAN_REQUEST_BODY = 7,
+    PROG_SCAN_FIELDS = 8,
 };
-BPF_PROG_ARRAY(classifiers, 8);
+BPF_PROG_ARRAY(classifiers, 9);
 
 static __always_inline int io_enter(s32 fd, u64 buf, u32 vlen, u16 dir, u16 is_msghdr)
 {
@@ -1042,7 +1190,19 @@ static __always_inline int io_exit(void *ctx, long ret, u16 dir, u16 vectored, u
     s->more = 0;
     s->body_start = 0;
     s->length_at = 0;
+    s->type_at = 0;
     s->last_len = 0;
+    s->output_at = 0;
+    s->input_at = 0;
+    s->model_at = 0;
+    s->model_pass = 0;
+    s->tail_read = 0;
+    s->json_mode = 0;
+    s->json_lines = 0;
+    s->json_deferred = 0;
+    s->json_done = 0;
+    s->named_events = 0;
+    s->head[SCRATCH_BYTES - 1] = 0;   /* what a line end at 0 finds before it (stream_fields.bpf.h) */
 
     if (ret < 0) {
         ev->kind = HTTP_KIND_ERROR;
@@ -1067,11 +1227,13 @@ static __always_inline int io_exit(void *ctx, long ret, u16 dir, u16 vectored, u
 }
 
 /* The end of a body write: its last bytes, the SSE counts, the event. */
-static __always_inline int finish_body(struct scratch *s)
+static __always_inline int finish_body(void *ctx, struct scratch *s)
 {
     find_last_iovec(s);
     scan_tail(s);
     finish_sse(s);
+    if (s->tail_read)
+        classifiers.call(ctx, PROG_SCAN_TAIL_FIELDS);
     return submit(s);
 }
 
@@ -1098,8 +1260,8 @@ int gather_window(void *ctx)
         return 0;
     copy_iovecs(s, WINDOW_OVERLAP, 1);
     s->more = s->bytes_left && s->windows < MAX_VECTORED_WINDOWS;
-    classifiers.call(ctx, PROG_SCAN_BODY);
-    return finish_body(s);
+    classifiers.call(ctx, s->json_mode ? PROG_SCAN_FIELDS : PROG_SCAN_BODY);
+    return finish_body(ctx, s);
 }
 
 int classify_read(void *ctx)
@@ -1114,6 +1276,8 @@ int classify_read(void *ctx)
         s->ev.method = method;
         copy_path(s, after);
         classifiers.call(ctx, PROG_SCAN_HEADER_BLOCK);
+    } else if (s->http_seen) {
+        classifiers.call(ctx, PROG_SCAN_REQUEST_BODY);   /* a request body read apart from its headers */
     }
     return submit(s);
 }
@@ -1133,9 +1297,15 @@ int classify_write(void *ctx)
             return submit(s);
         }
     }
-    /* The last chunk "0\r\n\r\n" written on its own. */
+    /* The last chunk "0\r\n\r\n" written on its own; or its "0\r\n" opening
+     * a write, with trailers and the blank line here or in writes of their
+     * own (end_lines); or the blank line alone. */
     if (s->n == 5 && STARTS(first8, "0\r\n\r\n"))
         s->ev.flags |= HTTP_FLAG_CHUNKED_END;
+    else if (STARTS(first8, "0\r\n"))
+        s->ev.flags |= HTTP_FLAG_LAST_CHUNK;
+    if (s->n == 2 && STARTS(first8, "\r\n"))
+        s->ev.flags |= HTTP_FLAG_BLANK_LINE_END;
     classifiers.call(ctx, PROG_SCAN_BODY);
     return submit(s);
 }
@@ -1147,17 +1317,21 @@ int scan_header_block(void *ctx)
         return 0;
     scan_headers(s);
     parse_content_length(s);
+    if (s->type_at)
+        content_type(s, s->type_at);
     if (s->ev.kind == HTTP_KIND_RESPONSE) {
         /* Headers seen whole, neither chunked nor an event stream: nothing
          * in this body is read downstream (no tokens outside streams, the
          * end is a byte count or close), so the scan is skipped. */
         u16 flags = s->ev.flags;
         if ((flags & HTTP_FLAG_HEADERS_END) &&
-            !(flags & (HTTP_FLAG_CHUNKED | HTTP_FLAG_EVENT_STREAM)))
+            !(flags & (HTTP_FLAG_CHUNKED | HTTP_FLAG_EVENT_STREAM | HTTP_FLAG_NDJSON_STREAM)))
             return submit(s);
         if (!s->body_start)
             s->body_start = s->n;   /* headers run past the window: no body in view */
         classifiers.call(ctx, PROG_SCAN_BODY);
+    } else {
+        classifiers.call(ctx, PROG_SCAN_REQUEST_BODY);
     }
     return submit(s);
 }
@@ -1173,13 +1347,84 @@ int scan_body(void *ctx)
     if (s->ev.kind == HTTP_KIND_RESPONSE && !(s->ev.flags & HTTP_FLAG_HEADERS_END))
         s->more = 0;   /* headers past the head: where the body starts is unknown */
     scan_sse(s);
-    /* Only an event stream goes on past the head: a long write of anything
-     * else (a JSON body, a file) costs one window, as it always did. */
-    if (!s->windows && !s->data_lines && !s->deferred)
-        s->more = 0;
+    take_event_name(s);
+    /* The first window and the last also go through scan_fields: the first
+     * to learn whether the stream is NDJSON, the last for the counts a
+     * stream states at its end. */
+    if (!s->windows || !s->more)
+        classifiers.call(ctx, PROG_SCAN_FIELDS);
     if (next_body_window(s))
         classifiers.call(ctx, s->ev.flags & HTTP_FLAG_VECTORED ? PROG_GATHER_WINDOW : PROG_SCAN_BODY);
-    return finish_body(s);
+    return finish_body(ctx, s);
+}
+
+/* NDJSON line ends and the JSON fields of a window (stream_fields.bpf.h),
+ * apart from scan_body: each program's scan loop has a budget of branches
+ * per position that the verifier can follow, and the two together exceed
+ * it. Windows after the first go through here alone when the first had no
+ * "data:" line (an NDJSON stream), else through scan_body alone until the
+ * last. */
+int scan_fields(void *ctx)
+{
+    struct scratch *s = get_scratch();
+    if (!s)
+        return 0;
+    if (!s->windows) {
+        s->json_lines = 0;
+        s->json_deferred = 0;
+        s->json_done = 0;
+    }
+    scan_json_fields(s, s->body_start);
+    if (!s->windows) {
+        /* Only a stream goes on past the head: a long write of anything else
+         * (a JSON body, a file) costs one window, as it always did. */
+        if (!s->data_lines && !s->deferred && !s->json_lines && !s->json_deferred)
+            s->more = 0;
+        s->json_mode = !s->data_lines && !s->deferred;
+    }
+    if (next_body_window(s))
+        classifiers.call(ctx, s->ev.flags & HTTP_FLAG_VECTORED ? PROG_GATHER_WINDOW :
+                              s->json_mode ? PROG_SCAN_FIELDS : PROG_SCAN_BODY);
+    return finish_body(ctx, s);
+}
+
+/* The JSON fields in the last bytes of a write the windows did not reach
+ * (Ollama's final line ends with its eval_count). */
+int scan_tail_fields(void *ctx)
+{
+    struct scratch *s = get_scratch();
+    if (!s)
+        return 0;
+    __builtin_memcpy(s->head, s->tail, SCAN_TAIL_BYTES);
+    s->n = s->tail_read;
+    scan_json_fields(s, 0);
+    return submit(s);
+}
+
+/* The request body's "model": in the head, else in the read's last bytes
+ * (the OpenAI SDKs put "model" after "messages", so a long prompt pushes it
+ * past the head). A program of its own, called again for the second look. */
+int scan_request_body(void *ctx)
+{
+    struct scratch *s = get_scratch();
+    if (!s)
+        return 0;
+    u32 start = 0;
+    if (!s->model_pass && s->ev.kind == HTTP_KIND_REQUEST)
+        start = s->ev.flags & HTTP_FLAG_HEADERS_END ? s->body_start : s->n;
+    scan_model(s, start);
+    if (s->ev.flags & HTTP_FLAG_MODEL)
+        return submit(s);
+    u64 len = s->last_len;
+    if (!s->model_pass && len > s->n && !(s->ev.flags & HTTP_FLAG_VECTORED)) {
+        u32 t = len > SCAN_HEAD_BYTES ? SCAN_HEAD_BYTES : (u32)len;
+        if (t > 0 && t <= SCAN_HEAD_BYTES)
+            bpf_probe_read_user(s->head, t, (void *)(s->last_base + len - t));
+        s->n = t;
+        s->model_pass = 1;
+        classifiers.call(ctx, PROG_SCAN_REQUEST_BODY);
+    }
+    return submit(s);
 }
 
 TRACEPOINT_PROBE(syscalls, sys_enter_read) { return io_enter(args->fd, (u64)args->buf, 0, DIR_READ, 0); }

@@ -13,8 +13,10 @@ import ctypes
 import enum
 from dataclasses import dataclass
 
-LAYOUT_VERSION = 1
+LAYOUT_VERSION = 2
 PATH_MAX_BYTES = 64
+MODEL_MAX_BYTES = 64
+EVENT_NAME_MAX_BYTES = 32
 
 
 class EventType(enum.IntEnum):
@@ -84,6 +86,13 @@ class HttpFlag(enum.IntFlag):
     HAS_LENGTH = 0x0040
     VECTORED = 0x0080
     BEGAN_UNSEEN = 0x0100
+    NDJSON_STREAM = 0x0200
+    LAST_CHUNK = 0x0400
+    BLANK_LINE_END = 0x0800
+    OUTPUT_TOKENS = 0x1000
+    INPUT_TOKENS = 0x2000
+    MODEL = 0x4000
+    JSON_DONE = 0x8000
 
 
 class Counter(enum.IntEnum):
@@ -253,6 +262,14 @@ class IoEvent(ctypes.Structure):
         ("method", ctypes.c_uint8),
         ("path_len", ctypes.c_uint8),
         ("path", ctypes.c_char * PATH_MAX_BYTES),
+        ("output_tokens", ctypes.c_uint32),
+        ("input_tokens", ctypes.c_uint32),
+        ("json_lines", ctypes.c_uint16),
+        ("named_events", ctypes.c_uint16),
+        ("model_len", ctypes.c_uint8),
+        ("event_name_len", ctypes.c_uint8),
+        ("model", ctypes.c_char * MODEL_MAX_BYTES),
+        ("event_name", ctypes.c_char * EVENT_NAME_MAX_BYTES),
     ]
 
 
@@ -461,6 +478,14 @@ class IoRecord:
     sse_events: int
     method: str | None
     path: str | None
+    # What the stream states of itself (never its text): the request body's
+    # "model", token counts from usage fields, SSE events that are not tokens.
+    model: str | None = None
+    output_tokens: int | None = None
+    input_tokens: int | None = None
+    json_lines: int = 0
+    named_events: int = 0
+    event_name: str | None = None
 
     @property
     def is_read(self) -> bool:
@@ -783,4 +808,15 @@ def decode(raw: bytes) -> Event:
         sse_events=ev.sse_events,
         method=method,
         path=path,
+        model=_text(ev.model, ev.model_len, MODEL_MAX_BYTES) if HttpFlag.MODEL in flags else None,
+        output_tokens=ev.output_tokens if HttpFlag.OUTPUT_TOKENS in flags else None,
+        input_tokens=ev.input_tokens if HttpFlag.INPUT_TOKENS in flags else None,
+        json_lines=ev.json_lines,
+        named_events=ev.named_events,
+        event_name=_text(ev.event_name, ev.event_name_len, EVENT_NAME_MAX_BYTES) if ev.named_events else None,
     )
+
+
+def _text(raw: bytes, length: int, limit: int) -> str | None:
+    """A name the kernel copied (printable ASCII by construction), or None when empty."""
+    return raw[: min(length, limit)].decode("ascii", "replace") or None

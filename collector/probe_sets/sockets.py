@@ -19,6 +19,9 @@ CLASSIFIER_PROGRAMS = [
     "scan_body",
     "gather_iovecs",
     "gather_window",
+    "scan_tail_fields",
+    "scan_request_body",
+    "scan_fields",
 ]
 
 

@@ -1,0 +1,254 @@
+/* stream_fields.bpf.h: the few JSON fields a stream states about itself.
+ *
+ * Included by sock.bpf.c after its scanners (it uses struct scratch, load8,
+ * bytes_equal, within and EQUALS). What is read, and nothing else:
+ *   - token counts, numbers only: "completion_tokens" and "prompt_tokens"
+ *     (OpenAI usage), "output_tokens" and "input_tokens" (Anthropic, OpenAI
+ *     Responses), "eval_count" and "prompt_eval_count" (Ollama),
+ *     "predicted_n" (llama.cpp timings);
+ *   - "done": true, the end marker of an Ollama NDJSON stream;
+ *   - the request body's "model" value, at most MODEL_MAX_BYTES of
+ *     printable ASCII;
+ *   - the name of an SSE event that is not a token (sse_line).
+ * Every key is matched with its quotes, so a key written inside a string
+ * (where its quotes would be escaped) does not match; text is never copied.
+ *
+ * Why the underscore: every count key has one and token chunks have few
+ * ("finish_reason", "system_fingerprint"), so the scan tests a handful of
+ * positions per write instead of every quote (a token chunk has dozens).
+ * "done" has none: its 'd' is the second trigger byte.
+ */
+
+/* Past a key's closing quote at v: optional space, ':', optional space.
+ * Returns where the value starts, or 0. */
+static __always_inline u32 after_colon(struct scratch *s, u32 v)
+{
+    u32 n = s->n;
+    if (v < n && s->head[v & SCRATCH_MASK] == ' ')
+        v++;
+    if (v >= n || s->head[v & SCRATCH_MASK] != ':')
+        return 0;
+    v++;
+    if (v < n && s->head[v & SCRATCH_MASK] == ' ')
+        v++;
+    return v < n ? v : 0;
+}
+
+/* A '_' or 'd' at u: the count keys around their first underscore, and
+ * "done". Records where a count's value follows (+ 1); take_counts() reads
+ * the numbers once per window. */
+static __always_inline void json_key_at(struct scratch *s, u32 u)
+{
+    /* Bytes before the window read as what the scratch area held: never a
+     * key's quote in practice, and the bounds checks would cost the scan
+     * loop branches it cannot spare. */
+    u32 n = s->n;
+    u64 w = load8(s->head, u);
+    if (s->head[u & SCRATCH_MASK] == 'd') {
+        if (EQUALS(load8(s->head, u - 1), "\"done\"", 6) && s->head[(u - 2) & SCRATCH_MASK] != '\\') {
+            u32 v = after_colon(s, u + 5);
+            if (v && s->head[v & SCRATCH_MASK] == 't')
+                s->json_done = 1;
+        }
+        return;
+    }
+    if (u + 8 <= n && EQUALS(w, "_tokens\"", 8)) {
+        if (EQUALS(load8(s->head, u - 11), "\"complet", 8) && EQUALS(load8(s->head, u - 3), "ion", 3))
+            s->output_at = u + 9;
+        else if (EQUALS(load8(s->head, u - 7), "\"output", 7))
+            s->output_at = u + 9;
+        else if (EQUALS(load8(s->head, u - 7), "\"prompt", 7))
+            s->input_at = u + 9;
+        else if (EQUALS(load8(s->head, u - 6), "\"input", 6))
+            s->input_at = u + 9;
+    } else if (u + 7 <= n && EQUALS(w, "_count\"", 7)) {
+        if (EQUALS(load8(s->head, u - 5), "\"eval", 5))
+            s->output_at = u + 8;
+        else if (EQUALS(load8(s->head, u - 12), "\"prompt_", 8) &&
+                 EQUALS(load8(s->head, u - 5), "_eval", 5))
+            s->input_at = u + 8;
+    } else if (u + 3 <= n && EQUALS(w, "_n\"", 3)) {
+        if (EQUALS(load8(s->head, u - 10), "\"predict", 8) && EQUALS(load8(s->head, u - 2), "ed", 2))
+            s->output_at = u + 4;
+    }
+}
+
+/* The number after the key whose closing quote ended at at - 1; 1 if one
+ * was there. */
+static __always_inline int read_count(struct scratch *s, u32 at, u32 *out)
+{
+    u32 v = at ? after_colon(s, at - 1) : 0;
+    if (!v)
+        return 0;
+    u32 n = s->n, value = 0, digits = 0;
+#pragma unroll
+    for (int k = 0; k < 10; k++) {
+        u32 pos = v + k;
+        if (pos >= n)
+            break;
+        u8 c = s->head[pos & SCRATCH_MASK];
+        if (c < '0' || c > '9')
+            break;
+        value = value * 10 + (c - '0');
+        digits++;
+    }
+    *out = value;
+    return digits > 0;
+}
+
+/* The last count of each kind this window states wins over earlier ones:
+ * Anthropic's message_start says output_tokens 1, its message_delta the total. */
+static __always_inline void take_counts(struct scratch *s)
+{
+    u32 value = 0;
+    if (read_count(s, s->output_at, &value)) {
+        s->ev.output_tokens = value;
+        s->ev.flags |= HTTP_FLAG_OUTPUT_TOKENS;
+    }
+    if (read_count(s, s->input_at, &value)) {
+        s->ev.input_tokens = value;
+        s->ev.flags |= HTTP_FLAG_INPUT_TOKENS;
+    }
+    s->output_at = 0;
+    s->input_at = 0;
+    if (s->json_done)
+        s->ev.flags |= HTTP_FLAG_JSON_DONE;
+}
+
+/* The '\n' at q ends an NDJSON line when '}' or ']' comes just before it
+ * (or before its '\r'): JSON text holds no raw newline, so that is one whole
+ * value, whatever the value says. Split between windows as sse_line's
+ * lines are: the next window sees a line end at 4 or later. */
+static __always_inline void json_line_end(struct scratch *s, u32 q)
+{
+    u8 c = s->head[(q - 1) & SCRATCH_MASK];
+    if (c == '\r')
+        c = s->head[(q - 2) & SCRATCH_MASK];
+    if (c != '}' && c != ']')
+        return;
+    if (s->more && q + 13 > s->n) {
+        s->json_deferred = 1;
+        return;
+    }
+    s->json_lines++;
+}
+
+/* NDJSON line ends, token counts and "done" in [start, n) of the head,
+ * then the counts' values. */
+static __always_inline void scan_json_fields(struct scratch *s, u32 start)
+{
+    u32 n = s->n;
+    if (start < n && start < SCAN_HEAD_BYTES) {
+        u32 first = start & ~7U;
+        for (u32 word = 0; word < SCAN_HEAD_BYTES / 8; word++) {
+            u32 base = first + word * 8;
+            if (base >= n)
+                break;
+            u64 w = load8(s->head, base);
+            u64 found = within(bytes_equal(w, '_') | bytes_equal(w, 'd') | bytes_equal(w, '\n'), base, start, n);
+            if (!found)
+                continue;
+#pragma unroll
+            for (u32 b = 0; b < 8; b++) {
+                if (found & (0x80ULL << (8 * b))) {
+                    if (s->head[(base + b) & SCRATCH_MASK] == '\n')
+                        json_line_end(s, base + b);
+                    else
+                        json_key_at(s, base + b);
+                }
+                stay_in_memory();
+            }
+        }
+    }
+    take_counts(s);
+}
+
+static __always_inline int name_char(u8 c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           c == '.' || c == '_' || c == '-' || c == ':' || c == '/';
+}
+
+/* Copies the window's first non-token event name (event_line_end) into the
+ * event, once per write: up to EVENT_NAME_MAX_BYTES of name characters. */
+static __always_inline void take_event_name(struct scratch *s)
+{
+    u32 at = s->first_name_at, len = s->first_name_len;
+    s->first_name_at = 0;
+    if (!at || s->ev.event_name_len)
+        return;
+    u32 copied = 0;
+#pragma unroll
+    for (u32 k = 0; k < EVENT_NAME_MAX_BYTES; k++) {
+        if (k >= len)
+            break;
+        u8 c = s->head[(at - 1 + k) & SCRATCH_MASK];
+        if (!name_char(c))
+            break;
+        s->ev.event_name[k] = c;
+        copied++;
+    }
+    s->ev.event_name_len = copied;
+}
+
+/* A '"' at q opening the key "model": where its string value starts (+ 1). */
+static __always_inline void model_key_at(struct scratch *s, u32 q)
+{
+    if (s->model_at || q + 7 > s->n || !EQUALS(load8(s->head, q), "\"model\"", 7))
+        return;
+    if (q >= 1 && s->head[(q - 1) & SCRATCH_MASK] == '\\')
+        return;   /* inside a string: \"model\" */
+    u32 v = after_colon(s, q + 7);
+    if (v && s->head[v & SCRATCH_MASK] == '"')
+        s->model_at = v + 2;
+}
+
+/* The request body's "model" value in [start, n) of the head: printable
+ * ASCII up to its closing quote, which must be in view (a value cut short,
+ * escaped or longer than MODEL_MAX_BYTES is not taken). */
+static __always_inline void scan_model(struct scratch *s, u32 start)
+{
+    u32 n = s->n;
+    s->model_at = 0;
+    if (start >= n || start >= SCAN_HEAD_BYTES)
+        return;
+    u32 first = start & ~7U;
+    for (u32 word = 0; word < SCAN_HEAD_BYTES / 8; word++) {
+        u32 base = first + word * 8;
+        if (base >= n || s->model_at)
+            break;
+        u64 found = within(bytes_equal(load8(s->head, base), '"'), base, start, n);
+        if (!found)
+            continue;
+#pragma unroll
+        for (u32 b = 0; b < 8; b++) {
+            if (found & (0x80ULL << (8 * b)))
+                model_key_at(s, base + b);
+            stay_in_memory();
+        }
+    }
+    u32 at = s->model_at;
+    if (!at)
+        return;
+    u32 len = 0, closed = 0;
+    for (u32 k = 0; k < MODEL_MAX_BYTES + 1; k++) {   /* a bounded loop: unrolled, it would not fit */
+        u32 pos = at - 1 + k;
+        if (pos >= n)
+            break;
+        u8 c = s->head[pos & SCRATCH_MASK];
+        if (c == '"') {
+            closed = 1;
+            break;
+        }
+        if (c < 0x20 || c > 0x7e || c == '\\' || k == MODEL_MAX_BYTES)
+            break;
+        s->ev.model[k & (MODEL_MAX_BYTES - 1)] = c;
+        len++;
+    }
+    if (!closed || !len) {
+        __builtin_memset(s->ev.model, 0, MODEL_MAX_BYTES);
+        return;
+    }
+    s->ev.model_len = len;
+    s->ev.flags |= HTTP_FLAG_MODEL;
+}
