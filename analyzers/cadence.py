@@ -50,9 +50,12 @@ class CadenceSummary:
     ttft_ns: Distribution
     itl_ns: Distribution
     e2e_ns: Distribution
-    tokens_per_request: Distribution  # token-carrying writes (SSE chunks)
+    tokens_per_request: Distribution  # token-carrying writes (SSE chunks, NDJSON lines)
     outcomes: dict[str, int]
     errors: int  # status >= 400
+    # Only where a count is known (the server's USDT or the stream's usage fields):
+    tpot_ns: Distribution = Distribution.of(())  # time per output token after the first
+    output_tokens: Distribution = Distribution.of(())
 
 
 def summarize(requests: Sequence[Request]) -> CadenceSummary:
@@ -71,7 +74,18 @@ def summarize(requests: Sequence[Request]) -> CadenceSummary:
         tokens_per_request=Distribution.of(tokens),
         outcomes=outcomes,
         errors=sum(1 for r in requests if r.is_error),
+        tpot_ns=Distribution.of(t for r in requests if (t := r.tpot_ns) is not None),
+        output_tokens=Distribution.of(n for r in requests if (n := r.output_token_count) is not None),
     )
+
+
+def by_model(requests: Sequence[Request]) -> dict[str, list[Request]]:
+    """Requests grouped by the "model" their body named (those that named one)."""
+    groups: dict[str, list[Request]] = {}
+    for r in requests:
+        if r.model is not None:
+            groups.setdefault(r.model, []).append(r)
+    return dict(sorted(groups.items()))
 
 
 def by_endpoint(requests: Sequence[Request]) -> dict[str, list[Request]]:

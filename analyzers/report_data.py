@@ -12,7 +12,7 @@ from inferprobe.analyzers import locks_json as lock_analysis_json
 from inferprobe.analyzers import network as network_analysis
 from inferprobe.analyzers import verdict
 from inferprobe.analyzers.breakdown import Breakdown, break_down
-from inferprobe.analyzers.cadence import CadenceSummary, by_endpoint, percentile, summarize
+from inferprobe.analyzers.cadence import CadenceSummary, by_endpoint, by_model, percentile, summarize
 from inferprobe.analyzers.decompose import TTFT_PHASES, phases_ns
 from inferprobe.analyzers.findings import Finding, FindingList
 from inferprobe.analyzers.gpu import GpuSummary, gpu_json, summarize_gpu
@@ -54,6 +54,7 @@ class ReportData:
     findings: list[Finding] = field(default_factory=list)  # ranked, largest share first
     locks: lock_analysis.LockAnalysis | None = None
     gpu: GpuSummary | None = None  # None without the gpu probe set
+    models: dict[str, CadenceSummary] = field(default_factory=dict)  # by the request body's "model"
 
     @property
     def probe_sets(self) -> dict:
@@ -115,6 +116,7 @@ def build(recording: Recording, mutex_threshold: float = lock_analysis.DEFAULT_M
         requests=requests,
         overall=summarize(requests),
         endpoints={ep: summarize(reqs) for ep, reqs in by_endpoint(requests).items()},
+        models={m: summarize(reqs) for m, reqs in by_model(requests).items()},
         session=session.stats,
         connections=sorted(session.connections.values(), key=lambda c: c.conn_id),
         undecodable_events=bad,
@@ -178,6 +180,12 @@ def request_json(r: Request, stall_ns: dict[tuple[int, int], int] | None = None,
         "status": r.status,
         "outcome": r.outcome.value,
         "streaming": r.streaming,
+        "stream_format": r.stream_format,
+        "model": r.model,
+        "usage": ({"output_tokens": r.output_tokens, "input_tokens": r.input_tokens}
+                  if r.output_tokens is not None or r.input_tokens is not None else None),
+        "tpot_ns": r.tpot_ns,
+        "stream_events": [[e.t_ns, e.name, e.count] for e in r.stream_events],
         "t_ingress_ns": r.t_ingress_ns,
         "t_response_start_ns": r.t_response_start_ns,
         "t_first_token_ns": r.t_first_token_ns,
@@ -247,6 +255,8 @@ def summary_json(s: CadenceSummary) -> dict:
         "itl_ns": s.itl_ns.as_dict(),
         "e2e_ns": s.e2e_ns.as_dict(),
         "tokens_per_request": s.tokens_per_request.as_dict(),
+        "tpot_ns": s.tpot_ns.as_dict(),
+        "output_tokens": s.output_tokens.as_dict(),
     }
 
 
@@ -266,6 +276,7 @@ def to_json(data: ReportData) -> dict:
         },
         "summary": summary_json(data.overall),
         "endpoints": {ep: summary_json(s) for ep, s in data.endpoints.items()},
+        "models": {m: summary_json(s) for m, s in data.models.items()},
         "probe_sets": data.probe_sets,
         "latency_decomposition": decomposition_json(data),
         "itl_phase_split": itl_split_json(data.requests),

@@ -17,6 +17,7 @@ from inferprobe.cli.gpu_text import render_gpu
 from inferprobe.cli.locks_text import render_locks
 from inferprobe.cli.stacks_text import render_stacks
 from inferprobe.collector.recording import read_recording
+from inferprobe.reports import tables
 
 EXAMPLES = """
 \b
@@ -26,6 +27,16 @@ Examples:
   inferprobe report run.ipr --format md -o report.md
   inferprobe report run.ipr --format json -o r.json
 """
+
+
+def _rich_table(t: tables.Table) -> Table:
+    """One of the report's shared tables (reports/tables.py) for the terminal."""
+    out = Table(title=t.caption, title_justify="left")
+    for k, col in enumerate(t.columns):
+        out.add_column(col, justify="left" if k == 0 else "right")
+    for row in t.rows:
+        out.add_row(*row)
+    return out
 
 
 def _ms(ns: float | None) -> str:
@@ -73,19 +84,12 @@ def render_text(data: ReportData, console: Console) -> None:
         console.print(f"OTLP export while recording: {otlp['exported']} traces delivered, "
                       f"{otlp['dropped']} dropped")
     console.print(_latency_table("All requests", s))
-    endpoints = Table(title="Per endpoint", title_justify="left")
-    for col in ("endpoint", "requests", "errors", "TTFT p50", "TTFT p99", "ITL p50", "ITL p99",
-                "E2E p50", "E2E p99"):
-        endpoints.add_column(col, justify="left" if col == "endpoint" else "right")
-    for ep, es in data.endpoints.items():
-        endpoints.add_row(
-            ep, str(es.requests), str(es.errors), _ms(es.ttft_ns.p50), _ms(es.ttft_ns.p99),
-            _ms(es.itl_ns.p50), _ms(es.itl_ns.p99), _ms(es.e2e_ns.p50), _ms(es.e2e_ns.p99),
-        )
-    console.print(endpoints)
+    console.print(_rich_table(tables.endpoint_table(data)))
+    if (models := tables.model_table(data)) is not None:
+        console.print(_rich_table(models))
     console.print(
-        "Times in ms. A token chunk is one write carrying SSE data; a chunk can hold "
-        "more than one token."
+        "Times in ms. A token chunk is one write carrying token events (SSE data, NDJSON "
+        "lines); a chunk can hold more than one token."
     )
     _render_probe_sets(data, console)
     _render_decomposition(data, console)

@@ -10,9 +10,15 @@ HTTP/1.1 rules it follows (RFC 9112):
 - the response ends at: the last chunk of a chunked body, Content-Length
   bytes of body, no body at all (HEAD, 204, 304), or close() when the body
   is delimited by the connection closing;
-- each write carrying SSE "data:" fields is one token emit. A write may
-  carry several tokens: we record how many data fields it held and do not
-  guess further.
+- a chunked body also ends when its last chunk ("0\\r\\n") and the blank line
+  after its trailers come in writes of their own (cpp-httplib, llama.cpp's
+  server), and a close after the last chunk leaves the response complete;
+- each write carrying token events is one token chunk: SSE "data:" fields of
+  unnamed or *delta events (text/event-stream), or complete lines of an
+  NDJSON stream (application/x-ndjson, jsonl). A write may carry several: we
+  record how many and do not guess further. The end markers ("data: [DONE]",
+  an NDJSON line with "done": true) are not tokens; SSE events with other
+  names are stream events.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from inferprobe.collector.events import ConnRecord, EventType, HttpFlag, HttpKind, IoRecord
-from inferprobe.collector.timeline import Connection, Outcome, Request, SessionStats
+from inferprobe.collector.timeline import Connection, Outcome, Request, SessionStats, StreamEvent
 
 
 @dataclass(slots=True)
@@ -35,6 +41,8 @@ class _Response:
     body_seen: int = 0
     close_delimited: bool = False
     last_write_ns: int = 0
+    last_chunk_seen: bool = False  # "0\r\n" written: the body is whole, trailers may follow
+    done_line_open: bool = False  # NDJSON "done": true seen, its line not yet counted
 
 
 @dataclass(slots=True)
@@ -130,6 +138,7 @@ class Sessionizer:
                 path=ev.path,
                 t_ingress_ns=ev.exit_ns,
                 bytes_in=ev.bytes,
+                model=ev.model,
             )
             self.requests.append(req)
             self.stats.requests += 1
@@ -138,6 +147,8 @@ class Sessionizer:
         elif ev.kind == HttpKind.DATA and ev.bytes > 0:
             if conn.reading is not None:
                 conn.reading.bytes_in += ev.bytes
+                if conn.reading.model is None:
+                    conn.reading.model = ev.model
         elif ev.kind == HttpKind.EOF:
             conn.reading = None
 
@@ -165,14 +176,38 @@ class Sessionizer:
         req.bytes_out += max(ev.bytes, 0)
         req.write_tids.add(ev.tid)
         resp.last_write_ns = ev.ts_ns
-        if ev.sse_events and (req.streaming or ev.kind == HttpKind.DATA):
+        tokens = self._token_events(resp, ev)
+        if tokens and (req.streaming or ev.kind == HttpKind.DATA):
             req.token_ns.append(ev.ts_ns)
-            req.token_events.append(ev.sse_events)
-        if HttpFlag.SSE_DONE in ev.flags and req.t_done_ns is None:
-            req.t_done_ns = ev.ts_ns
+            req.token_events.append(tokens)
+        if ev.named_events and req.stream_format == "sse":
+            req.stream_events.append(StreamEvent(ev.ts_ns, ev.event_name, ev.named_events))
+        if ev.output_tokens is not None:
+            req.output_tokens = ev.output_tokens  # the last count stated is the total
+        if ev.input_tokens is not None:
+            req.input_tokens = ev.input_tokens
         resp.body_seen += max(body_bytes, 0)
         if self._response_ended(resp, ev):
             self._end_response(conn, ev.ts_ns, "framing")
+
+    @staticmethod
+    def _token_events(resp: _Response, ev: IoRecord) -> int:
+        """Token events in one write of the response, its end marker left out."""
+        req = resp.request
+        if req.stream_format != "ndjson":
+            if HttpFlag.SSE_DONE in ev.flags and req.t_done_ns is None:
+                req.t_done_ns = ev.ts_ns
+            return ev.sse_events
+        lines = ev.json_lines
+        if HttpFlag.JSON_DONE in ev.flags and req.t_done_ns is None:
+            req.t_done_ns = ev.ts_ns
+            resp.done_line_open = True
+        if resp.done_line_open and lines:
+            # The "done" line is the stream's last: counted by the write that
+            # ends it, this one or the next that ends a line.
+            lines -= 1
+            resp.done_line_open = False
+        return lines
 
     def _start_response(self, conn: _Conn, ev: IoRecord) -> None:
         if conn.responding is not None:
@@ -187,7 +222,11 @@ class Sessionizer:
             conn.reading = None
         req.status = ev.status
         req.t_response_start_ns = ev.ts_ns
-        req.streaming = HttpFlag.EVENT_STREAM in ev.flags
+        if HttpFlag.EVENT_STREAM in ev.flags:
+            req.stream_format = "sse"
+        elif HttpFlag.NDJSON_STREAM in ev.flags:
+            req.stream_format = "ndjson"
+        req.streaming = req.stream_format is not None
         headers_seen = HttpFlag.HEADERS_END in ev.flags
         resp = _Response(
             request=req,
@@ -204,7 +243,12 @@ class Sessionizer:
     @staticmethod
     def _response_ended(resp: _Response, ev: IoRecord) -> bool:
         if resp.chunked:
-            return HttpFlag.CHUNKED_END in ev.flags
+            if HttpFlag.CHUNKED_END in ev.flags:
+                return True
+            # The last chunk's line, then trailers, then a blank line: in one
+            # write or in several.
+            resp.last_chunk_seen |= HttpFlag.LAST_CHUNK in ev.flags
+            return resp.last_chunk_seen and HttpFlag.BLANK_LINE_END in ev.flags
         if resp.length is not None:
             return resp.body_seen >= resp.length
         return False
@@ -228,6 +272,9 @@ class Sessionizer:
         if resp is not None:
             if resp.close_delimited:
                 self._end_response(conn, resp.last_write_ns, "close")
+            elif resp.last_chunk_seen:
+                # The body was whole; only the blank line after it was not seen.
+                self._end_response(conn, resp.last_write_ns, "last chunk, then close")
             else:
                 req = resp.request
                 req.outcome = Outcome.ABORTED

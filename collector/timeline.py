@@ -16,6 +16,16 @@ class Outcome(StrEnum):
     INCOMPLETE = "incomplete"  # still open when the recording ended
 
 
+class StreamEvent(NamedTuple):
+    """SSE events of a response that are not tokens (message_start, ping,
+    response.completed): the write that carried them, the first one's name,
+    and how many that write carried."""
+
+    t_ns: int
+    name: str | None
+    count: int
+
+
 class WaitInterval(NamedTuple):
     """One wait a serving thread spent in while a request was in flight, clipped to the request."""
 
@@ -36,13 +46,21 @@ class Request:
     status: int | None = None
     outcome: Outcome = Outcome.INCOMPLETE
     t_response_start_ns: int | None = None  # entry of the write carrying the status line
-    token_ns: list[int] = field(default_factory=list)  # entry of each write with SSE data
-    token_events: list[int] = field(default_factory=list)  # "data:" fields in each such write
-    t_done_ns: int | None = None  # "data: [DONE]" written
+    token_ns: list[int] = field(default_factory=list)  # entry of each write carrying token events
+    token_events: list[int] = field(default_factory=list)  # token events (SSE data, NDJSON lines) in each
+    t_done_ns: int | None = None  # the stream's end marker written: "data: [DONE]" or "done": true
     t_end_ns: int | None = None
     bytes_in: int = 0
     bytes_out: int = 0
-    streaming: bool = False  # text/event-stream response
+    streaming: bool = False  # an event stream (SSE) or NDJSON response
+    stream_format: str | None = None  # "sse" or "ndjson" when streaming
+    stream_events: list[StreamEvent] = field(default_factory=list)  # named SSE events that are no tokens
+    # What the stream states of itself (never its text): the request body's
+    # "model", and the usage counts of its last events (OpenAI usage, Anthropic
+    # usage, Ollama eval_count, llama.cpp timings.predicted_n).
+    model: str | None = None
+    output_tokens: int | None = None
+    input_tokens: int | None = None
     end_reason: str | None = None
     write_tids: set[int] = field(default_factory=set)
     # Filled in when the server has inferprobe USDT probes (collector/correlate.py):
@@ -68,6 +86,23 @@ class Request:
         if self.outcome != Outcome.COMPLETE or self.t_end_ns is None:
             return None
         return self.t_end_ns - self.t_ingress_ns
+
+    @property
+    def output_token_count(self) -> int | None:
+        """The server's own count (USDT request_end), else the count the stream
+        stated (usage fields); never guessed from chunks."""
+        if self.server is not None and self.server.output_tokens is not None:
+            return int(self.server.output_tokens)
+        return self.output_tokens
+
+    @property
+    def tpot_ns(self) -> float | None:
+        """Time per output token after the first: (last - first token write) / (tokens - 1),
+        exact when a chunk carries several tokens because the count is the server's."""
+        n = self.output_token_count
+        if n is None or n < 2 or len(self.token_ns) < 2:
+            return None
+        return (self.token_ns[-1] - self.token_ns[0]) / (n - 1)
 
     @property
     def itl_ns(self) -> list[int]:

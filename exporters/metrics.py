@@ -5,7 +5,9 @@ Names: the OpenTelemetry GenAI server metrics where they exist
 the GenAI conventions recommend), the design card's own names for the
 scheduler gauges, and inferprobe_* for the rest. Labels are endpoint
 ("METHOD /path", capped at MAX_ENDPOINTS distinct values, the rest
-"other"), status_class and target (the process name): never a request id.
+"other"), model (the request body's "model", capped at MAX_MODELS, empty
+when the request named none), status_class and target (the process name):
+never a request id.
 """
 
 from __future__ import annotations
@@ -32,7 +34,11 @@ RATIO_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.37, 0.5, 0.75, 0.9, 1.0)
 STALL_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 
 MAX_ENDPOINTS = 64
-LABELS = ("endpoint", "status_class", "target")
+# The request body's "model" (vLLM and others serve several models and LoRA
+# adapters behind one port); any client can send any name, so it is capped
+# like endpoints. "" where the request named none.
+MAX_MODELS = 32
+LABELS = ("endpoint", "model", "status_class", "target")
 
 
 class PortBusy(InferprobeError):
@@ -52,6 +58,7 @@ class Metrics:
         self.registry = CollectorRegistry(auto_describe=True)
         self._targets = targets  # pid -> process name
         self._endpoints: set[str] = set()
+        self._models: set[str] = set()
         r = self.registry
         self.ttft = Histogram("gen_ai_server_time_to_first_token_seconds",
                               "Time from the request read to the first token chunk written.",
@@ -75,7 +82,8 @@ class Metrics:
         self.token_chunks = Counter("inferprobe_token_chunks", "Token chunks (writes with SSE data).",
                                     LABELS, registry=r)
         self.tokens = Counter("inferprobe_output_tokens",
-                              "Output tokens as counted by the server (USDT), when it reports them.",
+                              "Output tokens as counted by the server (USDT) or stated by the stream "
+                              "(usage fields).",
                               LABELS, registry=r)
         self.in_flight = Gauge("inferprobe_in_flight_requests", "Requests read but not yet finished.",
                                ("target",), registry=r)
@@ -113,6 +121,15 @@ class Metrics:
         self._endpoints.add(ep)
         return ep
 
+    def _model(self, req: Request) -> str:
+        model = req.model or ""
+        if not model or model in self._models:
+            return model
+        if len(self._models) >= MAX_MODELS:
+            return "other"
+        self._models.add(model)
+        return model
+
     # -- requests ---------------------------------------------------------------
     def request_started(self, pid: int) -> None:
         self.in_flight.labels(self.target(pid)).inc()
@@ -120,7 +137,7 @@ class Metrics:
     def request_finished(self, req: Request) -> None:
         target = self.target(req.pid)
         self.in_flight.labels(target).dec()
-        labels = (self._endpoint(req), status_class(req), target)
+        labels = (self._endpoint(req), self._model(req), status_class(req), target)
         self.requests.labels(*labels).inc()
         if req.ttft_ns is not None:
             self.ttft.labels(*labels).observe(req.ttft_ns / 1e9)

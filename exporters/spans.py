@@ -98,9 +98,8 @@ def phases(req: Request) -> list[tuple[str, int, int, dict[str, object]]]:
 
 
 def output_tokens(req: Request) -> int | None:
-    """Known only from the server's own count (USDT request_end), never guessed from chunks."""
-    value = req.server.output_tokens if req.server is not None else None
-    return int(value) if value is not None else None
+    """The server's count (USDT) or the stream's stated one; never guessed from chunks."""
+    return req.output_token_count
 
 
 def error_type(req: Request) -> str | None:
@@ -122,6 +121,10 @@ def root_attributes(req: Request, server: ServerInfo) -> dict[str, object]:
         tokens = output_tokens(req)
         if tokens is not None:
             attrs["gen_ai.usage.output_tokens"] = tokens
+        if req.input_tokens is not None:
+            attrs["gen_ai.usage.input_tokens"] = req.input_tokens
+        if req.model is not None:
+            attrs["gen_ai.request.model"] = req.model
     if server.address:
         attrs["server.address"] = server.address
     if server.port:

@@ -113,6 +113,8 @@ def _distributions(data: ReportData, progress: Progress) -> str:
             parts.append(f"<p>No {_e(what)} in this recording.</p>")
     parts.append(render_table(tables.latency_table(data.overall, "Percentiles, all requests")))
     parts.append(render_table(tables.endpoint_table(data)))
+    if (models := tables.model_table(data)) is not None:
+        parts.append(render_table(models))
     parts.append("</section>")
     return "".join(parts)
 

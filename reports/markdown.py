@@ -71,6 +71,8 @@ def render_markdown(data: ReportData) -> str:
     out += ["## Distributions", ""]
     out.extend(render_table(tables.latency_table(data.overall, "Percentiles, all requests")))
     out.extend(render_table(tables.endpoint_table(data)))
+    if (models := tables.model_table(data)) is not None:
+        out.extend(render_table(models))
 
     s = data.series
     if s is not None and data.requests:

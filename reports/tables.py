@@ -43,6 +43,21 @@ def endpoint_table(data: ReportData) -> Table:
                  rows=rows)
 
 
+def model_table(data: ReportData) -> Table | None:
+    """Per requested model, where requests named one; TPOT where a count is known."""
+    if not data.models:
+        return None
+    rows = tuple(
+        (m, str(s.requests), str(s.errors), fmt_ms(s.ttft_ns.p50), fmt_ms(s.ttft_ns.p99),
+         fmt_ms(s.tpot_ns.p50), fmt_ms(s.tpot_ns.p99), fmt_ms(s.e2e_ns.p50), fmt_ms(s.e2e_ns.p99))
+        for m, s in data.models.items()
+    )
+    return Table(caption="Per model (ms; TPOT where the server or the stream stated its token count)",
+                 columns=("model", "requests", "errors", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99",
+                          "E2E p50", "E2E p99"),
+                 rows=rows)
+
+
 def decomposition_source_text(source: str | None) -> str:
     if source == SOURCE_USDT:
         return "Phases from the server's own USDT probes."

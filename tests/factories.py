@@ -52,6 +52,12 @@ def io(
     content_length: int | None = None,
     header_bytes: int = 0,
     sse_events: int = 0,
+    json_lines: int = 0,
+    named_events: int = 0,
+    event_name: str = "",
+    output_tokens: int | None = None,
+    input_tokens: int | None = None,
+    model: str | None = None,
     method: ev.HttpMethod = ev.HttpMethod.UNKNOWN,
     path: str = "",
     pid: int = 100,
@@ -73,6 +79,20 @@ def io(
         e.content_length = content_length
     else:
         e.content_length = -1
+    if output_tokens is not None:
+        flags |= ev.HttpFlag.OUTPUT_TOKENS
+        e.output_tokens = output_tokens
+    if input_tokens is not None:
+        flags |= ev.HttpFlag.INPUT_TOKENS
+        e.input_tokens = input_tokens
+    if model is not None:
+        flags |= ev.HttpFlag.MODEL
+        e.model_len = len(model)
+        e.model = model.encode()
+    e.json_lines = json_lines
+    e.named_events = named_events
+    e.event_name_len = len(event_name)
+    e.event_name = event_name.encode()
     e.flags = flags
     e.status = status
     e.header_bytes = header_bytes
@@ -97,12 +117,27 @@ def sse_headers(conn_id: int, status: int = 200, **kw) -> bytes:
 
 
 def sse_chunk(conn_id: int, events: int = 1, done: bool = False, end: bool = False, **kw) -> bytes:
-    flags = ev.HttpFlag(0)
+    flags = ev.HttpFlag(kw.pop("flags", 0))
     if done:
         flags |= ev.HttpFlag.SSE_DONE
     if end:
         flags |= ev.HttpFlag.CHUNKED_END
     return io(conn_id, read=False, nbytes=60, sse_events=events, flags=flags, **kw)
+
+
+def ndjson_headers(conn_id: int, status: int = 200, **kw) -> bytes:
+    F = ev.HttpFlag
+    return io(conn_id, read=False, nbytes=120, kind=ev.HttpKind.RESPONSE, status=status,
+              flags=F.HEADERS_END | F.CHUNKED | F.NDJSON_STREAM, header_bytes=120, **kw)
+
+
+def ndjson_chunk(conn_id: int, lines: int = 1, done: bool = False, end: bool = False, **kw) -> bytes:
+    flags = ev.HttpFlag(kw.pop("flags", 0))
+    if done:
+        flags |= ev.HttpFlag.JSON_DONE
+    if end:
+        flags |= ev.HttpFlag.CHUNKED_END
+    return io(conn_id, read=False, nbytes=90, json_lines=lines, flags=flags, **kw)
 
 
 def decoded(*raws: bytes) -> list:

@@ -3,7 +3,17 @@
 from inferprobe.collector.events import HttpFlag, HttpKind, HttpMethod
 from inferprobe.collector.sessionizer import sessionize
 
-from factories import conn_close, conn_open, decoded, io, request, sse_chunk, sse_headers
+from factories import (
+    conn_close,
+    conn_open,
+    decoded,
+    io,
+    ndjson_chunk,
+    ndjson_headers,
+    request,
+    sse_chunk,
+    sse_headers,
+)
 
 
 def run(*raws):
@@ -120,3 +130,98 @@ def test_head_and_204_have_no_body():
     head, no_content = s.requests
     assert head.outcome == "complete" and head.t_end_ns == 200
     assert no_content.outcome == "complete" and no_content.t_end_ns == 400
+
+
+# -- stream shapes beyond unnamed SSE events ----------------------------------------
+
+def test_chunked_end_written_in_pieces_is_complete_not_aborted():
+    """cpp-httplib (llama.cpp's server): the last data chunk, then "0\\r\\n", then
+    "\\r\\n", then close. The response ends at the blank line."""
+    s = run(
+        conn_open(1), request(1, ts=100), sse_headers(1, ts=200), sse_chunk(1, ts=300),
+        io(1, read=False, nbytes=3, flags=HttpFlag.LAST_CHUNK, ts=400),
+        io(1, read=False, nbytes=2, flags=HttpFlag.BLANK_LINE_END, ts=410),
+        conn_close(1, ts=500),
+    )
+    (req,) = s.requests
+    assert (req.outcome, req.t_end_ns, req.end_reason) == ("complete", 410, "framing")
+
+
+def test_blank_line_before_the_last_chunk_ends_nothing():
+    """An SSE chunk with CRLF lines ends with an empty line too: only after the
+    last chunk's line does it end the body."""
+    s = run(
+        conn_open(1), request(1, ts=100), sse_headers(1, ts=200),
+        sse_chunk(1, ts=300, flags=HttpFlag.BLANK_LINE_END),
+        conn_close(1, ts=500),
+    )
+    assert s.requests[0].outcome == "aborted"
+
+
+def test_close_after_the_last_chunk_without_its_blank_line_is_complete():
+    s = run(
+        conn_open(1), request(1, ts=100), sse_headers(1, ts=200),
+        sse_chunk(1, ts=300, flags=HttpFlag.LAST_CHUNK),
+        conn_close(1, ts=500),
+    )
+    (req,) = s.requests
+    assert (req.outcome, req.t_end_ns, req.end_reason) == ("complete", 300, "last chunk, then close")
+
+
+def test_last_chunk_with_trailers_and_blank_line_in_one_write_ends_it():
+    s = run(request(1, ts=100), sse_headers(1, ts=200), sse_chunk(1, ts=300),
+            io(1, read=False, nbytes=20, flags=HttpFlag.LAST_CHUNK | HttpFlag.BLANK_LINE_END, ts=400))
+    assert (s.requests[0].outcome, s.requests[0].t_end_ns) == ("complete", 400)
+
+
+def test_ndjson_lines_are_tokens_and_the_done_line_is_not():
+    s = run(
+        request(1, ts=100, model="llama3.2:1b"), ndjson_headers(1, ts=200),
+        ndjson_chunk(1, ts=300), ndjson_chunk(1, lines=2, ts=400),
+        ndjson_chunk(1, done=True, end=True, output_tokens=4, input_tokens=26, ts=500),
+    )
+    (req,) = s.requests
+    assert req.streaming and req.stream_format == "ndjson"
+    assert req.token_ns == [300, 400] and req.token_events == [1, 2]
+    assert (req.t_done_ns, req.t_end_ns, req.outcome) == (500, 500, "complete")
+    assert (req.output_tokens, req.input_tokens, req.model) == (4, 26, "llama3.2:1b")
+
+
+def test_ndjson_done_line_ending_in_a_later_write_is_still_no_token():
+    """A long final line (Ollama's context array): "done" is seen in one write,
+    the line ends in the next."""
+    s = run(request(1, ts=100), ndjson_headers(1, ts=200), ndjson_chunk(1, ts=300),
+            ndjson_chunk(1, lines=0, done=True, ts=400), ndjson_chunk(1, lines=1, end=True, ts=410))
+    (req,) = s.requests
+    assert req.token_ns == [300] and req.t_done_ns == 400
+
+
+def test_json_lines_of_an_sse_stream_are_not_tokens():
+    s = run(request(1, ts=100), sse_headers(1, ts=200), sse_chunk(1, ts=300, json_lines=1),
+            io(1, read=False, nbytes=60, json_lines=1, flags=HttpFlag.JSON_DONE, ts=350),
+            sse_chunk(1, events=0, end=True, ts=400))
+    (req,) = s.requests
+    assert req.token_ns == [300] and req.t_done_ns is None
+
+
+def test_named_events_are_stream_events_and_ttft_is_the_first_token():
+    s = run(
+        request(1, ts=100), sse_headers(1, ts=200),
+        sse_chunk(1, events=0, named_events=1, event_name="message_start", input_tokens=25,
+                  output_tokens=1, ts=300),
+        sse_chunk(1, events=0, named_events=1, event_name="ping", ts=350),
+        sse_chunk(1, ts=400), sse_chunk(1, ts=450),
+        sse_chunk(1, events=0, named_events=2, event_name="message_delta", output_tokens=15, ts=500),
+        sse_chunk(1, events=0, end=True, ts=510),
+    )
+    (req,) = s.requests
+    assert req.token_ns == [400, 450] and req.ttft_ns == 400 - 110
+    assert [(e.t_ns, e.name, e.count) for e in req.stream_events] == [
+        (300, "message_start", 1), (350, "ping", 1), (500, "message_delta", 2)]
+    assert (req.output_tokens, req.input_tokens) == (15, 25)  # the last count stated wins
+
+
+def test_model_in_a_body_read_apart_from_the_headers():
+    s = run(request(1, ts=100), io(1, read=True, nbytes=300, model="gpt-4o-mini", ts=110),
+            sse_headers(1, ts=200))
+    assert s.requests[0].model == "gpt-4o-mini"

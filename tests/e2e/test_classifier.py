@@ -251,7 +251,8 @@ REQ_MODEL = (b"POST /api/generate HTTP/1.1\r\nHost: h\r\nContent-Length: %d\r\n\
 # The OpenAI SDKs write "model" after "messages": a long prompt pushes it to the read's end.
 LONG_BODY = json.dumps({"messages": [{"role": "user", "content": "y" * 900}],
                         "model": "gpt-4o-mini", "stream": True}).encode()
-REQ_MODEL_LATE = b"POST /v1/chat/completions HTTP/1.1\r\nHost: h\r\nContent-Length: %d\r\n\r\n" % len(LONG_BODY)
+REQ_MODEL_LATE = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: h\r\nContent-Length: %d\r\n\r\n"
+                  % len(LONG_BODY))
 OLLAMA_LINE = b'{"model":"llama3.2:1b","created_at":"2024-01-01T00:00:00Z","response":" hi","done":false}\n'
 OLLAMA_DONE = (b'{"model":"llama3.2:1b","created_at":"2024-01-01T00:00:00Z","response":"","done":true,'
                b'"done_reason":"stop","context":[' + b",".join(b"%d" % i for i in range(400)) +
@@ -271,7 +272,8 @@ LLAMA_FINAL = (b'data: {"choices":[{"finish_reason":"stop","index":0,"delta":{}}
 STEPS += [
     # Ollama: NDJSON lines, the last one "done": true with its counts at the far end
     (Expect(REQ_MODEL, HttpKind.REQUEST, H.HEADERS_END | H.HAS_LENGTH, method="POST", path="/api/generate",
-            content_length=len(MODEL_BODY), header_bytes=len(REQ_MODEL) - len(MODEL_BODY), model="llama3.2:1b"),
+            content_length=len(MODEL_BODY), header_bytes=len(REQ_MODEL) - len(MODEL_BODY),
+            model="llama3.2:1b"),
      [Expect(NDJSON_HEAD, HttpKind.RESPONSE, H.HEADERS_END | H.NDJSON_STREAM | H.CHUNKED, status=200,
              header_bytes=len(NDJSON_HEAD), json_lines=0),
       Expect(chunk(OLLAMA_LINE), json_lines=1),
@@ -282,8 +284,9 @@ STEPS += [
     (Expect(REQ_MODEL_LATE + LONG_BODY, HttpKind.REQUEST, H.HEADERS_END | H.HAS_LENGTH, method="POST",
             path="/v1/chat/completions", content_length=len(LONG_BODY), header_bytes=len(REQ_MODEL_LATE),
             model="gpt-4o-mini"),
-     [Expect(JSONL_HEAD + b'{"a":1}\r\n{"b":', HttpKind.RESPONSE, H.HEADERS_END | H.NDJSON_STREAM | H.CONN_CLOSE,
-             status=200, header_bytes=len(JSONL_HEAD), json_lines=1),
+     [Expect(JSONL_HEAD + b'{"a":1}\r\n{"b":', HttpKind.RESPONSE,
+             H.HEADERS_END | H.NDJSON_STREAM | H.CONN_CLOSE, status=200, header_bytes=len(JSONL_HEAD),
+             json_lines=1),
       Expect(b'[2]}\n["c"]\n', json_lines=2)]),
     # Anthropic's named events: only the *delta is a token; counts as stated
     (Expect(REQ_VEC, HttpKind.REQUEST, H.HEADERS_END, method="GET", path="/vec", header_bytes=len(REQ_VEC)),

@@ -182,7 +182,7 @@ def test_prometheus_histograms_match_the_recording(live_run):
     assert q["ttft_buckets"]["+Inf"] == len(requests)
     for le in DURATION_BUCKETS:
         assert q["duration_buckets"][str(le)] == sum(1 for r in requests if r.e2e_ns / 1e9 <= le), le
-    for labels in q["labels"]:  # bounded label set, no per-request ids
+    for labels in q["labels"]:  # bounded label set, no per-request ids (model "" is no label)
         assert set(labels) - {"__name__", "instance", "job"} == {"endpoint", "status_class", "target"}
 
 

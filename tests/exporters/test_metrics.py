@@ -36,7 +36,7 @@ def _sample(m: Metrics, name: str, **labels) -> float | None:
 
 def test_requests_histograms_counters_and_usdt_gauges():
     m = Metrics({10: "server"})
-    labels = {"endpoint": "POST /v1/completions", "status_class": "2xx", "target": "server"}
+    labels = {"endpoint": "POST /v1/completions", "model": "", "status_class": "2xx", "target": "server"}
     for ttft in (5, 30, 300):
         m.request_started(10)
         m.request_finished(_req(ttft, 4))
