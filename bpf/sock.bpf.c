@@ -24,7 +24,7 @@
  * token, [DONE] and the last chunk, take six or seven. */
 #define MAX_IOVECS 8
 /* Windows scanned after the first in a long plain write, each SCAN_HEAD_BYTES
- * with WINDOW_OVERLAP of the one before: 512 + 24 * 496 = 12416 bytes, about
+ * with WINDOW_OVERLAP of the one before: 512 + 24 * 480 = 12032 bytes, about
  * forty OpenAI-size events a server coalesced into one write when the client
  * read slowly. Each window is one more tail call (the kernel allows 33 per
  * chain) and ~0.23 us: 30 events in one 8.7 KB write cost 4.3 us in its
@@ -33,11 +33,12 @@
 #define MAX_BODY_WINDOWS 24
 /* A vectored write's windows take two tail calls each (scan_body and
  * gather_window): after the four before the first body scan, twelve fit in
- * the 33 the kernel allows: 6464 bytes. */
+ * the 33 the kernel allows: 6272 bytes. */
 #define MAX_VECTORED_WINDOWS 12
 /* A window starts this many bytes before the one before ends, so that a line
- * cut by the end of one ("data: [DONE]" is 12 bytes) is whole in the next. */
-#define WINDOW_OVERLAP 16
+ * start cut by the end of one ("data: [DONE]" is 12 bytes) and a JSON count
+ * ("completion_tokens":1234567 is 27) are whole in the next. */
+#define WINDOW_OVERLAP 32
 
 struct sock_key {
     u32 pid;
@@ -98,6 +99,8 @@ struct scratch {
     u32 json_deferred;  /* an NDJSON line end was left to the next window */
     u32 json_mode;      /* windows after the first: no "data:" in the first, only scan_fields reads them */
     u32 json_done;      /* "done": true seen */
+    u32 empty_events;   /* "choices":[] and "delta":{} seen: SSE events without a token */
+    u32 fields_near_end; /* scan_fields ran on the first window near the write's end */
     u32 event_name_at;  /* the SSE event's "event:" line: where its name starts, + 1 */
     u32 named_events;
     u32 first_name_at;  /* this window's first such name: where (+ 1) and how long */
@@ -744,9 +747,9 @@ static __always_inline void scan_sse(struct scratch *s)
         s->done = 0;
         s->deferred = 0;
         s->named_events = 0;
+        s->event_name_at = 0;
     }
     s->line_room = s->more ? 12 : 5;
-    s->event_name_at = 0;   /* an event line cut by the window edge: its data counts as unnamed */
     s->first_name_at = 0;
     if (start >= n || start >= SCAN_HEAD_BYTES)
         return;
@@ -778,6 +781,8 @@ static __always_inline void finish_sse(struct scratch *s)
         s->ev.flags |= HTTP_FLAG_SSE_DONE;
     if ((s->done & 1) && data_lines)
         data_lines--;   /* the [DONE] line is the end marker, not a token */
+    /* Events whose choices or delta are empty hold no token. */
+    data_lines = s->empty_events < data_lines ? data_lines - s->empty_events : 0;
     s->ev.sse_events = data_lines > 0xffff ? 0xffff : data_lines;
     s->ev.json_lines = s->json_lines > 0xffff ? 0xffff : s->json_lines;
     s->ev.named_events = s->named_events > 0xffff ? 0xffff : s->named_events;
@@ -1038,11 +1043,18 @@ static __always_inline int next_body_window(struct scratch *s)
     if (!s->more)
         return 0;
     u32 n = s->n;   /* >= WINDOW_OVERLAP: a shorter window sets no `more` */
-    u64 carried_lo = load8(s->head, n - WINDOW_OVERLAP), carried_hi = load8(s->head, n - 8);
-    *(u64 *)&s->head[0] = carried_lo;
-    *(u64 *)&s->head[8] = carried_hi;
+#pragma unroll
+    for (u32 k = 0; k < WINDOW_OVERLAP; k += 8) {
+        u64 carried = load8(s->head, n - WINDOW_OVERLAP + k);
+        *(u64 *)&s->head[k] = carried;
+    }
     s->window_start += n - WINDOW_OVERLAP;
     s->windows++;
+    /* An "event:" line whose data line is in the next window: its name moves
+     * with the bytes (one cut before the overlap is lost, and its data counts
+     * as unnamed). */
+    u32 name_at = s->event_name_at;
+    s->event_name_at = name_at > n - WINDOW_OVERLAP ? name_at - (n - WINDOW_OVERLAP) : 0;
     /* Newlines from here: lines starting at or after WINDOW_OVERLAP - 11,
      * which the window before could not see whole ("data: [DONE]"). */
     s->body_start = WINDOW_OVERLAP - 12;
@@ -1201,6 +1213,8 @@ static __always_inline int io_exit(void *ctx, long ret, u16 dir, u16 vectored, u
     s->json_lines = 0;
     s->json_deferred = 0;
     s->json_done = 0;
+    s->empty_events = 0;
+    s->fields_near_end = 0;
     s->named_events = 0;
     s->head[SCRATCH_BYTES - 1] = 0;   /* what a line end at 0 finds before it (stream_fields.bpf.h) */
 
@@ -1348,10 +1362,17 @@ int scan_body(void *ctx)
         s->more = 0;   /* headers past the head: where the body starts is unknown */
     scan_sse(s);
     take_event_name(s);
-    /* The first window and the last also go through scan_fields: the first
-     * to learn whether the stream is NDJSON, the last for the counts a
-     * stream states at its end. */
-    if (!s->windows || !s->more)
+    /* The first window also goes through scan_fields, to learn whether the
+     * stream is NDJSON; so do the last and the first within SCAN_HEAD_BYTES
+     * of the write's end, for the counts a stream states at its end (a
+     * window of eight iovecs can end well before the bytes do). At most
+     * three per write: the tail-call budget. */
+    u64 after = s->ev.flags & HTTP_FLAG_VECTORED ? s->bytes_left :
+                s->last_len - s->window_start - s->n;
+    int near_end = s->windows && after < SCAN_HEAD_BYTES && !s->fields_near_end;
+    if (near_end)
+        s->fields_near_end = 1;
+    if (!s->windows || !s->more || near_end)
         classifiers.call(ctx, PROG_SCAN_FIELDS);
     if (next_body_window(s))
         classifiers.call(ctx, s->ev.flags & HTTP_FLAG_VECTORED ? PROG_GATHER_WINDOW : PROG_SCAN_BODY);
@@ -1374,13 +1395,16 @@ int scan_fields(void *ctx)
         s->json_deferred = 0;
         s->json_done = 0;
     }
-    scan_json_fields(s, s->body_start);
+    /* Later windows from 0: a count cut by the edge of the one before is whole
+     * in the overlap (a count seen twice is the same count). */
+    scan_json_fields(s, s->windows ? 0 : s->body_start);
     if (!s->windows) {
         /* Only a stream goes on past the head: a long write of anything else
          * (a JSON body, a file) costs one window, as it always did. */
-        if (!s->data_lines && !s->deferred && !s->json_lines && !s->json_deferred)
+        u32 sse = s->data_lines || s->deferred || s->named_events;
+        if (!sse && !s->json_lines && !s->json_deferred)
             s->more = 0;
-        s->json_mode = !s->data_lines && !s->deferred;
+        s->json_mode = !sse;
     }
     if (next_body_window(s))
         classifiers.call(ctx, s->ev.flags & HTTP_FLAG_VECTORED ? PROG_GATHER_WINDOW :

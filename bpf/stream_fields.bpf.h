@@ -7,6 +7,9 @@
  *     Responses), "eval_count" and "prompt_eval_count" (Ollama),
  *     "predicted_n" (llama.cpp timings);
  *   - "done": true, the end marker of an Ollama NDJSON stream;
+ *   - the structural empties of OpenAI-style chunks that carry no token:
+ *     "choices":[] (the usage chunk, whose choices are always empty) and
+ *     "delta":{} (the finish chunk; llama.cpp's last chunk with its timings);
  *   - the request body's "model" value, at most MODEL_MAX_BYTES of
  *     printable ASCII;
  *   - the name of an SSE event that is not a token (sse_line).
@@ -34,8 +37,8 @@ static __always_inline u32 after_colon(struct scratch *s, u32 v)
     return v < n ? v : 0;
 }
 
-/* A '_' or 'd' at u: the count keys around their first underscore, and
- * "done". Records where a count's value follows (+ 1); take_counts() reads
+/* A '_', 'd' or '[' at u: the count keys around their first underscore,
+ * "done", and the empty "delta" and "choices". Records where a count's value follows (+ 1); take_counts() reads
  * the numbers once per window. */
 static __always_inline void json_key_at(struct scratch *s, u32 u)
 {
@@ -44,11 +47,24 @@ static __always_inline void json_key_at(struct scratch *s, u32 u)
      * loop branches it cannot spare. */
     u32 n = s->n;
     u64 w = load8(s->head, u);
-    if (s->head[u & SCRATCH_MASK] == 'd') {
+    u8 c = s->head[u & SCRATCH_MASK];
+    if (c == '[') {
+        /* "choices":[] or "choices": [] */
+        u32 k = s->head[(u - 1) & SCRATCH_MASK] == ' ' ? u - 1 : u;
+        if (s->head[(u + 1) & SCRATCH_MASK] == ']' && EQUALS(load8(s->head, k - 10), "\"choices", 8) &&
+            EQUALS(load8(s->head, k - 2), "\":", 2))
+            s->empty_events++;
+        return;
+    }
+    if (c == 'd') {
         if (EQUALS(load8(s->head, u - 1), "\"done\"", 6) && s->head[(u - 2) & SCRATCH_MASK] != '\\') {
             u32 v = after_colon(s, u + 5);
             if (v && s->head[v & SCRATCH_MASK] == 't')
                 s->json_done = 1;
+        } else if (EQUALS(load8(s->head, u - 1), "\"delta\":", 8)) {
+            u32 v = s->head[(u + 7) & SCRATCH_MASK] == ' ' ? u + 8 : u + 7;
+            if (v + 2 <= n && s->head[v & SCRATCH_MASK] == '{' && s->head[(v + 1) & SCRATCH_MASK] == '}')
+                s->empty_events++;
         }
         return;
     }
@@ -121,6 +137,8 @@ static __always_inline void take_counts(struct scratch *s)
  * lines are: the next window sees a line end at 4 or later. */
 static __always_inline void json_line_end(struct scratch *s, u32 q)
 {
+    if (q < s->body_start)
+        return;   /* in the overlap: the window before counted it */
     u8 c = s->head[(q - 1) & SCRATCH_MASK];
     if (c == '\r')
         c = s->head[(q - 2) & SCRATCH_MASK];
@@ -145,7 +163,8 @@ static __always_inline void scan_json_fields(struct scratch *s, u32 start)
             if (base >= n)
                 break;
             u64 w = load8(s->head, base);
-            u64 found = within(bytes_equal(w, '_') | bytes_equal(w, 'd') | bytes_equal(w, '\n'), base, start, n);
+            u64 found = within(bytes_equal(w, '_') | bytes_equal(w, 'd') | bytes_equal(w, '\n') |
+                               bytes_equal(w, '['), base, start, n);
             if (!found)
                 continue;
 #pragma unroll

@@ -177,10 +177,10 @@ def bytes_moved(events: list, pid: int) -> list:
 
 
 # How far the kernel scans a long write for SSE "data:" lines (bpf/sock.bpf.c,
-# next_body_window): windows of 512 bytes, each starting 16 before the one
-# before ends (496 * k to 496 * k + 512), a plain write's first 24 after the
+# next_body_window): windows of 512 bytes, each starting 32 before the one
+# before ends (480 * k to 480 * k + 512), a plain write's first 24 after the
 # head, a vectored write's first 12.
-SSE_WINDOW, SSE_WINDOW_STEP = 512, 496
+SSE_WINDOW, SSE_WINDOW_STEP = 512, 480
 SSE_SCANNED_BYTES = {False: SSE_WINDOW + 24 * SSE_WINDOW_STEP, True: SSE_WINDOW + 12 * SSE_WINDOW_STEP}
 
 

@@ -113,6 +113,18 @@ VEC_MANY = [C1[:3], C1[3:6], C1[6:9], C1[9:12], C1[12:], b"", b"", b"", C2, b"0\
 VEC_FULL = [chunk(b"data: " + b"x" * 600 + b"\n\n"), C2 + b"0\r\n\r\n"]
 
 
+def node_chunk(payload: bytes) -> list[bytes]:
+    """A chunk as Node's http module hands it to writev: size line, CRLF, data, CRLF."""
+    return [b"%x" % len(payload), b"\r\n", payload, b"\r\n"]
+
+
+def node_response(*events: bytes) -> list[bytes]:
+    """Node's headers and the events written in the same tick: one writev, the
+    first chunk's size line in the headers' iovec."""
+    parts = [part for event in events for part in node_chunk(event)]
+    return [SSE_HEAD + parts[0], *parts[1:]]
+
+
 def hyper_chunk(payload: bytes) -> list[bytes]:
     """A chunk as hyper (Rust) hands it to writev: size line, data, CRLF."""
     return [b"%x\r\n" % len(payload), payload, b"\r\n"]
@@ -299,20 +311,34 @@ STEPS += [
       Expect(chunk(b"event:content_block_delta\r\ndata: {}\r\n\r\n" + ANTHROPIC_DELTA), sse_events=2),
       Expect(chunk(ANTHROPIC_END), named_events=2, event_name="message_delta", output_tokens=15),
       # cpp-httplib (llama.cpp's server): the last data chunk, then "0\r\n", then "\r\n"
-      Expect(chunk(LLAMA_FINAL), sse_events=1, output_tokens=33),
+      # its final chunk's delta is empty: no token
+      Expect(chunk(LLAMA_FINAL), output_tokens=33),
       Expect(b"0\r\n", flags=H.LAST_CHUNK),
       Expect(b"\r\n", flags=H.BLANK_LINE_END)]),
     (Expect(REQ_VEC, HttpKind.REQUEST, H.HEADERS_END, method="GET", path="/vec", header_bytes=len(REQ_VEC)),
      [Expect(SSE_HEAD, HttpKind.RESPONSE, H.HEADERS_END | H.EVENT_STREAM | H.CHUNKED, status=200,
              header_bytes=len(SSE_HEAD)),
       # OpenAI's usage chunk and [DONE] with the last chunk's line, then trailers and the blank line
-      Expect(chunk(OPENAI_USAGE) + b"0\r\n", sse_events=1, flags=H.SSE_DONE | H.LAST_CHUNK,
+      # (the usage chunk's choices are empty: no token)
+      Expect(chunk(b'data: {"choices": [], "x": 1}\n\n'), flags=H(0)),
+      Expect(chunk(b'data: {"choices":[{"delta": {}, "finish_reason":"stop"}]}\n\n' + OPENAI_USAGE)
+             + b"0\r\n", flags=H.SSE_DONE | H.LAST_CHUNK,
              output_tokens=12, input_tokens=9),
       Expect(b"X-Trailer: 1\r\n\r\n", flags=H.BLANK_LINE_END),
       ]),
+    # Node's status line and first events in one writev: the ping past the eighth iovec
     (Expect(REQ_VEC, HttpKind.REQUEST, H.HEADERS_END, method="GET", path="/vec", header_bytes=len(REQ_VEC)),
-     [Expect(SSE_HEAD, HttpKind.RESPONSE, H.HEADERS_END | H.EVENT_STREAM | H.CHUNKED, status=200,
-             header_bytes=len(SSE_HEAD)),
+     [Expect(node_response(ANTHROPIC_START, b'event: content_block_start\ndata: {"i":0}\n\n',
+                           b'event: ping\ndata: {"type": "ping"}\n\n'), HttpKind.RESPONSE,
+             H.HEADERS_END | H.EVENT_STREAM | H.CHUNKED, status=200, header_bytes=len(SSE_HEAD),
+             named_events=3, event_name="message_start", input_tokens=25, output_tokens=1),
+      # Node corks the writes of one tick into one writev, four iovecs a chunk:
+      # the usage is past the eighth iovec, in the second window
+      Expect([part for event in (ANTHROPIC_DELTA, b"event: content_block_stop\ndata: {}\n\n",
+                                 *ANTHROPIC_END.split(b"\n\n")[:2]) for part in node_chunk(event + b"\n\n")]
+             + [b"0\r\n\r\n"],
+             sse_events=1, named_events=3, event_name="content_block_stop", output_tokens=15,
+             flags=H.CHUNKED_END),
       # the last chunk with its trailers in one write
       Expect(b"0\r\nX-Trailer: 1\r\n\r\n", flags=H.LAST_CHUNK | H.BLANK_LINE_END)]),
 ]
