@@ -113,6 +113,7 @@ struct scratch {
     u32 model_at;
     u32 model_pass;     /* request body: 0 the head, 1 the read's last bytes */
     u32 tail_read;      /* bytes of the write's end read into tail[] */
+    u32 tail_pass;      /* scan_fields is reading the tail, copied into the head */
 };
 
 
@@ -1096,11 +1097,9 @@ enum classify_prog {
     PROG_SCAN_BODY = 3,
     PROG_GATHER_IOVECS = 4,
     PROG_GATHER_WINDOW = 5,
-    PROG_SCAN_TAIL_FIELDS = 6,
-    PROG_SCAN_REQUEST_BODY = 7,
-    PROG_SCAN_FIELDS = 8,
+    PROG_SCAN_FIELDS = 6,
 };
-BPF_PROG_ARRAY(classifiers, 9);
+BPF_PROG_ARRAY(classifiers, 7);
 
 static __always_inline int io_enter(s32 fd, u64 buf, u32 vlen, u16 dir, u16 is_msghdr)
 {
@@ -1209,6 +1208,7 @@ static __always_inline int io_exit(void *ctx, long ret, u16 dir, u16 vectored, u
     s->model_at = 0;
     s->model_pass = 0;
     s->tail_read = 0;
+    s->tail_pass = 0;
     s->json_mode = 0;
     s->json_lines = 0;
     s->json_deferred = 0;
@@ -1246,8 +1246,15 @@ static __always_inline int finish_body(void *ctx, struct scratch *s)
     find_last_iovec(s);
     scan_tail(s);
     finish_sse(s);
-    if (s->tail_read)
-        classifiers.call(ctx, PROG_SCAN_TAIL_FIELDS);
+    if (s->tail_read) {
+        /* The JSON fields in the last bytes of a write the windows did not
+         * reach (Ollama's final line ends with its eval_count): scan_fields
+         * once more, over the tail. */
+        __builtin_memcpy(s->head, s->tail, SCAN_TAIL_BYTES);
+        s->n = s->tail_read;
+        s->tail_pass = 1;
+        classifiers.call(ctx, PROG_SCAN_FIELDS);
+    }
     return submit(s);
 }
 
@@ -1291,7 +1298,7 @@ int classify_read(void *ctx)
         copy_path(s, after);
         classifiers.call(ctx, PROG_SCAN_HEADER_BLOCK);
     } else if (s->http_seen) {
-        classifiers.call(ctx, PROG_SCAN_REQUEST_BODY);   /* a request body read apart from its headers */
+        classifiers.call(ctx, PROG_SCAN_FIELDS);   /* a request body read apart from its headers */
     }
     return submit(s);
 }
@@ -1345,7 +1352,28 @@ int scan_header_block(void *ctx)
             s->body_start = s->n;   /* headers run past the window: no body in view */
         classifiers.call(ctx, PROG_SCAN_BODY);
     } else {
-        classifiers.call(ctx, PROG_SCAN_REQUEST_BODY);
+        if (!(s->ev.flags & HTTP_FLAG_HEADERS_END))
+            s->body_start = s->n;   /* headers run past the window: only the read's end is body */
+        classifiers.call(ctx, PROG_SCAN_FIELDS);
+    }
+    return submit(s);
+}
+
+/* The rest of a read of a request: its "model" (found by scan_json_fields)
+ * taken, or looked for again in the read's last bytes (the OpenAI SDKs put
+ * "model" after "messages", so a long prompt pushes it past the head). */
+static __always_inline int finish_request_read(void *ctx, struct scratch *s)
+{
+    if (take_model(s))
+        return submit(s);
+    u64 len = s->last_len;
+    if (!s->model_pass && len > s->n && !(s->ev.flags & HTTP_FLAG_VECTORED)) {
+        u32 t = len > SCAN_HEAD_BYTES ? SCAN_HEAD_BYTES : (u32)len;
+        if (t > 0 && t <= SCAN_HEAD_BYTES)
+            bpf_probe_read_user(s->head, t, (void *)(s->last_base + len - t));
+        s->n = t;
+        s->model_pass = 1;
+        classifiers.call(ctx, PROG_SCAN_FIELDS);
     }
     return submit(s);
 }
@@ -1390,14 +1418,15 @@ int scan_fields(void *ctx)
     struct scratch *s = get_scratch();
     if (!s)
         return 0;
-    if (!s->windows) {
-        s->json_lines = 0;
-        s->json_deferred = 0;
-        s->json_done = 0;
-    }
     /* Later windows from 0: a count cut by the edge of the one before is whole
-     * in the overlap (a count seen twice is the same count). */
-    scan_json_fields(s, s->windows ? 0 : s->body_start);
+     * in the overlap (a count seen twice is the same count). The tail, after
+     * the windows (finish_body), from 0 too. One scan in the program, which
+     * the verifier walks once. */
+    scan_json_fields(s, s->windows || s->tail_pass || s->model_pass ? 0 : s->body_start);
+    if (s->ev.hdr.type == EVENT_SOCK_READ)
+        return finish_request_read(ctx, s);
+    if (s->tail_pass)
+        return submit(s);
     if (!s->windows) {
         /* Only a stream goes on past the head: a long write of anything else
          * (a JSON body, a file) costs one window, as it always did. */
@@ -1410,45 +1439,6 @@ int scan_fields(void *ctx)
         classifiers.call(ctx, s->ev.flags & HTTP_FLAG_VECTORED ? PROG_GATHER_WINDOW :
                               s->json_mode ? PROG_SCAN_FIELDS : PROG_SCAN_BODY);
     return finish_body(ctx, s);
-}
-
-/* The JSON fields in the last bytes of a write the windows did not reach
- * (Ollama's final line ends with its eval_count). */
-int scan_tail_fields(void *ctx)
-{
-    struct scratch *s = get_scratch();
-    if (!s)
-        return 0;
-    __builtin_memcpy(s->head, s->tail, SCAN_TAIL_BYTES);
-    s->n = s->tail_read;
-    scan_json_fields(s, 0);
-    return submit(s);
-}
-
-/* The request body's "model": in the head, else in the read's last bytes
- * (the OpenAI SDKs put "model" after "messages", so a long prompt pushes it
- * past the head). A program of its own, called again for the second look. */
-int scan_request_body(void *ctx)
-{
-    struct scratch *s = get_scratch();
-    if (!s)
-        return 0;
-    u32 start = 0;
-    if (!s->model_pass && s->ev.kind == HTTP_KIND_REQUEST)
-        start = s->ev.flags & HTTP_FLAG_HEADERS_END ? s->body_start : s->n;
-    scan_model(s, start);
-    if (s->ev.flags & HTTP_FLAG_MODEL)
-        return submit(s);
-    u64 len = s->last_len;
-    if (!s->model_pass && len > s->n && !(s->ev.flags & HTTP_FLAG_VECTORED)) {
-        u32 t = len > SCAN_HEAD_BYTES ? SCAN_HEAD_BYTES : (u32)len;
-        if (t > 0 && t <= SCAN_HEAD_BYTES)
-            bpf_probe_read_user(s->head, t, (void *)(s->last_base + len - t));
-        s->n = t;
-        s->model_pass = 1;
-        classifiers.call(ctx, PROG_SCAN_REQUEST_BODY);
-    }
-    return submit(s);
 }
 
 TRACEPOINT_PROBE(syscalls, sys_enter_read) { return io_enter(args->fd, (u64)args->buf, 0, DIR_READ, 0); }

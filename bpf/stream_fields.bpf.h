@@ -11,7 +11,7 @@
  *     "choices":[] (the usage chunk, whose choices are always empty) and
  *     "delta":{} (the finish chunk; llama.cpp's last chunk with its timings);
  *   - the request body's "model" value, at most MODEL_MAX_BYTES of
- *     printable ASCII;
+ *     printable ASCII (its 'd' finds it);
  *   - the name of an SSE event that is not a token (sse_line).
  * Every key is matched with its quotes, so a key written inside a string
  * (where its quotes would be escaped) does not match; text is never copied.
@@ -37,6 +37,50 @@ static __always_inline u32 after_colon(struct scratch *s, u32 v)
     return v < n ? v : 0;
 }
 
+/* The '"' at q opening the key "model" in a request body: where its string
+ * value starts (+ 1). The first one wins. */
+static __always_inline void model_key_at(struct scratch *s, u32 q)
+{
+    if (s->model_at || s->head[(q - 1) & SCRATCH_MASK] == '\\')
+        return;   /* inside a string: \"model\" */
+    u32 v = after_colon(s, q + 7);
+    if (v && s->head[v & SCRATCH_MASK] == '"')
+        s->model_at = v + 2;
+}
+
+/* The "model" value model_key_at() found: printable ASCII up to its closing
+ * quote, which must be in view (a value cut short, escaped or longer than
+ * MODEL_MAX_BYTES is not taken). Returns 1 when taken. */
+static __always_inline int take_model(struct scratch *s)
+{
+    u32 at = s->model_at, n = s->n;
+    s->model_at = 0;
+    if (!at)
+        return 0;
+    u32 len = 0, closed = 0;
+    for (u32 k = 0; k < MODEL_MAX_BYTES + 1; k++) {   /* a bounded loop: unrolled, it would not fit */
+        u32 pos = at - 1 + k;
+        if (pos >= n)
+            break;
+        u8 c = s->head[pos & SCRATCH_MASK];
+        if (c == '"') {
+            closed = 1;
+            break;
+        }
+        if (c < 0x20 || c > 0x7e || c == '\\' || k == MODEL_MAX_BYTES)
+            break;
+        s->ev.model[k & (MODEL_MAX_BYTES - 1)] = c;
+        len++;
+    }
+    if (!closed || !len) {
+        __builtin_memset(s->ev.model, 0, MODEL_MAX_BYTES);
+        return 0;
+    }
+    s->ev.model_len = len;
+    s->ev.flags |= HTTP_FLAG_MODEL;
+    return 1;
+}
+
 /* A '_', 'd' or '[' at u: the count keys around their first underscore,
  * "done", and the empty "delta" and "choices". Records where a count's value follows (+ 1); take_counts() reads
  * the numbers once per window. */
@@ -57,7 +101,10 @@ static __always_inline void json_key_at(struct scratch *s, u32 u)
         return;
     }
     if (c == 'd') {
-        if (EQUALS(load8(s->head, u - 1), "\"done\"", 6) && s->head[(u - 2) & SCRATCH_MASK] != '\\') {
+        if (s->ev.hdr.type == EVENT_SOCK_READ) {
+            if (EQUALS(load8(s->head, u - 3), "\"model\"", 7))
+                model_key_at(s, u - 3);
+        } else if (EQUALS(load8(s->head, u - 1), "\"done\"", 6) && s->head[(u - 2) & SCRATCH_MASK] != '\\') {
             u32 v = after_colon(s, u + 5);
             if (v && s->head[v & SCRATCH_MASK] == 't')
                 s->json_done = 1;
@@ -210,64 +257,3 @@ static __always_inline void take_event_name(struct scratch *s)
     s->ev.event_name_len = copied;
 }
 
-/* A '"' at q opening the key "model": where its string value starts (+ 1). */
-static __always_inline void model_key_at(struct scratch *s, u32 q)
-{
-    if (s->model_at || q + 7 > s->n || !EQUALS(load8(s->head, q), "\"model\"", 7))
-        return;
-    if (q >= 1 && s->head[(q - 1) & SCRATCH_MASK] == '\\')
-        return;   /* inside a string: \"model\" */
-    u32 v = after_colon(s, q + 7);
-    if (v && s->head[v & SCRATCH_MASK] == '"')
-        s->model_at = v + 2;
-}
-
-/* The request body's "model" value in [start, n) of the head: printable
- * ASCII up to its closing quote, which must be in view (a value cut short,
- * escaped or longer than MODEL_MAX_BYTES is not taken). */
-static __always_inline void scan_model(struct scratch *s, u32 start)
-{
-    u32 n = s->n;
-    s->model_at = 0;
-    if (start >= n || start >= SCAN_HEAD_BYTES)
-        return;
-    u32 first = start & ~7U;
-    for (u32 word = 0; word < SCAN_HEAD_BYTES / 8; word++) {
-        u32 base = first + word * 8;
-        if (base >= n || s->model_at)
-            break;
-        u64 found = within(bytes_equal(load8(s->head, base), '"'), base, start, n);
-        if (!found)
-            continue;
-#pragma unroll
-        for (u32 b = 0; b < 8; b++) {
-            if (found & (0x80ULL << (8 * b)))
-                model_key_at(s, base + b);
-            stay_in_memory();
-        }
-    }
-    u32 at = s->model_at;
-    if (!at)
-        return;
-    u32 len = 0, closed = 0;
-    for (u32 k = 0; k < MODEL_MAX_BYTES + 1; k++) {   /* a bounded loop: unrolled, it would not fit */
-        u32 pos = at - 1 + k;
-        if (pos >= n)
-            break;
-        u8 c = s->head[pos & SCRATCH_MASK];
-        if (c == '"') {
-            closed = 1;
-            break;
-        }
-        if (c < 0x20 || c > 0x7e || c == '\\' || k == MODEL_MAX_BYTES)
-            break;
-        s->ev.model[k & (MODEL_MAX_BYTES - 1)] = c;
-        len++;
-    }
-    if (!closed || !len) {
-        __builtin_memset(s->ev.model, 0, MODEL_MAX_BYTES);
-        return;
-    }
-    s->ev.model_len = len;
-    s->ev.flags |= HTTP_FLAG_MODEL;
-}
