@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import ctypes
 import os
-from concurrent.futures import ThreadPoolExecutor
 import re
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from inferprobe.collector import targets as target_procs
