@@ -11,7 +11,7 @@ from prometheus_client import generate_latest
 
 from inferprobe.collector.events import EventType, UsdtProbe, UsdtRecord
 from inferprobe.collector.timeline import Outcome, Request
-from inferprobe.exporters.metrics import Metrics
+from inferprobe.exporters.metrics import MAX_MODELS, Metrics
 
 from conftest import inferprobe_cmd
 
@@ -84,3 +84,20 @@ def test_busy_prometheus_port_is_one_sentence_and_exit_2():
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "already in use" in lines[0], done.stderr
+
+
+def test_model_label_is_the_requested_model_capped_and_tpot_uses_the_stated_count():
+    m = Metrics({10: "server"})
+    req = _req(10, 4)
+    req.model, req.output_tokens = "qwen-7b", 7  # 4 chunks, 7 tokens: 9 ms over 6 tokens after the first
+    m.request_finished(req)
+    labels = {"endpoint": "POST /v1/completions", "model": "qwen-7b", "status_class": "2xx", "target": "server"}
+    assert _sample(m, "inferprobe_requests_total", **labels) == 1
+    assert _sample(m, "inferprobe_output_tokens_total", **labels) == 7
+    assert _sample(m, "gen_ai_server_time_per_output_token_seconds_sum", **labels) == pytest.approx(0.009 / 6)
+    for i in range(MAX_MODELS + 5):  # any client can name any model: the label set stays bounded
+        r = _req(10, 2)
+        r.model = f"m{i}"
+        m.request_finished(r)
+    models = {s.labels["model"] for s in m.registry.collect() for s in s.samples if "model" in s.labels}
+    assert len(models - {"other"}) == MAX_MODELS and "other" in models

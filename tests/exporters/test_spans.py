@@ -152,3 +152,14 @@ def test_no_wait_sources_no_wait_spans_or_counts():
     root = request_trace(_streamed(2))
     assert not [c for c in root.children if c.name.endswith(" wait")]
     assert "inferprobe.lock_waits" not in root.attributes and "inferprobe.gpu_waits" not in root.attributes
+
+
+def test_model_and_the_counts_a_stream_states_become_genai_attributes():
+    req = _streamed(5)
+    req.model, req.output_tokens, req.input_tokens = "llama3.2:1b", 9, 26
+    a = request_trace(req, ServerInfo("127.0.0.1", 8000)).attributes
+    assert (a["gen_ai.request.model"], a["gen_ai.usage.output_tokens"], a["gen_ai.usage.input_tokens"]) == (
+        "llama3.2:1b", 9, 26)
+    # the server's own count (USDT request_end) wins over the stream's
+    req.server = ServerRequest(pid=7, req_id=1, output_tokens=8)
+    assert request_trace(req, ServerInfo("127.0.0.1", 8000)).attributes["gen_ai.usage.output_tokens"] == 8
