@@ -91,7 +91,8 @@ def test_model_label_is_the_requested_model_capped_and_tpot_uses_the_stated_coun
     req = _req(10, 4)
     req.model, req.output_tokens = "qwen-7b", 7  # 4 chunks, 7 tokens: 9 ms over 6 tokens after the first
     m.request_finished(req)
-    labels = {"endpoint": "POST /v1/completions", "model": "qwen-7b", "status_class": "2xx", "target": "server"}
+    labels = {"endpoint": "POST /v1/completions", "model": "qwen-7b", "status_class": "2xx",
+              "target": "server"}
     assert _sample(m, "inferprobe_requests_total", **labels) == 1
     assert _sample(m, "inferprobe_output_tokens_total", **labels) == 7
     assert _sample(m, "gen_ai_server_time_per_output_token_seconds_sum", **labels) == pytest.approx(0.009 / 6)
