@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from inferprobe.analyzers import locks as lock_analysis
 from inferprobe.analyzers import locks_json as lock_analysis_json
 from inferprobe.analyzers import network as network_analysis
-from inferprobe.analyzers import verdict
+from inferprobe.analyzers import no_requests, verdict
 from inferprobe.analyzers.breakdown import Breakdown, break_down
 from inferprobe.analyzers.cadence import CadenceSummary, by_endpoint, by_model, percentile, summarize
 from inferprobe.analyzers.decompose import TTFT_PHASES, phases_ns
@@ -55,6 +55,7 @@ class ReportData:
     locks: lock_analysis.LockAnalysis | None = None
     gpu: GpuSummary | None = None  # None without the gpu probe set
     models: dict[str, CadenceSummary] = field(default_factory=dict)  # by the request body's "model"
+    no_requests: str | None = None  # why the recording holds no request (analyzers/no_requests.py)
 
     @property
     def probe_sets(self) -> dict:
@@ -117,6 +118,7 @@ def build(recording: Recording, mutex_threshold: float = lock_analysis.DEFAULT_M
         overall=summarize(requests),
         endpoints={ep: summarize(reqs) for ep, reqs in by_endpoint(requests).items()},
         models={m: summarize(reqs) for m, reqs in by_model(requests).items()},
+        no_requests=no_requests.explain(recording, requests, list(session.connections.values())),
         session=session.stats,
         connections=sorted(session.connections.values(), key=lambda c: c.conn_id),
         undecodable_events=bad,
@@ -275,6 +277,7 @@ def to_json(data: ReportData) -> dict:
             "undecodable_events": data.undecodable_events,
         },
         "summary": summary_json(data.overall),
+        "no_requests": data.no_requests,
         "endpoints": {ep: summary_json(s) for ep, s in data.endpoints.items()},
         "models": {m: summary_json(s) for m, s in data.models.items()},
         "probe_sets": data.probe_sets,

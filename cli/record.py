@@ -43,6 +43,26 @@ def _clock_offset_ns() -> int:
     return wall - (before + after) // 2
 
 
+def _listening_ancestor(pids: list[int]) -> dict | None:
+    if target_procs.listening_sockets(pids):
+        return None
+    found = target_procs.listening_ancestor(pids)
+    return None if found is None else {"pid": found[0], "relation": found[1]}
+
+
+def _no_listener_note(meta: dict) -> str | None:
+    """One line for a target that serves nothing (yet): a batch job, a client, or the wrong pid."""
+    if meta["listening"]:
+        return None
+    pids = ", ".join(str(t["pid"]) for t in meta["targets"])
+    note = (f"pid {pids} holds no listening socket: requests it serves appear once it listens; "
+            "its threads' locks, stacks, GPU calls and off-CPU time are recorded as usual")
+    hint = meta.get("listening_ancestor")
+    if hint:
+        note += f" (the listening process is PID {hint['pid']}, the {hint['relation']} of the one you gave)"
+    return note
+
+
 def _meta(tracer, argv: list[str]) -> dict:
     import importlib.metadata
 
@@ -68,6 +88,7 @@ def _meta(tracer, argv: list[str]) -> dict:
         "targets": [{"pid": p, "comm": target_procs.process_name(p)} for p in tracer.pids],
         "command_line": argv,
         "listening": target_procs.listening_sockets(tracer.pids),
+        "listening_ancestor": _listening_ancestor(tracer.pids),
         "started_monotonic_ns": time.monotonic_ns(),
         "realtime_offset_ns": _clock_offset_ns(),
         "probe_sets": {
@@ -126,7 +147,8 @@ class _Stop:
 @click.option(
     "--no-listen-check",
     is_flag=True,
-    help="Attach even if the targets hold no listening socket yet (a server still starting).",
+    hidden=True,
+    help="Accepted for scripts written before targets without a listening socket were allowed.",
 )
 @click.option(
     "--no-usdt",
@@ -202,8 +224,7 @@ def record(pids, duration, output, ringbuf_mb, no_listen_check, no_usdt, network
         sets += ("gpu",)
     options = {**stack_set_options(stack_flags), "locks": {"floor_us": lock_floor_us},
                "gpu": "on" if gpu else "auto", "gpu_run_max_launches": gpu_launch_run}
-    tracer = load_tracer(pids, sets=sets, ringbuf_pages=pages, require_listener=not no_listen_check,
-                         options=options)
+    tracer = load_tracer(pids, sets=sets, ringbuf_pages=pages, options=options)
     for name, flag in OPT_IN_SETS.items():  # so every report can say why they were off
         if name not in sets:
             tracer.inactive.setdefault(name, f"not requested (record {flag})")
@@ -226,6 +247,8 @@ def record(pids, duration, output, ringbuf_mb, no_listen_check, no_usdt, network
         )
         for name, reason in tracer.inactive.items():
             click.echo(f"inferprobe: probe set {name} off: {reason}")
+        if (note := _no_listener_note(meta)) is not None:
+            click.echo(f"inferprobe: note: {note}")
         sys.stdout.flush()
         status_line = sys.stderr.isatty()
         started = time.monotonic()

@@ -83,6 +83,8 @@ def render_text(data: ReportData, console: Console) -> None:
     if otlp:
         console.print(f"OTLP export while recording: {otlp['exported']} traces delivered, "
                       f"{otlp['dropped']} dropped")
+    for warning in tables.warnings(data)[1 if rec.problem else 0:]:  # the recording's problem is above
+        console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
     console.print(_latency_table("All requests", s))
     console.print(_rich_table(tables.endpoint_table(data)))
     if (models := tables.model_table(data)) is not None:

@@ -222,7 +222,7 @@ def load_tracer(
     pids: list[int],
     sets: tuple[str, ...] = DEFAULT_SETS,
     ringbuf_pages: int = 2048,
-    require_listener: bool = True,
+    require_listener: bool = False,
     options: dict | None = None,
 ) -> LoadedTracer:
     """Compiles and attaches the named probe sets to pids and their descendants.

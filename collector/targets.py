@@ -129,6 +129,20 @@ def listening_sockets(pids: list[int]) -> list[str]:
     return sorted(set(found))
 
 
+def listening_ancestor(pids: list[int]) -> tuple[int, str] | None:
+    """The nearest ancestor of the pids that listens, and how it is related
+    ("parent", "grandparent", "ancestor"): where a user who gave a worker or a
+    wrapper's pid should have pointed. None when none listens."""
+    names = {1: "parent", 2: "grandparent"}
+    for pid in pids:
+        ancestor, depth = _parent_of(pid), 1
+        while ancestor and ancestor > 1 and depth <= 8:
+            if listening_sockets([ancestor]):
+                return ancestor, names.get(depth, "ancestor")
+            ancestor, depth = _parent_of(ancestor), depth + 1
+    return None
+
+
 def _hex_address(field: str) -> str:
     import ipaddress
     import socket as socket_module

@@ -124,8 +124,22 @@ def resolve_settings(
                         certificate=cert, insecure=insecure)
 
 
+def quiet_sdk_logging() -> None:
+    """The SDK logs each failed batch ("Failed to export span batch", "Exporter
+    already shutdown, ignoring batch") through Python's last-resort handler,
+    beside inferprobe's own one sentence and its drop counts, which already
+    say what was lost: keep them out of the user's terminal."""
+    import logging
+
+    sdk = logging.getLogger("opentelemetry")
+    if not any(isinstance(h, logging.NullHandler) for h in sdk.handlers):
+        sdk.addHandler(logging.NullHandler())
+    sdk.propagate = False
+
+
 def make_exporter(settings: OtlpSettings):
     """The SDK's OTLP span exporter for the chosen protocol."""
+    quiet_sdk_logging()
     if settings.protocol == "grpc":
         import grpc
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter

@@ -177,4 +177,6 @@ def warnings(data: ReportData) -> list[str]:
                    "missing or cut short; record again with a larger --ringbuf-mb.")
     if data.undecodable_events:
         out.append(f"{data.undecodable_events} events could not be decoded (a newer recording layout?).")
+    if data.no_requests:
+        out.append(data.no_requests)
     return out

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -42,14 +45,6 @@ def test_dead_pid(tmp_path):
     assert not (tmp_path / "r.ipr").exists()
 
 
-@needs_root
-def test_pid_that_serves_no_http(tmp_path):
-    sleeper = subprocess.Popen(["sleep", "30"])
-    try:
-        result = run("record", "-p", str(sleeper.pid), "-d", "1", "-o", str(tmp_path / "r.ipr"))
-    finally:
-        sleeper.kill()
-    assert_one_sentence(result, TargetProblem.exit_code, "no listening", "not serving HTTP")
 
 
 def test_duration_not_a_number(tmp_path):
@@ -109,3 +104,29 @@ def test_kill_9_of_recorder_keeps_what_was_flushed(tmp_path, sse_server):
 
     doc = json.loads(result.stdout)
     assert len([r for r in doc["requests"] if r["outcome"] == "complete"]) == 10
+
+
+@needs_root
+def test_export_to_a_dead_backend_is_one_sentence(tmp_path):
+    """The OTel SDK's own log lines ("Failed to export", "Exporter already
+    shutdown, ignoring batch") do not join inferprobe's sentence."""
+    server = subprocess.Popen([sys.executable, str(Path(__file__).parents[1] / "servers" / "sse_server.py"),
+                               "--host", "127.0.0.1", "--port", "0", "--log", str(tmp_path / "s.log")],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(server.stdout.readline().split(":")[-1])
+        recording = tmp_path / "r.ipr"
+        rec = Recorder([server.pid], recording, "--duration", "30")
+        for _ in range(3):
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5).read()
+        rec.stop()
+    finally:
+        server.terminate()
+        server.wait()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]
+    for protocol in ("grpc", "http/protobuf"):
+        result = run("export", str(recording), "--otlp", "--protocol", protocol, "--endpoint",
+                     f"http://127.0.0.1:{dead}", "--otlp-timeout", "0.5", "--wait", "3")
+        assert_one_sentence(result, 6, "were not delivered")

@@ -1,0 +1,48 @@
+"""Why a recording holds no request: one sentence, with what to try.
+
+A report that only says "requests 0" leaves the user guessing between the
+wrong pid, an idle server and traffic inferprobe cannot read (TLS, HTTP/2).
+The recording tells them apart: whether the targets listened, which ancestor
+did, how many connections were accepted, and how many reads and writes the
+kernel dropped because no connection carried an HTTP/1.x request line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from inferprobe.collector.recording import Recording
+from inferprobe.collector.timeline import Connection, Request
+
+
+def explain(recording: Recording, requests: Sequence[Request],
+            connections: Sequence[Connection]) -> str | None:
+    """None when there are requests; else why there are none, as one sentence."""
+    if requests:
+        return None
+    meta = recording.meta
+    pids = ", ".join(str(t.get("pid")) for t in meta.get("targets", [])) or "?"
+    if not meta.get("listening"):
+        hint = meta.get("listening_ancestor")
+        where = (f"; the listening process is PID {hint['pid']}, the {hint['relation']} of the one you "
+                 f"gave: record -p {hint['pid']}" if hint else "")
+        return (f"No HTTP request: pid {pids} held no listening socket while recording{where} "
+                "(inferprobe sees the requests a process serves; a batch job or a client shows only "
+                "its locks, stacks, GPU calls and off-CPU time).")
+    skipped = int((recording.final or {}).get("io_skipped") or _last_stat(recording, "io_skipped"))
+    if connections or skipped:
+        return (f"No HTTP/1.x request recognised, though {len(connections)} connection(s) were accepted "
+                f"and {skipped} reads and writes on connections without a request line were dropped in "
+                "the kernel: encrypted (TLS) or HTTP/2 and gRPC traffic, which inferprobe cannot read "
+                "yet, or not HTTP. Trace the plaintext side (behind the TLS terminator), or serve "
+                "HTTP/1.1 to see requests.")
+    return (f"No connection was accepted by pid {pids} while recording: the server was idle. "
+            "Record while it serves traffic.")
+
+
+def _last_stat(recording: Recording, key: str) -> int:
+    """A counter from the last periodic stats, for a recording cut short (no final block)."""
+    for stats in reversed(recording.stats or []):
+        if key in stats:
+            return int(stats[key])
+    return 0
