@@ -102,7 +102,8 @@ def build(recording: Recording, mutex_threshold: float = lock_analysis.DEFAULT_M
         requests[attributed.index].gpu_wait_intervals = list(attributed.wait_intervals)
     breakdown = break_down(requests)
     series = over_time(requests, usdt, recording.meta.get("started_monotonic_ns"))
-    findings = FindingList(verdict.core_findings(requests, breakdown, series))
+    active_sets = recording.meta.get("probe_sets", {}).get("active", {})
+    findings = FindingList(verdict.core_findings(requests, breakdown, series, active_sets))
     sections = []
     inp = AnalysisInput(recording=recording, requests=requests, events=decoded, locks=locks,
                         network=network, gpu=gpu)

@@ -7,7 +7,7 @@ anchors below are the report's fixed sections.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from inferprobe.analyzers.breakdown import (
     SOCKET_PHASE_WORDS,
@@ -17,6 +17,7 @@ from inferprobe.analyzers.breakdown import (
 from inferprobe.analyzers.cadence import percentile
 from inferprobe.analyzers.findings import Finding, ms
 from inferprobe.analyzers.timeseries import TimeSeries
+from inferprobe.collector.probe_sets import OPT_IN_FLAGS
 from inferprobe.collector.timeline import Request
 
 ANCHOR_VERDICT = "verdict"
@@ -47,6 +48,13 @@ PHASE_ADVICE = (
 )
 
 
+def record_again_with(active: Collection[str], wanted: Sequence[str]) -> str | None:
+    """The record flags that turn on the wanted probe sets this recording lacked,
+    e.g. "--locks --offcpu"; None when it had them all."""
+    missing = [OPT_IN_FLAGS[name] for name in wanted if name not in active and name in OPT_IN_FLAGS]
+    return " ".join(missing) or None
+
+
 def _queue_context(series: TimeSeries | None) -> str:
     if series is None or series.queue_peak is None:
         return ""
@@ -56,7 +64,8 @@ def _queue_context(series: TimeSeries | None) -> str:
     return text
 
 
-def ttft_phase_finding(decomp: Breakdown, series: TimeSeries | None) -> Finding | None:
+def ttft_phase_finding(decomp: Breakdown, series: TimeSeries | None,
+                       active: Collection[str] = ()) -> Finding | None:
     p99 = next((b for b in decomp.ttft if b.label == "p99"), None)
     if p99 is None or p99.ttft_ns <= 0:
         return None
@@ -76,11 +85,13 @@ def ttft_phase_finding(decomp: Breakdown, series: TimeSeries | None) -> Finding 
         advice = next((a for word, a in PHASE_ADVICE if word in phase.lower()),
                       f"look at what the server does during '{phase}'")
         recommendation = advice[0].upper() + advice[1:] + "."
+        if "flush" in phase and (flags := record_again_with(active, ("network",))):
+            recommendation += f" Record again with {flags} to see each chunk's write-to-wire delay and Nagle."
     return Finding(kind="ttft.phase", share=share, of="p99 TTFT", sentence=sentence,
                    recommendation=recommendation, evidence=ANCHOR_DECOMPOSITION, source="decompose")
 
 
-def itl_stall_finding(requests: Sequence[Request]) -> Finding | None:
+def itl_stall_finding(requests: Sequence[Request], active: Collection[str] = ()) -> Finding | None:
     gaps = [g for r in requests for g in r.itl_ns]
     median = percentile(gaps, 50)
     if not gaps or not median:
@@ -96,16 +107,20 @@ def itl_stall_finding(requests: Sequence[Request]) -> Finding | None:
         f"longer than {ms(threshold)} ({STALL_FACTOR:g}x the median inter-token latency of {ms(median)}); "
         f"the longest is {ms(max(stalls))}."
     )
+    flags = record_again_with(active, ("locks", "offcpu"))
+    see = (f"record again with {flags} to see what the decoding thread waited for" if flags else
+           "the lock and off-CPU sections show what the decoding thread waited for")
     recommendation = (
-        "The gaps lie between the server's own writes, so its decode loop paused: record with the lock "
-        "and off-CPU probe sets to see what the decoding thread waited for, and bound the decode step "
-        "time (smaller batches, fewer long prefills mixed into decoding)."
+        f"The gaps lie between the server's own writes, so its decode loop paused: {see}, and bound the "
+        "decode step time (smaller batches, fewer long prefills mixed into decoding)."
     )
     return Finding(kind="itl.stalls", share=share, of="streaming time", sentence=sentence,
                    recommendation=recommendation, evidence=ANCHOR_DISTRIBUTIONS, source="cadence")
 
 
 def core_findings(requests: Sequence[Request], decomp: Breakdown,
-                  series: TimeSeries | None) -> list[Finding]:
-    found = [ttft_phase_finding(decomp, series), itl_stall_finding(requests)]
+                  series: TimeSeries | None, active: Collection[str] = ()) -> list[Finding]:
+    """active: the probe sets the recording had, so a finding another set
+    would explain names the flag that turns it on."""
+    found = [ttft_phase_finding(decomp, series, active), itl_stall_finding(requests, active)]
     return [f for f in found if f is not None]

@@ -22,6 +22,7 @@ from inferprobe.cli.options import (
 from inferprobe.cli.stack_options import STACK_FLAGS, stack_options, stack_set_options, stack_sets
 from inferprobe.collector import targets as target_procs
 from inferprobe.collector.events import LAYOUT_VERSION
+from inferprobe.collector.probe_sets import OPT_IN_FLAGS
 from inferprobe.collector.recording import RecordingWriter
 
 EXAMPLES = """
@@ -99,7 +100,6 @@ def _meta(tracer, argv: list[str]) -> dict:
 
 
 # Probe sets that cost enough to be off unless asked for, and the flag for each.
-OPT_IN_SETS = {"network": "--network", "locks": "--locks", "profile": "--profile", "offcpu": "--offcpu"}
 
 # In-flight state maps are counted (a key walk each) this often: their sizes
 # in the recording show that nothing leaks on long runs.
@@ -225,7 +225,7 @@ def record(pids, duration, output, ringbuf_mb, no_listen_check, no_usdt, network
     options = {**stack_set_options(stack_flags), "locks": {"floor_us": lock_floor_us},
                "gpu": "on" if gpu else "auto", "gpu_run_max_launches": gpu_launch_run}
     tracer = load_tracer(pids, sets=sets, ringbuf_pages=pages, options=options)
-    for name, flag in OPT_IN_SETS.items():  # so every report can say why they were off
+    for name, flag in OPT_IN_FLAGS.items():  # so every report can say why they were off
         if name not in sets:
             tracer.inactive.setdefault(name, f"not requested (record {flag})")
     writer = None

@@ -15,6 +15,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+# The probe sets `record` leaves off unless asked, and the flag that asks:
+# the recorder notes them as off, and the report's verdict names the flag
+# where one of them would explain a finding.
+OPT_IN_FLAGS = {"network": "--network", "locks": "--locks", "profile": "--profile", "offcpu": "--offcpu"}
+
 
 @dataclass
 class TargetContext:

@@ -59,3 +59,17 @@ def test_time_series_bins_and_server_gauges():
     assert s.queue_peak == 7 and s.running_peak == 4
     assert s.kv_peak == pytest.approx(0.25)
     assert len(s.ttft_points) == 10
+
+
+def test_a_finding_another_probe_set_would_explain_names_its_flag():
+    """Decode stalls are explained by the lock and off-CPU sets: a recording
+    without them says which flags to add; one with them points at their sections."""
+    from inferprobe.analyzers.verdict import itl_stall_finding
+
+    stalled = [_request(i * 1000 * MS, MS, 5 * MS, [2 * MS] * 8 + [40 * MS]) for i in range(4)]
+    bare = itl_stall_finding(stalled, active={"sockets": "", "usdt": ""})
+    assert bare is not None and "record again with --locks --offcpu" in bare.recommendation
+    half = itl_stall_finding(stalled, active={"sockets": "", "locks": ""})
+    assert "record again with --offcpu" in half.recommendation and "--locks" not in half.recommendation
+    full = itl_stall_finding(stalled, active={"sockets": "", "locks": "", "offcpu": ""})
+    assert "record again" not in full.recommendation and "off-CPU sections" in full.recommendation
