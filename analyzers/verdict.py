@@ -55,13 +55,46 @@ def record_again_with(active: Collection[str], wanted: Sequence[str]) -> str | N
     return " ".join(missing) or None
 
 
+# What the USDT phases measure, said in the verdict with the phase's name
+# (docs/report-json.md, "Phases"): a name alone ("queue") reads as the
+# engine's waiting queue, which it is only when that queue is non-empty.
+PHASE_MEANING = {
+    "queue": "from request_queued to request_scheduled",
+    "schedule": "from request_scheduled to its prefill_start",
+}
+# The queue phase while the engine's waiting-queue gauge stays at 0: the
+# request waited to be taken in, not for room in the batch.
+ADMISSION_ADVICE = (
+    "requests wait for the engine loop to take them in, not for a batch slot: the engine admits new "
+    "requests only between its steps, so admit on arrival (wake the loop) or shorten each step (fewer "
+    "or smaller prefills per iteration) rather than raising the batch size"
+)
+
+
+def _no_slot_waits(series: TimeSeries | None) -> bool:
+    """The engine's own gauge says no request ever waited for a batch slot."""
+    return series is not None and series.queue_peak == 0
+
+
 def _queue_context(series: TimeSeries | None) -> str:
     if series is None or series.queue_peak is None:
         return ""
-    text = f"; the waiting queue peaks at {series.queue_peak}"
-    if series.running_peak is not None:
-        text += f" with at most {series.running_peak} running"
-    return text
+    running = f", at most {series.running_peak} running" if series.running_peak is not None else ""
+    if series.queue_peak == 0:
+        return f"; no request waited for a batch slot (the engine's waiting-queue gauge stayed at 0{running})"
+    return f"; the engine's waiting queue peaked at {series.queue_peak}{running}"
+
+
+def _median_view(decomp: Breakdown, p99_phase: str) -> str:
+    """The p50 request's dominant phase where it differs from p99's, so that the
+    verdict agrees with the decomposition table beside it."""
+    p50 = next((b for b in decomp.ttft if b.label == "p50"), None)
+    if p50 is None or p50.ttft_ns <= 0:
+        return ""
+    phase, ns = p50.dominant()
+    if phase == p99_phase:
+        return ""
+    return f" (at p50, {round(ns / p50.ttft_ns * 100)} % is {phase.replace('_', ' ')})"
 
 
 def ttft_phase_finding(decomp: Breakdown, series: TimeSeries | None,
@@ -72,18 +105,23 @@ def ttft_phase_finding(decomp: Breakdown, series: TimeSeries | None,
     phase, phase_ns = p99.dominant()
     share = phase_ns / p99.ttft_ns
     head = f"{round(share * 100)} % of p99 TTFT ({ms(phase_ns)} of {ms(p99.ttft_ns)})"
+    median = _median_view(decomp, phase)
     queue = _queue_context(series)
     if decomp.source == SOURCE_SOCKETS:
         where = SOCKET_PHASE_WORDS.get(phase, f"is in the phase '{phase}'")
-        sentence = f"{head} {where}{queue}."
+        sentence = f"{head} {where}{median}{queue}."
         recommendation = (
             "Load the server's inferprobe USDT probes (import inferprobe.probes) to split queueing "
             "from prefill; if requests queue, raise the maximum batch size or add capacity."
         )
     else:
-        sentence = f"{head} is the {phase.replace('_', ' ')} phase{queue}."
-        advice = next((a for word, a in PHASE_ADVICE if word in phase.lower()),
-                      f"look at what the server does during '{phase}'")
+        meaning = f" ({PHASE_MEANING[phase]})" if phase in PHASE_MEANING else ""
+        sentence = f"{head} is the {phase.replace('_', ' ')} phase{meaning}{median}{queue}."
+        if phase == "queue" and _no_slot_waits(series):
+            advice = ADMISSION_ADVICE
+        else:
+            advice = next((a for word, a in PHASE_ADVICE if word in phase.lower()),
+                          f"look at what the server does during '{phase}'")
         recommendation = advice[0].upper() + advice[1:] + "."
         if "flush" in phase and (flags := record_again_with(active, ("network",))):
             recommendation += f" Record again with {flags} to see each chunk's write-to-wire delay and Nagle."

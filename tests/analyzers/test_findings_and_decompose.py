@@ -73,3 +73,43 @@ def test_a_finding_another_probe_set_would_explain_names_its_flag():
     assert "record again with --offcpu" in half.recommendation and "--locks" not in half.recommendation
     full = itl_stall_finding(stalled, active={"sockets": "", "locks": "", "offcpu": ""})
     assert "record again" not in full.recommendation and "off-CPU sections" in full.recommendation
+
+
+def _breakdown(p50: dict[str, int], p99: dict[str, int]):
+    from inferprobe.analyzers.breakdown import SOURCE_USDT, Breakdown, PercentileBreakdown, RequestRef
+
+    def row(label, phases):
+        return PercentileBreakdown(label=label, request=RequestRef(1, 0, "POST /v1"),
+                                   ttft_ns=sum(phases.values()), phases=tuple(phases.items()))
+
+    return Breakdown(source=SOURCE_USDT, phase_names=tuple(p99), ttft=(row("p50", p50), row("p99", p99)),
+                     waterfall=())
+
+
+def _series(waiting: int, running: int):
+    from inferprobe.analyzers.timeseries import TimeSeries
+
+    return TimeSeries(t0_ns=0, span_s=1, bin_s=1, ttft_points=(), bins=(), queue_waiting=((0.5, waiting),),
+                      queue_running=((0.5, running),), kv_occupancy=())
+
+
+def test_verdict_agrees_with_the_p50_row_and_says_what_queue_means_at_an_empty_queue():
+    """The demo read '53 % of p99 TTFT is the schedule phase; the waiting queue peaks at 0'
+    beside a p50 request that was 59 % 'queue'."""
+    from inferprobe.analyzers.verdict import ttft_phase_finding
+
+    decomp = _breakdown(p50={"ingress": 1 * MS, "queue": 59 * MS, "schedule": 30 * MS, "prefill": 10 * MS},
+                        p99={"ingress": 1 * MS, "queue": 30 * MS, "schedule": 53 * MS, "prefill": 16 * MS})
+    f = ttft_phase_finding(decomp, _series(waiting=0, running=8))
+    assert "is the schedule phase (from request_scheduled to its prefill_start)" in f.sentence
+    assert "(at p50, 59 % is queue)" in f.sentence
+    assert "no request waited for a batch slot (the engine's waiting-queue gauge stayed at 0" in f.sentence
+    # queue dominant with an empty waiting queue: admission, not batch size
+    queued = _breakdown(p50={"queue": 60 * MS, "prefill": 40 * MS},
+                        p99={"queue": 70 * MS, "prefill": 30 * MS})
+    f = ttft_phase_finding(queued, _series(waiting=0, running=8))
+    assert "(from request_queued to request_scheduled)" in f.sentence and "(at p50" not in f.sentence
+    assert "not for a batch slot" in f.recommendation and "raising the batch size" in f.recommendation
+    busy = ttft_phase_finding(queued, _series(waiting=12, running=8))
+    assert "peaked at 12, at most 8 running" in busy.sentence
+    assert busy.recommendation.startswith("Requests wait for a batch slot: raise the maximum batch size")
