@@ -647,28 +647,37 @@ static __always_inline void scan_headers(struct scratch *s)
 
 /* The Content-Length value noted by scan_headers(). Runs in its own program:
  * see the chain above classify_read(). */
-static __always_inline void parse_content_length(struct scratch *s)
+/* A decimal number at `at` in the head, spaces before it skipped: its value,
+ * and how many digits it had (0: no number). Up to 16 characters looked at. */
+static __always_inline u64 read_decimal(struct scratch *s, u32 at, u32 *digits)
 {
-    u32 at = s->length_at, n = s->n;
-    if (!at)
-        return;
-    s64 value = 0;
-    int digits = 0;
+    u32 n = s->n, count = 0;
+    u64 value = 0;
 #pragma unroll
     for (int k = 0; k < 16; k++) {
         u32 pos = at + k;
         if (pos >= n)
             break;
         u8 c = s->head[pos & SCRATCH_MASK];
-        if (c == ' ' && !digits)
+        if (c == ' ' && !count)
             continue;
         if (c < '0' || c > '9')
             break;
         value = value * 10 + (c - '0');
-        digits++;
+        count++;
     }
+    *digits = count;
+    return value;
+}
+
+static __always_inline void parse_content_length(struct scratch *s)
+{
+    u32 digits = 0;
+    if (!s->length_at)
+        return;
+    u64 value = read_decimal(s, s->length_at, &digits);
     if (digits) {
-        s->ev.content_length = value;
+        s->ev.content_length = (s64)value;
         s->ev.flags |= HTTP_FLAG_HAS_LENGTH;
     }
 }

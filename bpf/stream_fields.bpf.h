@@ -140,22 +140,11 @@ static __always_inline void json_key_at(struct scratch *s, u32 u)
  * was there. */
 static __always_inline int read_count(struct scratch *s, u32 at, u32 *out)
 {
-    u32 v = at ? after_colon(s, at - 1) : 0;
+    u32 v = at ? after_colon(s, at - 1) : 0, digits = 0;
     if (!v)
         return 0;
-    u32 n = s->n, value = 0, digits = 0;
-#pragma unroll
-    for (int k = 0; k < 10; k++) {
-        u32 pos = v + k;
-        if (pos >= n)
-            break;
-        u8 c = s->head[pos & SCRATCH_MASK];
-        if (c < '0' || c > '9')
-            break;
-        value = value * 10 + (c - '0');
-        digits++;
-    }
-    *out = value;
+    u64 value = read_decimal(s, v, &digits);
+    *out = value > 0xffffffffULL ? 0xffffffffU : (u32)value;
     return digits > 0;
 }
 

@@ -110,34 +110,36 @@ def request(conn_id: int, path: str = "/v1/completions", **kw) -> bytes:
               header_bytes=150, content_length=50, **kw)
 
 
-def sse_headers(conn_id: int, status: int = 200, **kw) -> bytes:
+def _stream_headers(conn_id: int, stream: ev.HttpFlag, status: int, **kw) -> bytes:
     F = ev.HttpFlag
     return io(conn_id, read=False, nbytes=120, kind=ev.HttpKind.RESPONSE, status=status,
-              flags=F.HEADERS_END | F.CHUNKED | F.EVENT_STREAM, header_bytes=120, **kw)
+              flags=F.HEADERS_END | F.CHUNKED | stream, header_bytes=120, **kw)
+
+
+def _stream_write(conn_id: int, marker: ev.HttpFlag, done: bool, end: bool, nbytes: int, **kw) -> bytes:
+    """A body write of a stream: its end marker (done) and the last chunk (end) as asked."""
+    flags = ev.HttpFlag(kw.pop("flags", 0))
+    if done:
+        flags |= marker
+    if end:
+        flags |= ev.HttpFlag.CHUNKED_END
+    return io(conn_id, read=False, nbytes=nbytes, flags=flags, **kw)
+
+
+def sse_headers(conn_id: int, status: int = 200, **kw) -> bytes:
+    return _stream_headers(conn_id, ev.HttpFlag.EVENT_STREAM, status, **kw)
 
 
 def sse_chunk(conn_id: int, events: int = 1, done: bool = False, end: bool = False, **kw) -> bytes:
-    flags = ev.HttpFlag(kw.pop("flags", 0))
-    if done:
-        flags |= ev.HttpFlag.SSE_DONE
-    if end:
-        flags |= ev.HttpFlag.CHUNKED_END
-    return io(conn_id, read=False, nbytes=60, sse_events=events, flags=flags, **kw)
+    return _stream_write(conn_id, ev.HttpFlag.SSE_DONE, done, end, 60, sse_events=events, **kw)
 
 
 def ndjson_headers(conn_id: int, status: int = 200, **kw) -> bytes:
-    F = ev.HttpFlag
-    return io(conn_id, read=False, nbytes=120, kind=ev.HttpKind.RESPONSE, status=status,
-              flags=F.HEADERS_END | F.CHUNKED | F.NDJSON_STREAM, header_bytes=120, **kw)
+    return _stream_headers(conn_id, ev.HttpFlag.NDJSON_STREAM, status, **kw)
 
 
 def ndjson_chunk(conn_id: int, lines: int = 1, done: bool = False, end: bool = False, **kw) -> bytes:
-    flags = ev.HttpFlag(kw.pop("flags", 0))
-    if done:
-        flags |= ev.HttpFlag.JSON_DONE
-    if end:
-        flags |= ev.HttpFlag.CHUNKED_END
-    return io(conn_id, read=False, nbytes=90, json_lines=lines, flags=flags, **kw)
+    return _stream_write(conn_id, ev.HttpFlag.JSON_DONE, done, end, 90, json_lines=lines, **kw)
 
 
 def decoded(*raws: bytes) -> list:
