@@ -1,6 +1,6 @@
-"""End to end: the stream shapes real LLM servers emit, on stacks other than Python.
+"""End to end: the stream shapes real LLM servers emit, on Node, Go, C and Python.
 
-Servers (tests/servers/): Node's http module and Go's net/http serve the same
+Servers (tests/servers/): Node's http module, Go's net/http and FastAPI/uvicorn serve the same
 three shapes from one payload file (stream_shapes_payloads.json): OpenAI's
 unnamed SSE events with a usage chunk and [DONE], Anthropic's named SSE
 events, and Ollama's NDJSON lines ending with "done": true. A C server ends
@@ -22,6 +22,7 @@ import json
 import shutil
 import statistics
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -74,8 +75,18 @@ def c_server(tmp_path: Path, log: Path) -> list[str]:
     return [str(exe), str(log)]
 
 
+def fastapi_server(tmp_path: Path, log: Path) -> list[str]:
+    try:
+        import fastapi  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError:
+        pytest.skip("FastAPI/uvicorn are not installed (the test extra installs them)")
+    return [sys.executable, str(SERVERS / "stream_shapes_fastapi.py"), str(log)]
+
+
 STACKS = {
     "node": (node_server, list(SHAPES)),
+    "fastapi": (fastapi_server, list(SHAPES)),
     "go": (go_server, list(SHAPES)),
     "c": (c_server, ["/pieces", "/trailers"]),
 }

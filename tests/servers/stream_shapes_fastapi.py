@@ -1,0 +1,67 @@
+"""The LLM stream shapes on FastAPI/uvicorn (StreamingResponse): the same
+endpoints, payloads and log as stream_shapes.js and stream_shapes.go.
+
+Usage: stream_shapes_fastapi.py LOG; prints the port. Each token write's
+CLOCK_MONOTONIC (time.monotonic_ns) is taken as the generator yields it:
+uvicorn writes each yielded chunk at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import socket
+import sys
+import time
+from pathlib import Path
+
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import Response, StreamingResponse
+
+SHAPES = json.loads((Path(__file__).with_name("stream_shapes_payloads.json")).read_text())
+PLACEHOLDER = re.compile(r"\{(\w+)\}")
+LOG = open(sys.argv[1], "a")  # noqa: SIM115 - the server's lifetime
+app = FastAPI()
+
+
+def fill(template: str, values: dict) -> str:
+    return PLACEHOLDER.sub(lambda m: str(values[m.group(1)]), template)
+
+
+@app.post("/{path:path}")
+async def stream(path: str, request: Request) -> Response:
+    shape = SHAPES.get("/" + path)
+    if shape is None:
+        return Response(status_code=404)
+    body = await request.json()
+    values = {"model": body["model"], "tokens": body["tokens"], "prompt_tokens": shape["prompt_tokens"]}
+    peer_port = request.client.port if request.client else None
+
+    async def events():
+        token_ns = []
+        for event in shape["before"]:
+            yield fill(event, values)
+        for i in range(body["tokens"]):
+            await asyncio.sleep(body["interval_ms"] / 1000)
+            values["text"] = f"{body['prompt'][:24]} {i}"
+            token_ns.append(time.monotonic_ns())
+            yield fill(shape["token"], values)
+        for event in shape["after"]:
+            yield fill(event, values)
+        LOG.write(json.dumps({"peer_port": peer_port, "path": "/" + path, "token_ns": token_ns}) + "\n")
+        LOG.flush()
+
+    return StreamingResponse(events(), media_type=shape["content_type"])
+
+
+def main() -> None:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    print(sock.getsockname()[1], flush=True)
+    uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
+
+
+if __name__ == "__main__":
+    main()
