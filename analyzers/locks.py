@@ -13,7 +13,8 @@ Definitions (docs/locks.md):
 - mutex.wait.ratio: the time inside the span during which at least one serving
   thread was blocked in a futex wait classified as lock acquisition (an
   application lock or the GIL), divided by the span's duration. Handoff waits
-  (condition variables, semaphores: waiting for work) do not count.
+  (condition variables, semaphores, a semaphore the waiter took itself:
+  waiting for work) do not count.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from inferprobe.analyzers.cadence import percentile
-from inferprobe.collector.events import FutexWaitRecord, OffcpuReason, OffcpuRecord
+from inferprobe.collector.events import FutexWaitFlag, FutexWaitRecord, OffcpuReason, OffcpuRecord
 from inferprobe.collector.timeline import DecodeStep, Request, WaitInterval
 
 DEFAULT_MUTEX_THRESHOLD = 0.37
@@ -65,6 +66,12 @@ HANDOFF_FUNCTIONS = frozenset({
     "_PySemaphore_Wait", "PyEvent_Wait", "_PyEvent_WaitTimed",
 })
 CALLER_WINDOW = 3  # frames above a wrapper that may still make its wait a lock or GIL wait
+# The known functions a futex wait on a semaphore passes through: where the
+# innermost known frame is another primitive (a mutex, a condition variable),
+# the futex word is no semaphore and a semaphore flag on it is stale.
+SEMAPHORE_FUNCTIONS = frozenset({
+    "sem_wait", "sem_timedwait", "sem_clockwait", "PyThread_acquire_lock_timed", "PyThread_acquire_lock",
+})
 
 
 @dataclass(frozen=True)
@@ -83,6 +90,7 @@ class Symbols:
         snap = snapshot or {}
         self._by_pid: dict[str, dict[str, dict]] = snap.get("symbols", {})
         self._stacks: dict[str, list[int]] = snap.get("stacks", {})
+        self._runtimes: dict[str, list[int]] = snap.get("cpython_runtime", {})
 
     def frame(self, pid: int, addr: int) -> dict | None:
         return self._by_pid.get(str(pid), {}).get(str(addr))
@@ -90,6 +98,11 @@ class Symbols:
     def name(self, pid: int, addr: int) -> str:
         f = self.frame(pid, addr)
         return f["function"] if f else f"{addr:#x}"
+
+    def gil_state(self, pid: int) -> tuple[int, int] | None:
+        """[start, end) of the process's CPython _PyRuntime (collector/cpython_runtime.py)."""
+        runtime = self._runtimes.get(str(pid))
+        return (runtime[0], runtime[1]) if runtime else None
 
     def stack(self, stack_id: int) -> list[int]:
         return self._stacks.get(str(stack_id), [])
@@ -123,12 +136,44 @@ def _lock_or_gil(name: str, gil_takers: frozenset[str]) -> tuple[WaitKind, str] 
     return None
 
 
+def _innermost_known(frames: Sequence[str], gil_takers: frozenset[str]) -> str | None:
+    for name in frames:
+        if name in HANDOFF_FUNCTIONS or _lock_or_gil(name, gil_takers) is not None:
+            return name
+    return None
+
+
+def _semaphore_flags(frames: Sequence[str], wait: FutexWaitRecord,
+                     gil_takers: frozenset[str]) -> FutexWaitFlag:
+    """The wait's SEM_OWN / SEM_HELD flags, unless its frames show the futex is
+    no semaphore (a semaphore freed while taken, its memory reused for a mutex
+    or a condition variable: no sem_post or sem_init cleared its taker)."""
+    flags = wait.flags & (FutexWaitFlag.SEM_OWN | FutexWaitFlag.SEM_HELD)
+    if flags and _innermost_known(frames, gil_takers) not in (None, *SEMAPHORE_FUNCTIONS):
+        return FutexWaitFlag(0)
+    return flags
+
+
 def classify(frames: Sequence[str], wait: FutexWaitRecord,
-             gil_takers: frozenset[str] = frozenset()) -> tuple[WaitKind, str]:
-    """What a wait was, from the waiting code; the futex arguments only as a fallback.
+             gil_takers: frozenset[str] = frozenset(),
+             gil_state: tuple[int, int] | None = None) -> tuple[WaitKind, str]:
+    """What a wait was: the futex word's owner where it is known (the GIL's own
+    state, a semaphore the waiter took itself), then the waiting code; the
+    futex arguments only as a fallback.
 
     gil_takers: unnamed functions of this process known to wait for the GIL
-    (learn_gil_takers)."""
+    (learn_gil_takers); gil_state: where its CPython _PyRuntime lies."""
+    # CPython keeps the GIL's mutex and condition variables in _PyRuntime and no
+    # other futex word: a wait on one is a GIL wait whatever code waits, even
+    # one too short to be scanned (collector/cpython_runtime.py).
+    if gil_state is not None and gil_state[0] <= wait.uaddr < gil_state[1]:
+        return WaitKind.GIL, "futex: the GIL's own mutex or condition (in CPython's _PyRuntime)"
+    sem = _semaphore_flags(frames, wait, gil_takers)
+    # Only another thread's sem_post can end this wait, so it waits for a signal,
+    # not for a lock someone holds; CPython's Condition, Event and Queue waits
+    # block this way, under the same frames as a contended threading.Lock.
+    if FutexWaitFlag.SEM_OWN in sem:
+        return WaitKind.HANDOFF, "semaphore: the waiter took it itself (a signal: Condition, Event, Queue)"
     for i, name in enumerate(frames):
         if (known := _lock_or_gil(name, gil_takers)) is not None:
             return known[0], f"frames: {name}{known[1]}"
@@ -137,6 +182,8 @@ def classify(frames: Sequence[str], wait: FutexWaitRecord,
                 if (known := _lock_or_gil(caller, gil_takers)) is not None:
                     return known[0], f"frames: {caller} via {name}{known[1]}"
             return WaitKind.HANDOFF, f"frames: {name}"
+    if FutexWaitFlag.SEM_HELD in sem:
+        return WaitKind.LOCK, "semaphore: another thread took it (no known frame)"
     if wait.op in (FUTEX_LOCK_PI, FUTEX_LOCK_PI2):
         return WaitKind.LOCK, "futex: priority-inheritance lock op"
     if wait.op == FUTEX_WAIT and wait.val == GLIBC_LOCK_CONTENDED:
@@ -191,7 +238,7 @@ class WaitClassifier:
             self.gil_takers[pid] = self.gil_takers.get(pid, frozenset()) | names
         out = []
         for w, frames, waker in stacks:
-            kind, how = classify(frames, w, self.gil_takers.get(w.pid, frozenset()))
+            kind, how = classify(frames, w, self.gil_takers.get(w.pid, frozenset()), sym.gil_state(w.pid))
             out.append(ClassifiedWait(w, kind, how, frames, waker))
         return out
 

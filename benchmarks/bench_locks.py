@@ -8,10 +8,15 @@ untraced, traced by `inferprobe record --locks`, untraced, ... The printed
 ratio is traced time / untraced time: the worst case for this probe set,
 since the workload does nothing but futex calls and context switches.
 
-The demo server is not on this branch yet: for a server under load run
-benchmarks/bench_overhead.py --record-arg=--locks (the test SSE server).
+With --python-lock the workload is instead one Python thread doing
+`with lock: pass` on a threading.Lock (CPython 3.11: sem_trywait and
+sem_post, each a uprobe hit of the locks set's semaphore probes, and no
+futex call): what those probes cost per acquire and release.
 
-Usage (root): .venv/bin/python benchmarks/bench_locks.py [--handoffs 200000] [--rounds 3]
+For a server under load run benchmarks/bench_overhead.py --record-arg=--locks
+(the test SSE server) or benchmarks/bench_demo.py (the demo server).
+
+Usage (root): .venv/bin/python benchmarks/bench_locks.py [--handoffs 200000] [--rounds 3] [--python-lock]
 """
 
 from __future__ import annotations
@@ -27,6 +32,19 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 SOURCE = REPO / "benchmarks" / "native" / "futex_pingpong.c"
+# Same protocol as futex_pingpong: "ready", then per line N on stdin, the ns N operations took.
+PYTHON_LOCK_LOOP = """
+import sys, threading, time
+lock = threading.Lock()
+print("ready", flush=True)
+for line in sys.stdin:
+    n = int(line)
+    t0 = time.perf_counter_ns()
+    for _ in range(n):
+        with lock:
+            pass
+    print(time.perf_counter_ns() - t0, flush=True)
+"""
 
 
 def build(tmp: Path) -> Path:
@@ -58,10 +76,15 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--handoffs", type=int, default=200_000)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--python-lock", action="store_true",
+                    help="time threading.Lock acquire+release in Python instead of the ping-pong")
     args = ap.parse_args()
+    what = "threading.Lock acquire+release" if args.python_lock else "futex ping-pong"
+    unit = "operation" if args.python_lock else "handoff"
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        proc = subprocess.Popen([str(build(tmp))], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        argv = [sys.executable, "-c", PYTHON_LOCK_LOOP] if args.python_lock else [str(build(tmp))]
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         proc.stdout.readline()
         run_phase(proc, args.handoffs // 4)  # warm-up
         plain, traced = [], []
@@ -75,8 +98,8 @@ def main() -> int:
         proc.kill()
     p, t = statistics.median(plain), statistics.median(traced)
     per_handoff_us = (t - p) / args.handoffs * 1e6
-    print(f"futex ping-pong, {args.handoffs} handoffs: untraced {p:.3f} s, traced {t:.3f} s, "
-          f"ratio {t / p:.2f} ({per_handoff_us:+.2f} us per handoff)")
+    print(f"{what}, {args.handoffs} {unit}s: untraced {p:.3f} s, traced {t:.3f} s, "
+          f"ratio {t / p:.2f} ({per_handoff_us:+.2f} us per {unit})")
     return 0
 
 

@@ -278,6 +278,13 @@ struct futex_wait_event {
 #define FUTEX_WAIT_FLAG_WAITV    0x1  /* futex_waitv(): uaddr is the first waiter's futex */
 #define FUTEX_WAIT_FLAG_FUTEX2   0x2  /* futex_wait() (futex2 syscall) */
 #define FUTEX_WAIT_FLAG_SCANNED  0x4  /* long enough for the stack scan */
+/* The futex word is a semaphore (glibc sem_t: the value word at offset 0) that
+ * a thread took with a sem_trywait returning 0, with no sem_post or sem_init
+ * on it since: SEM_OWN when that thread is the waiter itself (only another
+ * thread's post can wake it: a signal, not mutual exclusion), SEM_HELD when
+ * it is another thread. Neither: not known (blocking takes are not seen). */
+#define FUTEX_WAIT_FLAG_SEM_OWN  0x8
+#define FUTEX_WAIT_FLAG_SEM_HELD 0x10
 
 /* Why a thread was off CPU (offcpu_event.reason). */
 enum offcpu_reason {
@@ -308,6 +315,7 @@ enum lock_counter {
     LOCK_COUNTER_MAP_FULL = 7,       /* a per-thread or per-address map was full */
     LOCK_COUNTER_KLOCK_WAITS = 8,    /* lock:contention_begin..end in target threads */
     LOCK_COUNTER_KLOCK_NS = 9,
+    LOCK_COUNTER_SEM_TAKES = 10,     /* sem_trywait returned 0 (a taker recorded) */
     LOCK_COUNTER_MAX = 12,
 };
 

@@ -16,6 +16,15 @@
  * (preceded by a call instruction) and names. Only code addresses leave
  * the kernel, never stack data.
  *
+ * Which semaphore waits are signals: uprobes in each target's libc
+ * (attached per process by collector/probe_sets/semaphores.py) remember
+ * which thread took a semaphore with a sem_trywait that returned 0, until
+ * the next sem_post or sem_init on it (lock_sem_taker). A futex wait on
+ * that semaphore by the thread that took it is FUTEX_WAIT_FLAG_SEM_OWN: only
+ * another thread's post can end it, so it waits for a signal (CPython's
+ * Condition, Event and Queue waits), not for a lock someone holds; by any
+ * other thread it is FUTEX_WAIT_FLAG_SEM_HELD.
+ *
  * -D settings from collector/probe_sets/locks.py:
  *   LOCK_FLOOR_NS, LOCK_SCAN_FLOOR_NS, OFFCPU_FLOOR_NS
  *   HAVE_FUTEX_WAITV, HAVE_FUTEX2 (futex_wait/futex_wake syscalls),
@@ -108,6 +117,8 @@ BPF_HASH(lock_addr_totals, struct lk_addr_key, struct lk_addr_total, 16384);
 BPF_TABLE("lru_hash", struct lk_addr_key, struct lk_waker, lock_last_waker, 16384);
 BPF_TABLE("lru_hash", u32, struct lk_off, lock_offcpu, 65536);               /* tid -> off CPU since */
 BPF_TABLE("lru_hash", u32, u64, lock_klock_start, 65536);
+BPF_TABLE("lru_hash", struct lk_addr_key, u32, lock_sem_taker, 16384);     /* sem -> tid that took it */
+BPF_TABLE("lru_hash", u32, u64, lock_sem_trying, 65536);                 /* tid -> sem in sem_trywait */
 BPF_STACK_TRACE(lock_stacks, 16384);
 BPF_HASH(lock_exec, u64, u8, LOCK_EXEC_GRANULES);               /* addr >> 16 of code */
 BPF_PERCPU_ARRAY(lock_counters, u64, LOCK_COUNTER_MAX);
@@ -183,6 +194,62 @@ static __always_inline u32 lk_scan_stack(u64 sp, u64 *hits)
     return buf->n;
 }
 
+/* ---------------------------------------------------------------- semaphores */
+
+/* sem_trywait never blocks, so its uretprobe's trampoline is never on the
+ * stack of a futex wait (the scan and the frame-pointer walk see the real
+ * return addresses). A blocking take (sem_wait that had to wait) is not
+ * recorded: its return probe would sit on the waiting stack.
+ *
+ * The probes sit on each function's first jump where it has one
+ * (collector/uprobe_points.py), which its compare-and-swap loop may pass
+ * again: every program here gives the same result when it runs twice, and
+ * the return program acts once (it deletes what it read). */
+int lock_sem_trywait_enter(struct pt_regs *ctx)
+{
+    u32 tid = (u32)bpf_get_current_pid_tgid();
+    u64 sem = PT_REGS_PARM1(ctx);
+    if (lock_sem_trying.update(&tid, &sem) != 0)
+        lock_count(LOCK_COUNTER_MAP_FULL, 1);
+    return 0;
+}
+
+int lock_sem_trywait_return(struct pt_regs *ctx)
+{
+    u64 id = bpf_get_current_pid_tgid();
+    u32 tid = (u32)id;
+    u64 *sem = lock_sem_trying.lookup(&tid);
+    if (!sem)
+        return 0;
+    struct lk_addr_key key = {.tgid = id >> 32, .uaddr = *sem};
+    lock_sem_trying.delete(&tid);
+    if ((int)PT_REGS_RC(ctx) != 0)
+        return 0;
+    lock_sem_taker.update(&key, &tid);
+    lock_count(LOCK_COUNTER_SEM_TAKES, 1);
+    return 0;
+}
+
+/* sem_post, sem_init: whoever took it no longer holds it (or it is a new
+ * semaphore at a reused address). */
+int lock_sem_release(struct pt_regs *ctx)
+{
+    struct lk_addr_key key = {.tgid = bpf_get_current_pid_tgid() >> 32, .uaddr = PT_REGS_PARM1(ctx)};
+    lock_sem_taker.delete(&key);
+    return 0;
+}
+
+/* glibc's sem_t keeps its value in the word at offset 0 on 64-bit targets, so
+ * a semaphore wait's futex address is the semaphore's own. */
+static __always_inline u32 lk_sem_flags(u64 id, u64 uaddr)
+{
+    struct lk_addr_key key = {.tgid = id >> 32, .uaddr = uaddr};
+    u32 *taker = lock_sem_taker.lookup(&key);
+    if (!taker)
+        return 0;
+    return *taker == (u32)id ? FUTEX_WAIT_FLAG_SEM_OWN : FUTEX_WAIT_FLAG_SEM_HELD;
+}
+
 /* ---------------------------------------------------------------- waits */
 
 static __always_inline void lk_begin_wait(u64 id, u64 uaddr, u32 op, u32 val, u32 flags)
@@ -193,7 +260,7 @@ static __always_inline void lk_begin_wait(u64 id, u64 uaddr, u32 op, u32 val, u3
     p.uaddr = uaddr;
     p.op = op;
     p.val = val;
-    p.flags = flags;
+    p.flags = flags | lk_sem_flags(id, uaddr);
     if (lock_pending.update(&tid, &p) != 0) {
         lock_count(LOCK_COUNTER_MAP_FULL, 1);
         return;

@@ -140,6 +140,8 @@ class FutexWaitFlag(enum.IntFlag):
     WAITV = 0x1
     FUTEX2 = 0x2
     SCANNED = 0x4
+    SEM_OWN = 0x8  # a semaphore the waiter took itself (sem_trywait), not posted since
+    SEM_HELD = 0x10  # a semaphore another thread took that way
 
 
 class OffcpuReason(enum.IntEnum):
@@ -160,6 +162,7 @@ class LockCounter(enum.IntEnum):
     MAP_FULL = 7
     KLOCK_WAITS = 8
     KLOCK_NS = 9
+    SEM_TAKES = 10
 
 
 LOCK_COUNTER_MAX = 12

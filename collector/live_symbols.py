@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 
 from inferprobe.analyzers.locks import Symbols
-from inferprobe.collector import userstack
+from inferprobe.collector import cpython_runtime, userstack
 from inferprobe.collector.probe_sets.locks import read_stack
 
 MAPS_REREAD_S = 1.0
@@ -27,6 +27,7 @@ class LiveSymbols(Symbols):
         self._frames: dict[tuple[int, int], dict] = {}
         self._maps_read: dict[int, float] = {}  # pid -> when its maps were last read
         self._stack_cache: dict[int, list[int]] = {}
+        self._gil_states: dict[int, tuple[int, int] | None] = {}
 
     def frame(self, pid: int, addr: int) -> dict | None:
         key = (pid, addr)
@@ -62,6 +63,11 @@ class LiveSymbols(Symbols):
             return False
         self._load(pid)
         return self._processes[pid] is not None
+
+    def gil_state(self, pid: int) -> tuple[int, int] | None:
+        if pid not in self._gil_states:  # _PyRuntime is a global: it never moves
+            self._gil_states[pid] = cpython_runtime.runtime_range(pid)
+        return self._gil_states[pid]
 
     def stack(self, stack_id: int) -> list[int]:
         if stack_id not in self._stack_cache:

@@ -5,7 +5,9 @@ kernel maps; waits of at least the floor become FUTEX_WAIT events with the
 waiting code's instruction pointer, a frame-pointer stack, candidate return
 addresses from a stack scan, and the thread (and code) whose FUTEX_WAKE
 released it. sched_switch / sched_waking give off-CPU periods by reason and
-runqueue delay.
+runqueue delay. Uprobes on each target's libc semaphore functions
+(collector/probe_sets/semaphores.py) tell a wait on a semaphore the waiter
+took itself (a signal) from one on a semaphore another thread holds.
 
 User side, at record time: every code address the events mention is named
 (collector/userstack.py) while the process still exists, and stored in the
@@ -18,7 +20,8 @@ import ctypes
 import struct
 from pathlib import Path
 
-from inferprobe.collector import userstack
+from inferprobe.collector import cpython_runtime, userstack
+from inferprobe.collector import targets as target_procs
 from inferprobe.collector.events import (
     LOCK_SCAN_HITS,
     EventType,
@@ -27,6 +30,7 @@ from inferprobe.collector.events import (
     OffcpuEvent,
 )
 from inferprobe.collector.probe_sets import ProbeSet, TargetContext
+from inferprobe.collector.probe_sets.semaphores import SemaphoreProbes
 
 TRACEFS_EVENTS = Path("/sys/kernel/tracing/events")
 LOCK_EXEC_GRANULE_SHIFT = 16  # bpf/inferprobe.h
@@ -64,9 +68,10 @@ def _tracepoint(name: str) -> bool:
 
 class LockProbes(ProbeSet):
     name = "locks"
-    state_maps = ("lock_pending", "lock_offcpu", "lock_klock_start")
+    state_maps = ("lock_pending", "lock_offcpu", "lock_klock_start", "lock_sem_trying")
     source = "locks.bpf.c"
-    description = "futex waits (lock vs handoff), off-CPU time by reason, runqueue delay"
+    description = ("futex waits (lock vs handoff; libc semaphore uprobes), off-CPU time by reason, "
+                   "runqueue delay")
     observed_types = (EventType.FUTEX_WAIT, EventType.OFFCPU)
 
     def __init__(self) -> None:
@@ -79,6 +84,7 @@ class LockProbes(ProbeSet):
         self._stack_pids: dict[int, int] = {}  # stack id -> pid it belongs to
         self.have: dict[str, bool] = {}
         self._target_pids: set[int] = set()
+        self.semaphores = SemaphoreProbes()
 
     def prepare(self, ctx: TargetContext) -> str | None:
         if not _tracepoint("syscalls/sys_enter_futex") or not _tracepoint("sched/sched_switch"):
@@ -121,6 +127,13 @@ class LockProbes(ProbeSet):
         keys = (table.Key * len(granules[:LOCK_EXEC_GRANULES]))(*granules[:LOCK_EXEC_GRANULES])
         values = (table.Leaf * len(keys))(*([1] * len(keys)))
         table.items_update_batch(keys, values)
+        self.semaphores.attach(bpf, self.pids)
+
+    def refresh(self, bpf, ctx: TargetContext) -> list[str]:
+        """Attaches the semaphore uprobes to target processes that started since."""
+        return [f"locks: semaphore probes on {att.path} in pid {att.pid}"
+                + ("" if att.complete else f" failed ({', '.join(att.failed)})")
+                for att in self.semaphores.attach(bpf, target_procs.with_descendants(ctx.pids))]
 
     # -- while recording: remember which addresses need names ------------------
     def observe(self, raw: bytes) -> None:
@@ -164,9 +177,12 @@ class LockProbes(ProbeSet):
             stacks[str(sid)] = addrs
             self._addrs.setdefault(pid, set()).update(addrs)
         symbols: dict[str, dict[str, dict]] = {}
+        runtimes: dict[str, list[int]] = {}
         for pid, addrs in self._addrs.items():
             syms = userstack.ProcessSymbols(pid)
             symbols[str(pid)] = {str(a): syms.resolve(a).as_dict() for a in sorted(addrs)}
+            if (runtime := cpython_runtime.runtime_range(pid)) is not None:
+                runtimes[str(pid)] = list(runtime)
         return {
             "settings": {
                 "floor_ns": self.floor_ns,
@@ -175,10 +191,13 @@ class LockProbes(ProbeSet):
                 "scan_words": 64,
                 "exec_ranges": len(self.exec_ranges),
                 "exec_granules": getattr(self, "exec_granules", 0),
+                "sem_probed_processes": sum(a.complete for a in self.semaphores.attachments),
                 **{f"have_{k}": v for k, v in self.have.items()},
             },
             "counters": totals,
             "addresses": sorted(by_addr, key=lambda r: -r["wait_ns"])[:500],
             "stacks": stacks,
             "symbols": symbols,
+            "semaphore_probes": self.semaphores.snapshot(),
+            "cpython_runtime": runtimes,  # pid -> [start, end) of _PyRuntime: the GIL's futex words
         }

@@ -5,11 +5,14 @@ from __future__ import annotations
 from inferprobe.analyzers import locks
 from inferprobe.collector.events import EventType, FutexWaitFlag, FutexWaitRecord
 
+NO_FLAGS = FutexWaitFlag(0)
 
-def _wait(tid: int, start: int, duration: int, op: int = 0, val: int = 0) -> FutexWaitRecord:
+
+def _wait(tid: int, start: int, duration: int, op: int = 0, val: int = 0,
+          flags: FutexWaitFlag = NO_FLAGS, uaddr: int = 0x10) -> FutexWaitRecord:
     return FutexWaitRecord(
-        type=EventType.FUTEX_WAIT, pid=1, tid=tid, ts_ns=start, duration_ns=duration, uaddr=0x10,
-        op=op, val=val, ret=0, flags=FutexWaitFlag(0), ip=0, stack_id=-1, scan=(), waker_tid=0,
+        type=EventType.FUTEX_WAIT, pid=1, tid=tid, ts_ns=start, duration_ns=duration, uaddr=uaddr,
+        op=op, val=val, ret=0, flags=flags, ip=0, stack_id=-1, scan=(), waker_tid=0,
         waker_ip=0, waker_stack_id=-1, waker_scan=())
 
 
@@ -37,6 +40,52 @@ def test_gil_taker_learned_from_a_stack_through_a_gil_function():
     # without a stack through a GIL function nothing is learned: the same wait stays a handoff
     assert locks.learn_gil_takers([(1, from_eval_loop)]) == {}
     assert locks.classify(from_eval_loop, w)[0] == locks.WaitKind.HANDOFF
+
+
+# CPython 3.11's Condition.wait: the waiter lock's second acquire blocks here
+PY_LOCK_WAIT = ("libc.so.6+0x85e50", "sem_clockwait", "PyThread_acquire_lock_timed", "python3.11+0x5c1b20")
+
+
+def test_semaphore_the_waiter_took_itself_is_a_handoff_even_under_lock_frames():
+    own = _wait(1, 0, 1, flags=FutexWaitFlag.SEM_OWN | FutexWaitFlag.SCANNED)
+    kind, how = locks.classify(PY_LOCK_WAIT, own)
+    assert kind == locks.WaitKind.HANDOFF and how.startswith("semaphore:")
+    # without a known frame, and for a wait that timed out (no waker), the same
+    assert locks.classify(["?"], own)[0] == locks.WaitKind.HANDOFF
+    # the flag missing (an older recording, a blocking take not seen): as before
+    assert locks.classify(PY_LOCK_WAIT, _wait(1, 0, 1))[0] == locks.WaitKind.LOCK
+
+
+def test_semaphore_another_thread_took_keeps_the_frames_answer():
+    held = _wait(1, 0, 1, val=7, flags=FutexWaitFlag.SEM_HELD)
+    kind, how = locks.classify(PY_LOCK_WAIT, held)
+    assert (kind, how) == (locks.WaitKind.LOCK, "frames: PyThread_acquire_lock_timed via sem_clockwait")
+    # a C program's sem_wait for work stays a handoff
+    assert locks.classify(["x", "sem_wait", "worker"], held)[0] == locks.WaitKind.HANDOFF
+    # no known frame (and a futex value that says nothing): held by another thread is a lock
+    kind, how = locks.classify(["?"], held)
+    assert kind == locks.WaitKind.LOCK and how.startswith("semaphore:")
+
+
+def test_semaphore_flag_on_a_futex_the_frames_show_is_no_semaphore_is_ignored():
+    # a taker left on an address freed without sem_destroy and reused by a mutex
+    stale = _wait(1, 0, 1, flags=FutexWaitFlag.SEM_OWN)
+    assert locks.classify(["x", "pthread_mutex_lock", "f"], stale)[0] == locks.WaitKind.LOCK
+
+
+def test_a_futex_inside_cpython_runtime_is_the_gil():
+    runtime = (0xA5B740, 0xA84260)
+    mutex = _wait(1, 0, 1, val=2, uaddr=0xA5B8F8)  # 10 us: no stack scan, only the ip
+    kind, how = locks.classify(["libc.so.6+0x86100"], mutex, gil_state=runtime)
+    assert kind == locks.WaitKind.GIL and "_PyRuntime" in how
+    assert locks.classify(["x", "pthread_mutex_lock", "f"], mutex, gil_state=runtime)[0] == locks.WaitKind.GIL
+    assert locks.classify(["libc.so.6+0x86100"], mutex)[0] == locks.WaitKind.LOCK
+    elsewhere = _wait(1, 0, 1, val=2, uaddr=0xA84260)
+    assert locks.classify(["libc.so.6+0x86100"], elsewhere, gil_state=runtime)[0] == locks.WaitKind.LOCK
+    # the recording's snapshot carries the range per pid
+    snapshot = {"cpython_runtime": {"1": list(runtime)}}
+    [cw] = locks.classify_all([mutex], locks.Symbols(snapshot))
+    assert cw.kind == locks.WaitKind.GIL
 
 
 def test_classify_falls_back_to_futex_arguments_and_says_so():
