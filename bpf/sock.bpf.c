@@ -48,7 +48,7 @@ struct sock_key {
 struct conn_state {
     u64 conn_id;
     u32 http_seen;   /* a request line was read: from now on every I/O counts */
-    u32 _pad;
+    u32 carried;     /* 0x100 | the letter a one-byte read returned (carried_method) */
 };
 
 enum io_dir { DIR_READ = 0, DIR_WRITE = 1 };
@@ -1294,13 +1294,41 @@ int gather_window(void *ctx)
     return finish_body(ctx, s);
 }
 
+/* Go's net/http reads one byte in the background while a handler runs, to
+ * see the client go away; a keep-alive request that arrives then loses its
+ * first byte to that read, and the read of its request line starts one byte
+ * in ("OST /v1/..."). So a read that returns one letter on an HTTP
+ * connection is kept in the connection's entry, and the next read is parsed
+ * with it in front. Only reads that are no request line pay the lookup. */
+static __always_inline u8 carried_method(struct scratch *s, u64 first8, u32 *after)
+{
+    struct sock_key key = {.pid = s->ev.hdr.pid, .fd = s->ev.fd};
+    struct conn_state *state = socks.lookup(&key);
+    if (!state)
+        return HTTP_METHOD_UNKNOWN;
+    u32 carried = state->carried;
+    u8 c = s->head[0];
+    state->carried = s->n == 1 && c >= 'A' && c <= 'Z' ? 0x100 | c : 0;
+    if (!carried || s->n < 8)
+        return HTTP_METHOD_UNKNOWN;
+    u32 at = 0;
+    u8 method = parse_method((first8 << 8) | (carried & 0xff), &at);
+    if (method == HTTP_METHOD_UNKNOWN || at == 0)
+        return HTTP_METHOD_UNKNOWN;
+    *after = at - 1;
+    return method;
+}
+
 int classify_read(void *ctx)
 {
     struct scratch *s = get_scratch();
     if (!s)
         return 0;
     u32 after = 0;
-    u8 method = parse_method(first_bytes(s), &after);
+    u64 first8 = first_bytes(s);
+    u8 method = parse_method(first8, &after);
+    if (method == HTTP_METHOD_UNKNOWN && s->http_seen)
+        method = carried_method(s, first8, &after);
     if (method != HTTP_METHOD_UNKNOWN && after < s->n && s->head[after & SCRATCH_MASK] == '/') {
         s->ev.kind = HTTP_KIND_REQUEST;
         s->ev.method = method;

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 from dataclasses import dataclass
 
 import pytest
@@ -391,3 +392,40 @@ def test_each_read_and_write_is_classified_as_its_bytes_say(tmp_path, pending, p
             g["json_lines"] = None
     assert got == [observed(x) for x in expected]
     assert counters["events_lost"] == 0
+
+
+# Go's net/http reads one byte in the background while a handler runs: a
+# keep-alive request that arrives then is read as "P", then "OST /next ...".
+SPLIT_READ_SERVER = LISTENING_SERVER + r"""
+conn, _ = srv.accept()
+conn.recv(65536)
+conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+first = conn.recv(1)
+time.sleep(0.05)
+rest = conn.recv(65536)
+conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+conn.recv(1)
+"""
+
+
+def test_a_request_whose_first_byte_a_one_byte_read_took_is_still_a_request(python_script):
+    server = python_script(SPLIT_READ_SERVER)
+    port = int(server.stdout.readline())
+    with KernelCapture(server.pid) as capture:
+        with socket.create_connection(("127.0.0.1", port)) as client:
+            client.sendall(b"GET /first HTTP/1.1\r\nHost: h\r\n\r\n")
+            client.recv(4096)
+            client.sendall(b"P")
+            time.sleep(0.02)
+            client.sendall(b"OST /next?secret=1 HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n\r\n")
+            client.recv(4096)
+            client.sendall(b"x")
+        server.wait(timeout=10)
+        events, _ = capture.finish()
+    reads = [e for e in bytes_moved(events, server.pid) if e.is_read]
+    assert [(e.kind, e.method, e.path, e.bytes) for e in reads] == [
+        (HttpKind.REQUEST, "GET", "/first", 32),
+        (HttpKind.DATA, None, None, 1),
+        (HttpKind.REQUEST, "POST", "/next", 59),
+        (HttpKind.DATA, None, None, 1),
+    ]
