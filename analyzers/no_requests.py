@@ -29,7 +29,7 @@ def explain(recording: Recording, requests: Sequence[Request],
         return (f"No HTTP request: pid {pids} held no listening socket while recording{where} "
                 "(inferprobe sees the requests a process serves; a batch job or a client shows only "
                 "its locks, stacks, GPU calls and off-CPU time).")
-    skipped = int((recording.final or {}).get("io_skipped") or _last_stat(recording, "io_skipped"))
+    skipped = recording.counter("io_skipped")
     if connections or skipped:
         return (f"No HTTP/1.x request recognised, though {len(connections)} connection(s) were accepted "
                 f"and {skipped} reads and writes on connections without a request line were dropped in "
@@ -38,11 +38,3 @@ def explain(recording: Recording, requests: Sequence[Request],
                 "HTTP/1.1 to see requests.")
     return (f"No connection was accepted by pid {pids} while recording: the server was idle. "
             "Record while it serves traffic.")
-
-
-def _last_stat(recording: Recording, key: str) -> int:
-    """A counter from the last periodic stats, for a recording cut short (no final block)."""
-    for stats in reversed(recording.stats or []):
-        if key in stats:
-            return int(stats[key])
-    return 0

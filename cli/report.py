@@ -70,8 +70,10 @@ def render_text(data: ReportData, console: Console) -> None:
         f"host {meta.get('host', '?')}  kernel {meta.get('kernel', '?')}  targets {targets}  "
         f"duration {'-' if duration is None else f'{duration:.1f} s'}"
     )
-    if rec.problem:
-        console.print(f"[yellow]warning:[/yellow] recording {rec.problem}; reporting what is readable")
+    # The same warnings as the HTML and Markdown reports: a damaged recording,
+    # lost or undecodable events, why there is no request.
+    for warning in tables.warnings(data):
+        console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
     s = data.overall
     oc = s.outcomes
     console.print(
@@ -83,8 +85,6 @@ def render_text(data: ReportData, console: Console) -> None:
     if otlp:
         console.print(f"OTLP export while recording: {otlp['exported']} traces delivered, "
                       f"{otlp['dropped']} dropped")
-    for warning in tables.warnings(data)[1 if rec.problem else 0:]:  # the recording's problem is above
-        console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
     console.print(_latency_table("All requests", s))
     console.print(_rich_table(tables.endpoint_table(data)))
     if (models := tables.model_table(data)) is not None:

@@ -144,14 +144,20 @@ class Recording:
     def complete(self) -> bool:
         return self.final is not None and self.problem is None
 
+    def counter(self, name: str) -> int:
+        """A recorder counter at the stop, or at the last periodic stats of a
+        recording cut short; 0 when neither has it."""
+        if self.final is not None and name in self.final:
+            return int(self.final[name])
+        for stats in reversed(self.stats):
+            if name in stats:
+                return int(stats[name])
+        return 0
+
     @property
     def lost_events(self) -> int:
         """Events the kernel could not hand over (ring buffer full)."""
-        if self.final is not None:
-            return int(self.final.get("lost_events", 0))
-        if self.stats:
-            return int(self.stats[-1].get("lost_events", 0))
-        return 0
+        return self.counter("lost_events")
 
 
 def iter_events(payload: bytes) -> Iterator[bytes]:
