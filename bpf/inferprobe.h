@@ -22,6 +22,24 @@
  * status, lengths, counts, flags) are copied into an event. */
 #define SCAN_HEAD_BYTES 512
 #define SCAN_TAIL_BYTES 64
+/* How far bpf/sock.bpf.c scans a long write for token events (user space and
+ * the tests read these too). Windows scanned after the first in a long plain
+ * write, each SCAN_HEAD_BYTES with WINDOW_OVERLAP of the one before:
+ * 512 + 24 * 480 = 12032 bytes, about forty OpenAI-size events a server
+ * coalesced into one write when the client read slowly. Each window is one
+ * more tail call (the kernel allows 33 per chain) and ~0.23 us: 30 events
+ * in one 8.7 KB write cost 4.3 us in its
+ * exit program, one event alone 0.38 us, so the coalesced write still costs
+ * less than the 30 it replaces (measured with kernel.bpf_stats_enabled). */
+#define MAX_BODY_WINDOWS 24
+/* A vectored write's windows take two tail calls each (scan_body and
+ * gather_window): after the four before the first body scan, twelve fit in
+ * the 33 the kernel allows: 6272 bytes. */
+#define MAX_VECTORED_WINDOWS 12
+/* A window starts this many bytes before the one before ends, so that a line
+ * start cut by the end of one ("data: [DONE]" is 12 bytes) and a JSON count
+ * ("completion_tokens":1234567 is 27) are whole in the next. */
+#define WINDOW_OVERLAP 32
 #define PATH_MAX_BYTES 64
 /* The request body's "model" value and a named SSE event's name: protocol
  * identifiers, never prompt or completion text (docs/report-json.md). */
@@ -358,6 +376,12 @@ enum gpu_function {
     GPU_FN_CUDA_GET_DEVICE_COUNT = 60,
     GPU_FN_MAX = 64,
 };
+/* Where each category of gpu_function starts (the ranges above); user space
+ * (collector/gpu_catalog.py) branches on the same numbers. */
+#define GPU_FN_FIRST_WAIT 16
+#define GPU_FN_FIRST_COPY 32
+#define GPU_FN_FIRST_MEMORY 48
+#define GPU_FN_FIRST_QUERY 60
 
 /* gpu_call_event.copy_kind: the values of cudaMemcpyKind. */
 enum gpu_copy_kind {

@@ -23,22 +23,6 @@
  * line, data, CRLF), so two token chunks it queued and wrote at once, or a
  * token, [DONE] and the last chunk, take six or seven. */
 #define MAX_IOVECS 8
-/* Windows scanned after the first in a long plain write, each SCAN_HEAD_BYTES
- * with WINDOW_OVERLAP of the one before: 512 + 24 * 480 = 12032 bytes, about
- * forty OpenAI-size events a server coalesced into one write when the client
- * read slowly. Each window is one more tail call (the kernel allows 33 per
- * chain) and ~0.23 us: 30 events in one 8.7 KB write cost 4.3 us in its
- * exit program, one event alone 0.38 us, so the coalesced write still costs
- * less than the 30 it replaces (measured with kernel.bpf_stats_enabled). */
-#define MAX_BODY_WINDOWS 24
-/* A vectored write's windows take two tail calls each (scan_body and
- * gather_window): after the four before the first body scan, twelve fit in
- * the 33 the kernel allows: 6272 bytes. */
-#define MAX_VECTORED_WINDOWS 12
-/* A window starts this many bytes before the one before ends, so that a line
- * start cut by the end of one ("data: [DONE]" is 12 bytes) and a JSON count
- * ("completion_tokens":1234567 is 27) are whole in the next. */
-#define WINDOW_OVERLAP 32
 
 struct sock_key {
     u32 pid;
