@@ -27,7 +27,7 @@ from inferprobe.analyzers.live import LiveLocks, LiveSnapshot, LiveWindow
 from inferprobe.analyzers.locks import DEFAULT_MUTEX_THRESHOLD, WaitClassifier
 from inferprobe.cli.options import apply_kernel_headers, kernel_headers_option, pid_option
 from inferprobe.collector import targets as target_procs
-from inferprobe.collector.events import DecodeError, decode
+from inferprobe.collector.ingest import decode_all
 from inferprobe.collector.ringbuf_format import iter_ring_records
 
 EXAMPLES = """
@@ -169,9 +169,9 @@ def top(pids, window, interval, no_usdt, locks, mutex_threshold, kernel_headers)
     model = LiveWindow(window_s=window, lock_waits=lock_waits)
 
     def sink(chunk: bytes) -> None:
-        for raw in iter_ring_records(chunk):
-            with contextlib.suppress(DecodeError):
-                model.feed(decode(raw))
+        decoded, _undecodable = decode_all(iter_ring_records(chunk))
+        for ev in decoded:
+            model.feed(ev)
 
     stop: list[str] = []
     reader = None

@@ -12,13 +12,20 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from inferprobe.collector.events import UsdtProbe, UsdtRecord
-from inferprobe.collector.timeline import DecodeStep, ServerRequest
+from inferprobe.collector.timeline import DecodeStep, ProbeSpan, ServerRequest
+
+# The probes that open a span -> the probe that closes it.
+SPAN_ENDS = {UsdtProbe.PREFILL_START: UsdtProbe.PREFILL_END,
+             UsdtProbe.REQUEST_QUEUED: UsdtProbe.REQUEST_SCHEDULED}
+_SPAN_STARTS = {end: start for start, end in SPAN_ENDS.items()}
 
 
 @dataclass
 class ServerView:
     requests: dict[tuple[int, int], ServerRequest] = field(default_factory=dict)  # (pid, req_id)
     steps: list[DecodeStep] = field(default_factory=list)  # by start time
+    prefills: list[ProbeSpan] = field(default_factory=list)  # by end time
+    queue_waits: list[ProbeSpan] = field(default_factory=list)  # request_queued .. request_scheduled
     queue_depth: list[tuple[int, int, int]] = field(default_factory=list)  # (ts, waiting, running)
     kv_usage: list[tuple[int, int, int]] = field(default_factory=list)  # (ts, used, capacity)
     probes_seen: set[str] = field(default_factory=set)
@@ -43,6 +50,7 @@ class ServerViewBuilder:
         self.view = ServerView()
         self._open_steps: dict[tuple[int, int], DecodeStep] = {}  # (pid, step_id)
         self._last_step: dict[int, DecodeStep] = {}  # pid -> the step that started last
+        self._open_spans: dict[tuple[UsdtProbe, int, int], tuple[int, int]] = {}  # -> (start, tid)
 
     def request(self, ev: UsdtRecord) -> ServerRequest:
         key = (ev.pid, ev.args[0])
@@ -54,6 +62,8 @@ class ServerViewBuilder:
     def feed(self, ev: UsdtRecord) -> None:
         p = ev.probe
         self.view.probes_seen.add(p.name.lower())
+        if p in SPAN_ENDS or p in _SPAN_STARTS:
+            self._pair(ev)
         if p == UsdtProbe.REQUEST_START:
             r = self.request(ev)
             r.tid, r.t_start_ns, r.prompt_tokens = ev.tid, ev.ts_ns, _arg(ev, 1)
@@ -91,6 +101,18 @@ class ServerViewBuilder:
         elif p == UsdtProbe.KV_USAGE:
             self.view.kv_usage.append((ev.ts_ns, ev.args[0], ev.args[1]))
 
+    def _pair(self, ev: UsdtRecord) -> None:
+        """Each start with the next end of the same request: a start fired
+        again before its end replaces the first (the span begins anew)."""
+        if ev.probe in SPAN_ENDS:
+            self._open_spans[(ev.probe, ev.pid, ev.args[0])] = (ev.ts_ns, ev.tid)
+            return
+        start = _SPAN_STARTS[ev.probe]
+        began = self._open_spans.pop((start, ev.pid, ev.args[0]), None)
+        if began is not None:
+            spans = self.view.prefills if start == UsdtProbe.PREFILL_START else self.view.queue_waits
+            spans.append(ProbeSpan(ev.pid, began[1], ev.args[0], began[0], ev.ts_ns))
+
     def _assign_to_step(self, req: ServerRequest, ev: UsdtRecord) -> None:
         """A token belongs to the last step its process started before it.
 
@@ -113,6 +135,9 @@ class ServerViewBuilder:
         v = self.view
         v.requests = {k: r for k, r in v.requests.items() if r.t_end_ns is None or r.t_end_ns >= t_ns}
         v.steps = [s for s in v.steps if s.t_end_ns is None or s.t_end_ns >= t_ns]
+        v.prefills = [s for s in v.prefills if s.end_ns >= t_ns]
+        v.queue_waits = [s for s in v.queue_waits if s.end_ns >= t_ns]
+        self._open_spans = {k: began for k, began in self._open_spans.items() if began[0] >= t_ns}
         v.queue_depth = [q for q in v.queue_depth if q[0] >= t_ns]
         v.kv_usage = [k for k in v.kv_usage if k[0] >= t_ns]
 

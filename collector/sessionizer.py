@@ -29,7 +29,7 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from inferprobe.collector.events import ConnRecord, EventType, HttpFlag, HttpKind, IoRecord
+from inferprobe.collector.events import ConnRecord, Event, EventType, HttpFlag, HttpKind, IoRecord
 from inferprobe.collector.timeline import Connection, Outcome, Request, SessionStats, StreamEvent
 
 
@@ -72,9 +72,12 @@ def _connection(ev: ConnRecord) -> Connection:
     )
 
 
-def _order_key(ev: ConnRecord | IoRecord) -> int:
-    # Data moved on the socket when the syscall returned: order by exit for
-    # I/O so a request read is always before the writes that answer it.
+def completion_order(ev: Event) -> int:
+    """The time an event took effect, the order the sessionizer is fed in.
+
+    Data moved on the socket when the syscall returned: order by exit for
+    I/O so a request read is always before the writes that answer it.
+    """
     return ev.exit_ns if isinstance(ev, IoRecord) else ev.ts_ns
 
 
@@ -87,7 +90,7 @@ class Sessionizer:
 
     # -- feeding ---------------------------------------------------------------
     def feed_all(self, events: Iterable[ConnRecord | IoRecord]) -> None:
-        for ev in sorted(events, key=_order_key):
+        for ev in sorted(events, key=completion_order):
             self.feed(ev)
 
     def feed(self, ev: ConnRecord | IoRecord) -> None:

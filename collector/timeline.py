@@ -153,6 +153,18 @@ class DecodeStep:
     requests: set[int] = field(default_factory=set)  # req ids that emitted a token in it
 
 
+class ProbeSpan(NamedTuple):
+    """One start..end pair of a server's probes for one request (prefill_start ..
+    prefill_end, request_queued .. request_scheduled), each pair as fired: a
+    request queued again after a preemption has two."""
+
+    pid: int
+    tid: int  # the thread that fired the start
+    req_id: int
+    start_ns: int
+    end_ns: int
+
+
 @dataclass(slots=True)
 class ServerRequest:
     """What the server's probes said about one request (one req_id in one pid)."""

@@ -2,12 +2,10 @@
 
 The record loop hands every ring buffer chunk to `tee` (which only keeps a
 reference) and calls `tick()` once per loop turn, between ring-buffer polls.
-tick() decodes the new events, feeds socket events to an incremental
-Sessionizer in completion order and USDT events to an incremental server
-view, ties each request that ended to the server's view of it
-(collector/correlate.py), and hands it to the span shipper (a non-blocking
-put) and to the metrics. Finished requests, and server state older than
-SERVER_MEMORY_NS, are then dropped so memory stays flat over long runs.
+tick() hands the new events to the ingest stage (collector/ingest.py's
+LiveIngest: decode, sessionize in completion order, the server's view, each
+request that ended tied to it, memory kept flat) and each request that ended
+to the span shipper (a non-blocking put) and to the metrics.
 """
 
 from __future__ import annotations
@@ -16,25 +14,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from inferprobe.collector.correlate import correlate
-from inferprobe.collector.events import DecodeError, IoRecord, UsdtRecord, decode
+from inferprobe.collector.events import UsdtRecord
+from inferprobe.collector.ingest import LiveIngest
 from inferprobe.collector.ringbuf_format import iter_ring_records
-from inferprobe.collector.server_view import ServerViewBuilder
-from inferprobe.collector.sessionizer import Sessionizer
 from inferprobe.collector.timeline import Request
 from inferprobe.exporters.clock import WallClock, measure_offset
 from inferprobe.exporters.metrics import Metrics
 from inferprobe.exporters.otlp import SpanShipper
 
 CLOCK_RECHECK_NS = 1_000_000_000
-# How long the server's view of a request that ended is kept for its socket
-# request to end too (a slow client can still be reading the last tokens).
-SERVER_MEMORY_NS = 120 * 1_000_000_000
-
-
-def _order_key(ev) -> int:
-    # as the sessionizer orders a whole recording: I/O by syscall exit
-    return ev.exit_ns if isinstance(ev, IoRecord) else ev.ts_ns
 
 
 @dataclass
@@ -50,10 +38,8 @@ class LiveExport:
         self.clock = clock
         self.shipper = shipper
         self.metrics = metrics
-        self.sessionizer = Sessionizer()
-        self.server = ServerViewBuilder()
+        self.ingest = LiveIngest()
         self._pending: list[bytes] = []
-        self._open = 0  # sessionizer.requests[:_open] were seen at the last tick
         self._last_clock_check = time.monotonic_ns()
         self.stats = LiveStats()
 
@@ -83,48 +69,20 @@ class LiveExport:
             self.metrics.set_totals(lost_events or 0, dropped)
 
     def _feed(self, raw_events: list[bytes]) -> None:
-        decoded = []
-        for raw in raw_events:
-            try:
-                ev = decode(raw)
-            except DecodeError:
-                self.stats.undecodable += 1
-                continue
+        for ev in self.ingest.feed(raw_events):
             if isinstance(ev, UsdtRecord):
                 self.stats.usdt_events += 1
                 if self.metrics is not None:
                     self.metrics.observe_usdt(ev)
-            decoded.append(ev)
-        decoded.sort(key=_order_key)
-        for ev in decoded:
-            if isinstance(ev, UsdtRecord):
-                self.server.feed(ev)
-            else:
-                self.sessionizer.feed(ev)
+        self.stats.undecodable = self.ingest.undecodable
 
     def _harvest(self) -> None:
-        s = self.sessionizer
+        started, ended = self.ingest.harvest()
         if self.metrics is not None:
-            for req in s.requests[self._open:]:
+            for req in started:
                 self.metrics.request_started(req.pid)
-        finished = [r for r in s.requests if r.t_end_ns is not None]
-        if finished:
-            s.requests = [r for r in s.requests if r.t_end_ns is None]
-            if not self.server.view.empty:
-                correlate(finished, s.connections, self.server.view)
-                view = self.server.view
-                for req in finished:
-                    if req.server is not None:
-                        view.requests.pop((req.server.pid, req.server.req_id), None)
-                self.server.forget_before(max(r.t_end_ns for r in finished) - SERVER_MEMORY_NS)
-            cutoff = max(r.t_end_ns for r in finished) - SERVER_MEMORY_NS
-            closed = [cid for cid, c in s.connections.items()
-                      if c.t_close_ns is not None and c.t_close_ns < cutoff]
-            for cid in closed:
-                del s.connections[cid]
-            for req in finished:
-                self._export(req)
-        self._open = len(s.requests)
+        for req in ended:
+            self._export(req)
 
     def _export(self, req: Request, finished: bool = True) -> None:
         self.stats.finished += 1
@@ -137,9 +95,7 @@ class LiveExport:
     def close(self, lost_events: int = 0, timeout_s: float = 5.0) -> dict:
         """Exports what is left (requests still open go out as incomplete)."""
         self.tick(lost_events)
-        leftover = self.sessionizer.finish()
-        self.sessionizer.requests = []
-        for req in leftover:
+        for req in self.ingest.finish():
             self._export(req, finished=False)
         summary: dict = {"requests_exported_live": self.stats.finished,
                          "clock_steps": self.clock.steps}

@@ -24,18 +24,9 @@ import bisect
 from collections import defaultdict
 
 from inferprobe.collector.errors import RecordingProblem
-from inferprobe.collector.events import (
-    DecodeError,
-    EventType,
-    HttpKind,
-    IoRecord,
-    StackSampleRecord,
-    UsdtProbe,
-    UsdtRecord,
-    decode,
-)
+from inferprobe.collector.events import EventType, HttpKind, IoRecord, StackSampleRecord, UsdtProbe
+from inferprobe.collector.ingest import Ingested, ingest
 from inferprobe.collector.recording import Recording
-from inferprobe.collector.sessionizer import sessionize
 from inferprobe.flamegraphs import fold
 from inferprobe.flamegraphs.fold import Stacks
 
@@ -77,21 +68,28 @@ class _Intervals:
 
 
 class PhaseTagger:
-    def __init__(self, events: list) -> None:
+    def __init__(self, ingested: Ingested) -> None:
         self.by_tid = {name: _Intervals() for name in ORDER}
         self.by_pid = {name: _Intervals() for name in ORDER}
-        usdt = [e for e in events if isinstance(e, UsdtRecord)]
-        for ev in events:
+        for ev in ingested.events:
             if isinstance(ev, IoRecord):
                 if not ev.is_read:
                     self.by_tid["network-write"].add(ev.tid, ev.ts_ns, ev.exit_ns)
                 elif ev.kind == HttpKind.REQUEST:
                     self.by_tid["ingress"].add(ev.tid, ev.ts_ns, ev.exit_ns)
-        self.uses_usdt = any(e.probe in (UsdtProbe.PREFILL_START, UsdtProbe.DECODE_STEP_START) for e in usdt)
+        server = ingested.server
+        self.uses_usdt = bool({UsdtProbe.PREFILL_START.name.lower(), UsdtProbe.DECODE_STEP_START.name.lower()}
+                              & server.probes_seen)
         if self.uses_usdt:
-            self._from_usdt(usdt)
+            for span in server.prefills:
+                self.by_tid["prefill"].add(span.tid, span.start_ns, span.end_ns)
+            for step in server.steps:
+                if step.t_end_ns is not None:
+                    self.by_tid["decode"].add(step.tid, step.t_start_ns, step.t_end_ns)
+            for span in server.queue_waits:
+                self.by_pid["queued"].add(span.pid, span.start_ns, span.end_ns)
         else:
-            for r in sessionize(e for e in events if not isinstance(e, StackSampleRecord)).requests:
+            for r in ingested.requests:
                 first = r.t_first_token_ns
                 end = r.t_end_ns
                 self.by_pid["prefill"].add(r.pid, r.t_ingress_ns, first if first is not None else (end or 0))
@@ -99,26 +97,6 @@ class PhaseTagger:
                     self.by_pid["decode"].add(r.pid, first, end)
         for table in (*self.by_tid.values(), *self.by_pid.values()):
             table.freeze()
-
-    def _from_usdt(self, usdt: list[UsdtRecord]) -> None:
-        pairs = {
-            UsdtProbe.PREFILL_START: ("prefill", UsdtProbe.PREFILL_END, "tid"),
-            UsdtProbe.DECODE_STEP_START: ("decode", UsdtProbe.DECODE_STEP_END, "tid"),
-            UsdtProbe.REQUEST_QUEUED: ("queued", UsdtProbe.REQUEST_SCHEDULED, "pid"),
-        }
-        open_at: dict[tuple, tuple[int, int]] = {}
-        ends = {end: (phase, start, scope) for start, (phase, end, scope) in pairs.items()}
-        for ev in sorted(usdt, key=lambda e: e.ts_ns):
-            ident = ev.args[0] if ev.args else 0
-            if ev.probe in pairs:
-                phase, _end, scope = pairs[ev.probe]
-                open_at[(phase, ev.pid, ident)] = (ev.ts_ns, ev.tid)
-            elif ev.probe in ends:
-                phase, _start, scope = ends[ev.probe]
-                began = open_at.pop((phase, ev.pid, ident), None)
-                if began is not None:
-                    table = self.by_tid if scope == "tid" else self.by_pid
-                    table[phase].add(began[1] if scope == "tid" else ev.pid, began[0], ev.ts_ns)
 
     def phase_of(self, pid: int, tid: int, t: int) -> str:
         for name in ORDER:
@@ -128,14 +106,10 @@ class PhaseTagger:
 
 
 def tagged_samples(recording: Recording, kind: str) -> tuple[list[StackSampleRecord], PhaseTagger]:
-    events = []
-    for raw in recording.events:
-        try:
-            events.append(decode(raw))
-        except DecodeError:
-            continue
-    samples = [e for e in events if isinstance(e, StackSampleRecord) and e.type == SAMPLE_TYPES[kind]]
-    return samples, PhaseTagger(events)
+    ingested = ingest(recording.events)
+    samples = [e for e in ingested.events
+               if isinstance(e, StackSampleRecord) and e.type == SAMPLE_TYPES[kind]]
+    return samples, PhaseTagger(ingested)
 
 
 def stacks_for_phase(recording: Recording, snap: dict, kind: str, phase: str, group: str) -> Stacks:

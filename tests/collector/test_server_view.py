@@ -7,10 +7,9 @@ from __future__ import annotations
 
 from inferprobe.analyzers.decompose import TTFT_PHASES, phases_ns
 from inferprobe.analyzers.scheduler import find_stalls, stall_ns_by_request, summarize_scheduler
-from inferprobe.collector.correlate import correlate
 from inferprobe.collector.events import UsdtProbe as P
+from inferprobe.collector.ingest import ingest
 from inferprobe.collector.server_view import build_server_view
-from inferprobe.collector.sessionizer import sessionize
 
 from factories import conn_close, conn_open, decoded, request, sse_chunk, sse_headers, usdt
 
@@ -42,13 +41,8 @@ def _steps(t0: int, n: int, batch: int) -> list[bytes]:
 
 
 def _build(raws: list[bytes]):
-    events = decoded(*raws)
-    usdt_events = [e for e in events if e.type == 5]
-    session = sessionize(e for e in events if e.type != 5)
-    view = build_server_view(usdt_events)
-    requests = sorted(session.requests, key=lambda r: r.t_ingress_ns)
-    matched = correlate(requests, session.connections, view)
-    return requests, view, matched
+    got = ingest(raws)
+    return got.requests, got.server, got.correlated
 
 
 def _socket_side(conn: int, fd: int, t0: int, token_times: list[int]) -> list[bytes]:
