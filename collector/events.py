@@ -1,449 +1,101 @@
-"""Python mirrors of the event structs in bpf/inferprobe.h.
+"""Decoding of the events bpf/inferprobe.h lays out: raw bytes in, records out.
 
-This is the only Python module that knows byte layouts. The contract test
-tests/collector/test_event_layout.py compiles the header with the host C
-compiler and checks every size, offset and enum value below against it, so
-a change on one side without the other fails the tests instead of silently
-mis-decoding recordings.
+The layouts themselves (ctypes structs, enums, flags, #define constants) are
+generated from the header into collector/layout_generated.py and re-exported
+here, so the rest of inferprobe imports them from this module. This is the
+only Python module that reads event bytes. tests/collector/test_event_layout.py
+checks the generated mirrors against the header compiled by the host C
+compiler, tests/collector/test_layout_generated.py that the generated file is
+up to date, and tests/bpf/test_layout_bcc.py that bcc compiles the same sizes.
+
+Unknown values, one policy: a value outside its C enum (an event type, a USDT
+probe, an HTTP kind or method, a GPU function, ...) makes the whole event
+undecodable: decode() raises DecodeError naming the field and the value, and
+every reader counts the event as undecodable and goes on (the report prints
+the count). A record never carries a guessed member or a bare int where its
+type says enum, so code downstream can rely on the type; a reader never
+crashes on such bytes. Flag words are not enums: unknown bits are kept.
 """
 
 from __future__ import annotations
 
 import ctypes
-import enum
+from collections.abc import Callable
 from dataclasses import dataclass
-
-LAYOUT_VERSION = 2
-PATH_MAX_BYTES = 64
-MODEL_MAX_BYTES = 64
-EVENT_NAME_MAX_BYTES = 32
-
-
-class EventType(enum.IntEnum):
-    CONN_OPEN = 1
-    CONN_CLOSE = 2
-    SOCK_READ = 3
-    SOCK_WRITE = 4
-    USDT = 5
-    CPU_SAMPLE = 32
-    OFFCPU_SAMPLE = 33
-    NET_XMIT = 64
-    NET_ACK = 65
-    NET_RETRANSMIT = 66
-    FUTEX_WAIT = 16
-    OFFCPU = 17
-    GPU_CALL = 48
-    GPU_LAUNCHES = 49
-    GPU_FENCE_WAIT = 50
-    GPU_DRM_JOB = 51
-
-
-class UsdtProbe(enum.IntEnum):
-    """The inferprobe USDT probes; argument names in docs/usdt-probes.md."""
-
-    REQUEST_START = 1
-    REQUEST_QUEUED = 2
-    REQUEST_SCHEDULED = 3
-    PREFILL_START = 4
-    PREFILL_END = 5
-    DECODE_STEP_START = 6
-    DECODE_STEP_END = 7
-    TOKEN_EMIT = 8
-    REQUEST_END = 9
-    QUEUE_DEPTH = 10
-    KV_USAGE = 11
-
-
-USDT_MAX_ARGS = 3
-
-
-class HttpKind(enum.IntEnum):
-    DATA = 0
-    REQUEST = 1
-    RESPONSE = 2
-    EOF = 3
-    ERROR = 4
-
-
-class HttpMethod(enum.IntEnum):
-    UNKNOWN = 0
-    GET = 1
-    POST = 2
-    PUT = 3
-    DELETE = 4
-    HEAD = 5
-    OPTIONS = 6
-    PATCH = 7
-
-
-class HttpFlag(enum.IntFlag):
-    HEADERS_END = 0x0001
-    CHUNKED = 0x0002
-    EVENT_STREAM = 0x0004
-    SSE_DONE = 0x0008
-    CHUNKED_END = 0x0010
-    CONN_CLOSE = 0x0020
-    HAS_LENGTH = 0x0040
-    VECTORED = 0x0080
-    BEGAN_UNSEEN = 0x0100
-    NDJSON_STREAM = 0x0200
-    LAST_CHUNK = 0x0400
-    BLANK_LINE_END = 0x0800
-    OUTPUT_TOKENS = 0x1000
-    INPUT_TOKENS = 0x2000
-    MODEL = 0x4000
-    JSON_DONE = 0x8000
-
-
-class Counter(enum.IntEnum):
-    EVENTS_SENT = 0
-    EVENTS_LOST = 1
-    IO_SKIPPED = 2
-    USDT_BAD_ARGS = 3
-    REQUESTS = 4
-    IO_UNTRACKED = 5
-    NET_QUEUED = 14
-    NET_XMITTED = 15
-
-
-COUNTER_MAX = 16
-NET_DEV_NAME_BYTES = 16
-
-
-class NetVia(enum.IntEnum):
-    WRITE = 1
-    ACK = 2
-
-
-class NetFlag(enum.IntFlag):
-    RETRANSMIT = 0x0001
-
-
-class StackCounter(enum.IntEnum):
-    """Indexes of profile_counters / offcpu_counters (bpf/profile.bpf.c, offcpu.bpf.c)."""
-
-    SAMPLES = 0
-    COLLISIONS = 1
-    LOST = 2
-    KEYS_FULL = 3
-    SHORT = 4
-    UNMATCHED = 5
-
-
-STACK_COUNTER_MAX = 8
-STACK_FLAG_PREEMPTED = 0x0001
-
-LOCK_SCAN_HITS = 8
-
-
-class FutexWaitFlag(enum.IntFlag):
-    WAITV = 0x1
-    FUTEX2 = 0x2
-    SCANNED = 0x4
-    SEM_OWN = 0x8  # a semaphore the waiter took itself (sem_trywait), not posted since
-    SEM_HELD = 0x10  # a semaphore another thread took that way
-
-
-class OffcpuReason(enum.IntEnum):
-    FUTEX = 1
-    IO = 2
-    SLEEP = 3
-    PREEMPTED = 4
-
-
-class LockCounter(enum.IntEnum):
-    WAITS = 0
-    WAIT_NS = 1
-    SHORT_WAITS = 2
-    SHORT_WAIT_NS = 3
-    SCANS = 4
-    STACK_MISSING = 5
-    OFFCPU_SHORT = 6
-    MAP_FULL = 7
-    KLOCK_WAITS = 8
-    KLOCK_NS = 9
-    SEM_TAKES = 10
-
-
-LOCK_COUNTER_MAX = 12
-
-
-class GpuFunction(enum.IntEnum):
-    """CUDA functions the gpu probe set hooks; ranges are categories (inferprobe.h)."""
-
-    CU_LAUNCH_KERNEL = 1
-    CU_LAUNCH_KERNEL_EX = 2
-    CU_GRAPH_LAUNCH = 3
-    CUDA_LAUNCH_KERNEL = 4
-    CUDA_LAUNCH_KERNEL_EX = 5
-    CUDA_GRAPH_LAUNCH = 6
-    CU_STREAM_SYNCHRONIZE = 16
-    CU_EVENT_SYNCHRONIZE = 17
-    CU_CTX_SYNCHRONIZE = 18
-    CU_STREAM_WAIT_EVENT = 19
-    CUDA_STREAM_SYNCHRONIZE = 20
-    CUDA_EVENT_SYNCHRONIZE = 21
-    CUDA_DEVICE_SYNCHRONIZE = 22
-    CUDA_STREAM_WAIT_EVENT = 23
-    CU_MEMCPY = 32
-    CU_MEMCPY_ASYNC = 33
-    CU_MEMCPY_DTOH = 34
-    CU_MEMCPY_DTOH_ASYNC = 35
-    CU_MEMCPY_HTOD = 36
-    CU_MEMCPY_HTOD_ASYNC = 37
-    CU_MEMCPY_DTOD = 38
-    CU_MEMCPY_DTOD_ASYNC = 39
-    CUDA_MEMCPY = 40
-    CUDA_MEMCPY_ASYNC = 41
-    CU_MEM_ALLOC = 48
-    CU_MEM_FREE = 49
-    CU_MEM_ALLOC_ASYNC = 50
-    CU_MEM_FREE_ASYNC = 51
-    CUDA_MALLOC = 52
-    CUDA_FREE = 53
-    CUDA_MALLOC_ASYNC = 54
-    CUDA_FREE_ASYNC = 55
-    CUDA_GET_DEVICE_COUNT = 60
-
-
-GPU_FN_MAX = 64
-
-
-class GpuCopyKind(enum.IntEnum):
-    HTOH = 0
-    HTOD = 1
-    DTOH = 2
-    DTOD = 3
-    DEFAULT = 4
-
-
-class GpuFlushReason(enum.IntEnum):
-    CALL = 1
-    CAP = 2
-    AGE = 3
-    END = 4
-
-
-class GpuDrmWhat(enum.IntEnum):
-    SCHED_JOB = 1
-
-
-class EventHeader(ctypes.Structure):
-    _fields_ = [
-        ("type", ctypes.c_uint32),
-        ("pid", ctypes.c_uint32),
-        ("tid", ctypes.c_uint32),
-        ("cpu", ctypes.c_uint32),
-        ("ts_ns", ctypes.c_uint64),
-    ]
-
-
-class ConnEvent(ctypes.Structure):
-    _fields_ = [
-        ("hdr", EventHeader),
-        ("conn_id", ctypes.c_uint64),
-        ("fd", ctypes.c_int32),
-        ("family", ctypes.c_uint16),
-        ("peer_port", ctypes.c_uint16),
-        ("peer_addr", ctypes.c_uint8 * 16),
-    ]
-
-
-class IoEvent(ctypes.Structure):
-    _fields_ = [
-        ("hdr", EventHeader),
-        ("conn_id", ctypes.c_uint64),
-        ("exit_ns", ctypes.c_uint64),
-        ("bytes", ctypes.c_int64),
-        ("content_length", ctypes.c_int64),
-        ("fd", ctypes.c_int32),
-        ("kind", ctypes.c_uint16),
-        ("flags", ctypes.c_uint16),
-        ("status", ctypes.c_uint16),
-        ("header_bytes", ctypes.c_uint16),
-        ("sse_events", ctypes.c_uint16),
-        ("method", ctypes.c_uint8),
-        ("path_len", ctypes.c_uint8),
-        ("path", ctypes.c_char * PATH_MAX_BYTES),
-        ("output_tokens", ctypes.c_uint32),
-        ("input_tokens", ctypes.c_uint32),
-        ("json_lines", ctypes.c_uint16),
-        ("named_events", ctypes.c_uint16),
-        ("model_len", ctypes.c_uint8),
-        ("event_name_len", ctypes.c_uint8),
-        ("model", ctypes.c_char * MODEL_MAX_BYTES),
-        ("event_name", ctypes.c_char * EVENT_NAME_MAX_BYTES),
-    ]
-
-
-class UsdtEvent(ctypes.Structure):
-    _fields_ = [
-        ("hdr", EventHeader),
-        ("probe", ctypes.c_uint32),
-        ("nargs", ctypes.c_uint32),
-        ("args", ctypes.c_int64 * USDT_MAX_ARGS),
-    ]
-
-
-class StackKey(ctypes.Structure):
-    _fields_ = [
-        ("pid", ctypes.c_uint32),
-        ("tid", ctypes.c_uint32),
-        ("user_stack_id", ctypes.c_int32),
-        ("kernel_stack_id", ctypes.c_int32),
-        ("flags", ctypes.c_uint32),
-        ("reserved", ctypes.c_uint32),
-    ]
-
-
-class OffcpuValue(ctypes.Structure):
-    _fields_ = [("total_us", ctypes.c_uint64), ("periods", ctypes.c_uint64)]
-
-
-class StackSampleEvent(ctypes.Structure):
-    _fields_ = [
-        ("hdr", EventHeader),
-        ("user_stack_id", ctypes.c_int32),
-        ("kernel_stack_id", ctypes.c_int32),
-        ("flags", ctypes.c_uint32),
-        ("reserved", ctypes.c_uint32),
-        ("weight", ctypes.c_uint64),
-    ]
-
-
-class NetXmitEvent(ctypes.Structure):
-    _fields_ = [
-        ("hdr", EventHeader),
-        ("conn_id", ctypes.c_uint64),
-        ("queue_ns", ctypes.c_uint64),
-        ("len", ctypes.c_uint32),
-        ("rc", ctypes.c_int32),
-        ("via", ctypes.c_uint16),
-        ("flags", ctypes.c_uint16),
-        ("_pad", ctypes.c_uint32),
-        ("dev", ctypes.c_char * NET_DEV_NAME_BYTES),
-    ]
-
-
-class NetAckEvent(ctypes.Structure):
-    _fields_ = [
-        ("hdr", EventHeader),
-        ("conn_id", ctypes.c_uint64),
-        ("snd_nxt", ctypes.c_uint32),
-        ("snd_una", ctypes.c_uint32),
-        ("snd_cwnd", ctypes.c_uint32),
-        ("ssthresh", ctypes.c_uint32),
-        ("snd_wnd", ctypes.c_uint32),
-        ("srtt_us", ctypes.c_uint32),
-        ("rcv_wnd", ctypes.c_uint32),
-        ("data_len", ctypes.c_uint16),
-        ("_pad", ctypes.c_uint16),
-    ]
-
-
-class NetRetransmitEvent(ctypes.Structure):
-    _fields_ = [
-        ("hdr", EventHeader),
-        ("conn_id", ctypes.c_uint64),
-        ("state", ctypes.c_int32),
-        ("err", ctypes.c_int32),
-    ]
-
-
-class FutexWaitEvent(ctypes.Structure):
-    _fields_ = [
-        ("hdr", EventHeader),
-        ("uaddr", ctypes.c_uint64),
-        ("duration_ns", ctypes.c_uint64),
-        ("ip", ctypes.c_uint64),
-        ("waker_ip", ctypes.c_uint64),
-        ("stack_id", ctypes.c_int32),
-        ("waker_stack_id", ctypes.c_int32),
-        ("waker_tid", ctypes.c_uint32),
-        ("op", ctypes.c_uint32),
-        ("val", ctypes.c_uint32),
-        ("ret", ctypes.c_int32),
-        ("nscan", ctypes.c_uint16),
-        ("waker_nscan", ctypes.c_uint16),
-        ("flags", ctypes.c_uint32),
-        ("scan", ctypes.c_uint64 * LOCK_SCAN_HITS),
-        ("waker_scan", ctypes.c_uint64 * LOCK_SCAN_HITS),
-    ]
-
-
-class OffcpuEvent(ctypes.Structure):
-    _fields_ = [
-        ("hdr", EventHeader),
-        ("blocked_ns", ctypes.c_uint64),
-        ("runq_ns", ctypes.c_uint64),
-        ("reason", ctypes.c_uint32),
-        ("waker_tid", ctypes.c_uint32),
-        ("waker_stack_id", ctypes.c_int32),
-        ("waker_pid", ctypes.c_uint32),
-    ]
-
-
-class GpuCallEvent(ctypes.Structure):
-    _fields_ = [
-        ("hdr", EventHeader),
-        ("exit_ns", ctypes.c_uint64),
-        ("bytes", ctypes.c_uint64),
-        ("addr", ctypes.c_uint64),
-        ("ret", ctypes.c_int32),
-        ("function", ctypes.c_uint16),
-        ("copy_kind", ctypes.c_uint8),
-        ("pad", ctypes.c_uint8),
-    ]
-
-
-class GpuLaunchesEvent(ctypes.Structure):
-    _fields_ = [
-        ("hdr", EventHeader),
-        ("last_ns", ctypes.c_uint64),
-        ("launch_ns", ctypes.c_uint64),
-        ("kernels", ctypes.c_uint32),
-        ("graphs", ctypes.c_uint32),
-        ("reason", ctypes.c_uint16),
-        ("pad16", ctypes.c_uint16),
-        ("pad32", ctypes.c_uint32),
-    ]
-
-
-class GpuFenceEvent(ctypes.Structure):
-    _fields_ = [
-        ("hdr", EventHeader),
-        ("exit_ns", ctypes.c_uint64),
-        ("context", ctypes.c_uint64),
-        ("seqno", ctypes.c_uint64),
-    ]
-
-
-class GpuDrmEvent(ctypes.Structure):
-    _fields_ = [
-        ("hdr", EventHeader),
-        ("what", ctypes.c_uint32),
-        ("pad", ctypes.c_uint32),
-    ]
-
-
-STRUCT_FOR_TYPE: dict[EventType, type[ctypes.Structure]] = {
-    EventType.CONN_OPEN: ConnEvent,
-    EventType.CONN_CLOSE: ConnEvent,
-    EventType.SOCK_READ: IoEvent,
-    EventType.SOCK_WRITE: IoEvent,
-    EventType.USDT: UsdtEvent,
-    EventType.CPU_SAMPLE: StackSampleEvent,
-    EventType.OFFCPU_SAMPLE: StackSampleEvent,
-    EventType.NET_XMIT: NetXmitEvent,
-    EventType.NET_ACK: NetAckEvent,
-    EventType.NET_RETRANSMIT: NetRetransmitEvent,
-    EventType.FUTEX_WAIT: FutexWaitEvent,
-    EventType.OFFCPU: OffcpuEvent,
-    EventType.GPU_CALL: GpuCallEvent,
-    EventType.GPU_LAUNCHES: GpuLaunchesEvent,
-    EventType.GPU_FENCE_WAIT: GpuFenceEvent,
-    EventType.GPU_DRM_JOB: GpuDrmEvent,
-}
+from enum import IntEnum
+from typing import Any, TypeVar
+
+from inferprobe.collector.layout_generated import (
+    COUNTER_MAX,
+    EVENT_NAME_MAX_BYTES,
+    GPU_FN_FIRST_COPY,
+    GPU_FN_FIRST_MEMORY,
+    GPU_FN_FIRST_QUERY,
+    GPU_FN_FIRST_WAIT,
+    GPU_FN_MAX,
+    INFERPROBE_LAYOUT_VERSION,
+    LOCK_COUNTER_MAX,
+    LOCK_SCAN_HITS,
+    MODEL_MAX_BYTES,
+    NET_DEV_NAME_BYTES,
+    PATH_MAX_BYTES,
+    STACK_COUNTER_MAX,
+    USDT_MAX_ARGS,
+    ConnEvent,
+    Counter,
+    EventHeader,
+    EventType,
+    FutexWaitEvent,
+    FutexWaitFlag,
+    GpuCallEvent,
+    GpuCopyKind,
+    GpuDrmEvent,
+    GpuDrmWhat,
+    GpuFenceEvent,
+    GpuFlushReason,
+    GpuFunction,
+    GpuLaunchesEvent,
+    HttpFlag,
+    HttpKind,
+    HttpMethod,
+    IoEvent,
+    LockCounter,
+    NetAckEvent,
+    NetFlag,
+    NetRetransmitEvent,
+    NetVia,
+    NetXmitEvent,
+    OffcpuEvent,
+    OffcpuReason,
+    OffcpuValue,
+    StackCounter,
+    StackFlag,
+    StackKey,
+    StackSampleEvent,
+    UsdtEvent,
+    UsdtProbe,
+)
+
+__all__ = [
+    # layouts (collector/layout_generated.py)
+    "COUNTER_MAX", "EVENT_NAME_MAX_BYTES", "GPU_FN_FIRST_COPY", "GPU_FN_FIRST_MEMORY",
+    "GPU_FN_FIRST_QUERY", "GPU_FN_FIRST_WAIT", "GPU_FN_MAX", "LAYOUT_VERSION", "LOCK_COUNTER_MAX",
+    "LOCK_SCAN_HITS", "MODEL_MAX_BYTES", "NET_DEV_NAME_BYTES", "PATH_MAX_BYTES", "STACK_COUNTER_MAX",
+    "STACK_FLAG_PREEMPTED", "USDT_MAX_ARGS", "ConnEvent", "Counter", "EventHeader", "EventType",
+    "FutexWaitEvent", "FutexWaitFlag", "GpuCallEvent", "GpuCopyKind", "GpuDrmEvent", "GpuDrmWhat",
+    "GpuFenceEvent", "GpuFlushReason", "GpuFunction", "GpuLaunchesEvent", "HttpFlag", "HttpKind",
+    "HttpMethod", "IoEvent", "LockCounter", "NetAckEvent", "NetFlag", "NetRetransmitEvent", "NetVia",
+    "NetXmitEvent", "OffcpuEvent", "OffcpuReason", "OffcpuValue", "StackCounter", "StackFlag", "StackKey",
+    "StackSampleEvent", "UsdtEvent", "UsdtProbe",
+    # decoding
+    "DECODERS", "ConnRecord", "DecodeError", "Event", "FutexWaitRecord", "GpuCallRecord", "GpuDrmRecord",
+    "GpuFenceRecord", "GpuLaunchesRecord", "GpuRecord", "IoRecord", "NetAckRecord", "NetRecord",
+    "NetRetransmitRecord", "NetXmitRecord", "OffcpuRecord", "StackSampleRecord", "UsdtRecord", "decode",
+    "event_type_of",
+]
+
+LAYOUT_VERSION = INFERPROBE_LAYOUT_VERSION
+STACK_FLAG_PREEMPTED = StackFlag.PREEMPTED
 
 
 class DecodeError(ValueError):
@@ -669,130 +321,35 @@ Event = (ConnRecord | IoRecord | UsdtRecord | StackSampleRecord | NetXmitRecord 
          | NetRetransmitRecord | FutexWaitRecord | OffcpuRecord | GpuRecord)
 
 
-def _enum_or_error(enum_type, value: int, what: str):
+E = TypeVar("E", bound=IntEnum)
+
+
+def member(enum_type: type[E], value: int, field: str) -> E:
+    """The one policy for a value outside its C enum: the event is undecodable."""
     if value not in enum_type._value2member_map_:
-        raise DecodeError(f"unknown {what} {value}")
+        raise DecodeError(f"{field} {value} is not a {enum_type.__name__} of this layout")
     return enum_type(value)
 
 
-def _decode_gpu(etype: EventType, ev) -> GpuRecord:
+def _text(raw: bytes, length: int, limit: int) -> str | None:
+    """A name the kernel copied (printable ASCII by construction), or None when empty."""
+    return raw[: min(length, limit)].decode("ascii", "replace") or None
+
+
+def _conn(etype: EventType, ev: Any) -> ConnRecord:
     hdr = ev.hdr
-    if etype == EventType.GPU_CALL:
-        function = _enum_or_error(GpuFunction, ev.function, "GPU function")
-        is_copy = 32 <= function < 48
-        return GpuCallRecord(
-            type=etype, pid=hdr.pid, tid=hdr.tid, ts_ns=hdr.ts_ns, exit_ns=ev.exit_ns,
-            function=function, ret=ev.ret, bytes=ev.bytes, addr=ev.addr,
-            copy_kind=(GpuCopyKind(ev.copy_kind) if ev.copy_kind in GpuCopyKind._value2member_map_
-                       else GpuCopyKind.DEFAULT) if is_copy else None,
-        )
-    if etype == EventType.GPU_LAUNCHES:
-        return GpuLaunchesRecord(
-            type=etype, pid=hdr.pid, tid=hdr.tid, ts_ns=hdr.ts_ns, last_ns=ev.last_ns,
-            launch_ns=ev.launch_ns, kernels=ev.kernels, graphs=ev.graphs,
-            reason=_enum_or_error(GpuFlushReason, ev.reason, "launch flush reason"),
-        )
-    if etype == EventType.GPU_FENCE_WAIT:
-        return GpuFenceRecord(type=etype, pid=hdr.pid, tid=hdr.tid, ts_ns=hdr.ts_ns,
-                              exit_ns=ev.exit_ns, context=ev.context, seqno=ev.seqno)
-    return GpuDrmRecord(type=etype, pid=hdr.pid, tid=hdr.tid, ts_ns=hdr.ts_ns,
-                        what=_enum_or_error(GpuDrmWhat, ev.what, "DRM event"))
+    return ConnRecord(type=etype, pid=hdr.pid, tid=hdr.tid, ts_ns=hdr.ts_ns, conn_id=ev.conn_id, fd=ev.fd,
+                      family=ev.family, peer_port=ev.peer_port, peer_addr=bytes(ev.peer_addr))
 
 
-def event_type_of(raw: bytes) -> EventType:
-    if len(raw) < ctypes.sizeof(EventHeader):
-        raise DecodeError(f"event of {len(raw)} bytes is shorter than its header")
-    value = int.from_bytes(raw[:4], "little")
-    try:
-        return EventType(value)
-    except ValueError:
-        raise DecodeError(f"unknown event type {value}") from None
-
-
-def decode(raw: bytes) -> Event:
-    """Decodes one event exactly as the kernel wrote it."""
-    etype = event_type_of(raw)
-    struct = STRUCT_FOR_TYPE[etype]
-    if len(raw) < ctypes.sizeof(struct):
-        raise DecodeError(
-            f"{etype.name} event has {len(raw)} bytes, expected {ctypes.sizeof(struct)}"
-        )
-    ev = struct.from_buffer_copy(raw[: ctypes.sizeof(struct)])
+def _io(etype: EventType, ev: Any) -> IoRecord:
     hdr = ev.hdr
-    if EventType.GPU_CALL <= etype <= EventType.GPU_DRM_JOB:
-        return _decode_gpu(etype, ev)
-    if struct is ConnEvent:
-        return ConnRecord(
-            type=etype,
-            pid=hdr.pid,
-            tid=hdr.tid,
-            ts_ns=hdr.ts_ns,
-            conn_id=ev.conn_id,
-            fd=ev.fd,
-            family=ev.family,
-            peer_port=ev.peer_port,
-            peer_addr=bytes(ev.peer_addr),
-        )
-    if struct is StackSampleEvent:
-        return StackSampleRecord(
-            type=etype,
-            pid=hdr.pid,
-            tid=hdr.tid,
-            ts_ns=hdr.ts_ns,
-            user_stack_id=ev.user_stack_id,
-            kernel_stack_id=ev.kernel_stack_id,
-            flags=ev.flags,
-            weight=ev.weight,
-        )
-    if struct is UsdtEvent:
-        if ev.probe not in UsdtProbe._value2member_map_:
-            raise DecodeError(f"unknown USDT probe {ev.probe}")
-        return UsdtRecord(
-            type=etype,
-            pid=hdr.pid,
-            tid=hdr.tid,
-            ts_ns=hdr.ts_ns,
-            probe=UsdtProbe(ev.probe),
-            args=tuple(ev.args[: min(ev.nargs, USDT_MAX_ARGS)]),
-        )
-    if struct is NetXmitEvent:
-        return NetXmitRecord(
-            type=etype, pid=hdr.pid, ts_ns=hdr.ts_ns, queue_ns=ev.queue_ns, conn_id=ev.conn_id,
-            len=ev.len, rc=ev.rc,
-            via=NetVia(ev.via) if ev.via in NetVia._value2member_map_ else NetVia.WRITE,
-            flags=NetFlag(ev.flags), dev=ev.dev.decode("latin-1"),
-        )
-    if struct is NetAckEvent:
-        return NetAckRecord(
-            type=etype, pid=hdr.pid, ts_ns=hdr.ts_ns, conn_id=ev.conn_id, snd_nxt=ev.snd_nxt,
-            snd_una=ev.snd_una, snd_cwnd=ev.snd_cwnd, ssthresh=ev.ssthresh, snd_wnd=ev.snd_wnd,
-            srtt_us=ev.srtt_us, rcv_wnd=ev.rcv_wnd, data_len=ev.data_len,
-        )
-    if struct is NetRetransmitEvent:
-        return NetRetransmitRecord(type=etype, pid=hdr.pid, ts_ns=hdr.ts_ns, conn_id=ev.conn_id,
-                                   state=ev.state, err=ev.err)
-    if struct is FutexWaitEvent:
-        return FutexWaitRecord(
-            type=etype, pid=hdr.pid, tid=hdr.tid, ts_ns=hdr.ts_ns, duration_ns=ev.duration_ns,
-            uaddr=ev.uaddr, op=ev.op, val=ev.val, ret=ev.ret, flags=FutexWaitFlag(ev.flags),
-            ip=ev.ip, stack_id=ev.stack_id, scan=tuple(ev.scan[: min(ev.nscan, LOCK_SCAN_HITS)]),
-            waker_tid=ev.waker_tid, waker_ip=ev.waker_ip, waker_stack_id=ev.waker_stack_id,
-            waker_scan=tuple(ev.waker_scan[: min(ev.waker_nscan, LOCK_SCAN_HITS)]),
-        )
-    if struct is OffcpuEvent:
-        if ev.reason not in OffcpuReason._value2member_map_:
-            raise DecodeError(f"unknown off-CPU reason {ev.reason}")
-        return OffcpuRecord(
-            type=etype, pid=hdr.pid, tid=hdr.tid, ts_ns=hdr.ts_ns, blocked_ns=ev.blocked_ns,
-            runq_ns=ev.runq_ns, reason=OffcpuReason(ev.reason), waker_pid=ev.waker_pid,
-            waker_tid=ev.waker_tid, waker_stack_id=ev.waker_stack_id,
-        )
-    kind = HttpKind(ev.kind) if ev.kind in HttpKind._value2member_map_ else HttpKind.DATA
+    kind = member(HttpKind, ev.kind, "HTTP kind")
     flags = HttpFlag(ev.flags)
     method = None
     path = None
     if kind == HttpKind.REQUEST:
-        method = HttpMethod(ev.method).name if ev.method in HttpMethod._value2member_map_ else None
+        method = member(HttpMethod, ev.method, "HTTP method").name
         path = ev.path[: ev.path_len].decode("latin-1") if ev.path_len else "/"
     return IoRecord(
         type=etype,
@@ -820,6 +377,130 @@ def decode(raw: bytes) -> Event:
     )
 
 
-def _text(raw: bytes, length: int, limit: int) -> str | None:
-    """A name the kernel copied (printable ASCII by construction), or None when empty."""
-    return raw[: min(length, limit)].decode("ascii", "replace") or None
+def _usdt(etype: EventType, ev: Any) -> UsdtRecord:
+    hdr = ev.hdr
+    return UsdtRecord(type=etype, pid=hdr.pid, tid=hdr.tid, ts_ns=hdr.ts_ns,
+                      probe=member(UsdtProbe, ev.probe, "USDT probe"),
+                      args=tuple(ev.args[: min(ev.nargs, USDT_MAX_ARGS)]))
+
+
+def _stack_sample(etype: EventType, ev: Any) -> StackSampleRecord:
+    hdr = ev.hdr
+    return StackSampleRecord(type=etype, pid=hdr.pid, tid=hdr.tid, ts_ns=hdr.ts_ns,
+                             user_stack_id=ev.user_stack_id, kernel_stack_id=ev.kernel_stack_id,
+                             flags=ev.flags, weight=ev.weight)
+
+
+def _net_xmit(etype: EventType, ev: Any) -> NetXmitRecord:
+    hdr = ev.hdr
+    return NetXmitRecord(type=etype, pid=hdr.pid, ts_ns=hdr.ts_ns, queue_ns=ev.queue_ns, conn_id=ev.conn_id,
+                         len=ev.len, rc=ev.rc, via=member(NetVia, ev.via, "segment source"),
+                         flags=NetFlag(ev.flags), dev=ev.dev.decode("latin-1"))
+
+
+def _net_ack(etype: EventType, ev: Any) -> NetAckRecord:
+    hdr = ev.hdr
+    return NetAckRecord(type=etype, pid=hdr.pid, ts_ns=hdr.ts_ns, conn_id=ev.conn_id, snd_nxt=ev.snd_nxt,
+                        snd_una=ev.snd_una, snd_cwnd=ev.snd_cwnd, ssthresh=ev.ssthresh, snd_wnd=ev.snd_wnd,
+                        srtt_us=ev.srtt_us, rcv_wnd=ev.rcv_wnd, data_len=ev.data_len)
+
+
+def _net_retransmit(etype: EventType, ev: Any) -> NetRetransmitRecord:
+    hdr = ev.hdr
+    return NetRetransmitRecord(type=etype, pid=hdr.pid, ts_ns=hdr.ts_ns, conn_id=ev.conn_id,
+                               state=ev.state, err=ev.err)
+
+
+def _futex_wait(etype: EventType, ev: Any) -> FutexWaitRecord:
+    hdr = ev.hdr
+    return FutexWaitRecord(
+        type=etype, pid=hdr.pid, tid=hdr.tid, ts_ns=hdr.ts_ns, duration_ns=ev.duration_ns,
+        uaddr=ev.uaddr, op=ev.op, val=ev.val, ret=ev.ret, flags=FutexWaitFlag(ev.flags),
+        ip=ev.ip, stack_id=ev.stack_id, scan=tuple(ev.scan[: min(ev.nscan, LOCK_SCAN_HITS)]),
+        waker_tid=ev.waker_tid, waker_ip=ev.waker_ip, waker_stack_id=ev.waker_stack_id,
+        waker_scan=tuple(ev.waker_scan[: min(ev.waker_nscan, LOCK_SCAN_HITS)]),
+    )
+
+
+def _offcpu(etype: EventType, ev: Any) -> OffcpuRecord:
+    hdr = ev.hdr
+    return OffcpuRecord(type=etype, pid=hdr.pid, tid=hdr.tid, ts_ns=hdr.ts_ns, blocked_ns=ev.blocked_ns,
+                        runq_ns=ev.runq_ns, reason=member(OffcpuReason, ev.reason, "off-CPU reason"),
+                        waker_pid=ev.waker_pid, waker_tid=ev.waker_tid, waker_stack_id=ev.waker_stack_id)
+
+
+def _gpu_call(etype: EventType, ev: Any) -> GpuCallRecord:
+    hdr = ev.hdr
+    function = member(GpuFunction, ev.function, "GPU function")
+    is_copy = GPU_FN_FIRST_COPY <= function < GPU_FN_FIRST_MEMORY
+    return GpuCallRecord(
+        type=etype, pid=hdr.pid, tid=hdr.tid, ts_ns=hdr.ts_ns, exit_ns=ev.exit_ns,
+        function=function, ret=ev.ret, bytes=ev.bytes, addr=ev.addr,
+        copy_kind=member(GpuCopyKind, ev.copy_kind, "copy kind") if is_copy else None,
+    )
+
+
+def _gpu_launches(etype: EventType, ev: Any) -> GpuLaunchesRecord:
+    hdr = ev.hdr
+    return GpuLaunchesRecord(type=etype, pid=hdr.pid, tid=hdr.tid, ts_ns=hdr.ts_ns, last_ns=ev.last_ns,
+                             launch_ns=ev.launch_ns, kernels=ev.kernels, graphs=ev.graphs,
+                             reason=member(GpuFlushReason, ev.reason, "launch flush reason"))
+
+
+def _gpu_fence(etype: EventType, ev: Any) -> GpuFenceRecord:
+    hdr = ev.hdr
+    return GpuFenceRecord(type=etype, pid=hdr.pid, tid=hdr.tid, ts_ns=hdr.ts_ns,
+                          exit_ns=ev.exit_ns, context=ev.context, seqno=ev.seqno)
+
+
+def _gpu_drm(etype: EventType, ev: Any) -> GpuDrmRecord:
+    hdr = ev.hdr
+    return GpuDrmRecord(type=etype, pid=hdr.pid, tid=hdr.tid, ts_ns=hdr.ts_ns,
+                        what=member(GpuDrmWhat, ev.what, "DRM event"))
+
+
+@dataclass(frozen=True)
+class Decoder:
+    """How one event type is read: the struct the kernel wrote, and its record."""
+
+    struct: type[ctypes.Structure]
+    record: Callable[[EventType, Any], Event]
+
+
+# Which struct each event type carries and how it becomes a record. A new
+# event type is one line here (and its struct in bpf/inferprobe.h); a type
+# missing here fails tests/collector/test_event_layout.py.
+DECODERS: dict[EventType, Decoder] = {
+    EventType.CONN_OPEN: Decoder(ConnEvent, _conn),
+    EventType.CONN_CLOSE: Decoder(ConnEvent, _conn),
+    EventType.SOCK_READ: Decoder(IoEvent, _io),
+    EventType.SOCK_WRITE: Decoder(IoEvent, _io),
+    EventType.USDT: Decoder(UsdtEvent, _usdt),
+    EventType.CPU_SAMPLE: Decoder(StackSampleEvent, _stack_sample),
+    EventType.OFFCPU_SAMPLE: Decoder(StackSampleEvent, _stack_sample),
+    EventType.NET_XMIT: Decoder(NetXmitEvent, _net_xmit),
+    EventType.NET_ACK: Decoder(NetAckEvent, _net_ack),
+    EventType.NET_RETRANSMIT: Decoder(NetRetransmitEvent, _net_retransmit),
+    EventType.FUTEX_WAIT: Decoder(FutexWaitEvent, _futex_wait),
+    EventType.OFFCPU: Decoder(OffcpuEvent, _offcpu),
+    EventType.GPU_CALL: Decoder(GpuCallEvent, _gpu_call),
+    EventType.GPU_LAUNCHES: Decoder(GpuLaunchesEvent, _gpu_launches),
+    EventType.GPU_FENCE_WAIT: Decoder(GpuFenceEvent, _gpu_fence),
+    EventType.GPU_DRM_JOB: Decoder(GpuDrmEvent, _gpu_drm),
+}
+
+
+def event_type_of(raw: bytes) -> EventType:
+    if len(raw) < ctypes.sizeof(EventHeader):
+        raise DecodeError(f"event of {len(raw)} bytes is shorter than its header")
+    return member(EventType, int.from_bytes(raw[:4], "little"), "event type")
+
+
+def decode(raw: bytes) -> Event:
+    """Decodes one event exactly as the kernel wrote it."""
+    etype = event_type_of(raw)
+    decoder = DECODERS[etype]
+    size = ctypes.sizeof(decoder.struct)
+    if len(raw) < size:
+        raise DecodeError(f"{etype.name} event has {len(raw)} bytes, expected {size}")
+    return decoder.record(etype, decoder.struct.from_buffer_copy(raw[:size]))

@@ -12,7 +12,14 @@ from __future__ import annotations
 import re
 from enum import StrEnum
 
-from inferprobe.collector.events import GpuCopyKind, GpuFunction
+from inferprobe.collector.events import (
+    GPU_FN_FIRST_COPY,
+    GPU_FN_FIRST_MEMORY,
+    GPU_FN_FIRST_QUERY,
+    GPU_FN_FIRST_WAIT,
+    GpuCopyKind,
+    GpuFunction,
+)
 
 
 class Category(StrEnum):
@@ -29,13 +36,13 @@ class Library(StrEnum):
 
 
 def category(fn: GpuFunction) -> Category:
-    if fn < 16:
+    if fn < GPU_FN_FIRST_WAIT:
         return Category.LAUNCH
-    if fn < 32:
+    if fn < GPU_FN_FIRST_COPY:
         return Category.WAIT
-    if fn < 48:
+    if fn < GPU_FN_FIRST_MEMORY:
         return Category.COPY
-    if fn < 60:
+    if fn < GPU_FN_FIRST_QUERY:
         return Category.MEMORY
     return Category.QUERY
 

@@ -1,76 +1,46 @@
 """Contract: collector/events.py decodes exactly what bpf/inferprobe.h lays out.
 
-Compiles a small C program that includes the header with the host compiler
-and prints sizes, offsets and enum values; compares them with the ctypes
-mirrors. Needs no root.
+The mirrors are generated from the header's DWARF (scripts/gen_layout.py);
+this test checks them another way: it compiles a small C program that
+includes the header with the host compiler and prints sizeof / offsetof of
+every mirrored struct and the value of every mirrored enum member, flag and
+constant, then compares. Needs no root. That the mirror holds everything the
+header declares is tests/collector/test_layout_generated.py's part.
 """
 
 from __future__ import annotations
 
 import ctypes
+import enum
+import re
 import shutil
 import subprocess
 
 import pytest
 
-from inferprobe.collector import events
+from inferprobe.collector import events, layout_generated
 from inferprobe.collector.loader import BPF_DIR
 
 CC = shutil.which("cc") or shutil.which("gcc")
 
+
+def _c_struct_name(class_name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", class_name).lower()  # IoEvent -> io_event
+
+
 STRUCTS = {
-    "event_header": events.EventHeader,
-    "conn_event": events.ConnEvent,
-    "io_event": events.IoEvent,
-    "usdt_event": events.UsdtEvent,
-    "stack_key": events.StackKey,
-    "offcpu_value": events.OffcpuValue,
-    "stack_sample_event": events.StackSampleEvent,
-    "net_xmit_event": events.NetXmitEvent,
-    "net_ack_event": events.NetAckEvent,
-    "net_retransmit_event": events.NetRetransmitEvent,
-    "futex_wait_event": events.FutexWaitEvent,
-    "offcpu_event": events.OffcpuEvent,
-    "gpu_call_event": events.GpuCallEvent,
-    "gpu_launches_event": events.GpuLaunchesEvent,
-    "gpu_fence_event": events.GpuFenceEvent,
-    "gpu_drm_event": events.GpuDrmEvent,
+    _c_struct_name(name): value for name, value in vars(layout_generated).items()
+    if isinstance(value, type) and issubclass(value, ctypes.Structure) and value is not ctypes.Structure
 }
 
-# Every member of these Python enums must exist in the header under
-# PREFIX + member name, with the same value; a member added on one side
-# only fails the test.
-ENUM_PREFIXES = {
-    "EVENT_": events.EventType,
-    "HTTP_KIND_": events.HttpKind,
-    "HTTP_FLAG_": events.HttpFlag,
-    "COUNTER_": events.Counter,
-    "USDT_": events.UsdtProbe,
-    "STACK_COUNTER_": events.StackCounter,
-    "NET_VIA_": events.NetVia,
-    "NET_FLAG_": events.NetFlag,
-    "FUTEX_WAIT_FLAG_": events.FutexWaitFlag,
-    "OFFCPU_": events.OffcpuReason,
-    "LOCK_COUNTER_": events.LockCounter,
-    "GPU_FN_": events.GpuFunction,
-    "GPU_COPY_": events.GpuCopyKind,
-    "GPU_FLUSH_": events.GpuFlushReason,
-    "GPU_DRM_": events.GpuDrmWhat,
-}
-
-ENUMS = {
-    **{prefix + member.name: member for prefix, enum in ENUM_PREFIXES.items() for member in enum},
-    **{f"HTTP_METHOD_{m.name}": m for m in events.HttpMethod if m.name != "UNKNOWN"},
-    "COUNTER_MAX": events.COUNTER_MAX,
-    "USDT_MAX_ARGS": events.USDT_MAX_ARGS,
-    "STACK_COUNTER_MAX": events.STACK_COUNTER_MAX,
-    "STACK_FLAG_PREEMPTED": events.STACK_FLAG_PREEMPTED,
-    "GPU_FN_MAX": events.GPU_FN_MAX,
-    "INFERPROBE_LAYOUT_VERSION": events.LAYOUT_VERSION,
-    "PATH_MAX_BYTES": events.PATH_MAX_BYTES,
-    "NET_DEV_NAME_BYTES": events.NET_DEV_NAME_BYTES,
-    "LOCK_SCAN_HITS": events.LOCK_SCAN_HITS,
-    "LOCK_COUNTER_MAX": events.LOCK_COUNTER_MAX,
+# Every enum member, flag and constant of the mirror, under its C name.
+ENUMS: dict[str, int] = {
+    **{layout_generated.C_PREFIXES[cls.__name__] + member.name: member
+       for cls in vars(layout_generated).values()
+       if isinstance(cls, type) and issubclass(cls, enum.Enum) and cls.__module__ == layout_generated.__name__
+       for member in cls},
+    **{name: value for name, value in vars(layout_generated).items()
+       if name.isupper() and isinstance(value, int)},
 }
 
 
@@ -102,6 +72,13 @@ def c_layout(tmp_path_factory) -> dict[str, int]:
     return result
 
 
+def test_the_mirror_covers_the_events_and_their_enums():
+    # A guard on the two tables above: an empty mirror would pass the rest.
+    assert {"event_header", "io_event", "usdt_event", "gpu_call_event", "stack_key"} <= set(STRUCTS)
+    assert {"EVENT_SOCK_WRITE", "HTTP_FLAG_EVENT_STREAM", "GPU_FN_CU_MEMCPY", "COUNTER_MAX",
+            "INFERPROBE_LAYOUT_VERSION", "WINDOW_OVERLAP"} <= set(ENUMS)
+
+
 @pytest.mark.parametrize("name", list(STRUCTS))
 def test_struct_sizes_and_offsets_match(c_layout, name):
     struct = STRUCTS[name]
@@ -115,6 +92,12 @@ def test_enum_values_match(c_layout, name):
     assert int(ENUMS[name]) == c_layout[f"value {name}"]
 
 
+def test_every_event_type_has_a_decoder_of_a_struct_opening_with_the_header():
+    assert set(events.DECODERS) == set(events.EventType)
+    for decoder in events.DECODERS.values():
+        assert decoder.struct._fields_[0] == ("hdr", events.EventHeader)
+
+
 def test_decode_rejects_short_and_unknown_events():
     with pytest.raises(events.DecodeError):
         events.decode(b"\x03\x00")
@@ -123,3 +106,34 @@ def test_decode_rejects_short_and_unknown_events():
     short_io = (3).to_bytes(4, "little") + bytes(50)
     with pytest.raises(events.DecodeError):
         events.decode(short_io)
+
+
+def _io_write(**fields) -> bytes:
+    e = events.IoEvent()
+    e.hdr.type = events.EventType.SOCK_WRITE
+    for name, value in fields.items():
+        setattr(e, name, value)
+    return bytes(e)
+
+
+@pytest.mark.parametrize("raw, what", [
+    (_io_write(kind=9), "HTTP kind 9"),
+    (_io_write(kind=events.HttpKind.REQUEST, method=200), "HTTP method 200"),
+])
+def test_a_value_outside_its_enum_makes_the_event_undecodable(raw, what):
+    with pytest.raises(events.DecodeError, match=what):
+        events.decode(raw)
+
+
+def test_unknown_flag_bits_are_kept_not_rejected():
+    e = events.NetXmitEvent()
+    e.hdr.type, e.via, e.flags = events.EventType.NET_XMIT, events.NetVia.WRITE, 0x0101
+    record = events.decode(bytes(e))
+    assert events.NetFlag.RETRANSMIT in record.flags and int(record.flags) == 0x0101
+
+
+def test_an_unknown_segment_source_is_undecodable_too():
+    e = events.NetXmitEvent()
+    e.hdr.type, e.via = events.EventType.NET_XMIT, 0
+    with pytest.raises(events.DecodeError, match="segment source 0"):
+        events.decode(bytes(e))
