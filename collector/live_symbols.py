@@ -4,16 +4,16 @@
 recording (probe_sets/locks.py); a live view cannot wait for the stop, so
 this resolves each address the first time a wait mentions it, from the
 target's own maps and ELF files, and reads frame-pointer stacks straight
-from the kernel's stack map. Same interface as analyzers.locks.Symbols, so
-the classifier does not know which one it has.
+from the kernel's stack map. Same interface as lock_symbols.Symbols (the
+recorded names), so the classifier does not know which one it has.
 """
 
 from __future__ import annotations
 
 import time
 
-from inferprobe.analyzers.locks import Symbols
 from inferprobe.collector import cpython_runtime, userstack
+from inferprobe.collector.lock_symbols import Symbols
 from inferprobe.collector.probe_sets.locks import read_stack
 
 MAPS_REREAD_S = 1.0
