@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from inferprobe.collector import shared_constants
+
 REPO = Path(__file__).resolve().parent.parent
 SERVERS = REPO / "tests" / "servers"
 sys.path.insert(0, str(SERVERS))
@@ -176,12 +178,12 @@ def bytes_moved(events: list, pid: int) -> list:
     return [e for e in events if isinstance(e, IoRecord) and e.pid == pid and e.bytes > 0]
 
 
-# How far the kernel scans a long write for SSE "data:" lines (bpf/sock.bpf.c,
-# next_body_window): windows of 512 bytes, each starting 32 before the one
-# before ends (480 * k to 480 * k + 512), a plain write's first 24 after the
-# head, a vectored write's first 12.
-SSE_WINDOW, SSE_WINDOW_STEP = 512, 480
-SSE_SCANNED_BYTES = {False: SSE_WINDOW + 24 * SSE_WINDOW_STEP, True: SSE_WINDOW + 12 * SSE_WINDOW_STEP}
+# How far the kernel scans a long write for SSE "data:" lines: windows of
+# SSE_WINDOW bytes at SSE_WINDOW_STEP * k (collector/shared_constants.py, from
+# bpf/inferprobe.h), keyed by whether the write is vectored.
+SSE_WINDOW, SSE_WINDOW_STEP = shared_constants.SSE_WINDOW_BYTES, shared_constants.SSE_WINDOW_STEP
+SSE_SCANNED_BYTES = {False: shared_constants.SSE_SCANNED_BYTES_PLAIN,
+                     True: shared_constants.SSE_SCANNED_BYTES_VECTORED}
 
 
 def sse_events_counted(write: bytes, vectored: bool) -> int:

@@ -1,0 +1,71 @@
+"""The copies of the shared constants that cannot import them say the same numbers.
+
+collector/shared_constants.py holds each number once; Python imports it. The
+alert rule, the dashboard, the README and the header's own comments restate
+some of them as text: a change on one side only fails here.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import yaml
+
+from inferprobe.collector import shared_constants as shared
+
+REPO = Path(__file__).resolve().parents[2]
+ALERTS = REPO / "deploy" / "prometheus" / "alerts.yml"
+ALERT_TESTS = REPO / "deploy" / "prometheus" / "alerts_test.yml"
+DASHBOARD = REPO / "deploy" / "grafana" / "inferprobe-dashboard.json"
+
+THRESHOLD = shared.MUTEX_WAIT_THRESHOLD
+PERCENT = f"{round(100 * THRESHOLD)} %"
+
+
+def _mutex_rule() -> dict:
+    rules = [r for g in yaml.safe_load(ALERTS.read_text())["groups"] for r in g["rules"]]
+    (rule,) = [r for r in rules if "inferprobe_mutex_wait_ratio" in r["expr"]]
+    return rule
+
+
+def test_the_alert_rule_fires_above_the_threshold_and_says_it():
+    rule = _mutex_rule()
+    assert rule["expr"].strip().endswith(f"> {THRESHOLD}")
+    assert rule["annotations"]["summary"].endswith(f"(> {PERCENT})")
+
+
+def test_the_alert_rule_unit_test_straddles_the_threshold():
+    (case,) = [t for t in yaml.safe_load(ALERT_TESTS.read_text())["tests"] if "mutex" in t["name"]]
+    assert str(THRESHOLD) in case["name"]
+    (firing,) = [a for a in case["alert_rule_test"] if a["exp_alerts"]]
+    assert firing["exp_alerts"][0]["exp_annotations"]["summary"].endswith(f"(> {PERCENT})")
+
+
+def test_the_dashboard_panel_counts_requests_above_the_threshold():
+    panels = json.loads(DASHBOARD.read_text())["panels"]
+    (panel,) = [p for p in panels
+                if any("inferprobe_mutex_wait_ratio_bucket" in t["expr"] for t in p["targets"])]
+    assert f"ratio > {THRESHOLD}" in panel["title"]
+    # the panel reads the histogram's cumulative bucket at the threshold: it must be an edge
+    assert all(f'le="{THRESHOLD}"' in t["expr"] for t in panel["targets"])
+
+
+def test_python_takes_the_threshold_from_the_shared_module():
+    from inferprobe.analyzers import locks
+    from inferprobe.exporters import metrics
+
+    assert locks.DEFAULT_MUTEX_THRESHOLD == THRESHOLD
+    assert THRESHOLD in metrics.RATIO_BUCKETS
+
+
+def test_the_window_geometry_in_prose_is_the_kernels():
+    readme = " ".join((REPO / "README.md").read_text().split())
+    assert (f"over its first {shared.SSE_SCANNED_BYTES_PLAIN:,} bytes "
+            f"({shared.SSE_SCANNED_BYTES_VECTORED:,} for a vectored write)") in readme
+    assert f"overlapping the one before by {shared.WINDOW_OVERLAP} bytes" in readme
+    header = " ".join(re.sub(r"\n\s*\* ", " ", (REPO / "bpf" / "inferprobe.h").read_text()).split())
+    assert (f"{shared.SCAN_HEAD_BYTES} + {shared.MAX_BODY_WINDOWS} * {shared.SSE_WINDOW_STEP} "
+            f"= {shared.SSE_SCANNED_BYTES_PLAIN} bytes") in header
+    assert f"fit in the 33 the kernel allows: {shared.SSE_SCANNED_BYTES_VECTORED} bytes" in header
