@@ -27,9 +27,10 @@ from enum import StrEnum
 from inferprobe.analyzers.cadence import percentile
 from inferprobe.collector.events import FutexWaitFlag, FutexWaitRecord, OffcpuReason, OffcpuRecord
 from inferprobe.collector.lock_symbols import Symbols
+from inferprobe.collector.shared_constants import MUTEX_WAIT_THRESHOLD
 from inferprobe.collector.timeline import DecodeStep, Request, WaitInterval
 
-DEFAULT_MUTEX_THRESHOLD = 0.37
+DEFAULT_MUTEX_THRESHOLD = MUTEX_WAIT_THRESHOLD
 FUTEX_LOCK_PI = 6
 FUTEX_LOCK_PI2 = 13
 FUTEX_WAIT = 0

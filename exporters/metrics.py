@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from inferprobe.collector.errors import InferprobeError
 from inferprobe.collector.events import UsdtProbe, UsdtRecord
+from inferprobe.collector.shared_constants import MUTEX_WAIT_THRESHOLD
 from inferprobe.collector.timeline import Outcome, Request
 from inferprobe.exporters.spans import output_tokens, phases
 
@@ -28,9 +29,9 @@ TPOT_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1
 DURATION_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92)
 # Inter-token gaps are usually shorter than time per output token's buckets resolve.
 ITL_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.5)
-# 0.37 is the design card's mutex-wait alert threshold: a bucket edge, so the
+# The design card's mutex-wait alert threshold is a bucket edge, so the
 # share of requests above it is exact.
-RATIO_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.37, 0.5, 0.75, 0.9, 1.0)
+RATIO_BUCKETS = (0.05, 0.1, 0.2, 0.3, MUTEX_WAIT_THRESHOLD, 0.5, 0.75, 0.9, 1.0)
 STALL_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 
 MAX_ENDPOINTS = 64
