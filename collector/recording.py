@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from inferprobe.collector.errors import RecordingProblem
+from inferprobe.collector.events import LAYOUT_VERSION
 from inferprobe.collector.ringbuf_format import iter_ring_records
 
 MAGIC = b"INFPRB\r\n"
@@ -174,6 +175,27 @@ def iter_events(payload: bytes) -> Iterator[bytes]:
         raise ValueError("trailing bytes after the last event")
 
 
+def check_layout(path: Path, meta: dict) -> None:
+    """Refuses events of a layout newer than this inferprobe's decoders.
+
+    The file format can stay the same while the events inside change
+    (bpf/inferprobe.h's INFERPROBE_LAYOUT_VERSION, written by `record` as
+    meta.layout_version): decoding a newer layout with today's structs would
+    read fields at the wrong offsets. An older layout, or none stated, is read
+    as today: events shorter than today's struct are counted as undecodable
+    (layout 2 only appended fields to io_event)."""
+    layout = meta.get("layout_version")
+    if layout is None:
+        return
+    if not isinstance(layout, int) or isinstance(layout, bool):
+        raise RecordingProblem(f"{path} has a corrupt header (layout_version {layout!r} is not a number)")
+    if layout > LAYOUT_VERSION:
+        raise RecordingProblem(
+            f"{path} holds events of layout {layout}, newer than the layout {LAYOUT_VERSION} this "
+            "inferprobe reads: upgrade inferprobe to read it"
+        )
+
+
 def read_recording(path: str | os.PathLike) -> Recording:
     """Reads every intact record; a torn tail is reported in .problem."""
     path = Path(path)
@@ -200,6 +222,7 @@ def read_recording(path: str | os.PathLike) -> Recording:
             meta = json.loads(meta_raw)
         except (ValueError, UnicodeDecodeError):
             raise RecordingProblem(f"{path} has a corrupt header (metadata unreadable)") from None
+        check_layout(path, meta)
         rec = Recording(path=path, meta=meta)
         offset = FILE_HEADER.size + meta_len
         while True:

@@ -1,10 +1,12 @@
 """Recording files: round trip, torn tails, corruption and newer versions."""
 
 import struct
+import subprocess
 
 import pytest
 
 from inferprobe.collector.errors import RecordingProblem
+from inferprobe.collector.events import LAYOUT_VERSION
 from inferprobe.collector.recording import (
     FILE_HEADER,
     FORMAT_VERSION,
@@ -13,6 +15,7 @@ from inferprobe.collector.recording import (
     read_recording,
 )
 
+from conftest import inferprobe_cmd
 from factories import request, sse_chunk
 
 
@@ -89,3 +92,41 @@ def test_missing_file(tmp_path):
 def test_header_layout_is_stable():
     assert FILE_HEADER.size == 16 and MAGIC == b"INFPRB\r\n"
     assert struct.calcsize("<IHHI") == 12
+
+
+ONE_REQUEST = request(1)
+
+
+def _recording_of_layout(path, layout):
+    w = RecordingWriter(path, {"host": "test", "layout_version": layout})
+    w.add_event(ONE_REQUEST)
+    w.close({})
+    return path
+
+
+def test_a_newer_event_layout_is_refused_naming_both_layouts(tmp_path):
+    path = _recording_of_layout(tmp_path / "new.ipr", LAYOUT_VERSION + 1)
+    with pytest.raises(RecordingProblem) as err:
+        read_recording(path)
+    message = str(err.value)
+    assert f"layout {LAYOUT_VERSION + 1}, newer than the layout {LAYOUT_VERSION}" in message
+    assert "upgrade inferprobe" in message and "\n" not in message
+
+
+@pytest.mark.parametrize("layout", [LAYOUT_VERSION, LAYOUT_VERSION - 1, None])
+def test_the_current_and_older_layouts_are_read_as_today(tmp_path, layout):
+    rec = read_recording(_recording_of_layout(tmp_path / "r.ipr", layout))
+    assert rec.events == [ONE_REQUEST] and rec.complete
+
+
+def test_a_layout_version_that_is_not_a_number_is_a_corrupt_header(tmp_path):
+    with pytest.raises(RecordingProblem, match="corrupt header"):
+        read_recording(_recording_of_layout(tmp_path / "r.ipr", "2"))
+
+
+def test_report_on_a_newer_layout_exits_non_zero_with_one_sentence(tmp_path):
+    path = _recording_of_layout(tmp_path / "new.ipr", LAYOUT_VERSION + 1)
+    done = subprocess.run(inferprobe_cmd("report", str(path)), capture_output=True, text=True, timeout=60)
+    assert done.returncode == RecordingProblem.exit_code
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"newer than the layout {LAYOUT_VERSION}" in lines[0], done.stderr
