@@ -12,12 +12,12 @@ Pure functions over Request timelines; no I/O.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from inferprobe.analyzers.decompose import PHASES, phases_ns
 from inferprobe.analyzers.itl_phases import ITL_PHASES, gaps_at_percentiles
+from inferprobe.analyzers.ttft_percentiles import DECOMPOSITION_PERCENTILES, requests_at_ttft_percentiles
 from inferprobe.collector.timeline import Request
 
 SOURCE_USDT = "usdt"
@@ -68,7 +68,7 @@ class RequestRef:
 @dataclass(frozen=True)
 class PercentileBreakdown:
     label: str  # "p50", "p90", "p99"
-    request: RequestRef  # the request at that nearest-rank percentile of TTFT
+    request: RequestRef  # the request at that percentile of TTFT (analyzers/ttft_percentiles.py)
     ttft_ns: int
     phases: tuple[tuple[str, int], ...]  # clipped to TTFT; sums to ttft_ns
 
@@ -111,10 +111,15 @@ class Breakdown:
     itl: tuple[ItlBreakdown, ...] = ()  # empty without USDT probes: ITL cannot be split
 
 
-PERCENTILES = (("p50", 50), ("p90", 90), ("p99", 99))
+PERCENTILES = tuple((f"p{q}", q) for q in DECOMPOSITION_PERCENTILES)
 
 
-def break_down(requests: Sequence[Request], slowest: int = 10) -> Breakdown:
+def break_down(requests: Sequence[Request], at_ttft: Mapping[int, Request] | None = None,
+               slowest: int = 10) -> Breakdown:
+    """at_ttft: the request at each TTFT percentile, as the report model chose them
+    (analyzers/ttft_percentiles.py; chosen here by the same rule when not given)."""
+    if at_ttft is None:
+        at_ttft = requests_at_ttft_percentiles(requests)
     split = []
     for r in requests:
         if r.ttft_ns is None:
@@ -130,13 +135,15 @@ def break_down(requests: Sequence[Request], slowest: int = 10) -> Breakdown:
     seen = {name for _, _, phases in split for name, _ns in phases}
     names = [p for p in PHASES if p in seen]
     by_ttft = sorted(split, key=lambda x: (x[0].ttft_ns, x[0].conn, x[0].t_ingress_ns))
+    phases_of = {id(r): phases for r, _, phases in split}
     breakdowns = []
     for label, q in PERCENTILES:
-        rank = max(1, math.ceil(q / 100 * len(by_ttft)))
-        r, _, phases = by_ttft[rank - 1]
+        r = at_ttft.get(q)
+        if r is None or id(r) not in phases_of:
+            continue
         breakdowns.append(
             PercentileBreakdown(label=label, request=RequestRef.of(r), ttft_ns=r.ttft_ns,
-                                phases=tuple(clip_phases(phases, r.ttft_ns)))
+                                phases=tuple(clip_phases(phases_of[id(r)], r.ttft_ns)))
         )
     rows = []
     for r, _, phases in reversed(by_ttft[-slowest:]):

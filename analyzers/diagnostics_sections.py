@@ -10,8 +10,9 @@ measured directly; none is estimated.
 
 from __future__ import annotations
 
-from inferprobe.analyzers import network as net
-from inferprobe.analyzers.findings import Finding, ms
+import dataclasses
+
+from inferprobe.analyzers.findings import Finding
 from inferprobe.analyzers.sections import (
     AnalysisInput,
     AnalyzerResult,
@@ -20,6 +21,7 @@ from inferprobe.analyzers.sections import (
     probe_set_present,
     source_states,
 )
+from inferprobe.analyzers.units import ms_text
 
 ANCHOR_LOCKS = "analyzer-locks"
 ANCHOR_NETWORK = "analyzer-network"
@@ -39,7 +41,8 @@ def locks(inp: AnalysisInput) -> AnalyzerResult | None:
     total_span = sum(s.span_ns for _, s in spans)
     total_wait = sum(s.lock_wait_ns for _, s in spans)
     rows = tuple(
-        (f"{lk.pid}:{lk.uaddr:#x}", lk.kind.value, str(lk.waits), ms(lk.total_wait_ns), ms(lk.p99_wait_ns),
+        (f"{lk.pid}:{lk.uaddr:#x}", lk.kind.value, str(lk.waits), ms_text(lk.total_wait_ns),
+         ms_text(lk.p99_wait_ns),
          " < ".join(lk.waiter_frames[:3]) or "-", " < ".join(lk.waker_frames[:3]) or "-")
         for lk in analysis.locks[:10]
     )
@@ -47,8 +50,8 @@ def locks(inp: AnalysisInput) -> AnalyzerResult | None:
         anchor=ANCHOR_LOCKS,
         title="Lock contention",
         summary=(f"mutex.wait.ratio above {analysis.threshold:.2f} in {len(flagged)} of {len(spans)} "
-                 f"requests; serving threads spent {ms(total_wait)} of {ms(total_span)} request time "
-                 "acquiring locks or the GIL (waits for work on a condition variable are handoff, "
+                 f"requests; serving threads spent {ms_text(total_wait)} of {ms_text(total_span)} request "
+                 "time acquiring locks or the GIL (waits for work on a condition variable are handoff, "
                  "not contention)."),
         sources=source_states(meta, ["locks"]),
         tables=(Table(caption="Most contended locks", columns=(
@@ -81,15 +84,14 @@ def locks(inp: AnalysisInput) -> AnalyzerResult | None:
 
 
 def network(inp: AnalysisInput) -> AnalyzerResult | None:
-    meta, conns = inp.recording.meta, inp.network
+    meta, conns, found = inp.recording.meta, inp.network, inp.network_findings
     if not probe_set_present(meta, "network") or conns is None:
         return None
     rows = []
     for c in conns:
         d = c.write_to_wire()
         rows.append((str(c.conn_id), "?" if c.nodelay is None else ("on" if c.nodelay else "off"),
-                     str(len(c.writes)), str(c.coalesced_writes), ms(d.p50), ms(d.p99)))
-    found = net.findings(conns)
+                     str(len(c.writes)), str(c.coalesced_writes), ms_text(d.p50), ms_text(d.p99)))
     section = AnalyzerSection(
         anchor=ANCHOR_NETWORK,
         title="Network: write to wire",
@@ -99,7 +101,8 @@ def network(inp: AnalysisInput) -> AnalyzerResult | None:
         tables=(Table(caption="Connections", columns=(
             "conn", "TCP_NODELAY", "writes", "coalesced", "write->wire p50", "write->wire p99"),
             rows=tuple(rows)),) if rows else (),
-        notes=tuple(f"{f.kind} on connection {f.conn_id}: {f.summary}; fix: {f.fix}" for f in found),
+        notes=tuple(f"{f.kind} on connection {f.conn_id}: {f.sentence}; fix: {f.recommendation}"
+                    for f in found),
     )
     streaming = {r.conn: r for r in inp.requests if r.token_ns}
     findings = []
@@ -110,15 +113,9 @@ def network(inp: AnalysisInput) -> AnalyzerResult | None:
         stream_ns = sum(r.token_ns[-1] - r.token_ns[0] for r in reqs)
         if c.conn_id not in streaming or not stream_ns:
             continue
-        findings.append(Finding(
-            kind=f"network.{f.kind}",
-            share=min(1.0, delay / stream_ns),
-            of="streaming time",
-            sentence=f"connection {f.conn_id}: {f.summary}",
-            recommendation=f.fix,
-            evidence=ANCHOR_NETWORK,
-            source="network",
-        ))
+        ranked = f.ranked_as(f"network.{f.kind}", min(1.0, delay / stream_ns), "streaming time",
+                             ANCHOR_NETWORK)
+        findings.append(dataclasses.replace(ranked, sentence=f"connection {f.conn_id}: {f.sentence}"))
     return AnalyzerResult(section=section, findings=tuple(findings))
 
 
@@ -129,7 +126,7 @@ def gpu(inp: AnalysisInput) -> AnalyzerResult | None:
     meta, summary = inp.recording.meta, inp.gpu
     if not probe_set_present(meta, "gpu") or summary is None:
         return None
-    rows = tuple((name, str(f.calls), ms(f.total_ns), ms(f.p99_ns)) for name, f in
+    rows = tuple((name, str(f.calls), ms_text(f.total_ns), ms_text(f.p99_ns)) for name, f in
                  sorted(summary.functions.items(), key=lambda kv: -(kv[1].total_ns or 0))[:12])
     section = AnalyzerSection(
         anchor=ANCHOR_GPU,
@@ -138,15 +135,13 @@ def gpu(inp: AnalysisInput) -> AnalyzerResult | None:
         sources=source_states(meta, ["gpu"]),
         tables=(Table(caption="CUDA calls", columns=("function", "calls", "total", "p99"), rows=rows),)
         if rows else (),
-        notes=tuple(f.message for f in summary.findings),
+        notes=tuple(f.sentence for f in summary.findings),
     )
     findings = []
     share = summary.step_wait_share
     for f in summary.findings:
         if f.kind == "sync_bound" and share is not None:
-            findings.append(Finding(kind="gpu.sync_bound", share=min(1.0, share), of="decode step time",
-                                    sentence=f.message,
-                                    recommendation="the CPU waits for the GPU: batch more requests per "
-                                                   "step or use a faster GPU",
-                                    evidence=ANCHOR_GPU, source="gpu"))
+            findings.append(f.ranked_as("gpu.sync_bound", min(1.0, share), "decode step time", ANCHOR_GPU,
+                                        recommendation="the CPU waits for the GPU: batch more requests "
+                                                       "per step or use a faster GPU"))
     return AnalyzerResult(section=section, findings=tuple(findings))

@@ -30,6 +30,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from inferprobe.analyzers.cadence import Distribution, percentile
+from inferprobe.analyzers.findings import Finding
 from inferprobe.collector import gpu_catalog
 from inferprobe.collector.events import (
     EventType,
@@ -109,13 +110,6 @@ class StepGpu:
 
 
 @dataclass(frozen=True)
-class GpuFinding:
-    kind: str  # "sync_bound", "launch_bound", "alloc_churn", "cuda_errors"
-    message: str
-    value: float
-
-
-@dataclass(frozen=True)
 class GpuSummary:
     sources: dict
     functions: dict[str, FunctionSummary]
@@ -124,12 +118,20 @@ class GpuSummary:
     steps_from: str | None  # "decode_steps" (USDT) or "gpu_cycles", None without any
     steps: list[StepGpu]
     fence_waits: Distribution
-    findings: list[GpuFinding] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)  # kinds: see findings()
 
     @property
     def step_wait_share(self) -> float | None:
         total = sum(s.duration_ns for s in self.steps)
         return sum(s.wait_ns for s in self.steps) / total if total else None
+
+    @property
+    def step_waits(self) -> Distribution:
+        return Distribution.of([s.wait_ns for s in self.steps])
+
+    @property
+    def step_launches(self) -> Distribution:
+        return Distribution.of([s.launches for s in self.steps])
 
 
 # -- helpers -------------------------------------------------------------------
@@ -415,8 +417,13 @@ def request_gpu(requests: list[Request], index: _ThreadIndex, end_ns: int) -> li
 # -- findings ------------------------------------------------------------------------
 
 
+def _gpu_finding(kind: str, sentence: str, value: float) -> Finding:
+    return Finding(kind=kind, sentence=sentence, source="gpu", value=value)
+
+
 def findings(summary_steps: list[StepGpu], steps_from: str | None, functions: dict[str, FunctionSummary],
-             processes: list[ProcessSummary], calls: list[GpuCallRecord]) -> list[GpuFinding]:
+             processes: list[ProcessSummary], calls: list[GpuCallRecord]) -> list[Finding]:
+    """sync_bound, launch_bound (value: the steps' wait share), alloc_churn, cuda_errors (value: a count)."""
     out = []
     what = "decode steps" if steps_from == "decode_steps" else "GPU cycles (launches up to the next wait)"
     steps = [s for s in summary_steps if s.duration_ns > 0]
@@ -431,26 +438,26 @@ def findings(summary_steps: list[StepGpu], steps_from: str | None, functions: di
                 waits[gpu_catalog.name(c.function)] += c.duration_ns
         top = max(waits, key=waits.get) if waits else "GPU waits"
         if share >= SYNC_BOUND_SHARE:
-            out.append(GpuFinding(
+            out.append(_gpu_finding(
                 "sync_bound",
                 f"{what} spend {share:.0%} of their time in {top}: the CPU side is waiting on the GPU, "
                 "batching more requests per step would use that time", share))
         elif share < LAUNCH_BOUND_SHARE and per_step >= LAUNCH_BOUND_LAUNCHES and graphs == 0:
-            out.append(GpuFinding(
+            out.append(_gpu_finding(
                 "launch_bound",
                 f"launch gaps dominate: {what} spend only {share:.0%} of their time waiting on the GPU "
                 f"and make {per_step:.0f} kernel launches each: CPU-bound scheduling, consider CUDA graphs",
                 share))
     churn = sum(p.allocations["during_requests"] for p in processes)
     if churn:
-        out.append(GpuFinding(
+        out.append(_gpu_finding(
             "alloc_churn",
             f"{churn} GPU memory allocations while requests were in flight: allocating during serving "
             "adds latency; pre-allocate or use a caching allocator", churn))
     errors = {f.name: f.errors for f in functions.values() if f.errors}
     if errors:
         worst = max(errors, key=errors.get)
-        out.append(GpuFinding(
+        out.append(_gpu_finding(
             "cuda_errors",
             f"{sum(errors.values())} CUDA calls returned an error ({worst}: {errors[worst]}); "
             "failed calls take the error path, so their timings say little about the GPU",
@@ -499,38 +506,3 @@ def summarize_gpu(events: list[GpuRecord], snapshot: dict | None, requests: list
         fence_waits=Distribution.of(fences),
         findings=findings(step_list, steps_from, functions, processes, calls),
     )
-
-
-# -- JSON (docs/report-json.md, "gpu") ---------------------------------------------------
-
-
-def gpu_json(g: GpuSummary) -> dict:
-    waits = [s.wait_ns for s in g.steps]
-    return {
-        "sources": g.sources,
-        "functions": {name: {
-            "library": f.library, "category": f.category, "calls": f.calls, "nested": f.nested,
-            "errors": f.errors, "total_ns": f.total_ns, "p99_ns": f.p99_ns, "p99_from": f.p99_from,
-            "bytes": f.bytes if f.category in ("copy", "memory") else None,
-        } for name, f in g.functions.items()},
-        "processes": [{
-            "pid": p.pid, "launches": p.launches, "graph_launches": p.graph_launches,
-            "launches_per_s": p.launches_per_s, "wait_ns": p.wait_ns, "wait_share": p.wait_share,
-            "wait_tid": p.wait_tid, "copies": p.copies, "allocations": p.allocations,
-        } for p in g.processes],
-        "steps": {
-            "from": g.steps_from,
-            "count": len(g.steps),
-            "wait_share": g.step_wait_share,
-            "wait_ns": Distribution.of(waits).as_dict(),
-            "launches": Distribution.of([s.launches for s in g.steps]).as_dict(),
-            "graph_launches": sum(s.graph_launches for s in g.steps),
-        },
-        "fence_waits_ns": g.fence_waits.as_dict(),
-        "requests": [{
-            "request": r.index, "attributed_by": r.attributed_by, "gpu_wait_ns": r.gpu_wait_ns,
-            "gpu_launches": r.gpu_launches, "gpu_graph_launches": r.gpu_graph_launches,
-            "t_first_launch_ns": r.t_first_launch_ns, "launch_to_first_token_ns": r.launch_to_first_token_ns,
-        } for r in g.requests],
-        "findings": [{"kind": f.kind, "message": f.message, "value": f.value} for f in g.findings],
-    }

@@ -22,6 +22,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from inferprobe.analyzers.cadence import Distribution
+from inferprobe.analyzers.findings import Finding
+from inferprobe.analyzers.units import ms
 from inferprobe.collector.events import (
     Event,
     IoRecord,
@@ -320,19 +322,6 @@ def analyze(
 # -- findings ------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Finding:
-    kind: str  # nagle_coalescing, send_buffer_pressure, slow_reader, retransmits
-    conn_id: int
-    summary: str
-    evidence: dict
-    fix: str
-
-
-def _ms(ns: float | None) -> str:
-    return "-" if ns is None else f"{ns / 1e6:.1f} ms"
-
-
 def nagle_finding(c: ConnectionNetwork) -> Finding | None:
     """Small writes held until an ACK came back, with TCP_NODELAY not set."""
     if c.nodelay is True:
@@ -346,11 +335,12 @@ def nagle_finding(c: ConnectionNetwork) -> Finding | None:
     state = "off" if c.nodelay is False else f"unknown ({c.sockopt_unreadable})"
     return Finding(
         kind="nagle_coalescing",
+        source="network",
         conn_id=c.conn_id,
-        summary=(f"{len(held)} small writes waited for an ACK before leaving and {c.coalesced_writes} "
-                 f"left in a segment shared with another write; write->wire p99 {_ms(delays.p99)}, "
-                 f"TCP_NODELAY {state}"),
-        evidence={
+        sentence=(f"{len(held)} small writes waited for an ACK before leaving and {c.coalesced_writes} "
+                  "left in a segment shared with another write; write->wire p99 "
+                  f"{ms(delays.p99, places=1, unit=True)}, TCP_NODELAY {state}"),
+        figures={
             "nodelay": c.nodelay,
             "writes": len(c.writes),
             "held_until_ack": len(held),
@@ -359,9 +349,9 @@ def nagle_finding(c: ConnectionNetwork) -> Finding | None:
             "write_to_wire_max_ns": delays.max,
             "mss": mss,
         },
-        fix=("set TCP_NODELAY on the server's socket (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, 1); "
-             "uvicorn/aiohttp set it by default, a hand-written server or a proxy may not: nginx "
-             "'tcp_nodelay on' with 'proxy_buffering off' for event streams)"),
+        recommendation=("set TCP_NODELAY on the server's socket (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, "
+                        "1); uvicorn/aiohttp set it by default, a hand-written server or a proxy may not: "
+                        "nginx 'tcp_nodelay on' with 'proxy_buffering off' for event streams)"),
     )
 
 
@@ -375,19 +365,21 @@ def send_buffer_finding(c: ConnectionNetwork) -> Finding | None:
         return None
     return Finding(
         kind="send_buffer_pressure",
+        source="network",
         conn_id=c.conn_id,
-        summary=(f"{c.blocked_writes} writes blocked for >= {_ms(BLOCKED_WRITE_NS)}; not-sent bytes "
-                 f"peaked at {max(notsent, default=0)}, queued/send buffer up to {ratio:.0%}"),
-        evidence={
+        sentence=(f"{c.blocked_writes} writes blocked for >= {ms(BLOCKED_WRITE_NS, places=1, unit=True)}; "
+                  f"not-sent bytes peaked at {max(notsent, default=0)}, queued/send buffer up to "
+                  f"{ratio:.0%}"),
+        figures={
             "blocked_writes": c.blocked_writes,
             "notsent_bytes_max": max(notsent, default=None),
             "notsent_bytes_first_last": [notsent[0], notsent[-1]] if notsent else None,
             "wmem_queued_to_sndbuf_max": round(ratio, 3),
             "snd_buf": sndbuf[-1] if sndbuf else None,
         },
-        fix=("the peer or the path takes bytes slower than the server makes them: find the slow "
-             "reader (see slow_reader) or the bottleneck link; a larger SO_SNDBUF only hides it, and "
-             "TCP_NOTSENT_LOWAT keeps the backlog (and the latency it adds) small"),
+        recommendation=("the peer or the path takes bytes slower than the server makes them: find the "
+                        "slow reader (see slow_reader) or the bottleneck link; a larger SO_SNDBUF only "
+                        "hides it, and TCP_NOTSENT_LOWAT keeps the backlog (and the latency it adds) small"),
     )
 
 
@@ -399,13 +391,14 @@ def slow_reader_finding(c: ConnectionNetwork) -> Finding | None:
         return None
     return Finding(
         kind="slow_reader",
+        source="network",
         conn_id=c.conn_id,
-        summary=(f"the client's receive window was closed in {zero} of {len(windows)} incoming "
-                 f"segments; sending was receive-window limited for {rwnd_limited / 1000:.1f} ms"),
-        evidence={"zero_window_acks": zero, "acks": len(windows),
+        sentence=(f"the client's receive window was closed in {zero} of {len(windows)} incoming "
+                  f"segments; sending was receive-window limited for {rwnd_limited / 1000:.1f} ms"),
+        figures={"zero_window_acks": zero, "acks": len(windows),
                   "min_peer_window": min(windows, default=None), "rwnd_limited_us": rwnd_limited},
-        fix=("the client reads its socket too slowly: make it read as events arrive (no blocking "
-             "work in the read loop), or give it a larger receive buffer"),
+        recommendation=("the client reads its socket too slowly: make it read as events arrive (no blocking "
+                        "work in the read loop), or give it a larger receive buffer"),
     )
 
 
@@ -415,11 +408,12 @@ def retransmit_finding(c: ConnectionNetwork) -> Finding | None:
         return None
     return Finding(
         kind="retransmits",
+        source="network",
         conn_id=c.conn_id,
-        summary=f"{max(c.retransmits, total)} segments were retransmitted: each costs at least an RTT",
-        evidence={"retransmit_events": c.retransmits, "tcp_info_retrans_total": total},
-        fix=("packets are lost between server and client: check interface and qdisc drops "
-             "(ip -s link, tc -s qdisc) and the path; retransmissions are not the server's doing"),
+        sentence=f"{max(c.retransmits, total)} segments were retransmitted: each costs at least an RTT",
+        figures={"retransmit_events": c.retransmits, "tcp_info_retrans_total": total},
+        recommendation=("packets are lost between server and client: check interface and qdisc drops "
+                        "(ip -s link, tc -s qdisc) and the path; retransmissions are not the server's doing"),
     )
 
 
@@ -428,58 +422,3 @@ FINDERS = (nagle_finding, send_buffer_finding, slow_reader_finding, retransmit_f
 
 def findings(conns: list[ConnectionNetwork]) -> list[Finding]:
     return [f for c in conns for finder in FINDERS if (f := finder(c)) is not None]
-
-
-# -- JSON ----------------------------------------------------------------------
-
-
-def tcp_info_json(c: ConnectionNetwork) -> dict | None:
-    if not c.samples:
-        return None
-    last = c.samples[-1]["tcp_info"]
-    keys = ("rtt_us", "rttvar_us", "min_rtt_us", "cwnd", "ssthresh", "mss", "unacked",
-            "notsent_bytes", "retrans_total", "delivery_rate_Bps", "snd_buf", "wmem_queued",
-            "peer_window", "rwnd_limited_us", "sndbuf_limited_us", "bytes_sent", "bytes_acked")
-    out = {k: last.get(k) for k in keys}
-    out["notsent_bytes_max"] = max(c.tcp_info_series("notsent_bytes"), default=None)
-    out["samples"] = len(c.samples)
-    out["local"] = last.get("local")
-    out["peer"] = last.get("peer")
-    return out
-
-
-def connection_json(c: ConnectionNetwork) -> dict:
-    return {
-        "conn_id": c.conn_id,
-        "pid": c.pid,
-        "fd": c.fd,
-        "nodelay": c.nodelay,
-        "cork": c.cork,
-        "sockopt_unreadable": c.sockopt_unreadable,
-        "writes": len(c.writes),
-        "writes_on_wire": len(c.matched),
-        "writes_left_unseen": c.unseen_writes,
-        "segments": c.segments,
-        "coalesced_writes": c.coalesced_writes,
-        "ack_released_writes": c.ack_released_writes,
-        "blocked_writes": c.blocked_writes,
-        "write_to_wire_ns": c.write_to_wire().as_dict(),
-        "retransmits": c.retransmits,
-        "zero_window_acks": sum(1 for a in c.acks if a.snd_wnd == 0),
-        "header_bytes": c.header_bytes,
-        "tcp_info": tcp_info_json(c),
-    }
-
-
-def finding_json(f: Finding) -> dict:
-    return {"kind": f.kind, "conn_id": f.conn_id, "summary": f.summary, "evidence": f.evidence,
-            "fix": f.fix}
-
-
-def network_json(conns: list[ConnectionNetwork], snapshot: dict | None, active: bool) -> dict:
-    return {
-        "traced": active,
-        "sample_errors": (snapshot or {}).get("sample_errors", []),
-        "connections": [connection_json(c) for c in conns],
-        "findings": [finding_json(f) for f in findings(conns)],
-    }

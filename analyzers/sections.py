@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from inferprobe.analyzers.gpu import GpuSummary
     from inferprobe.analyzers.locks import LockAnalysis
     from inferprobe.analyzers.network import ConnectionNetwork
+    from inferprobe.flamegraphs.profile import Profile
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,7 @@ class AnalysisInput:
     # (None when the recording has nothing for them).
     locks: LockAnalysis | None = None
     network: list[ConnectionNetwork] | None = None
+    network_findings: Sequence[Finding] = ()  # analyzers/network.py's, once for every output
     gpu: GpuSummary | None = None
 
 
@@ -60,6 +62,16 @@ class BarChart:
 
 
 @dataclass(frozen=True)
+class FlameGraph:
+    """A flame graph for the HTML report to draw (reports/flame_html.py): the
+    folded stacks and their titles. Analysis keeps the stacks; drawing is the
+    renderer's, so the analyzers never make markup."""
+
+    profile: Profile
+    recording_path: str  # for the caption's `inferprobe flamegraph PATH` command
+
+
+@dataclass(frozen=True)
 class AnalyzerSection:
     anchor: str  # id in the HTML, target of Finding.evidence
     title: str
@@ -68,12 +80,9 @@ class AnalyzerSection:
     tables: tuple[Table, ...] = ()
     charts: tuple[BarChart, ...] = ()
     notes: tuple[str, ...] = ()  # caveats: what this data cannot tell
-    # A picture drawn by inferprobe's own renderer (flamegraphs/svg.py via
-    # analyzers/stacks_section.py), pasted into the HTML unescaped: trusted
-    # markup, so never fill it from anything but that renderer (its frame
-    # names are escaped there). Markdown and the terminal show the tables instead.
-    svg: str | None = None
-    svg_caption: str = ""
+    # The HTML draws it (flamegraphs/svg.py via reports/flame_html.py); Markdown
+    # and the terminal show the tables instead. None: no stacks to draw.
+    flame: FlameGraph | None = None
 
 
 @dataclass(frozen=True)

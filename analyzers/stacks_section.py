@@ -1,24 +1,24 @@
 """The report's flame graph sections: on-CPU and off-CPU stacks (record
---profile / --offcpu), drawn by flamegraphs/svg.py and embedded in the HTML.
-
-The picture is capped: frames narrower than MIN_SHARE of the total are cut
-(fold.prune) before drawing, and the cut is raised while the SVG stays above
-MAX_SVG_BYTES, so a long deep profile cannot make the report unwieldy.
-`inferprobe flamegraph` draws the uncut graph. Markdown and the terminal show
-the capture facts and the heaviest frames by self weight instead.
+--profile / --offcpu): the capture facts, the heaviest frames by self weight,
+and the folded stacks, which the HTML report draws (reports/flame_html.py).
+Markdown and the terminal show the tables instead of the picture.
 """
 
 from __future__ import annotations
 
-from inferprobe.analyzers.sections import AnalysisInput, AnalyzerResult, AnalyzerSection, Table, source_states
-from inferprobe.flamegraphs import fold, svg
+from inferprobe.analyzers.sections import (
+    AnalysisInput,
+    AnalyzerResult,
+    AnalyzerSection,
+    FlameGraph,
+    Table,
+    source_states,
+)
+from inferprobe.flamegraphs import fold
 from inferprobe.flamegraphs.profile import KIND_TITLES, SETS, load, truncated_share
 
 ANCHORS = {"cpu": "analyzer-flame-cpu", "offcpu": "analyzer-flame-offcpu"}
-MIN_SHARES = (0.001, 0.005, 0.01, 0.05)  # tried in order until the SVG fits
-MAX_SVG_BYTES = 3_000_000
 TOP_FRAMES = 10
-SVG_WIDTH = 1200
 PYTHON_STATUS = {
     "perf-map": "named (the interpreter writes a perf map)",
     "unresolved": "unnamed: Python frames show as the interpreter's C functions",
@@ -91,28 +91,12 @@ def _top(kind: str, stacks: fold.Stacks, root_levels: int) -> Table:
                  rows=rows)
 
 
-def _draw(profile, path: str) -> tuple[str, str]:
-    """The SVG for the HTML and a sentence saying what was cut to fit."""
-    for share in MIN_SHARES:
-        stacks, dropped = fold.prune(profile.stacks, share)
-        text = svg.render(stacks, profile.title, profile.subtitle, profile.unit, width=SVG_WIDTH,
-                          root_levels=profile.root_levels)
-        if len(text) <= MAX_SVG_BYTES or share == MIN_SHARES[-1]:
-            break
-    cut = (f"{dropped:,} frames narrower than {share:.1%} of the total are left out (their weight stays "
-           "in the frame below them)" if dropped else "every frame drawn")
-    caption = (f"{cut}. Hover for weights, click to zoom, Search to highlight; "
-               f"`inferprobe flamegraph {path} --kind {profile.kind}` draws the whole graph.")
-    return svg.for_html(text), caption
-
-
 def _analyze(inp: AnalysisInput, kind: str) -> AnalyzerResult | None:
     snap = inp.recording.snapshots.get(SETS[kind])
     if snap is None:
         return None
     profile = load(inp.recording, kind)
     other = "offcpu" if kind == "cpu" else "cpu"
-    picture, caption = _draw(profile, str(inp.recording.path)) if profile.total else (None, "")
     if kind == "cpu":
         summary = ("Where the target threads ran on a CPU: each sample is a stack; a frame's width is "
                    "its share of all samples, the frames above it are what it called.")
@@ -126,6 +110,5 @@ def _analyze(inp: AnalysisInput, kind: str) -> AnalyzerResult | None:
         sources=source_states(inp.recording.meta, [SETS[kind], SETS[other]]),
         tables=(_facts(kind, snap, profile.stacks), _top(kind, profile.stacks, profile.root_levels)),
         notes=tuple(profile.notes),
-        svg=picture,
-        svg_caption=caption,
+        flame=FlameGraph(profile, str(inp.recording.path)) if profile.total else None,
     ))

@@ -15,8 +15,9 @@ from inferprobe.analyzers.breakdown import (
     Breakdown,
 )
 from inferprobe.analyzers.cadence import percentile
-from inferprobe.analyzers.findings import Finding, ms
+from inferprobe.analyzers.findings import Finding
 from inferprobe.analyzers.timeseries import TimeSeries
+from inferprobe.analyzers.units import ms_text
 from inferprobe.collector.probe_sets import OPT_IN_FLAGS
 from inferprobe.collector.timeline import Request
 
@@ -104,7 +105,7 @@ def ttft_phase_finding(decomp: Breakdown, series: TimeSeries | None,
         return None
     phase, phase_ns = p99.dominant()
     share = phase_ns / p99.ttft_ns
-    head = f"{round(share * 100)} % of p99 TTFT ({ms(phase_ns)} of {ms(p99.ttft_ns)})"
+    head = f"{round(share * 100)} % of p99 TTFT ({ms_text(phase_ns)} of {ms_text(p99.ttft_ns)})"
     median = _median_view(decomp, phase)
     queue = _queue_context(series)
     if decomp.source == SOURCE_SOCKETS:
@@ -142,8 +143,9 @@ def itl_stall_finding(requests: Sequence[Request], active: Collection[str] = ())
         return None
     sentence = (
         f"{round(share * 100)} % of streaming time is spent in {len(stalls)} of {len(gaps)} token gaps "
-        f"longer than {ms(threshold)} ({STALL_FACTOR:g}x the median inter-token latency of {ms(median)}); "
-        f"the longest is {ms(max(stalls))}."
+        f"longer than {ms_text(threshold)} ({STALL_FACTOR:g}x the median inter-token latency of "
+        f"{ms_text(median)}); "
+        f"the longest is {ms_text(max(stalls))}."
     )
     flags = record_again_with(active, ("locks", "offcpu"))
     see = (f"record again with {flags} to see what the decoding thread waited for" if flags else

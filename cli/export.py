@@ -28,12 +28,14 @@ Examples:
 def export(recording, otlp, wait_s, **opts) -> None:
     """Replay a recording's requests as OTLP traces, one per request."""
     rec = read_recording(recording)
-    # The same requests, tied to the server's USDT view, as `report` shows.
-    requests = build(rec).requests
+    # The same requests, tied to the server's USDT view, as `report` shows, with what
+    # the analyzers found about each (mutex.wait.ratio, lock and GPU waits).
+    model = build(rec)
+    requests = model.requests
     clock = WallClock.from_recording(rec.meta, rec.stats)
     shipper, where = make_shipper(rec.meta, clock, opts, live=False)
-    for req in requests:
-        shipper.submit(req, block=True)
+    for req, analysis in zip(requests, model.per_request, strict=True):
+        shipper.submit(req, block=True, analysis=analysis)
     stats = shipper.close(wait_s)
     click.echo(f"inferprobe: exported {stats.exported} of {len(requests)} requests to {where}"
                + (f"; {stats.dropped} not delivered" if stats.dropped else ""))

@@ -16,6 +16,7 @@ import errno
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from inferprobe.analyzers.request_analysis import NONE, RequestAnalysis
 from inferprobe.collector.errors import InferprobeError
 from inferprobe.collector.events import UsdtProbe, UsdtRecord
 from inferprobe.collector.shared_constants import MUTEX_WAIT_THRESHOLD
@@ -135,7 +136,8 @@ class Metrics:
     def request_started(self, pid: int) -> None:
         self.in_flight.labels(self.target(pid)).inc()
 
-    def request_finished(self, req: Request) -> None:
+    def request_finished(self, req: Request, analysis: RequestAnalysis = NONE) -> None:
+        """analysis: the report model's findings on it (replayed recordings); none live."""
         target = self.target(req.pid)
         self.in_flight.labels(target).dec()
         labels = (self._endpoint(req), self._model(req), status_class(req), target)
@@ -157,9 +159,8 @@ class Metrics:
             self.tpot.labels(*labels).observe((req.token_ns[-1] - req.token_ns[0]) / 1e9 / (n - 1))
         for name, start, end, _attrs in phases(req):
             self.phase.labels(*labels, name).observe((end - start) / 1e9)
-        ratio = getattr(req, "mutex_wait_ratio", None)
-        if ratio is not None:
-            self.mutex_ratio.labels(*labels).observe(float(ratio))
+        if analysis.mutex_wait_ratio is not None:
+            self.mutex_ratio.labels(*labels).observe(float(analysis.mutex_wait_ratio))
 
     # -- kernel and exporter counters ------------------------------------------------
     def set_totals(self, lost_events: int, otlp_dropped: int) -> None:

@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import unquote, urlparse
 
+from inferprobe.analyzers.request_analysis import NONE, RequestAnalysis
 from inferprobe.collector.errors import InferprobeError
 from inferprobe.collector.timeline import Request
 from inferprobe.exporters.clock import WallClock
@@ -255,7 +256,7 @@ class SpanShipper:
         self._resource_cls = Resource
         self._scope = InstrumentationScope("inferprobe", _version())
         self._ids = RandomIdGenerator()
-        self._queue: queue.Queue[Request] = queue.Queue(maxsize=queue_traces)
+        self._queue: queue.Queue[tuple[Request, RequestAnalysis]] = queue.Queue(maxsize=queue_traces)
         self._batch_traces = batch_traces
         self._batch_delay_s = batch_delay_s
         self._closing = threading.Event()
@@ -265,12 +266,13 @@ class SpanShipper:
         self._worker.start()
 
     # -- recording thread -------------------------------------------------------
-    def submit(self, req: Request, block: bool = False) -> bool:
-        """Queues one finished request; block=True (replay) waits for room instead of dropping."""
+    def submit(self, req: Request, block: bool = False, analysis: RequestAnalysis = NONE) -> bool:
+        """Queues one finished request; block=True (replay) waits for room instead of dropping.
+        analysis: the report model's findings on it (replay); none live."""
         with self._lock:
             self.stats.submitted += 1
         try:
-            self._queue.put(req, block=block)
+            self._queue.put((req, analysis), block=block)
             return True
         except queue.Full:
             with self._lock:
@@ -303,8 +305,8 @@ class SpanShipper:
             res = self._resources[pid] = self._resource_cls.create(self._resource_for_pid(pid))
         return res
 
-    def _next_batch(self) -> list[Request]:
-        batch: list[Request] = []
+    def _next_batch(self) -> list[tuple[Request, RequestAnalysis]]:
+        batch: list[tuple[Request, RequestAnalysis]] = []
         try:
             batch.append(self._queue.get(timeout=0.1))
         except queue.Empty:
@@ -329,8 +331,8 @@ class SpanShipper:
                     return
                 continue
             spans = []
-            for req in batch:
-                shape = request_trace(req, self._server, self._max_token_events)
+            for req, analysis in batch:
+                shape = request_trace(req, self._server, self._max_token_events, analysis=analysis)
                 spans.extend(to_readable_spans(shape, self._clock, self._resource(req.pid), self._scope,
                                                self._ids))
             try:

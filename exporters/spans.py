@@ -15,9 +15,11 @@ send them, so no prompt, completion or model name can appear.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from inferprobe.analyzers.decompose import phases_ns
+from inferprobe.analyzers.request_analysis import NONE, RequestAnalysis
 from inferprobe.collector.timeline import Outcome, Request, WaitInterval
 
 DEFAULT_MAX_TOKEN_EVENTS = 256
@@ -110,7 +112,7 @@ def error_type(req: Request) -> str | None:
     return None
 
 
-def root_attributes(req: Request, server: ServerInfo) -> dict[str, object]:
+def root_attributes(req: Request, server: ServerInfo, analysis: RequestAnalysis = NONE) -> dict[str, object]:
     attrs: dict[str, object] = {}
     op = operation_name(req.path)
     if op is not None:
@@ -138,9 +140,8 @@ def root_attributes(req: Request, server: ServerInfo) -> dict[str, object]:
     err = error_type(req)
     if err is not None:
         attrs["error.type"] = err
-    ratio = getattr(req, "mutex_wait_ratio", None)
-    if ratio is not None:
-        attrs["mutex.wait.ratio"] = float(ratio)
+    if analysis.mutex_wait_ratio is not None:
+        attrs["mutex.wait.ratio"] = float(analysis.mutex_wait_ratio)
     attrs.update({
         "inferprobe.outcome": req.outcome.value,
         "inferprobe.pid": req.pid,
@@ -173,7 +174,8 @@ def token_events(req: Request, bound: int) -> list[SpanEvent]:
     return events
 
 
-def wait_spans(name: str, intervals: list[WaitInterval] | None, bound: int) -> tuple[list[SpanShape], int]:
+def wait_spans(name: str, intervals: Sequence[WaitInterval] | None,
+               bound: int) -> tuple[list[SpanShape], int]:
     """The longest `bound` waits as child spans, in time order, and how many were left out."""
     if not intervals:
         return [], 0
@@ -192,7 +194,8 @@ def root_name(req: Request) -> str:
 
 def request_trace(req: Request, server: ServerInfo | None = None,
                   max_token_events: int = DEFAULT_MAX_TOKEN_EVENTS,
-                  max_wait_spans: int = MAX_WAIT_SPANS) -> SpanShape:
+                  max_wait_spans: int = MAX_WAIT_SPANS, analysis: RequestAnalysis = NONE) -> SpanShape:
+    """analysis: what the report model found about this request (recordings); none live."""
     server = server or ServerInfo()
     end = last_seen_ns(req)
     root = SpanShape(
@@ -200,15 +203,15 @@ def request_trace(req: Request, server: ServerInfo | None = None,
         start_ns=req.t_ingress_ns,
         end_ns=end,
         kind="server",
-        attributes=root_attributes(req, server),
+        attributes=root_attributes(req, server, analysis),
         events=token_events(req, max_token_events),
         error=error_type(req) is not None,
     )
     root.children = [SpanShape(name=name, start_ns=s, end_ns=e, kind="internal", attributes=attrs)
                      for name, s, e, attrs in phases(req)]
-    # Lock and GPU waits (recordings only: analyzers/report_data.build fills them), after the phases
-    for name, intervals, key in ((LOCK_WAIT_SPAN, req.lock_wait_intervals, "lock_waits"),
-                                 (GPU_WAIT_SPAN, req.gpu_wait_intervals, "gpu_waits")):
+    # Lock and GPU waits (recordings only: the report model's analysis has them), after the phases
+    for name, intervals, key in ((LOCK_WAIT_SPAN, analysis.lock_waits, "lock_waits"),
+                                 (GPU_WAIT_SPAN, analysis.gpu_waits, "gpu_waits")):
         spans, left_out = wait_spans(name, intervals, max_wait_spans)
         root.children += spans
         if intervals is not None:

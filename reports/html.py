@@ -23,7 +23,7 @@ from inferprobe.analyzers.verdict import (
     ANCHOR_OVER_TIME,
     ANCHOR_VERDICT,
 )
-from inferprobe.reports import charts, tables
+from inferprobe.reports import charts, flame_html, tables
 
 Progress = Callable[[str], None]
 
@@ -145,10 +145,11 @@ def _analyzer_section(sec: AnalyzerSection) -> str:
         cls = "on" if src.active else "off"
         parts.append(f'<li class="{cls}"><b>{_e(src.name)}</b>: {_e(src.detail)}</li>')
     parts.append("</ul>")
-    if sec.svg:
-        # trusted: only inferprobe's own flame graph renderer fills it (see AnalyzerSection.svg)
-        parts.append(f'<figure class="flame">{sec.svg}'
-                     f'<figcaption>{_e(sec.svg_caption)}</figcaption></figure>')
+    if sec.flame is not None:
+        # trusted markup: inferprobe's own flame graph renderer escapes every frame name
+        picture, caption = flame_html.draw(sec.flame)
+        parts.append(f'<figure class="flame">{picture}'
+                     f'<figcaption>{_e(caption)}</figcaption></figure>')
     parts.extend(render_table(t) for t in sec.tables)
     parts.extend(_figure(charts.bar_chart(c), c.title) for c in sec.charts)
     parts.extend(f'<p class="note">{_e(n)}</p>' for n in sec.notes)

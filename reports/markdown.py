@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from inferprobe.analyzers.report_data import ReportData
 from inferprobe.analyzers.sections import AnalyzerSection, Table
+from inferprobe.analyzers.units import ms
 from inferprobe.reports import tables
 
 
@@ -28,7 +29,7 @@ def _section(sec: AnalyzerSection) -> list[str]:
     for src in sec.sources:
         lines.append(f"- probe set `{src.name}`: {'active' if src.active else 'off'} — {src.detail}")
     lines.append("")
-    if sec.svg:
+    if sec.flame is not None:
         lines += ["The HTML report (`--format html`) draws this as an interactive flame graph; "
                   "the heaviest frames are below.", ""]
     for t in sec.tables:
@@ -78,8 +79,8 @@ def render_markdown(data: ReportData) -> str:
     if s is not None and data.requests:
         out += ["## Over time", ""]
         rows = tuple(
-            (f"{b.t_s:g}", f"{b.requests / s.bin_s:.1f}", tables.fmt_ms(b.itl_p50_ns),
-             tables.fmt_ms(b.itl_p99_ns))
+            (f"{b.t_s:g}", f"{b.requests / s.bin_s:.1f}", ms(b.itl_p50_ns),
+             ms(b.itl_p99_ns))
             for b in s.bins
         )
         out.extend(render_table(Table(caption=f"Per {s.bin_s:g} s bin",

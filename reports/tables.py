@@ -9,14 +9,11 @@ from inferprobe.analyzers.breakdown import SOURCE_SOCKETS, SOURCE_USDT
 from inferprobe.analyzers.cadence import CadenceSummary, Distribution
 from inferprobe.analyzers.report_data import ReportData
 from inferprobe.analyzers.sections import Table
-
-
-def fmt_ms(ns: float | None) -> str:
-    return "-" if ns is None else f"{ns / 1e6:.2f}"
+from inferprobe.analyzers.units import ms
 
 
 def _dist(name: str, d: Distribution) -> tuple[str, ...]:
-    return (name, str(d.count), fmt_ms(d.p50), fmt_ms(d.p90), fmt_ms(d.p99), fmt_ms(d.max))
+    return (name, str(d.count), ms(d.p50), ms(d.p90), ms(d.p99), ms(d.max))
 
 
 def latency_table(s: CadenceSummary, caption: str) -> Table:
@@ -33,8 +30,8 @@ def latency_table(s: CadenceSummary, caption: str) -> Table:
 
 def endpoint_table(data: ReportData) -> Table:
     rows = tuple(
-        (ep, str(s.requests), str(s.errors), fmt_ms(s.ttft_ns.p50), fmt_ms(s.ttft_ns.p99),
-         fmt_ms(s.itl_ns.p50), fmt_ms(s.itl_ns.p99), fmt_ms(s.e2e_ns.p50), fmt_ms(s.e2e_ns.p99))
+        (ep, str(s.requests), str(s.errors), ms(s.ttft_ns.p50), ms(s.ttft_ns.p99),
+         ms(s.itl_ns.p50), ms(s.itl_ns.p99), ms(s.e2e_ns.p50), ms(s.e2e_ns.p99))
         for ep, s in data.endpoints.items()
     )
     return Table(caption="Per endpoint (ms)",
@@ -48,8 +45,8 @@ def model_table(data: ReportData) -> Table | None:
     if not data.models:
         return None
     rows = tuple(
-        (m, str(s.requests), str(s.errors), fmt_ms(s.ttft_ns.p50), fmt_ms(s.ttft_ns.p99),
-         fmt_ms(s.tpot_ns.p50), fmt_ms(s.tpot_ns.p99), fmt_ms(s.e2e_ns.p50), fmt_ms(s.e2e_ns.p99))
+        (m, str(s.requests), str(s.errors), ms(s.ttft_ns.p50), ms(s.ttft_ns.p99),
+         ms(s.tpot_ns.p50), ms(s.tpot_ns.p99), ms(s.e2e_ns.p50), ms(s.e2e_ns.p99))
         for m, s in data.models.items()
     )
     return Table(caption="Per model (ms; TPOT where the server or the stream stated its token count)",
@@ -78,9 +75,9 @@ def ttft_phase_table(data: ReportData) -> Table | None:
     names = [n for n in d.phase_names if any(dict(b.phases).get(n) for b in d.ttft)]
     rows = []
     for b in d.ttft:
-        cells = [b.label, fmt_ms(b.ttft_ns)]
+        cells = [b.label, ms(b.ttft_ns)]
         for n in names:
-            cells.append(f"{fmt_ms(dict(b.phases).get(n, 0))} ({b.share(n) * 100:.0f} %)")
+            cells.append(f"{ms(dict(b.phases).get(n, 0))} ({b.share(n) * 100:.0f} %)")
         cells.append(f"conn {b.request.conn}")
         rows.append(tuple(cells))
     return Table(caption="TTFT by phase, for the requests at p50, p90 and p99 of TTFT (ms, share of TTFT)",
@@ -91,8 +88,8 @@ def itl_phase_table(data: ReportData) -> Table | None:
     d = data.breakdown
     if d is None or not d.itl:
         return None
-    rows = tuple((b.label, fmt_ms(b.itl_ns),
-                  *(f"{fmt_ms(ns)} ({b.share(n) * 100:.0f} %)" for n, ns in b.phases)) for b in d.itl)
+    rows = tuple((b.label, ms(b.itl_ns),
+                  *(f"{ms(ns)} ({b.share(n) * 100:.0f} %)" for n, ns in b.phases)) for b in d.itl)
     return Table(caption="Inter-token latency by phase: the gaps at p50, p90 and p99 of all token gaps "
                          "(ms, share of the gap)",
                  columns=("percentile", "gap", *(n for n, _ in d.itl[0].phases)), rows=rows)
@@ -106,8 +103,8 @@ def waterfall_table(data: ReportData) -> Table | None:
     rows = []
     for w in d.waterfall:
         phases = dict(w.phases)
-        rows.append((f"conn {w.request.conn}", fmt_ms(w.ttft_ns),
-                     *(fmt_ms(phases.get(n)) if n in phases else "-" for n in names),
+        rows.append((f"conn {w.request.conn}", ms(w.ttft_ns),
+                     *(ms(phases.get(n)) if n in phases else "-" for n in names),
                      str(len(w.token_offsets_ns)), w.outcome))
     return Table(caption="Slowest requests by TTFT (ms)",
                  columns=("request", "TTFT", *names, "token chunks", "outcome"), rows=tuple(rows))
@@ -160,9 +157,9 @@ def headline_table(data: ReportData) -> Table:
         caption="At a glance",
         columns=("requests", "TTFT p50 / p99 (ms)", "ITL p50 / p99 (ms)", "E2E p50 / p99 (ms)",
                  "errors", "aborted", "lost events"),
-        rows=((str(s.requests), f"{fmt_ms(s.ttft_ns.p50)} / {fmt_ms(s.ttft_ns.p99)}",
-               f"{fmt_ms(s.itl_ns.p50)} / {fmt_ms(s.itl_ns.p99)}",
-               f"{fmt_ms(s.e2e_ns.p50)} / {fmt_ms(s.e2e_ns.p99)}",
+        rows=((str(s.requests), f"{ms(s.ttft_ns.p50)} / {ms(s.ttft_ns.p99)}",
+               f"{ms(s.itl_ns.p50)} / {ms(s.itl_ns.p99)}",
+               f"{ms(s.e2e_ns.p50)} / {ms(s.e2e_ns.p99)}",
                str(s.errors), str(oc.get("aborted", 0)), str(data.lost_events)),),
     )
 

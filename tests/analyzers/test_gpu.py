@@ -42,15 +42,15 @@ def test_sync_bound_steps_are_said_to_wait_on_the_gpu():
     assert g.steps_from == "decode_steps"
     assert abs(g.step_wait_share - 0.75) < 1e-9
     (finding,) = g.findings
-    assert finding.kind == "sync_bound" and "75 %" in finding.message.replace("%", " %")
-    assert "cudaMemcpy" in finding.message
+    assert finding.kind == "sync_bound" and "75 %" in finding.sentence.replace("%", " %")
+    assert "cudaMemcpy" in finding.sentence
 
 
 def test_launch_bound_steps_suggest_cuda_graphs():
     events, steps = decode_step_loop(steps=10, launches=300, launch_ms=9, wait_ms=1)
     g = summarize(events, steps)
     (finding,) = g.findings
-    assert finding.kind == "launch_bound" and "CUDA graphs" in finding.message
+    assert finding.kind == "launch_bound" and "CUDA graphs" in finding.sentence
     assert abs(finding.value - 0.1) < 1e-9
 
 

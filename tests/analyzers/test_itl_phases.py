@@ -6,11 +6,11 @@ import random
 
 from inferprobe.analyzers.breakdown import itl_breakdown
 from inferprobe.analyzers.itl_phases import ITL_PHASES, gap_phases_ns, itl_phases_ns, split_gap
-from inferprobe.analyzers.report_data import itl_split_json
 from inferprobe.collector.correlate import correlate
 from inferprobe.collector.events import UsdtProbe as P
 from inferprobe.collector.server_view import build_server_view
 from inferprobe.collector.sessionizer import sessionize
+from inferprobe.reports.json_report import itl_split_json
 
 from factories import conn_open, decoded, request, sse_chunk, sse_headers, usdt
 
@@ -73,7 +73,7 @@ def test_socket_only_cannot_split():
     (r,) = _recorded(with_usdt=False)
     assert r.server is None and len(r.itl_ns) == 3
     assert gap_phases_ns(r) is None and itl_phases_ns(r) is None
-    assert itl_breakdown([r]) == () and itl_split_json([r]) is None
+    assert itl_breakdown([r]) == () and itl_split_json(itl_breakdown([r])) is None
 
 
 def test_percentile_gaps_in_report_and_json():
@@ -84,7 +84,7 @@ def test_percentile_gaps_in_report_and_json():
     for b in bars:
         assert [n for n, _ in b.phases] == list(ITL_PHASES)
         assert sum(ns for _, ns in b.phases) == b.itl_ns
-    js = itl_split_json([r])
+    js = itl_split_json(bars)
     assert js["p50"]["itl_ns"] == 10 * MS and sum(js["p99"]["phases_ns"].values()) == 10 * MS
 
 

@@ -102,3 +102,16 @@ def test_model_label_is_the_requested_model_capped_and_tpot_uses_the_stated_coun
         m.request_finished(r)
     models = {s.labels["model"] for s in m.registry.collect() for s in s.samples if "model" in s.labels}
     assert len(models - {"other"}) == MAX_MODELS and "other" in models
+
+
+def test_the_mutex_wait_ratio_histogram_reads_the_model_analysis():
+    from inferprobe.analyzers.request_analysis import RequestAnalysis
+
+    m = Metrics({10: "server"})
+    labels = {"endpoint": "POST /v1/completions", "model": "", "status_class": "2xx", "target": "server"}
+    m.request_finished(_req(10, 2))  # live: no analysis, no observation
+    assert _sample(m, "inferprobe_mutex_wait_ratio_count", **labels) is None
+    m.request_finished(_req(10, 2), RequestAnalysis(mutex_wait_ratio=0.36))
+    m.request_finished(_req(10, 2), RequestAnalysis(mutex_wait_ratio=0.38))
+    assert _sample(m, "inferprobe_mutex_wait_ratio_count", **labels) == 2
+    assert _sample(m, "inferprobe_mutex_wait_ratio_bucket", le="0.37", **labels) == 1  # the alert edge

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from inferprobe.analyzers.decompose import phases_ns
+from inferprobe.analyzers.request_analysis import RequestAnalysis
 from inferprobe.collector.timeline import Outcome, Request, ServerRequest
 from inferprobe.exporters.spans import (
     TOKEN_EVENT,
@@ -114,15 +115,17 @@ def test_lock_and_gpu_waits_become_child_spans_after_the_phases():
 
     req = _streamed(3)
     t0 = req.t_ingress_ns
-    req.lock_wait_intervals = [WaitInterval(t0 + 2 * MS, t0 + 3 * MS, "lock", "0x7f00"),
-                               WaitInterval(t0 + 4 * MS, t0 + 4 * MS + 10, "gil", "0x7f08")]
-    req.gpu_wait_intervals = [WaitInterval(t0 + 21 * MS, t0 + 22 * MS, "gpu", "cudaStreamSynchronize")]
-    root = request_trace(req)
+    # what the report model's analysis found about the request (analyzers/request_analysis.py)
+    analysis = RequestAnalysis(
+        lock_waits=(WaitInterval(t0 + 2 * MS, t0 + 3 * MS, "lock", "0x7f00"),
+                    WaitInterval(t0 + 4 * MS, t0 + 4 * MS + 10, "gil", "0x7f08")),
+        gpu_waits=(WaitInterval(t0 + 21 * MS, t0 + 22 * MS, "gpu", "cudaStreamSynchronize"),))
+    root = request_trace(req, analysis=analysis)
     phase_names = [n for n in phases_ns(req)]
     assert [c.name for c in root.children] == [*phase_names, "lock wait", "lock wait", "gpu wait"]
     locks_, gpu = root.children[len(phase_names):-1], root.children[-1]
     assert [(c.start_ns, c.end_ns) for c in locks_] == [(w.start_ns, w.end_ns)
-                                                        for w in req.lock_wait_intervals]
+                                                        for w in analysis.lock_waits]
     assert locks_[1].attributes == {"inferprobe.wait.kind": "gil", "inferprobe.futex.address": "0x7f08"}
     assert gpu.attributes == {"inferprobe.wait.kind": "gpu",
                               "inferprobe.cuda.function": "cudaStreamSynchronize"}
@@ -137,9 +140,9 @@ def test_wait_spans_keep_the_longest_and_count_the_rest():
     req = _streamed(2)
     t0 = req.t_ingress_ns
     # waits of 1..40 us, one every 100 us
-    req.lock_wait_intervals = [WaitInterval(t0 + k * 100_000, t0 + k * 100_000 + k * 1000, "lock", "0x10")
-                               for k in range(1, 41)]
-    root = request_trace(req, max_wait_spans=32)
+    analysis = RequestAnalysis(lock_waits=tuple(
+        WaitInterval(t0 + k * 100_000, t0 + k * 100_000 + k * 1000, "lock", "0x10") for k in range(1, 41)))
+    root = request_trace(req, max_wait_spans=32, analysis=analysis)
     waits = [c for c in root.children if c.name == "lock wait"]
     assert len(waits) == 32
     assert sorted(c.end_ns - c.start_ns for c in waits) == [k * 1000 for k in range(9, 41)]
@@ -163,3 +166,14 @@ def test_model_and_the_counts_a_stream_states_become_genai_attributes():
     # the server's own count (USDT request_end) wins over the stream's
     req.server = ServerRequest(pid=7, req_id=1, output_tokens=8)
     assert request_trace(req, ServerInfo("127.0.0.1", 8000)).attributes["gen_ai.usage.output_tokens"] == 8
+
+
+def test_the_mutex_wait_ratio_comes_from_the_model_not_the_request():
+    req = _streamed(2)
+    assert "mutex.wait.ratio" not in request_trace(req).attributes  # live: no analysis
+    root = request_trace(req, analysis=RequestAnalysis(mutex_wait_ratio=0.42))
+    assert root.attributes["mutex.wait.ratio"] == 0.42
+    # without lock tracing the waits are unknown, not zero: no count on the root
+    assert "inferprobe.lock_waits" not in root.attributes
+    traced = request_trace(req, analysis=RequestAnalysis(lock_waits=()))
+    assert traced.attributes["inferprobe.lock_waits"] == 0

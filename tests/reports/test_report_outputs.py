@@ -104,8 +104,8 @@ def test_no_flame_graph_sections_without_stack_captures(reports):
 
 def test_every_finding_has_evidence_and_matches_the_analyzer(reports):
     from inferprobe.analyzers.cadence import percentile
-    from inferprobe.analyzers.findings import ms
     from inferprobe.analyzers.report_data import build
+    from inferprobe.analyzers.units import ms_text as ms
     from inferprobe.collector.recording import read_recording
 
     data = build(read_recording(reports["recording"]))

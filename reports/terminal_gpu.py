@@ -1,4 +1,4 @@
-"""The GPU part of `inferprobe report`'s terminal output (reads a GpuSummary only)."""
+"""The GPU part of the terminal report (reads the model's GpuSummary only)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from rich.console import Console
 from rich.table import Table
 
 from inferprobe.analyzers.gpu import GpuSummary
+from inferprobe.analyzers.units import ms
 
 
 def _us(ns: float | None) -> str:
@@ -29,7 +30,7 @@ def render_gpu(g: GpuSummary | None, console: Console) -> None:
         rate = "-" if p.launches_per_s is None else f"{p.launches_per_s:.0f}"
         share = "-" if p.wait_share is None else f"{100 * p.wait_share:.1f} %"
         console.print(f"pid {p.pid}: {p.launches} launches ({p.graph_launches} graph), {rate}/s; "
-                      f"GPU wait {p.wait_ns / 1e6:.2f} ms, {share} of wall time on thread {p.wait_tid}; "
+                      f"GPU wait {ms(p.wait_ns)} ms, {share} of wall time on thread {p.wait_tid}; "
                       f"{p.allocations['count']} allocations, {p.allocations['during_requests']} "
                       "while requests were in flight")
     if g.steps:
@@ -39,4 +40,4 @@ def render_gpu(g: GpuSummary | None, console: Console) -> None:
     if g.requests:
         console.print(f"{len(g.requests)} requests with GPU work attributed to them")
     for finding in g.findings:
-        console.print(f"[yellow]GPU finding:[/yellow] {finding.message}")
+        console.print(f"[yellow]GPU finding:[/yellow] {finding.sentence}")

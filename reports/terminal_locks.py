@@ -6,12 +6,9 @@ from rich.console import Console
 from rich.table import Table
 
 from inferprobe.analyzers.report_data import ReportData
+from inferprobe.analyzers.units import ms
 
 MAX_FLAGGED_ROWS = 20
-
-
-def _ms(ns: int | None) -> str:
-    return "-" if ns is None else f"{ns / 1e6:.2f}"
 
 
 def render_locks(data: ReportData, console: Console) -> None:
@@ -32,8 +29,8 @@ def render_locks(data: ReportData, console: Console) -> None:
             table.add_column(col, justify="left" if col == "request" else "right")
         for r in flagged[:MAX_FLAGGED_ROWS]:
             s = locks.of(r)
-            table.add_row(r.endpoint, str(r.tid), _ms(s.span_ns), f"{s.ratio:.2f}", _ms(s.lock_wait_ns),
-                          _ms(s.gil_wait_ns), _ms(s.handoff_wait_ns), _ms(s.runqueue_ns),
+            table.add_row(r.endpoint, str(r.tid), ms(s.span_ns), f"{s.ratio:.2f}", ms(s.lock_wait_ns),
+                          ms(s.gil_wait_ns), ms(s.handoff_wait_ns), ms(s.runqueue_ns),
                           "-" if s.top_lock is None else f"{s.top_lock:#x}")
         console.print(table)
     if locks.locks:
@@ -41,13 +38,13 @@ def render_locks(data: ReportData, console: Console) -> None:
         for col in ("address", "kind", "waits", "total ms", "p99 ms", "waiter", "released by"):
             table.add_column(col, justify="right" if col in ("waits", "total ms", "p99 ms") else "left")
         for lk in locks.locks:
-            table.add_row(f"{lk.pid}:{lk.uaddr:#x}", lk.kind.value, str(lk.waits), _ms(lk.total_wait_ns),
-                          _ms(lk.p99_wait_ns), " < ".join(lk.waiter_frames[:4]),
+            table.add_row(f"{lk.pid}:{lk.uaddr:#x}", lk.kind.value, str(lk.waits), ms(lk.total_wait_ns),
+                          ms(lk.p99_wait_ns), " < ".join(lk.waiter_frames[:4]),
                           " < ".join(lk.waker_frames[:4]) or "-")
         console.print(table)
     kinds = locks.waits_by_kind
     console.print(
         "Futex waits by kind (at least the floor): "
-        + ", ".join(f"{k} {v['waits']} ({_ms(v['wait_ns'])} ms)" for k, v in kinds.items())
+        + ", ".join(f"{k} {v['waits']} ({ms(v['wait_ns'])} ms)" for k, v in kinds.items())
         + ". Handoff = waiting for work (condition variable, semaphore): not contention."
     )

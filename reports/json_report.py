@@ -1,0 +1,179 @@
+"""`report --format json`: the report model in the documented shape (docs/report-json.md).
+
+Reads the model (analyzers/report_data.py) and computes nothing: every value
+here was found there. The lock, GPU and network parts have modules of their own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from inferprobe.analyzers.breakdown import ItlBreakdown
+from inferprobe.analyzers.cadence import CadenceSummary
+from inferprobe.analyzers.findings import Finding
+from inferprobe.analyzers.locks import LockAnalysis
+from inferprobe.analyzers.report_data import ReportData
+from inferprobe.analyzers.request_analysis import RequestAnalysis
+from inferprobe.collector.timeline import Connection, Request
+from inferprobe.reports import json_locks
+from inferprobe.reports.json_gpu import gpu_json
+from inferprobe.reports.json_network import network_json
+
+JSON_FORMAT_VERSION = 1
+
+
+def server_json(r: Request, analysis: RequestAnalysis, stall_ns: dict[tuple[int, int], int]) -> dict:
+    """The USDT fields of one request; null when the server has no probes."""
+    s = r.server
+    if s is None:
+        return {"usdt_request_id": None, "correlated_by": None, "prompt_tokens": None,
+                "output_tokens": None, "server_status": None, "decode_steps": None,
+                "batch_size_p50": None, "batch_stall_ns": None}
+    return {
+        "usdt_request_id": s.req_id,
+        "correlated_by": r.correlated_by,
+        "prompt_tokens": s.prompt_tokens,
+        "output_tokens": s.output_tokens,
+        "server_status": s.status,
+        "decode_steps": len(s.steps),
+        "batch_size_p50": analysis.batch_size_p50,
+        "batch_stall_ns": stall_ns.get((s.pid, s.req_id), 0),
+    }
+
+
+def request_json(r: Request, analysis: RequestAnalysis, stall_ns: dict[tuple[int, int], int] | None = None,
+                 locks: LockAnalysis | None = None) -> dict:
+    """One request in the documented JSON shape (docs/report-json.md)."""
+    return {
+        **json_locks.request_fields(r, locks),
+        "pid": r.pid,
+        "tid": r.tid,
+        "conn": r.conn,
+        "method": r.method,
+        "path": r.path,
+        "status": r.status,
+        "outcome": r.outcome.value,
+        "streaming": r.streaming,
+        "stream_format": r.stream_format,
+        "model": r.model,
+        "usage": ({"output_tokens": r.output_tokens, "input_tokens": r.input_tokens}
+                  if r.output_tokens is not None or r.input_tokens is not None else None),
+        "tpot_ns": r.tpot_ns,
+        "stream_events": [[e.t_ns, e.name, e.count] for e in r.stream_events],
+        "t_ingress_ns": r.t_ingress_ns,
+        "t_response_start_ns": r.t_response_start_ns,
+        "t_first_token_ns": r.t_first_token_ns,
+        "token_ns": list(r.token_ns),
+        "token_chunk_events": list(r.token_events),
+        "t_done_ns": r.t_done_ns,
+        "t_end_ns": r.t_end_ns,
+        "ttft_ns": r.ttft_ns,
+        "e2e_ns": r.e2e_ns,
+        "bytes_in": r.bytes_in,
+        "bytes_out": r.bytes_out,
+        "phases_ns": analysis.phases_ns,
+        "itl_phases_ns": analysis.itl_phases_ns,
+        **server_json(r, analysis, stall_ns or {}),
+    }
+
+
+def series_json(points: list[tuple[int, float]], peak: float | None) -> dict:
+    return {"max": peak, "points": [[t, v] for t, v in points]}
+
+
+def scheduler_json(data: ReportData) -> dict:
+    sched = data.scheduler
+    return {
+        "probes_seen": sorted(data.server.probes_seen),
+        "requests_announced": len(data.server.requests),
+        "requests_correlated": data.correlated,
+        "decode_steps": sched.steps,
+        "batch_size": sched.batch_size.as_dict(),
+        "scheduler_queue_length": series_json(sched.queue_length, sched.queue_length_max),
+        "token_occupancy_ratio": series_json(sched.occupancy, sched.occupancy_max),
+        "batch_stall_duration_ns": sched.stall_ns.as_dict(),
+    }
+
+
+def decomposition_json(data: ReportData) -> dict:
+    out = {}
+    for q, row in data.decomposition.items():
+        r = row.request
+        out[f"p{q}"] = {
+            "ttft_ns": r.ttft_ns,
+            "e2e_ns": r.e2e_ns,
+            "t_ingress_ns": r.t_ingress_ns,
+            "conn": r.conn,
+            "ttft_phases_ns": row.ttft_phases_ns,
+        }
+    return out
+
+
+def itl_split_json(itl: Sequence[ItlBreakdown]) -> dict | None:
+    """The gap at p50/p90/p99 of all split inter-token gaps, with its phases; null when none split."""
+    return {b.label: {"itl_ns": b.itl_ns, "phases_ns": dict(b.phases)} for b in itl} or None
+
+
+def finding_json(f: Finding) -> dict:
+    return {"kind": f.kind, "share": f.share, "of": f.of, "sentence": f.sentence,
+            "recommendation": f.recommendation, "evidence": f.evidence, "source": f.source}
+
+
+def summary_json(s: CadenceSummary) -> dict:
+    return {
+        "requests": s.requests,
+        "outcomes": s.outcomes,
+        "errors": s.errors,
+        "ttft_ns": s.ttft_ns.as_dict(),
+        "itl_ns": s.itl_ns.as_dict(),
+        "e2e_ns": s.e2e_ns.as_dict(),
+        "tokens_per_request": s.tokens_per_request.as_dict(),
+        "tpot_ns": s.tpot_ns.as_dict(),
+        "output_tokens": s.output_tokens.as_dict(),
+    }
+
+
+def to_json(data: ReportData) -> dict:
+    rec = data.recording
+    return {
+        "format_version": JSON_FORMAT_VERSION,
+        "lost_events": data.lost_events,
+        "recording": {
+            "path": str(rec.path),
+            "complete": rec.complete,
+            "problem": rec.problem,
+            "meta": rec.meta,
+            "final": rec.final,
+            "events": len(rec.events),
+            "undecodable_events": data.undecodable_events,
+        },
+        "summary": summary_json(data.overall),
+        "no_requests": data.no_requests,
+        "endpoints": {ep: summary_json(s) for ep, s in data.endpoints.items()},
+        "models": {m: summary_json(s) for m, s in data.models.items()},
+        "probe_sets": data.probe_sets,
+        "latency_decomposition": decomposition_json(data),
+        "itl_phase_split": itl_split_json(data.breakdown.itl if data.breakdown is not None else ()),
+        "findings": [finding_json(f) for f in data.findings],
+        "scheduler": scheduler_json(data) if not data.server.empty else None,
+        "gpu": gpu_json(data.gpu) if data.gpu is not None else None,
+        "requests": [request_json(r, analysis, data.stall_ns, data.locks)
+                     for r, analysis in zip(data.requests, data.per_request, strict=True)],
+        **json_locks.top_level(data.locks),
+        "connections": [connection_json(c) for c in data.connections],
+        "network": network_json(data.network, data.network_findings, data.recording.snapshots.get("network"),
+                                "network" in data.probe_sets.get("active", {})),
+    }
+
+
+def connection_json(c: Connection) -> dict:
+    return {
+        "conn_id": c.conn_id,
+        "pid": c.pid,
+        "fd": c.fd,
+        "family": c.family,
+        "peer": c.peer,
+        "peer_port": c.peer_port,
+        "t_open_ns": c.t_open_ns,
+        "t_close_ns": c.t_close_ns,
+    }
