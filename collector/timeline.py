@@ -66,11 +66,8 @@ class Request:
     # Filled in when the server has inferprobe USDT probes (collector/correlate.py):
     server: ServerRequest | None = None
     correlated_by: str | None = None  # "conn_fd", "thread" or "time"
-    # Filled in by analyzers/locks.py when the recording has the locks set:
-    mutex_wait_ratio: float | None = None
-    # Filled in by analyzers/report_data.build (recordings, not the live path), longest first:
-    lock_wait_intervals: list[WaitInterval] | None = None  # locks set: lock/GIL waits
-    gpu_wait_intervals: list[WaitInterval] | None = None  # gpu set: sync calls and synchronous copies
+    # What the analyzers find about a request (mutex.wait.ratio, lock and GPU
+    # waits) is kept beside it, in the report model: analyzers/request_analysis.py.
 
     @property
     def t_first_token_ns(self) -> int | None:
