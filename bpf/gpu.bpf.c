@@ -188,15 +188,15 @@ static __always_inline int gpu_call(struct pt_regs *ctx, u32 fn)
     if (!gpu_count_entry(fn, id))
         return 0;
     u32 tid = (u32)id;
-    if (fn < GPU_FN_CUDA_GET_DEVICE_COUNT)
+    if (fn < GPU_FN_FIRST_QUERY)
         gpu_close_run(id, GPU_FLUSH_CALL);
 
     struct gpu_call_entry entry = {};
     entry.function = fn;
-    if (fn >= GPU_FN_CU_STREAM_SYNCHRONIZE && fn < GPU_FN_CU_MEMCPY) {
+    if (fn >= GPU_FN_FIRST_WAIT && fn < GPU_FN_FIRST_COPY) {
         if (fn != GPU_FN_CU_CTX_SYNCHRONIZE && fn != GPU_FN_CUDA_DEVICE_SYNCHRONIZE)
             entry.addr = PT_REGS_PARM1(ctx);        /* the stream or event */
-    } else if (fn >= GPU_FN_CU_MEMCPY && fn < GPU_FN_CU_MEM_ALLOC) {
+    } else if (fn >= GPU_FN_FIRST_COPY && fn < GPU_FN_FIRST_MEMORY) {
         entry.bytes = PT_REGS_PARM3(ctx);           /* every copy has its size third */
         if (fn == GPU_FN_CUDA_MEMCPY || fn == GPU_FN_CUDA_MEMCPY_ASYNC)
             entry.copy_kind = PT_REGS_PARM4(ctx);
@@ -211,7 +211,7 @@ static __always_inline int gpu_call(struct pt_regs *ctx, u32 fn)
     } else if (fn == GPU_FN_CU_MEM_FREE || fn == GPU_FN_CU_MEM_FREE_ASYNC ||
                fn == GPU_FN_CUDA_FREE || fn == GPU_FN_CUDA_FREE_ASYNC) {
         entry.addr = PT_REGS_PARM1(ctx);
-    } else if (fn >= GPU_FN_CU_MEM_ALLOC && fn < GPU_FN_CUDA_GET_DEVICE_COUNT) {
+    } else if (fn >= GPU_FN_FIRST_MEMORY && fn < GPU_FN_FIRST_QUERY) {
         entry.out_ptr = PT_REGS_PARM1(ctx);         /* (void **ptr, size_t size, ...) */
         entry.bytes = PT_REGS_PARM2(ctx);
     }
@@ -240,7 +240,7 @@ static __always_inline int gpu_return(struct pt_regs *ctx, u32 fn)
         st->bytes += entry->bytes;
         st->hist[gpu_hist_slot(duration) & (GPU_HIST_SLOTS - 1)] += 1;
     }
-    if (fn < GPU_FN_CU_STREAM_SYNCHRONIZE) {
+    if (fn < GPU_FN_FIRST_WAIT) {
         struct gpu_run *run = gpu_runs.lookup(&tid);
         if (run)
             run->launch_ns += duration;
