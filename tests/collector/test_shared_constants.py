@@ -69,3 +69,19 @@ def test_the_window_geometry_in_prose_is_the_kernels():
     assert (f"{shared.SCAN_HEAD_BYTES} + {shared.MAX_BODY_WINDOWS} * {shared.SSE_WINDOW_STEP} "
             f"= {shared.SSE_SCANNED_BYTES_PLAIN} bytes") in header
     assert f"fit in the 33 the kernel allows: {shared.SSE_SCANNED_BYTES_VECTORED} bytes" in header
+
+
+# Words in a CUDA function's name that say what kind of call it is.
+CATEGORY_WORDS = {"launch": ("LAUNCH",), "wait": ("SYNCHRONIZE", "WAIT_EVENT"), "copy": ("MEMCPY",),
+                  "memory": ("MEM_ALLOC", "MEM_FREE", "MALLOC", "FREE"), "query": ("GET_",)}
+
+
+def test_every_gpu_function_lies_in_the_range_of_its_kind():
+    from inferprobe.collector import gpu_catalog
+    from inferprobe.collector.events import GPU_FN_MAX, GpuFunction
+
+    for fn in GpuFunction:
+        category = gpu_catalog.category(fn)
+        assert any(word in fn.name for word in CATEGORY_WORDS[category]), (fn.name, category)
+        assert fn < GPU_FN_MAX
+    assert {gpu_catalog.category(fn) for fn in GpuFunction} == set(gpu_catalog.Category)
