@@ -178,3 +178,43 @@ def gpu_launches(ts: int, last_ns: int, kernels: int, *, graphs: int = 0, pid: i
     e.hdr.pid, e.hdr.tid, e.hdr.ts_ns = pid, tid if tid is not None else pid, ts
     e.last_ns, e.kernels, e.graphs, e.reason = last_ns, kernels, graphs, reason
     return bytes(e)
+
+
+MS = 1_000_000
+
+
+def sse_exchange(conn_id: int, t0: int, token_ms: list[float], *, headers_ms: float = 1.0,
+                 path: str = "/v1/completions", status: int = 200, pid: int = 100,
+                 tid: int | None = None) -> list[bytes]:
+    """One streamed request on a connection of its own: opened just before t0, the request
+    read at t0, the response headers headers_ms later, a token chunk at each of token_ms
+    (ms after t0; the last one ends the chunked stream), then the close."""
+    last = t0 + int(token_ms[-1] * MS) if token_ms else t0 + int(headers_ms * MS)
+    raws = [conn_open(conn_id, pid=pid, ts=t0 - 1000), request(conn_id, path, pid=pid, tid=tid, ts=t0),
+            sse_headers(conn_id, status, pid=pid, tid=tid, ts=t0 + int(headers_ms * MS))]
+    raws += [sse_chunk(conn_id, pid=pid, tid=tid, ts=t0 + int(t * MS), end=i == len(token_ms) - 1)
+             for i, t in enumerate(token_ms)]
+    raws.append(conn_close(conn_id, pid=pid, ts=last + MS))
+    return raws
+
+
+def recording(raws: list[bytes], *, active: dict[str, str] | None = None,
+              snapshots: dict[str, dict] | None = None, duration_s: float = 10.0,
+              path: str = "factory.ipr", lost_events: int = 0):
+    """A recording as read_recording returns one that stopped cleanly, held in memory:
+    the raw events in order, the probe sets that were active (name -> what they capture)."""
+    from pathlib import Path
+
+    from inferprobe.collector.recording import Recording
+
+    meta = {
+        "host": "factory-host",
+        "kernel": "6.1.0-test",
+        "targets": [{"comm": "server", "pid": 100}],
+        "probe_sets": {"active": dict(active or {"sockets": "HTTP on the target's sockets"}),
+                       "inactive": {}},
+        "inferprobe_version": "0.1.0",
+    }
+    final = {"duration_s": duration_s, "end_reason": "duration", "lost_events": lost_events}
+    return Recording(path=Path(path), meta=meta, events=list(raws), final=final,
+                     snapshots=dict(snapshots or {}))

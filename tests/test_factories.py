@@ -26,3 +26,20 @@ def test_usdt_builder_round_trips():
 
     (u,) = decoded(usdt(UsdtProbe.REQUEST_END, 9, 16, 1, pid=5, tid=6, ts=777))
     assert (u.probe, u.args, u.pid, u.tid, u.ts_ns) == (UsdtProbe.REQUEST_END, (9, 16, 1), 5, 6, 777)
+
+
+def test_an_sse_exchange_in_a_recording_is_one_complete_request_with_its_tokens():
+    from inferprobe.collector.ingest import ingest
+
+    from factories import MS, recording, sse_exchange
+
+    t0 = 5_000 * MS
+    rec = recording(sse_exchange(4, t0, [10, 12, 15], headers_ms=2), duration_s=3)
+    assert rec.complete and rec.final["duration_s"] == 3
+    assert list(rec.meta["probe_sets"]["active"]) == ["sockets"]
+    (r,) = ingest(rec.events).requests
+    assert (r.conn, r.path, r.status, r.outcome.value) == (4, "/v1/completions", 200, "complete")
+    # a request starts when its read returns (io() makes each syscall last 10 ns); writes count at entry
+    assert r.t_ingress_ns == t0 + 10 and r.t_response_start_ns == t0 + 2 * MS
+    assert r.token_ns == [t0 + 10 * MS, t0 + 12 * MS, t0 + 15 * MS]
+    assert r.ttft_ns == 10 * MS - 10
