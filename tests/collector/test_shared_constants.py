@@ -60,6 +60,17 @@ def test_python_takes_the_threshold_from_the_shared_module():
     assert THRESHOLD in metrics.RATIO_BUCKETS
 
 
+def test_the_docs_name_the_same_threshold():
+    # every ratio the prose puts beside "mutex" (a sentence either way)
+    near_mutex = re.compile(r"mutex[^.]{0,80}?\b(0\.\d+)|\b(0\.\d+)\b[^.]{0,40}mutex", re.I)
+    found = []
+    for doc in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        text = " ".join(doc.read_text().split()).replace("mutex.wait.ratio", "mutex_wait_ratio")
+        found += [(doc.name, float(m.group(1) or m.group(2))) for m in near_mutex.finditer(text)]
+    assert len(found) >= 5
+    assert all(value == THRESHOLD for _, value in found), found
+
+
 def test_the_window_geometry_in_prose_is_the_kernels():
     readme = " ".join((REPO / "README.md").read_text().split())
     assert (f"over its first {shared.SSE_SCANNED_BYTES_PLAIN:,} bytes "
