@@ -109,8 +109,8 @@ def overhead(args) -> dict:
 
 
 def render_timing(n_samples: int = 100_000, distinct: int = 5000) -> dict:
+    from inferprobe.collector.symbolizer import Symbolizer
     from inferprobe.flamegraphs import fold, speedscope, svg
-    from inferprobe.flamegraphs.symbolize import Symbolizer
 
     sym = Symbolizer()
     pid = os.getpid()
@@ -121,11 +121,12 @@ def render_timing(n_samples: int = 100_000, distinct: int = 5000) -> dict:
     for m in info.maps:
         if not m.is_file:
             continue
-        table = sym._table_for(pid, m)
-        if table is None:
+        elf = sym._table_for(pid, m)
+        if elf is None:
             continue
+        table = elf.name_table
         for a in table.addrs[:: max(1, len(table.addrs) // 400)]:
-            for p_offset, p_filesz, p_vaddr in table.loads:
+            for p_offset, p_filesz, p_vaddr, _memsz in elf.segments:
                 if p_vaddr <= a < p_vaddr + p_filesz:
                     addr = a - p_vaddr + p_offset - m.offset + m.start
                     if m.start <= addr < m.end:

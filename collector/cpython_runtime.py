@@ -19,7 +19,8 @@ import os
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
-from inferprobe.collector import userstack
+from inferprobe.collector.elf_symbols import elf_file
+from inferprobe.collector.proc_maps import read_maps
 
 SYMBOL = "_PyRuntime"
 
@@ -49,7 +50,7 @@ def _symbol(path: str) -> tuple[int, int, bool] | None:
 
 def runtime_range(pid: int) -> tuple[int, int] | None:
     """[start, end) of _PyRuntime in pid's address space, or None (not CPython)."""
-    maps = [m for m in userstack.read_maps(pid) if _is_candidate(m.path)]
+    maps = [m for m in read_maps(pid) if _is_candidate(m.path)]
     for path in dict.fromkeys(m.path for m in maps):
         host_path = f"/proc/{pid}/root{path}"
         found = _symbol(host_path)
@@ -59,8 +60,8 @@ def runtime_range(pid: int) -> tuple[int, int] | None:
         bias = 0
         if relocated:
             first = min((m for m in maps if m.path == path), key=lambda m: m.start)
-            funcs = userstack.elf_functions(host_path)
-            vaddr = funcs.vaddr_of_offset(first.offset) if funcs is not None else None
+            elf = elf_file(host_path)
+            vaddr = elf.vaddr_of_offset(first.offset) if elf is not None else None
             if vaddr is None:
                 continue
             bias = first.start - vaddr

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import time
 
-from inferprobe.collector import cpython_runtime, userstack
+from inferprobe.collector import cpython_runtime
 from inferprobe.collector.lock_symbols import Symbols
 from inferprobe.collector.probe_sets.locks import read_stack
+from inferprobe.collector.symbolizer import Symbolizer
 
 MAPS_REREAD_S = 1.0
 
@@ -23,7 +24,7 @@ class LiveSymbols(Symbols):
     def __init__(self, bpf) -> None:
         super().__init__(None)
         self._stack_table = bpf["lock_stacks"]
-        self._processes: dict[int, userstack.ProcessSymbols | None] = {}
+        self._symbolizer = Symbolizer()
         self._frames: dict[tuple[int, int], dict] = {}
         self._maps_read: dict[int, float] = {}  # pid -> when its maps were last read
         self._stack_cache: dict[int, list[int]] = {}
@@ -33,36 +34,28 @@ class LiveSymbols(Symbols):
         key = (pid, addr)
         if key in self._frames:
             return self._frames[key]
-        syms = self._process(pid)
-        if syms is None:
-            return None
-        frame = syms.resolve(addr)
+        if pid not in self._maps_read:
+            self._read_maps(pid)
+        frame = self._symbolizer.code_frame(pid, addr)
         if frame.module == "?" and self._reread(pid):
             # Outside every mapping we knew: a library loaded since (torch
             # and CUDA load lazily). Read the maps again, at most once a second.
-            frame = self._processes[pid].resolve(addr)
+            frame = self._symbolizer.code_frame(pid, addr)
         if frame.module == "?":
             return frame.as_dict()  # not cached: a later read of the maps may know it
         self._frames[key] = frame.as_dict()
         return self._frames[key]
 
-    def _process(self, pid: int) -> userstack.ProcessSymbols | None:
-        if pid not in self._processes:
-            self._load(pid)
-        return self._processes[pid]
-
-    def _load(self, pid: int) -> None:
-        try:
-            self._processes[pid] = userstack.ProcessSymbols(pid)
-        except OSError:  # exited: its waits keep their raw addresses
-            self._processes[pid] = None
+    def _read_maps(self, pid: int) -> None:
+        # an exited process keeps what was read before: its waits keep their raw addresses
+        self._symbolizer.remember_process(pid, read_files=False)
         self._maps_read[pid] = time.monotonic()
 
     def _reread(self, pid: int) -> bool:
         if time.monotonic() - self._maps_read.get(pid, 0.0) < MAPS_REREAD_S:
             return False
-        self._load(pid)
-        return self._processes[pid] is not None
+        self._read_maps(pid)
+        return True
 
     def gil_state(self, pid: int) -> tuple[int, int] | None:
         if pid not in self._gil_states:  # _PyRuntime is a global: it never moves

@@ -10,7 +10,7 @@ runqueue delay. Uprobes on each target's libc semaphore functions
 took itself (a signal) from one on a semaphore another thread holds.
 
 User side, at record time: every code address the events mention is named
-(collector/userstack.py) while the process still exists, and stored in the
+(collector/symbolizer.py) while the process still exists, and stored in the
 recording's snapshot, so `report` can classify waits anywhere.
 """
 
@@ -20,7 +20,7 @@ import ctypes
 import struct
 from pathlib import Path
 
-from inferprobe.collector import cpython_runtime, userstack
+from inferprobe.collector import cpython_runtime
 from inferprobe.collector import targets as target_procs
 from inferprobe.collector.events import (
     LOCK_SCAN_HITS,
@@ -31,6 +31,8 @@ from inferprobe.collector.events import (
 )
 from inferprobe.collector.probe_sets import ProbeSet, TargetContext
 from inferprobe.collector.probe_sets.semaphores import SemaphoreProbes
+from inferprobe.collector.proc_maps import executable_ranges
+from inferprobe.collector.symbolizer import Symbolizer
 
 TRACEFS_EVENTS = Path("/sys/kernel/tracing/events")
 LOCK_EXEC_GRANULE_SHIFT = 16  # bpf/inferprobe.h
@@ -95,7 +97,7 @@ class LockProbes(ProbeSet):
         self.offcpu_floor_ns = int(opts.get("offcpu_floor_us", DEFAULT_OFFCPU_FLOOR_US) * 1000)
         self.pids = list(ctx.pids)
         self._target_pids = set(self.pids)
-        self.exec_ranges = userstack.executable_ranges(self.pids)
+        self.exec_ranges = executable_ranges(self.pids)
         self.have = {
             "futex_waitv": _tracepoint("syscalls/sys_enter_futex_waitv"),
             "futex2": _tracepoint("syscalls/sys_enter_futex_wait")
@@ -178,9 +180,10 @@ class LockProbes(ProbeSet):
             self._addrs.setdefault(pid, set()).update(addrs)
         symbols: dict[str, dict[str, dict]] = {}
         runtimes: dict[str, list[int]] = {}
+        symbolizer = Symbolizer()
         for pid, addrs in self._addrs.items():
-            syms = userstack.ProcessSymbols(pid)
-            symbols[str(pid)] = {str(a): syms.resolve(a).as_dict() for a in sorted(addrs)}
+            symbolizer.remember_process(pid, read_files=False)  # only the files the addresses are in
+            symbols[str(pid)] = {str(a): symbolizer.code_frame(pid, a).as_dict() for a in sorted(addrs)}
             if (runtime := cpython_runtime.runtime_range(pid)) is not None:
                 runtimes[str(pid)] = list(runtime)
         return {

@@ -22,7 +22,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from inferprobe.collector import userstack
+from inferprobe.collector.elf_symbols import elf_file
+from inferprobe.collector.proc_maps import read_maps
 from inferprobe.collector.uprobe_points import SCAN_BYTES, probe_offset
 
 # glibc only: its sem_t keeps the value word, the futex a waiter sleeps on,
@@ -53,7 +54,7 @@ class MappedLibc:
 
 def mapped_libc(pid: int) -> MappedLibc | None:
     """pid's glibc, when it maps one (a static or musl binary does not)."""
-    for m in userstack.read_maps(pid):
+    for m in read_maps(pid):
         if not m.executable or os.path.basename(m.path) not in LIBC_NAMES:
             continue  # a replaced libc reads "libc.so.6 (deleted)": not probed
         try:
@@ -77,11 +78,11 @@ def semaphore_functions(path: str) -> dict[str, int]:
 
 def function_start(path: str, vaddr: int) -> bytes:
     """The first bytes of the code at vaddr in the ELF file (empty when not found)."""
-    funcs = userstack.elf_functions(path)
-    for offset, filesz, seg_vaddr, _memsz in funcs.segments if funcs is not None else ():
+    elf = elf_file(path)
+    for offset, filesz, seg_vaddr, _memsz in elf.segments if elf is not None else ():
         if seg_vaddr <= vaddr < seg_vaddr + filesz:
             start = offset + vaddr - seg_vaddr
-            return bytes(funcs.data[start : min(start + SCAN_BYTES, offset + filesz)])
+            return bytes(elf.data[start : min(start + SCAN_BYTES, offset + filesz)])
     return b""
 
 

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from inferprobe.collector.events import STACK_FLAG_PREEMPTED, StackCounter
 from inferprobe.collector.probe_sets import ProbeSet, TargetContext
+from inferprobe.collector.symbolizer import PYTHON_HOWTO, Symbolizer
 
 SWITCH_FORMAT = Path("/sys/kernel/tracing/events/sched/sched_switch/format")
 DEFAULT_HZ = 49
@@ -61,8 +62,6 @@ class _StackSet(ProbeSet):
     unit = "samples"
 
     def __init__(self) -> None:
-        from inferprobe.flamegraphs.symbolize import Symbolizer
-
         self.symbolizer = Symbolizer()
         self.stream = False
         self.started_ns = 0
@@ -154,8 +153,6 @@ class _StackSet(ProbeSet):
                 "python": status,
             }
             if status == "unresolved":
-                from inferprobe.flamegraphs.symbolize import PYTHON_HOWTO
-
                 notes.append(f"pid {pid} ({info.comm}): {PYTHON_HOWTO}")
         counters = self.counters(bpf)
         lost = counters["collisions"] + counters["lost"] + counters["keys_full"]

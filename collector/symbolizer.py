@@ -1,5 +1,9 @@
-"""Addresses to names: the only module that reads /proc/PID/maps, ELF files,
-perf map files and /proc/kallsyms.
+"""Addresses to names: the one symbolizer, for flame-graph stacks and lock-wait addresses alike.
+
+The only module that reads /proc/PID/maps, ELF files (through
+collector/elf_symbols.py), perf map files and /proc/kallsyms, at record
+time, so a recording carries names and `report` and `flamegraph` need no
+access to the traced host.
 
 Why not bcc's resolver: it reads a process's maps when asked, so it cannot
 name frames of a process that exited before the recording stopped, and it
@@ -12,6 +16,13 @@ unresolved frame keeps its library and offset: `[unknown] libfoo.so+0x1a2b`.
 Frame names carry their kind the way flamegraph.pl and bcc's folded output
 do: kernel frames end in "_[k]"; CPython perf-trampoline frames start with
 "py::" (that is how CPython names them in /tmp/perf-PID.map).
+
+Lock waits ask more of an address (code_frame()): the function it is in,
+placed by the unwind table (elf_symbols.ElfFunctions says why), and whether
+a word found on the stack is a return address: the bytes before it must
+decode as a call instruction (E8 rel32, or FF /2 in one of its register,
+memory, displacement forms); the check is a few byte patterns, not worth a
+disassembler dependency.
 """
 
 from __future__ import annotations
@@ -23,6 +34,9 @@ import os
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
+
+from inferprobe.collector.elf_symbols import ElfFile, read_elf
+from inferprobe.collector.proc_maps import Mapping, parse_maps
 
 KERNEL_SUFFIX = "_[k]"
 TRUNCATED = "[truncated]"
@@ -40,110 +54,6 @@ PYTHON_HOWTO = (
     "Python frames are not resolved: run the target with CPython 3.12+ and "
     "`python -X perf` or PYTHONPERFSUPPORT=1 so it writes /tmp/perf-PID.map"
 )
-
-
-@dataclass(frozen=True, slots=True)
-class Mapping:
-    start: int
-    end: int
-    offset: int
-    path: str  # "" for anonymous memory
-
-    @property
-    def is_file(self) -> bool:
-        return self.path.startswith("/")
-
-    @property
-    def short_name(self) -> str:
-        name = self.path.removesuffix(" (deleted)")
-        return os.path.basename(name) if self.is_file else (name or "[anon]")
-
-
-def parse_maps(text: str) -> list[Mapping]:
-    """Executable mappings of a /proc/PID/maps text, sorted by address."""
-    maps = []
-    for line in text.splitlines():
-        parts = line.split(None, 5)
-        if len(parts) < 5 or "x" not in parts[1]:
-            continue
-        start, end = (int(v, 16) for v in parts[0].split("-"))
-        maps.append(Mapping(start, end, int(parts[2], 16), parts[5].strip() if len(parts) > 5 else ""))
-    maps.sort(key=lambda m: m.start)
-    return maps
-
-
-@dataclass
-class SymbolTable:
-    """Sorted (address, size, name) of one ELF file, in its own virtual addresses."""
-
-    addrs: list[int]
-    sizes: list[int]
-    names: list[str]
-    loads: list[tuple[int, int, int]]  # PT_LOAD (p_offset, p_filesz, p_vaddr)
-
-    def vaddr_of(self, file_offset: int) -> int | None:
-        for p_offset, p_filesz, p_vaddr in self.loads:
-            if p_offset <= file_offset < p_offset + p_filesz:
-                return file_offset - p_offset + p_vaddr
-        return None
-
-    def lookup(self, vaddr: int) -> str | None:
-        i = bisect.bisect_right(self.addrs, vaddr) - 1
-        if i < 0:
-            return None
-        size = self.sizes[i]
-        if size and vaddr >= self.addrs[i] + size:
-            return None  # in a gap between symbols
-        return self.names[i]
-
-
-def _debug_file_for(elf) -> str | None:
-    """Separate debug symbols (/usr/lib/debug/.build-id/xx/rest.debug), if installed."""
-    note = elf.get_section_by_name(".note.gnu.build-id")
-    if note is None:
-        return None
-    for n in note.iter_notes():
-        if n["n_type"] == "NT_GNU_BUILD_ID":
-            build_id = n["n_desc"]
-            path = f"/usr/lib/debug/.build-id/{build_id[:2]}/{build_id[2:]}.debug"
-            return path if os.path.exists(path) else None
-    return None
-
-
-def _read_symbols(path: str, loads_from: list | None = None) -> SymbolTable | None:
-    from elftools.common.exceptions import ELFError
-    from elftools.elf.elffile import ELFFile
-    from elftools.elf.sections import SymbolTableSection
-
-    try:
-        with open(path, "rb") as f:
-            elf = ELFFile(f)
-            loads = loads_from if loads_from is not None else [
-                (seg["p_offset"], seg["p_filesz"], seg["p_vaddr"])
-                for seg in elf.iter_segments() if seg["p_type"] == "PT_LOAD"
-            ]
-            entries: dict[int, tuple[int, str]] = {}
-            for section_name in (".dynsym", ".symtab"):  # .symtab wins where both name an address
-                section = elf.get_section_by_name(section_name)
-                if not isinstance(section, SymbolTableSection):
-                    continue  # absent, or stripped to NOBITS in a debug file
-                for sym in section.iter_symbols():
-                    if sym["st_info"]["type"] not in ("STT_FUNC", "STT_GNU_IFUNC") or not sym.name:
-                        continue
-                    if sym["st_shndx"] == "SHN_UNDEF" or not sym["st_value"]:
-                        continue
-                    entries[sym["st_value"]] = (sym["st_size"], sym.name.split("@", 1)[0])
-            if loads_from is None and ".symtab" not in {s.name for s in elf.iter_sections()}:
-                debug = _debug_file_for(elf)
-                if debug:
-                    extra = _read_symbols(debug, loads_from=loads)
-                    if extra:
-                        for a, s, n in zip(extra.addrs, extra.sizes, extra.names, strict=True):
-                            entries[a] = (s, n)
-    except (OSError, ELFError, ValueError):
-        return None
-    addrs = sorted(entries)
-    return SymbolTable(addrs, [entries[a][0] for a in addrs], [entries[a][1] for a in addrs], loads)
 
 
 @lru_cache(maxsize=1)
@@ -262,18 +172,45 @@ def _read(path: str) -> str | None:
         return None
 
 
+@dataclass(frozen=True)
+class Frame:
+    """A code address as lock waits need it (code_frame())."""
+
+    addr: int
+    module: str  # file name of the mapping, "?" when not file-backed
+    function: str  # symbol, or module+0xSTART for an unnamed function, or "[unknown]"
+    offset: int  # addr - function start
+    after_call: bool  # the bytes before addr are a call (it can be a return address)
+
+    def as_dict(self) -> dict:
+        return {"addr": self.addr, "module": self.module, "function": self.function,
+                "offset": self.offset, "after_call": self.after_call}
+
+
+def _is_after_call(before: bytes) -> bool:
+    """Do the bytes just before a return address end with a call instruction?"""
+    n = len(before)
+    if n >= 5 and before[-5] == 0xE8:
+        return True
+    for k in (2, 3, 4, 6, 7):  # FF /2 with register, [reg], disp8, SIB, disp32 / rip-relative
+        if n >= k and before[-k] == 0xFF and ((before[-k + 1] >> 3) & 7) == 2:
+            return True
+    return False
+
+
 class Symbolizer:
     """Per-process maps and per-file symbol tables, kept for the whole recording."""
 
     def __init__(self) -> None:
         self.processes: dict[int, ProcessInfo] = {}
-        self._tables: dict[tuple, SymbolTable | None] = {}
+        self._tables: dict[tuple, ElfFile | None] = {}
         self._kallsyms: Kallsyms | None = None
 
     # -- what the targets look like while they live
 
-    def remember_process(self, pid: int) -> None:
-        """Reads pid's maps, threads and perf map now (they vanish when it exits)."""
+    def remember_process(self, pid: int, read_files: bool = True) -> None:
+        """Reads pid's maps, threads and perf map now (they vanish when it exits);
+        with read_files, every mapped ELF file too (not needed while it lives on)."""
         maps_text = _read(f"/proc/{pid}/maps")
         if maps_text is None:
             return  # already gone: keep what we had
@@ -283,7 +220,7 @@ class Symbolizer:
             exe = os.readlink(f"/proc/{pid}/exe")
         except OSError:
             exe = ""
-        maps = parse_maps(maps_text)
+        maps = [m for m in parse_maps(maps_text) if m.executable]
         if info is None:
             info = ProcessInfo(pid, comm, exe, maps)
             self.processes[pid] = info
@@ -302,13 +239,13 @@ class Symbolizer:
         perf_text = _read(f"/proc/{pid}/root/tmp/perf-{pid}.map") or _read(f"/tmp/perf-{pid}.map")
         if perf_text is not None:
             info.perf_map = PerfMap.parse(perf_text)
-        for m in maps:
+        for m in maps if read_files else ():
             if m.is_file:
                 self._table_for(pid, m)  # read ELF files while /proc/PID/root still leads to them
 
     # -- resolution
 
-    def _table_for(self, pid: int, m: Mapping) -> SymbolTable | None:
+    def _table_for(self, pid: int, m: Mapping) -> ElfFile | None:
         path = m.path.removesuffix(" (deleted)")
         candidates = [f"/proc/{pid}/root{path}", path]
         if m.path.endswith(" (deleted)"):
@@ -321,18 +258,23 @@ class Symbolizer:
                 continue
             key = (st.st_dev, st.st_ino, st.st_mtime_ns)
             if key not in self._tables:
-                self._tables[key] = _read_symbols(candidate)
+                self._tables[key] = read_elf(candidate)
             self._tables[(pid, m.path)] = self._tables[key]
             return self._tables[key]
         return self._tables.get((pid, m.path))
 
+    @staticmethod
+    def _mapping_of(info: ProcessInfo, addr: int) -> Mapping | None:
+        starts = [m.start for m in info.maps]
+        i = bisect.bisect_right(starts, addr) - 1
+        return info.maps[i] if i >= 0 and addr < info.maps[i].end else None
+
     def user_frame(self, pid: int, addr: int) -> str:
+        """A flame-graph frame: the symbol, a perf-map name, or what is known of where it is."""
         info = self.processes.get(pid)
         if info is None:
             return f"[unknown] {addr:#x}"
-        starts = [m.start for m in info.maps]
-        i = bisect.bisect_right(starts, addr) - 1
-        m = info.maps[i] if i >= 0 and addr < info.maps[i].end else None
+        m = self._mapping_of(info, addr)
         if m is None or not m.is_file:
             if info.perf_map is not None:
                 name = info.perf_map.lookup(addr)
@@ -341,13 +283,35 @@ class Symbolizer:
             where = m.short_name if m is not None else "[anon]"
             return f"[unknown] {where}+{addr - (m.start if m else 0):#x}"
         file_offset = addr - m.start + m.offset
-        table = self._table_for(pid, m)
-        if table is not None:
-            vaddr = table.vaddr_of(file_offset)
-            name = table.lookup(vaddr) if vaddr is not None else None
+        elf = self._table_for(pid, m)
+        if elf is not None:
+            vaddr = elf.vaddr_of_offset(file_offset)
+            name = elf.name_at(vaddr) if vaddr is not None else None
             if name:
                 return demangle(name).replace(";", ":")
         return f"[unknown] {m.short_name}+{file_offset:#x}"
+
+    def code_frame(self, pid: int, addr: int) -> Frame:
+        """A lock wait's code address: its function, placed by the unwind table, and
+        whether it follows a call (remember_process(pid) first)."""
+        info = self.processes.get(pid)
+        m = self._mapping_of(info, addr) if info is not None else None
+        if m is None or not m.is_file:
+            return Frame(addr, "?", "[unknown]", 0, False)
+        module = os.path.basename(m.path)
+        file_offset = addr - m.start + m.offset
+        elf = self._table_for(pid, m)
+        funcs = elf.functions if elf is not None else None
+        if elf is None or funcs is None:
+            return Frame(addr, module, f"{module}+{file_offset:#x}", 0, False)
+        vaddr = elf.vaddr_of_offset(file_offset)
+        after_call = _is_after_call(elf.bytes_before(file_offset, 7))
+        if vaddr is None:
+            return Frame(addr, module, "[unknown]", 0, after_call)
+        start, name = funcs.function_of(vaddr)
+        if start is None:
+            return Frame(addr, module, f"{module}+{vaddr:#x}", 0, after_call)
+        return Frame(addr, module, name or f"{module}+{start:#x}", vaddr - start, after_call)
 
     def kernel_frame(self, addr: int) -> str:
         if self._kallsyms is None:

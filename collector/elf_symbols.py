@@ -1,0 +1,256 @@
+"""The one reader of ELF files: load segments, function symbols, unwind-table function starts.
+
+pyelftools reads each file through an mmap: large libraries (CUDA, torch)
+are gigabytes, and only their headers, symbol tables and a few bytes per
+address are used.
+
+Two questions are asked of a file, and they are answered differently on purpose:
+
+- name_at(vaddr), for flame-graph frames: the symbol whose range holds the
+  address (a size-0 symbol holds it up to the next one), .symtab winning over
+  .dynsym where both name an address, with separate debug symbols
+  (/usr/lib/debug/.build-id) when the file has no .symtab of its own.
+- function_of(vaddr), for the code addresses of lock waits, where a wrong name
+  misclassifies a wait. bcc's BPF.sym picks the nearest preceding symbol
+  without checking its size, so an address in a static libc function (no
+  .symtab in distribution builds) comes out as the exported function before
+  it, e.g. a wait inside __futex_abstimed_wait_common is named
+  "pthread_cond_signal+0x9f". Here the address is first placed in its function
+  using .eh_frame_hdr (every function the compiler emitted has an unwind
+  entry, named or not), and only a symbol that starts that function names it;
+  aliases are named by their unversioned, shortest public name.
+"""
+
+from __future__ import annotations
+
+import bisect
+import io
+import mmap
+import os
+import struct
+from dataclasses import dataclass, field
+from functools import cached_property, lru_cache
+from typing import NamedTuple
+
+from elftools.common.exceptions import ELFError
+from elftools.elf.elffile import ELFFile
+from elftools.elf.sections import SymbolTableSection
+
+FUNCTION_TYPES = ("STT_FUNC", "STT_GNU_IFUNC")
+
+
+class FunctionSymbol(NamedTuple):
+    name: str  # as written, version suffix ("@GLIBC_2.2.5") included
+    value: int
+    size: int
+    defined: bool  # not SHN_UNDEF
+
+
+class _MmapFile(io.RawIOBase):
+    """A seekable read-only file over an mmap, for ELFFile."""
+
+    def __init__(self, data: mmap.mmap):
+        self._data = data
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, pos: int, whence: int = 0) -> int:
+        self._pos = pos if whence == 0 else (self._pos + pos if whence == 1 else len(self._data) + pos)
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def read(self, n: int = -1) -> bytes:
+        end = len(self._data) if n < 0 else self._pos + n
+        chunk = self._data[self._pos : end]
+        self._pos += len(chunk)
+        return chunk
+
+
+def _eh_frame_hdr_starts(elf: ELFFile) -> list[int]:
+    """Function start addresses from .eh_frame_hdr's sorted search table."""
+    sec = elf.get_section_by_name(".eh_frame_hdr")
+    if sec is None:
+        return []
+    data = sec.data()
+    if len(data) < 12 or data[0] != 1:
+        return []
+    table_enc = data[3]
+    if table_enc != 0x3B:  # datarel | sdata4: what GNU ld writes; anything else: give up
+        return []
+    # eh_frame_ptr and fde_count have their own encodings; fde_count is udata4 (0x03) in practice
+    pos = 4
+    ptr_enc, count_enc = data[1], data[2]
+    pos += 4 if (ptr_enc & 0x0F) in (0x03, 0x0B) else 8
+    if (count_enc & 0x0F) not in (0x03, 0x0B):
+        return []
+    (count,) = struct.unpack_from("<I", data, pos)
+    pos += 4
+    base = sec["sh_addr"]
+    starts = []
+    for i in range(count):
+        rel, _fde = struct.unpack_from("<ii", data, pos + 8 * i)
+        starts.append(base + rel)
+    return starts
+
+
+def _build_id(elf: ELFFile) -> str | None:
+    note = elf.get_section_by_name(".note.gnu.build-id")
+    if note is None:
+        return None
+    for n in note.iter_notes():
+        if n["n_type"] == "NT_GNU_BUILD_ID":
+            return n["n_desc"]
+    return None
+
+
+@dataclass
+class SymbolTable:
+    """Sorted (address, size, name): the flame-graph view of a file's function symbols."""
+
+    addrs: list[int]
+    sizes: list[int]
+    names: list[str]
+
+    def lookup(self, vaddr: int) -> str | None:
+        i = bisect.bisect_right(self.addrs, vaddr) - 1
+        if i < 0:
+            return None
+        size = self.sizes[i]
+        if size and vaddr >= self.addrs[i] + size:
+            return None  # in a gap between symbols
+        return self.names[i]
+
+
+@dataclass
+class ElfFunctions:
+    """The lock-wait view of a file's functions, in its own virtual addresses."""
+
+    starts: list[int] = field(default_factory=list)  # sorted function starts (unwind table)
+    names: dict[int, str] = field(default_factory=dict)  # start -> symbol
+    sym_starts: list[int] = field(default_factory=list)  # sorted symbol starts
+    sym_ends: dict[int, int] = field(default_factory=dict)
+
+    def function_of(self, vaddr: int) -> tuple[int | None, str | None]:
+        """(start, name) of the function holding vaddr; name None when unnamed."""
+        i = bisect.bisect_right(self.sym_starts, vaddr) - 1
+        if i >= 0:
+            s = self.sym_starts[i]
+            if vaddr < self.sym_ends[s]:
+                return s, self.names[s]
+        j = bisect.bisect_right(self.starts, vaddr) - 1
+        if j >= 0:
+            return self.starts[j], self.names.get(self.starts[j])
+        return None, None
+
+
+@dataclass
+class ElfFile:
+    """What the symbolizer and the probe sets read from one ELF file."""
+
+    path: str
+    data: mmap.mmap
+    segments: list[tuple[int, int, int, int]]  # PT_LOAD (offset, filesz, vaddr, memsz)
+    symbols: dict[str, list[FunctionSymbol]]  # ".symtab" / ".dynsym" -> its function symbols
+    build_id: str | None
+    unwind_starts: list[int] | None  # None when .eh_frame_hdr could not be read
+
+    def vaddr_of_offset(self, file_offset: int) -> int | None:
+        for off, filesz, vaddr, _memsz in self.segments:
+            if off <= file_offset < off + filesz:
+                return file_offset - off + vaddr
+        return None
+
+    def bytes_before(self, file_offset: int, n: int) -> bytes:
+        return self.data[max(0, file_offset - n) : file_offset]
+
+    # -- the flame-graph view
+
+    @cached_property
+    def name_table(self) -> SymbolTable:
+        entries = self._name_entries()
+        if ".symtab" not in self.symbols:
+            debug = _debug_file(self.build_id)
+            if debug is not None:
+                entries.update(debug._name_entries())
+        addrs = sorted(entries)
+        return SymbolTable(addrs, [entries[a][0] for a in addrs], [entries[a][1] for a in addrs])
+
+    def _name_entries(self) -> dict[int, tuple[int, str]]:
+        entries: dict[int, tuple[int, str]] = {}
+        for section in (".dynsym", ".symtab"):  # .symtab wins where both name an address
+            for sym in self.symbols.get(section, ()):
+                if sym.name and sym.defined and sym.value:
+                    entries[sym.value] = (sym.size, sym.name.split("@", 1)[0])
+        return entries
+
+    def name_at(self, vaddr: int) -> str | None:
+        return self.name_table.lookup(vaddr)
+
+    # -- the lock-wait view
+
+    @cached_property
+    def functions(self) -> ElfFunctions | None:
+        if self.unwind_starts is None:
+            return None
+        funcs = ElfFunctions(starts=self.unwind_starts)
+        for section in (".symtab", ".dynsym"):
+            for sym in self.symbols.get(section, ()):
+                if not sym.value:
+                    continue
+                start = sym.value
+                # prefer the unversioned, shortest public name for aliases
+                name = sym.name.split("@")[0]
+                old = funcs.names.get(start)
+                if old is None or (old.startswith("_") and not name.startswith("_")):
+                    funcs.names[start] = name
+                funcs.sym_ends[start] = max(funcs.sym_ends.get(start, 0), start + max(sym.size, 1))
+        funcs.sym_starts = sorted(funcs.sym_ends)
+        return funcs
+
+
+def read_elf(path: str) -> ElfFile | None:
+    """Parses path once; None when it is no readable ELF file."""
+    try:
+        with open(path, "rb") as f:
+            data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        elf = ELFFile(_MmapFile(data))
+        segments = [(seg["p_offset"], seg["p_filesz"], seg["p_vaddr"], seg["p_memsz"])
+                    for seg in elf.iter_segments() if seg["p_type"] == "PT_LOAD"]
+        symbols: dict[str, list[FunctionSymbol]] = {}
+        for section_name in (".symtab", ".dynsym"):
+            section = elf.get_section_by_name(section_name)
+            if not isinstance(section, SymbolTableSection):
+                continue  # absent, or stripped to NOBITS in a debug file
+            symbols[section_name] = [
+                FunctionSymbol(sym.name, sym["st_value"], sym["st_size"], sym["st_shndx"] != "SHN_UNDEF")
+                for sym in section.iter_symbols() if sym["st_info"]["type"] in FUNCTION_TYPES
+            ]
+        build_id = _build_id(elf)
+        try:
+            unwind_starts: list[int] | None = _eh_frame_hdr_starts(elf)
+        except (ELFError, ValueError, struct.error):
+            unwind_starts = None
+    except (OSError, ELFError, ValueError, struct.error):
+        return None
+    return ElfFile(path, data, segments, symbols, build_id, unwind_starts)
+
+
+def _debug_file(build_id: str | None) -> ElfFile | None:
+    """Separate debug symbols (/usr/lib/debug/.build-id/xx/rest.debug), if installed."""
+    if not build_id:
+        return None
+    path = f"/usr/lib/debug/.build-id/{build_id[:2]}/{build_id[2:]}.debug"
+    return read_elf(path) if os.path.exists(path) else None
+
+
+@lru_cache(maxsize=64)
+def elf_file(path: str) -> ElfFile | None:
+    """read_elf, remembered by path: for the probe sets' one-off lookups (libc, libpython)."""
+    return read_elf(path)

@@ -1,0 +1,81 @@
+"""The one symbolizer (collector/symbolizer.py) on this very process: no root needed."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import subprocess
+import sys
+
+from inferprobe.collector import symbolizer
+from inferprobe.collector.proc_maps import parse_maps, read_maps
+from inferprobe.collector.symbolizer import Symbolizer
+
+MAPS = """\
+7f0000000000-7f0000001000 r--p 00000000 08:01 1234   /usr/lib/libfoo.so
+7f0000001000-7f0000003000 r-xp 00001000 08:01 1234   /usr/lib/libfoo.so
+7e0000000000-7e0000001000 rwxp 00000000 00:00 0
+7ffd00000000-7ffd00002000 r-xp 00000000 00:00 0      [vdso]
+"""
+
+
+def _libc_address(name: str) -> int:
+    return ctypes.cast(getattr(ctypes.CDLL("libc.so.6"), name), ctypes.c_void_p).value
+
+
+def test_maps_are_sorted_with_their_permissions_and_file_only_when_read_for_a_pid():
+    maps = parse_maps(MAPS)
+    assert [(m.start, m.executable, m.short_name) for m in maps] == [
+        (0x7E0000000000, True, "[anon]"), (0x7F0000000000, False, "libfoo.so"),
+        (0x7F0000001000, True, "libfoo.so"), (0x7FFD00000000, True, "[vdso]")]
+    assert maps[2].offset == 0x1000 and maps[2].is_file and not maps[0].is_file
+    own = read_maps(os.getpid())
+    assert own and all(m.is_file for m in own)
+
+
+def test_a_function_is_named_the_same_for_flame_graphs_and_lock_waits():
+    pid = os.getpid()
+    sym = Symbolizer()
+    sym.remember_process(pid, read_files=False)
+    for name in ("getpid", "pthread_mutex_lock"):
+        addr = _libc_address(name)
+        assert sym.user_frame(pid, addr) == name
+        inside = sym.code_frame(pid, addr + 3)
+        assert (inside.module, inside.function, inside.offset) == ("libc.so.6", name, 3)
+
+
+def test_addresses_outside_any_file_keep_what_is_known_of_them():
+    sym = Symbolizer()
+    sym.remember_process(os.getpid())
+    assert sym.code_frame(os.getpid(), 0x10).as_dict() == {
+        "addr": 0x10, "module": "?", "function": "[unknown]", "offset": 0, "after_call": False}
+    assert sym.user_frame(os.getpid(), 0x10) == "[unknown] [anon]+0x10"
+    assert sym.user_frame(1 << 30, 0x10) == "[unknown] 0x10"  # a pid never remembered
+
+
+GETPID_ADDRESS = ("import ctypes, sys; "
+                  "print(ctypes.cast(ctypes.CDLL('libc.so.6').getpid, ctypes.c_void_p).value, flush=True); "
+                  "sys.stdin.read()")
+
+
+def test_an_exited_process_still_resolves_from_what_was_remembered():
+    child = subprocess.Popen([sys.executable, "-c", GETPID_ADDRESS], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    addr = int(child.stdout.readline())
+    sym = Symbolizer()
+    sym.remember_process(child.pid)
+    child.communicate("")
+    sym.remember_process(child.pid)  # gone: what was read before stays
+    assert sym.user_frame(child.pid, addr) == "getpid"
+    assert sym.code_frame(child.pid, addr).function == "getpid"
+
+
+def test_return_addresses_follow_a_call_instruction():
+    after = symbolizer._is_after_call
+    assert after(bytes.fromhex("90 e8 10 20 30 40"))  # call rel32
+    assert after(bytes.fromhex("90 90 ff d0"))  # call rax
+    assert after(bytes.fromhex("ff 15 00 10 00 00"))  # call [rip+0x1000]
+    assert after(bytes.fromhex("41 ff d3"))  # call r11
+    assert not after(bytes.fromhex("90 90 ff e0"))  # jmp rax
+    assert not after(bytes.fromhex("48 89 c7"))  # mov rdi, rax
+    assert not after(b"")
