@@ -25,6 +25,7 @@ from rich.text import Text
 
 from inferprobe.analyzers.live import LiveLocks, LiveSnapshot, LiveWindow
 from inferprobe.analyzers.locks import DEFAULT_MUTEX_THRESHOLD, WaitClassifier
+from inferprobe.analyzers.units import ms
 from inferprobe.cli.options import apply_kernel_headers, kernel_headers_option, pid_option
 from inferprobe.collector import targets as target_procs
 from inferprobe.collector.ingest import decode_all
@@ -40,15 +41,11 @@ Examples:
 """
 
 
-def _ms(ns: float | None) -> str:
-    return "-" if ns is None else f"{ns / 1e6:.2f}"
-
-
 def plain_line(s: LiveSnapshot, elapsed_s: float) -> str:
     line = (f"t={elapsed_s:.0f}s req/s={s.requests_per_s:.1f} in_flight={s.in_flight} "
-            f"requests={s.total_requests} ttft_ms p50={_ms(s.ttft_p50_ns)} p99={_ms(s.ttft_p99_ns)} "
-            f"itl_ms p50={_ms(s.itl_p50_ns)} p99={_ms(s.itl_p99_ns)} "
-            f"e2e_ms p50={_ms(s.e2e_p50_ns)} p99={_ms(s.e2e_p99_ns)}")
+            f"requests={s.total_requests} ttft_ms p50={ms(s.ttft_p50_ns)} p99={ms(s.ttft_p99_ns)} "
+            f"itl_ms p50={ms(s.itl_p50_ns)} p99={ms(s.itl_p99_ns)} "
+            f"e2e_ms p50={ms(s.e2e_p50_ns)} p99={ms(s.e2e_p99_ns)}")
     if s.queue_waiting is not None:
         line += f" queue={s.queue_waiting} running={s.queue_running}"
     if s.kv_occupancy is not None:
@@ -87,9 +84,9 @@ def dashboard(s: LiveSnapshot, pids: list[int], elapsed_s: float) -> Group:
     latency = Table(title="latency over the window (ms)", title_justify="left", width=60)
     for col in ("", "p50", "p99"):
         latency.add_column(col, justify="left" if not col else "right")
-    latency.add_row("time to first token", _ms(s.ttft_p50_ns), _ms(s.ttft_p99_ns))
-    latency.add_row("inter-token", _ms(s.itl_p50_ns), _ms(s.itl_p99_ns))
-    latency.add_row("end-to-end", _ms(s.e2e_p50_ns), _ms(s.e2e_p99_ns))
+    latency.add_row("time to first token", ms(s.ttft_p50_ns), ms(s.ttft_p99_ns))
+    latency.add_row("inter-token", ms(s.itl_p50_ns), ms(s.itl_p99_ns))
+    latency.add_row("end-to-end", ms(s.e2e_p50_ns), ms(s.e2e_p99_ns))
     server = Table.grid(padding=(0, 3))
     if s.queue_waiting is None and s.kv_occupancy is None:
         server.add_row(Text("queue length and token occupancy: no inferprobe USDT probes in the target",

@@ -15,9 +15,10 @@ import re
 from collections.abc import Sequence
 
 from inferprobe.analyzers.breakdown import Breakdown
-from inferprobe.analyzers.cadence import percentile
+from inferprobe.analyzers.cadence import Distribution
 from inferprobe.analyzers.sections import BarChart
 from inferprobe.analyzers.timeseries import TimeSeries
+from inferprobe.analyzers.units import ms
 from inferprobe.collector.errors import InferprobeError
 
 WIDTH_IN = 8.0
@@ -69,7 +70,7 @@ def phase_colours(names: Sequence[str]) -> dict[str, str]:
 def ttft_breakdown(decomp: Breakdown) -> str:
     fig, (ax,) = _figure(0.9 + 0.45 * len(decomp.ttft))
     colours = phase_colours(decomp.phase_names)
-    labels = [f"{b.label}  ({b.ttft_ns / 1e6:.1f} ms)" for b in decomp.ttft]
+    labels = [f"{b.label}  ({ms(b.ttft_ns, places=1, unit=True)})" for b in decomp.ttft]
     seen = set()
     for y, b in enumerate(decomp.ttft):
         left = 0.0
@@ -97,7 +98,7 @@ def itl_breakdown(decomp: Breakdown) -> str:
                     label=None if name in seen else name)
             seen.add(name)
             left += ns / 1e6
-    ax.set_yticks(range(len(decomp.itl)), [f"{b.label}  ({b.itl_ns / 1e6:.2f} ms)" for b in decomp.itl])
+    ax.set_yticks(range(len(decomp.itl)), [f"{b.label}  ({ms(b.itl_ns, unit=True)})" for b in decomp.itl])
     ax.invert_yaxis()
     ax.set_xlabel("inter-token gap (ms), split by phase")
     ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncols=4, frameon=False)
@@ -120,15 +121,17 @@ def waterfall(decomp: Breakdown) -> str:
         ax.scatter(ticks, [y] * len(ticks), marker="|", color="black", s=60, linewidths=1,
                    label=None if "token" in seen else "token chunk written", zorder=3)
         seen.add("token")
-    ax.set_yticks(range(len(rows)), [f"conn {r.request.conn}, TTFT {r.ttft_ns / 1e6:.1f} ms" for r in rows])
+    ax.set_yticks(range(len(rows)),
+                  [f"conn {r.request.conn}, TTFT {ms(r.ttft_ns, places=1, unit=True)}" for r in rows])
     ax.invert_yaxis()
     ax.set_xlabel("time since the request was read (ms)")
     ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncols=2, frameon=False)
     return _svg(fig)
 
 
-def histogram(values_ns: Sequence[int], what: str, count_label: str) -> str:
-    """Histogram in ms with p50/p90/p99 marked; log-spaced bins for wide ranges."""
+def histogram(values_ns: Sequence[int], marks: Distribution, what: str, count_label: str) -> str:
+    """Histogram in ms with the model's p50/p90/p99 of those values marked; log-spaced bins for
+    wide ranges."""
     import numpy as np
 
     fig, (ax,) = _figure(2.4)
@@ -140,9 +143,9 @@ def histogram(values_ns: Sequence[int], what: str, count_label: str) -> str:
     else:
         bins = 40
     ax.hist(values, bins=bins, color="#4e79a7")
-    for label, q in (("p50", 50), ("p90", 90), ("p99", 99)):
-        v = percentile(list(values_ns), q) / 1e6
-        ax.axvline(v, color=PERCENTILE_COLOURS[label], linewidth=1.5, label=f"{label} {v:.2f} ms")
+    for label, at in (("p50", marks.p50), ("p90", marks.p90), ("p99", marks.p99)):
+        ax.axvline(at / 1e6, color=PERCENTILE_COLOURS[label], linewidth=1.5,
+                   label=f"{label} {ms(at, unit=True)}")
     ax.set_xlabel(f"{what} (ms)")
     ax.set_ylabel(count_label)
     ax.legend(frameon=False)

@@ -102,12 +102,14 @@ def _distributions(data: ReportData, progress: Progress) -> str:
     itl = [g for r in reqs for g in r.itl_ns]
     e2e = [r.e2e_ns for r in reqs if r.e2e_ns is not None]
     progress("drawing the distributions")
-    for values, what, unit, anchor in ((ttft, "time to first token", "requests", "dist-ttft"),
-                                       (itl, "inter-token latency", "token gaps", "dist-itl"),
-                                       (e2e, "end-to-end latency", "requests", "dist-e2e")):
+    s = data.overall  # the same values' percentiles, as the model has them
+    for values, marks, what, unit, anchor in (
+            (ttft, s.ttft_ns, "time to first token", "requests", "dist-ttft"),
+            (itl, s.itl_ns, "inter-token latency", "token gaps", "dist-itl"),
+            (e2e, s.e2e_ns, "end-to-end latency", "requests", "dist-e2e")):
         parts.append(f'<h3 id="{anchor}">{_e(what[0].upper() + what[1:])}</h3>')
         if values:
-            parts.append(_figure(charts.histogram(values, what, unit),
+            parts.append(_figure(charts.histogram(values, marks, what, unit),
                                  f"{len(values)} {unit}; vertical lines mark p50, p90 and p99."))
         else:
             parts.append(f"<p>No {_e(what)} in this recording.</p>")
