@@ -254,47 +254,70 @@ def _ctypes_expr(f: Field) -> str:
     return f"{base} * {f.count}" if f.count else base
 
 
-def render(layout: Layout) -> str:
-    out = [HEAD]
+def _enum_names(enum: Enum) -> tuple[str, str, list[tuple[str, int]], list[tuple[str, int]]]:
+    """(Python class, member prefix, members, _MAX sentinels) of a C enum."""
+    members = [(n, v) for n, v in enum.members if not n.endswith("_MAX")]
+    sentinels = [(n, v) for n, v in enum.members if n.endswith("_MAX")]
+    class_name = ENUM_CLASS_NAMES.get(enum.c_name, camel(enum.c_name))
+    return class_name, member_prefix(enum, [n for n, _ in members]), members, sentinels
+
+
+def _flag_groups(defines: tuple[tuple[str, int], ...]) -> tuple[dict[str, list[tuple[str, int]]],
+                                                                list[tuple[str, int]]]:
+    """<GROUP>_FLAG_<NAME> defines by group, and the other defines."""
     flags: dict[str, list[tuple[str, int]]] = {}
     constants: list[tuple[str, int]] = []
-    for name, value in layout.defines:
+    for name, value in defines:
         group = re.match(r"([A-Z0-9_]+?)_FLAG_([A-Z0-9_]+)$", name)
         if group:
             flags.setdefault(group.group(1), []).append((group.group(2), value))
         else:
             constants.append((name, value))
-    out.append("# The header's integer #defines.")
+    return flags, constants
+
+
+def _render_enum(enum: Enum) -> list[str]:
+    class_name, prefix, members, sentinels = _enum_names(enum)
+    out = [f'\n\nclass {class_name}(enum.IntEnum):\n    """enum {enum.c_name}"""\n']
+    out += [f"    {n.removeprefix(prefix)} = {v}" for n, v in members]
+    if sentinels:
+        out.append("\n")
+        out += [f"{n} = {v}  # enum {enum.c_name}: table size, not a member" for n, v in sentinels]
+    return out
+
+
+def _render_flags(group: str, members: list[tuple[str, int]]) -> list[str]:
+    out = [f'\n\nclass {camel(group)}Flag(enum.IntFlag):\n    """{group}_FLAG_* (#define)"""\n']
+    return out + [f"    {n} = {v:#06x}" for n, v in members]
+
+
+def _render_struct(struct: Struct) -> list[str]:
+    padding = f", {tail_padding(struct)} of them tail padding" if tail_padding(struct) else ""
+    out = [f"\n\nclass {camel(struct.c_name)}(ctypes.Structure):",
+           f'    """struct {struct.c_name}: {struct.size} bytes{padding}"""\n',
+           "    _fields_ = ["]
+    for f in struct.fields:
+        entry = f'        ("{f.name}", {_ctypes_expr(f)}),'
+        out.append(f"{entry:<60}# offset {f.offset}, {f.size} byte{'s' if f.size > 1 else ''}")
+    return out + ["    ]"]
+
+
+def render(layout: Layout) -> str:
+    flags, constants = _flag_groups(layout.defines)
+    out = [HEAD, "# The header's integer #defines."]
     out += [f"{name} = {value}" for name, value in constants]
     for enum in layout.enums:
-        members = [(n, v) for n, v in enum.members if not n.endswith("_MAX")]
-        sentinels = [(n, v) for n, v in enum.members if n.endswith("_MAX")]
-        prefix = member_prefix(enum, [n for n, _ in members])
-        class_name = ENUM_CLASS_NAMES.get(enum.c_name, camel(enum.c_name))
-        out.append(f"\n\nclass {class_name}(enum.IntEnum):\n    \"\"\"enum {enum.c_name}\"\"\"\n")
-        out += [f"    {n.removeprefix(prefix)} = {v}" for n, v in members]
-        if sentinels:
-            out.append("\n")
-            out += [f"{n} = {v}  # enum {enum.c_name}: table size, not a member" for n, v in sentinels]
+        out += _render_enum(enum)
     for group, members in flags.items():
-        out.append(f"\n\nclass {camel(group)}Flag(enum.IntFlag):\n    \"\"\"{group}_FLAG_* (#define)\"\"\"\n")
-        out += [f"    {n} = {v:#06x}" for n, v in members]
-    prefixes = [(ENUM_CLASS_NAMES.get(e.c_name, camel(e.c_name)),
-                 member_prefix(e, [n for n, _ in e.members if not n.endswith("_MAX")])) for e in layout.enums]
+        out += _render_flags(group, members)
+    prefixes = [_enum_names(e)[:2] for e in layout.enums]
     prefixes += [(f"{camel(group)}Flag", f"{group}_FLAG_") for group in flags]
     out.append("\n\n# The C name of a member above is its class's prefix and its own name.")
     out.append("C_PREFIXES: dict[str, str] = {")
     out += [f'    "{cls}": "{prefix}",' for cls, prefix in prefixes]
     out.append("}")
     for struct in layout.structs:
-        out.append(f"\n\nclass {camel(struct.c_name)}(ctypes.Structure):")
-        padding = f", {tail_padding(struct)} of them tail padding" if tail_padding(struct) else ""
-        out.append(f'    """struct {struct.c_name}: {struct.size} bytes{padding}"""\n')
-        out.append("    _fields_ = [")
-        for f in struct.fields:
-            entry = f'        ("{f.name}", {_ctypes_expr(f)}),'
-            out.append(f"{entry:<60}# offset {f.offset}, {f.size} byte{'s' if f.size > 1 else ''}")
-        out.append("    ]")
+        out += _render_struct(struct)
     return "\n".join(out) + "\n"
 
 
