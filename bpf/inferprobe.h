@@ -1,9 +1,11 @@
 /* inferprobe.h: every event the BPF programs send to user space.
  *
  * This is the one place the byte layout of an event is defined. It is
- * included by the BPF programs (compiled by bcc) and, in the contract test
- * tests/collector/test_event_layout.py, by a host C program whose sizeof /
- * offsetof output is compared with the ctypes mirrors in collector/events.py.
+ * included by the BPF programs (compiled by bcc); scripts/gen_layout.py
+ * compiles it with the host C compiler and writes its structs, enums and
+ * integer #defines into collector/layout_generated.py, the Python mirror
+ * (rerun it after any change here: tests/collector/test_layout_generated.py
+ * fails until then).
  *
  * Rules: fixed-width __u/__s types only, every struct opens with
  * struct event_header, no pointers, explicit padding, no bitfields.
