@@ -21,7 +21,7 @@ from inferprobe.collector.events import (
     UsdtProbe,
     UsdtRecord,
 )
-from inferprobe.collector.sessionizer import Sessionizer
+from inferprobe.collector.ingest import LiveIngest
 from inferprobe.collector.timeline import Request
 
 
@@ -58,6 +58,9 @@ LOCK_SETTLE_NS = 500_000_000
 # stream, a WebSocket) is judged on its last LOCK_HISTORY_NS only.
 LOCK_HISTORY_NS = 300 * 1_000_000_000
 COUNTED_KINDS = (locks.WaitKind.LOCK, locks.WaitKind.GIL)  # what mutex.wait.ratio sums
+# Socket events go to the ingest stage in batches of at most this many (each
+# batch in completion order), so memory does not grow with --interval.
+SOCKET_BATCH = 4096
 
 
 class LiveLocks:
@@ -114,7 +117,8 @@ class LiveLocks:
 class LiveWindow:
     def __init__(self, window_s: float = 10.0, lock_waits: LiveLocks | None = None) -> None:
         self.window_ns = int(window_s * 1e9)
-        self._sessions = Sessionizer()
+        self._ingest = LiveIngest()
+        self._socket_events: list[Event] = []  # for the ingest stage, in batches (SOCKET_BATCH)
         self._open: list[tuple[Request, int]] = []  # (request, token times already counted)
         self._arrivals: deque[int] = deque()
         self._ttft: deque[tuple[int, int]] = deque()  # (time observed, value)
@@ -139,15 +143,22 @@ class LiveWindow:
                 self.kv = ev.args[0] / ev.args[1]
             return
         if isinstance(ev, ConnRecord | IoRecord):
-            self._sessions.feed(ev)
+            self._socket_events.append(ev)
+            if len(self._socket_events) >= SOCKET_BATCH:
+                self._ingest_socket_events()
+
+    def _ingest_socket_events(self) -> None:
+        self._ingest.feed_decoded(self._socket_events)
+        self._socket_events = []
 
     def _collect(self) -> None:
-        """Moves what the sessionizer built since the last call into the windows."""
-        for req in self._sessions.requests:
+        """Moves what the ingest stage built since the last call into the windows."""
+        self._ingest_socket_events()
+        started, _ended = self._ingest.harvest()  # the window keeps its own references
+        for req in started:
             self.total_requests += 1
             self._arrivals.append(req.t_ingress_ns)
             self._open.append((req, 0))
-        self._sessions.requests.clear()  # the sessionizer keeps its own references while open
         still_open = []
         for req, counted in self._open:
             tokens = req.token_ns

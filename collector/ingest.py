@@ -2,7 +2,8 @@
 
 Every reader of raw events goes through here: `report` and the per-phase
 flame graphs with a whole recording (ingest()), the live exporter batch by
-batch (LiveIngest), `top` event by event (decode_all()). The steps, in order:
+batch (LiveIngest), and `top`'s live window (analyzers/live.py) with the
+events it decoded (decode_all(), LiveIngest.feed_decoded()). The steps, in order:
 decode each event (collector/events.py; an event that does not decode is
 counted, never guessed at), order socket events by completion
 (sessionizer.completion_order), sessionize them into requests, build the
@@ -81,12 +82,16 @@ class LiveIngest:
         """Decodes and feeds one batch; returns its decoded events in the order given."""
         decoded, undecodable = decode_all(raw_events)
         self.undecodable += undecodable
-        for ev in sorted(decoded, key=completion_order):
+        self.feed_decoded(decoded)
+        return decoded
+
+    def feed_decoded(self, events: Iterable[Event]) -> None:
+        """Feeds one batch of events decoded by decode_all() (a live view's)."""
+        for ev in sorted(events, key=completion_order):
             if isinstance(ev, UsdtRecord):
                 self.server.feed(ev)
             else:
                 self.sessionizer.feed(ev)
-        return decoded
 
     def harvest(self) -> tuple[list[Request], list[Request]]:
         """(started, ended) since the last call, the ended ones correlated."""
