@@ -7,9 +7,13 @@ client process. With no interpreter in the way, the time per request is
 the kernel's, so traced minus untraced, divided by the server's syscalls
 per request, is what inferprobe's socket probes cost per syscall.
 
-Two workloads, interleaved in rounds (untraced, traced, untraced, ...):
+The workloads, interleaved in rounds (untraced, traced, untraced, ...):
   unary    one read() and one write() per request (Content-Length reply)
-  stream   one read() and K+2 write()s: headers, K SSE events, last chunk
+  write    one read() and K+2 writes: headers, K SSE token chunks, last chunk,
+           each chunk one write() (Go's net/http, h11)
+  writev   the same, each chunk a writev() of 4 iovecs (Node's http module)
+  sendmsg  the same, each chunk a sendmsg() of 3 iovecs (asyncio, hyper)
+  writev16 four chunks per writev() of 16 iovecs (Node with the socket corked)
 
 Each traced phase attaches `inferprobe record -p SERVER` (attach time not
 measured) and checks the recording saw every request. A third phase per
@@ -24,15 +28,19 @@ from /proc/self/fdinfo of a tracer loaded in this process. That figure, in
 ns of BPF per server syscall, is the one to compare between versions of the
 probes. It includes the target filter running on every other process's
 socket syscalls meanwhile (the client's, and anything else on the host):
-run it on a quiet machine.
+run it on a quiet machine. Beside it, per program: ns per run and runs per
+request, which is where a change shows; and the BPF time per syscall of a
+process nobody traces (`http_pingpong spin`: write()s to /dev/null), which
+every process on the host pays.
 
     sudo .venv/bin/python benchmarks/bench_syscalls.py [--rounds 3] [--requests 20000]
-        [--stream-events 16] [--record-arg=--network]
+        [--stream-events 16] [--record-arg=--network] [--kernel-only]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -46,29 +54,86 @@ from bench_overhead import (
     DrainedTracer,
     EmptyPrograms,
     Recorder,
+    _run_time,
     bpf_program_time,
     bpf_stats_enabled,
     stop_process,
 )
 
+from inferprobe.collector import loader
+
 REPO = Path(__file__).resolve().parent.parent
 MODES = ("untraced", "empty", "traced")
+SHAPES = ("write", "writev", "sendmsg", "writev16")
 SOURCE = REPO / "benchmarks" / "native" / "http_pingpong.c"
 
 
-def measure_in_kernel(app: PingPong, workloads: dict) -> dict:
-    """BPF time per server syscall, from the kernel's own per-program statistics."""
+@contextlib.contextmanager
+def bpf_source(source: Path):
+    """Loads the probes from another copy of bpf/ meanwhile."""
+    before = loader.BPF_DIR
+    loader.BPF_DIR = source
+    try:
+        yield
+    finally:
+        loader.BPF_DIR = before
+
+
+def program_times(bpf) -> dict[str, tuple[int, int]]:
+    """(run time ns, runs) per attached program of a bcc module. Tail-called
+    programs have none of their own: their time is their caller's."""
+    out = {}
+    for name, fn in bpf.funcs.items():
+        t = _run_time(Path(f"/proc/self/fdinfo/{fn.fd}"))
+        if t is not None and t[1]:
+            out[name.decode().removeprefix("tracepoint__syscalls__")] = t
+    return out
+
+
+def per_program(before: dict, after: dict, n: int) -> dict:
+    """ns per run and runs per request (or per syscall, n of them), of every program that ran."""
+    out = {}
+    for name, (ns, runs) in after.items():
+        ns0, runs0 = before.get(name, (0, 0))
+        if runs > runs0:
+            out[name] = {"ns_per_run": round((ns - ns0) / (runs - runs0)),
+                         "runs_per_request": round((runs - runs0) / n, 2)}
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]["ns_per_run"] * kv[1]["runs_per_request"]))
+
+
+def measure_in_kernel(app: PingPong, workloads: dict, spin_syscalls: int) -> dict:
+    """BPF time per server syscall, from the kernel's own per-program statistics;
+    and per syscall of an untraced process."""
     tracer = DrainedTracer(app.pid)
+    bpf = tracer.tracer.bpf
     out = {}
     try:
         with bpf_stats_enabled():
             for name, (command, n, syscalls) in workloads.items():
-                before = bpf_program_time(os.getpid())
+                before, programs_before = bpf_program_time(os.getpid()), program_times(bpf)
                 app.run(command)
-                after = bpf_program_time(os.getpid())
+                after, programs_after = bpf_program_time(os.getpid()), program_times(bpf)
                 ns, runs = after[0] - before[0], after[1] - before[1]
                 out[name] = {"bpf_ns_per_server_syscall": round(ns / (n * syscalls)),
-                             "program_runs_per_server_syscall": round(runs / (n * syscalls), 2)}
+                             "bpf_ns_per_request": round(ns / n),
+                             "program_runs_per_server_syscall": round(runs / (n * syscalls), 2),
+                             "programs": per_program(programs_before, programs_after, n)}
+            # spin N: N reads and N writes
+            before, programs_before = bpf_program_time(os.getpid()), program_times(bpf)
+            subprocess.run([str(app.exe), "spin", str(spin_syscalls // 2)], check=True, capture_output=True)
+            after, programs_after = bpf_program_time(os.getpid()), program_times(bpf)
+            out["untraced"] = {"bpf_ns_per_syscall": round((after[0] - before[0]) / spin_syscalls),
+                               "program_runs_per_syscall": round((after[1] - before[1]) / spin_syscalls, 2),
+                               "programs": per_program(programs_before, programs_after, spin_syscalls // 2)}
+            empty = EmptyPrograms()
+            try:
+                before = empty.run_time()
+                subprocess.run([str(app.exe), "spin", str(spin_syscalls // 2)], check=True,
+                               capture_output=True)
+                after = empty.run_time()
+            finally:
+                empty.stop()
+            out["untraced"]["empty_programs_ns_per_syscall"] = round((after[0] - before[0]) / spin_syscalls)
     finally:
         tracer.close()
     return out
@@ -82,11 +147,12 @@ class PingPong:
             stop_process(self.server, 5)
             raise RuntimeError(f"http_pingpong server did not start: {line!r}")
         self.pid = self.server.pid
+        self.exe = exe
         self.client = subprocess.Popen([str(exe), "client", line.split()[1]], stdin=subprocess.PIPE,
                                        stdout=subprocess.PIPE, text=True)
 
     def run(self, command: str) -> int:
-        """Elapsed ns of one batch ("unary N" or "stream N K")."""
+        """Elapsed ns of one batch ("unary N" or "stream N K SHAPE")."""
         self.client.stdin.write(command + "\n")
         self.client.stdin.flush()
         line = self.client.stdout.readline()
@@ -106,12 +172,35 @@ def recorded_requests(recording: Path) -> int:
     return len(json.loads(out)["requests"])
 
 
+def print_in_kernel(in_kernel: dict) -> None:
+    """One line per workload: BPF ns per request and per server syscall, then
+    the programs that cost the most, as ns a run x runs a request."""
+    for name, row in in_kernel.items():
+        if name == "untraced":
+            programs = ", ".join(f"{prog} {p['ns_per_run']} ns x{p['runs_per_request']}"
+                                 for prog, p in row["programs"].items())
+            print(f"untraced process: {row['bpf_ns_per_syscall']} ns of BPF per syscall "
+                  f"({row['program_runs_per_syscall']} program runs: {programs}; do-nothing programs on "
+                  f"every tracepoint of the 16 before: {row['empty_programs_ns_per_syscall']} ns)")
+            continue
+        top = ", ".join(f"{prog} {p['ns_per_run']} ns x{p['runs_per_request']}"
+                        for prog, p in list(row["programs"].items())[:4])
+        print(f"{name:8s}: {row['bpf_ns_per_request']} ns of BPF per request, "
+              f"{row['bpf_ns_per_server_syscall']} per server syscall; {top}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--requests", type=int, default=20000, help="unary requests per phase")
     ap.add_argument("--stream-events", type=int, default=16)
     ap.add_argument("--record-arg", action="append", default=[])
+    ap.add_argument("--bpf-dir", type=Path, action="append", default=[],
+                    help="with --kernel-only: measure the probes of this source tree (a copy of bpf/, "
+                         "e.g. from `git worktree add`) too, alternating with the current one, "
+                         "for a side-by-side comparison of two versions in one run")
+    ap.add_argument("--workloads", default=",".join(("unary",) + SHAPES),
+                    help="comma-separated subset of: unary," + ",".join(SHAPES))
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--kernel-only", action="store_true",
                     help="only the in-kernel program time (quick, low noise: for comparing probe versions)")
@@ -120,11 +209,17 @@ def main(argv: list[str] | None = None) -> int:
     if cc is None:
         sys.exit("bench_syscalls: needs a C compiler")
     k = args.stream_events
+    if k % 4:
+        sys.exit("bench_syscalls: --stream-events must be a multiple of 4 (writev16 writes four a syscall)")
     streams = max(1, args.requests // (k + 2))
-    workloads = {
-        "unary": (f"unary {args.requests}", args.requests, 2),
-        "stream": (f"stream {streams} {k}", streams, k + 3),
-    }
+    workloads = {"unary": (f"unary {args.requests}", args.requests, 2)}
+    for shape in SHAPES:
+        writes = k // 4 if shape == "writev16" else k
+        workloads[shape] = (f"stream {streams} {k} {shape}", streams, writes + 3)
+    unknown = set(args.workloads.split(",")) - set(workloads)
+    if unknown:
+        sys.exit(f"bench_syscalls: no workload named {', '.join(sorted(unknown))}")
+    workloads = {name: w for name, w in workloads.items() if name in args.workloads.split(",")}
     with tempfile.TemporaryDirectory() as tmp_dir:
         tmp = Path(tmp_dir)
         exe = tmp / "http_pingpong"
@@ -159,13 +254,25 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"round {rnd + 1} {mode:8s}: "
                           + ", ".join(f"{name} {ns[(name, mode)][-1] / 1000:.2f} us/request"
                                       for name in workloads), flush=True)
-            in_kernel = measure_in_kernel(app, workloads)
+            in_kernel = measure_in_kernel(app, workloads, args.requests * 4)
+            for other in args.bpf_dir:
+                print(f"-- this tree's bpf/ (A) against {other} (B), alternating A B A B:")
+                versions = []
+                for _ in range(2):
+                    for label, source in (("A", loader.BPF_DIR), ("B", other.resolve())):
+                        with bpf_source(source):
+                            versions.append((label, measure_in_kernel(app, workloads, args.requests * 4)))
+                for label, figures in versions:
+                    print(f"[{label}]")
+                    print_in_kernel(figures)
         finally:
             app.close()
+    print_in_kernel(in_kernel)
     if args.kernel_only:
-        print(json.dumps(in_kernel))
+        if args.json:
+            args.json.write_text(json.dumps(in_kernel, indent=2))
         return 0
-    summary = {}
+    summary = {"untraced_process": in_kernel["untraced"]}
     for name, (_, _, syscalls) in workloads.items():
         base, floor, traced = (statistics.median(ns[(name, m)]) for m in MODES)
         summary[name] = {

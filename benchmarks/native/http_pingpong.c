@@ -1,16 +1,24 @@
 /* http_pingpong: the cheapest possible keep-alive HTTP server, and its client.
  *
  * `http_pingpong server` (the process to trace) accepts one connection and
- * answers every request with one write(). "GET /unary"
- * gets a small response with Content-Length; "GET /stream?n=K" gets the
- * headers, K SSE events ("data: tok\n\n") each in its own write(), and
- * the closing chunk, like a token stream. `http_pingpong client PORT` is
- * the client, a separate process so that it is not traced. Both sides are C doing nothing but the syscalls, so the time per request
- * is the kernel's plus whatever the tracer adds inside the server's
- * syscalls: the per-syscall cost of tracing, undiluted.
+ * answers every request. "GET /unary" gets a small response with
+ * Content-Length in one write(); "GET /stream?n=K&shape=S" gets the headers,
+ * K chunked SSE events of an OpenAI-size token chunk, and the closing chunk,
+ * like a token stream, each chunk written the way a server stack writes it:
+ *   write    one write() of size line, event and CRLF (Go's net/http, h11)
+ *   writev   writev([size, "\r\n", event, "\r\n"]) (Node's http module)
+ *   sendmsg  sendmsg() of [size line, event, CRLF] (asyncio's writelines, hyper)
+ *   writev16 four events per writev() of 16 iovecs (Node, corked)
+ * `http_pingpong client PORT` is the client, a separate process so that it
+ * is not traced. Both sides are C doing nothing but the syscalls, so the
+ * time per request is the kernel's plus whatever the tracer adds inside the
+ * server's syscalls: the per-syscall cost of tracing, undiluted.
+ * `http_pingpong spin N` makes N one-byte read()s of /dev/zero and as many
+ * write()s to /dev/null: syscalls of a process nobody traces, which the
+ * probes still run on.
  *
  * The server prints "LISTENING <port>"; the client, for every stdin line
- * "unary N" or "stream N K", runs N requests and prints the elapsed ns.
+ * "unary N" or "stream N K SHAPE", runs N requests and prints the elapsed ns.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -19,7 +27,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -52,24 +62,65 @@ static int read_request(int fd, char *buf, size_t size)
     return 0;
 }
 
+/* An OpenAI chat completion chunk, 62 bytes as the issue measured Node's. */
+#define EVENT "data: {\"choices\":[{\"delta\":{\"content\":\" tok\"},\"index\":0}]}\n\n"
+#define EVENT_SIZE "3e"
+
+static int write_all_iov(int fd, struct iovec *iov, int n, int use_sendmsg)
+{
+    if (use_sendmsg) {
+        struct msghdr msg = {.msg_iov = iov, .msg_iovlen = n};
+        return sendmsg(fd, &msg, 0) < 0 ? -1 : 0;
+    }
+    return writev(fd, iov, n) < 0 ? -1 : 0;
+}
+
+/* One token chunk, or (writev16) four, in the shape's syscall. */
+static int write_events(int fd, const char *shape, int count)
+{
+    static const char chunk[] = EVENT_SIZE "\r\n" EVENT "\r\n";
+    static const char size_line[] = EVENT_SIZE "\r\n";
+    struct iovec iov[16];
+    int n = 0;
+    if (strcmp(shape, "write") == 0)
+        return write(fd, chunk, sizeof(chunk) - 1) < 0 ? -1 : 0;
+    for (int e = 0; e < count; e++) {
+        if (strcmp(shape, "sendmsg") == 0) {
+            iov[n++] = (struct iovec){(void *)size_line, sizeof(size_line) - 1};
+        } else {
+            iov[n++] = (struct iovec){(void *)EVENT_SIZE, 2};
+            iov[n++] = (struct iovec){(void *)"\r\n", 2};
+        }
+        iov[n++] = (struct iovec){(void *)EVENT, sizeof(EVENT) - 1};
+        iov[n++] = (struct iovec){(void *)"\r\n", 2};
+    }
+    return write_all_iov(fd, iov, n, strcmp(shape, "sendmsg") == 0);
+}
+
 static void serve(int fd)
 {
     static const char unary[] = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
                                 "Content-Length: 11\r\n\r\n{\"ok\":true}";
     static const char stream_head[] = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
                                       "Transfer-Encoding: chunked\r\n\r\n";
-    static const char event[] = "b\r\ndata: tok\n\n\r\n";
     static const char last[] = "0\r\n\r\n";
     char buf[1024];
     while (read_request(fd, buf, sizeof(buf))) {
         if (strncmp(buf, "GET /stream?n=", 14) == 0) {
             int k = atoi(buf + 14);
+            char shape[16] = "write";
+            const char *at = strstr(buf, "&shape=");
+            if (at)
+                sscanf(at + 7, "%15[a-z0-9]", shape);
+            int per_write = strcmp(shape, "writev16") == 0 ? 4 : 1;
             if (write(fd, stream_head, sizeof(stream_head) - 1) < 0)
                 return;
-            for (int i = 0; i < k; i++)
-                if (write(fd, event, sizeof(event) - 1) < 0)
+            for (int i = 0; i < k; i += per_write)
+                if (write_events(fd, shape, per_write) < 0)
                     return;
-            if (write(fd, last, sizeof(last) - 1) < 0)
+            if (strcmp(shape, "write") == 0 ? write(fd, last, sizeof(last) - 1) < 0
+                                            : write_all_iov(fd, &(struct iovec){(void *)last, 5}, 1,
+                                                            strcmp(shape, "sendmsg") == 0) < 0)
                 return;
         } else if (write(fd, unary, sizeof(unary) - 1) < 0) {
             return;
@@ -107,13 +158,15 @@ static void client(int port)
         die("connect");
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    char line[128], req[128];
+    char line[128], req[160], shape[16];
     while (fgets(line, sizeof(line), stdin)) {
         long n = 0, k = 0;
         int stream = strncmp(line, "stream", 6) == 0;
-        if (stream ? sscanf(line, "stream %ld %ld", &n, &k) != 2 : sscanf(line, "unary %ld", &n) != 1)
+        if (stream ? sscanf(line, "stream %ld %ld %15s", &n, &k, shape) != 3
+                   : sscanf(line, "unary %ld", &n) != 1)
             continue;
-        int len = stream ? snprintf(req, sizeof(req), "GET /stream?n=%ld HTTP/1.1\r\nHost: b\r\n\r\n", k)
+        int len = stream ? snprintf(req, sizeof(req),
+                                    "GET /stream?n=%ld&shape=%s HTTP/1.1\r\nHost: b\r\n\r\n", k, shape)
                          : snprintf(req, sizeof(req), "GET /unary HTTP/1.1\r\nHost: b\r\n\r\n");
         long long t0 = now_ns();
         for (long i = 0; i < n; i++) {
@@ -147,14 +200,31 @@ static void server(void)
     }
 }
 
+/* Syscalls of an untraced process: one-byte read()s from /dev/zero and
+ * write()s to /dev/null, n of each. Prints the elapsed ns. */
+static void spin(long n)
+{
+    int in = open("/dev/zero", O_RDONLY), out = open("/dev/null", O_WRONLY);
+    char c;
+    if (in < 0 || out < 0)
+        die("/dev/zero, /dev/null");
+    long long t0 = now_ns();
+    for (long i = 0; i < n; i++)
+        if (read(in, &c, 1) != 1 || write(out, &c, 1) != 1)
+            die("spin");
+    printf("%lld\n", now_ns() - t0);
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 2 && strcmp(argv[1], "server") == 0)
         server();
+    else if (argc == 3 && strcmp(argv[1], "spin") == 0)
+        spin(atol(argv[2]));
     else if (argc == 3 && strcmp(argv[1], "client") == 0)
         client(atoi(argv[2]));
     else {
-        fprintf(stderr, "usage: http_pingpong server | http_pingpong client PORT\n");
+        fprintf(stderr, "usage: http_pingpong server | client PORT | spin N\n");
         return 2;
     }
     return 0;
