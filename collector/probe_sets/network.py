@@ -53,6 +53,12 @@ class NetworkProbes(ProbeSet):
             )
         return None
 
+    def cflags(self) -> list[str]:
+        # net.bpf.c ties a socket to its connection from inside the read or
+        # write under way (pending_peek): sock.bpf.c must keep the reads'
+        # entry programs, which it otherwise leaves out (read_exit).
+        return ["-DREADS_NEED_ENTRY"]
+
     def after_load(self, bpf, ctx: TargetContext) -> None:
         from inferprobe.collector.tcp_state import TcpStateSampler
 
