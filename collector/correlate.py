@@ -21,7 +21,7 @@ import bisect
 from collections import defaultdict
 
 from inferprobe.collector.server_view import ServerView
-from inferprobe.collector.timeline import Connection, Request
+from inferprobe.collector.timeline import Connection, Request, ServerRequest
 
 
 def correlate(requests: list[Request], connections: dict[int, Connection], view: ServerView) -> int:
@@ -37,35 +37,36 @@ def correlate(requests: list[Request], connections: dict[int, Connection], view:
 
     first_open: dict[tuple[int, int], int] = defaultdict(int)
     matched = 0
-    unresolved = []
+    unresolved: list[tuple[ServerRequest, int]] = []  # (request, its start)
     for srv in sorted(view.requests.values(), key=lambda s: s.t_start_ns or 0):
-        if srv.t_start_ns is None:
+        start = srv.t_start_ns
+        if start is None:
             continue  # request_start was not seen (fired before recording began)
         if srv.conn_fd is not None:
             key = (srv.pid, srv.conn_fd)
             candidates = by_fd.get(key, [])
-            last = bisect.bisect_right(ingress.get(key, []), srv.t_start_ns)
+            last = bisect.bisect_right(ingress.get(key, []), start)
             # The oldest request on that fd that was read before request_start,
             # is not taken, and had not ended: keep-alive requests that were
             # answered before are past; pipelined ones are answered in order.
             # Server requests come in start order, so the skip is monotonic.
             i = first_open[key]
             while i < last and (candidates[i].server is not None or (
-                    candidates[i].t_end_ns is not None and candidates[i].t_end_ns < srv.t_start_ns)):
+                    (end := candidates[i].t_end_ns) is not None and end < start)):
                 i += 1
             first_open[key] = i
             if i < last:
                 candidates[i].server, candidates[i].correlated_by = srv, "conn_fd"
                 matched += 1
             continue
-        unresolved.append(srv)
+        unresolved.append((srv, start))
 
-    for srv in unresolved:
+    for srv, start in unresolved:
         open_then = [
             r for r in by_pid.get(srv.pid, [])
-            if r.server is None and r.t_ingress_ns <= srv.t_start_ns
-            and (r.t_response_start_ns is None or r.t_response_start_ns >= srv.t_start_ns)
-            and (r.t_end_ns is None or r.t_end_ns >= srv.t_start_ns)
+            if r.server is None and r.t_ingress_ns <= start
+            and (r.t_response_start_ns is None or r.t_response_start_ns >= start)
+            and (r.t_end_ns is None or r.t_end_ns >= start)
         ]
         same_thread = [r for r in open_then if r.tid == srv.tid]
         if len(same_thread) == 1:

@@ -18,6 +18,7 @@ import os
 
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
+from elftools.elf.sections import SymbolTableSection
 
 from inferprobe.collector.elf_symbols import elf_file
 from inferprobe.collector.proc_maps import read_maps
@@ -39,7 +40,7 @@ def _symbol(path: str) -> tuple[int, int, bool] | None:
             elf = ELFFile(f)
             for secname in (".dynsym", ".symtab"):
                 sec = elf.get_section_by_name(secname)
-                found = sec.get_symbol_by_name(SYMBOL) if sec is not None else None
+                found = sec.get_symbol_by_name(SYMBOL) if isinstance(sec, SymbolTableSection) else None
                 for sym in found or ():
                     if sym["st_info"]["type"] == "STT_OBJECT" and sym["st_value"] and sym["st_size"]:
                         return sym["st_value"], sym["st_size"], elf["e_type"] != "ET_EXEC"

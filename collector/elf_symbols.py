@@ -30,11 +30,11 @@ import os
 import struct
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
-from typing import NamedTuple
+from typing import IO, NamedTuple, cast
 
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
-from elftools.elf.sections import SymbolTableSection
+from elftools.elf.sections import NoteSection, SymbolTableSection
 
 FUNCTION_TYPES = ("STT_FUNC", "STT_GNU_IFUNC")
 
@@ -102,7 +102,7 @@ def _eh_frame_hdr_starts(elf: ELFFile) -> list[int]:
 
 def _build_id(elf: ELFFile) -> str | None:
     note = elf.get_section_by_name(".note.gnu.build-id")
-    if note is None:
+    if not isinstance(note, NoteSection):
         return None
     for n in note.iter_notes():
         if n["n_type"] == "NT_GNU_BUILD_ID":
@@ -220,7 +220,7 @@ def read_elf(path: str) -> ElfFile | None:
     try:
         with open(path, "rb") as f:
             data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        elf = ELFFile(_MmapFile(data))
+        elf = ELFFile(cast(IO[bytes], _MmapFile(data)))
         segments = [(seg["p_offset"], seg["p_filesz"], seg["p_vaddr"], seg["p_memsz"])
                     for seg in elf.iter_segments() if seg["p_type"] == "PT_LOAD"]
         symbols: dict[str, list[FunctionSymbol]] = {}

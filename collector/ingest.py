@@ -97,10 +97,16 @@ class LiveIngest:
         """(started, ended) since the last call, the ended ones correlated."""
         s = self.sessionizer
         started = s.requests[self._announced:]
-        ended = [r for r in s.requests if r.t_end_ns is not None]
+        ended, open_, last_end = [], [], 0
+        for r in s.requests:
+            if r.t_end_ns is None:
+                open_.append(r)
+            else:
+                ended.append(r)
+                last_end = max(last_end, r.t_end_ns)
         if ended:
-            s.requests = [r for r in s.requests if r.t_end_ns is None]
-            cutoff = max(r.t_end_ns for r in ended) - SERVER_MEMORY_NS
+            s.requests = open_
+            cutoff = last_end - SERVER_MEMORY_NS
             view = self.server.view
             if not view.empty:
                 correlate(ended, s.connections, view)

@@ -12,6 +12,7 @@ import errno
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from inferprobe.collector import preflight
 from inferprobe.collector import targets as target_procs
@@ -134,12 +135,12 @@ def target_pids(bpf) -> list[int]:
 class LoadedTracer:
     """The compiled, attached probe sets of one recording session."""
 
-    bpf: object  # bcc.BPF
+    bpf: Any  # bcc.BPF, which has no type hints
     pids: list[int]
     active: dict[str, ProbeSet]
     ringbuf_pages: int
+    ctx: TargetContext
     inactive: dict[str, str] = field(default_factory=dict)  # set name -> why not
-    ctx: TargetContext | None = None
     refresh_errors: int = 0
 
     def refresh(self) -> list[str]:
@@ -149,7 +150,7 @@ class LoadedTracer:
         A failure here must not end a recording that is otherwise fine: it is
         counted and said once.
         """
-        notes = []
+        notes: list[str] = []
         for name, probe_set in self.active.items():
             try:
                 notes.extend(probe_set.refresh(self.bpf, self.ctx) or ())
@@ -267,6 +268,7 @@ def load_tracer(
             inactive[name] = reason
 
     cflags = _cflags(ringbuf_pages) + [f for s in active.values() for f in s.cflags()]
+    failure: Exception | None
     with preflight.captured_native_output() as compiler_output:
         try:
             usdt_contexts = [c for s in active.values() for c in s.usdt_contexts()]

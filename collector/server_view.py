@@ -93,9 +93,9 @@ class ServerViewBuilder:
             self._last_step[ev.pid] = step
             self.view.steps.append(step)
         elif p == UsdtProbe.DECODE_STEP_END:
-            step = self._open_steps.pop((ev.pid, ev.args[0]), None)
-            if step is not None:
-                step.t_end_ns = ev.ts_ns
+            ended = self._open_steps.pop((ev.pid, ev.args[0]), None)
+            if ended is not None:
+                ended.t_end_ns = ev.ts_ns
         elif p == UsdtProbe.QUEUE_DEPTH:
             self.view.queue_depth.append((ev.ts_ns, ev.args[0], ev.args[1]))
         elif p == UsdtProbe.KV_USAGE:

@@ -89,11 +89,11 @@ class Sessionizer:
         self.stats = SessionStats()
 
     # -- feeding ---------------------------------------------------------------
-    def feed_all(self, events: Iterable[ConnRecord | IoRecord]) -> None:
+    def feed_all(self, events: Iterable[Event]) -> None:
         for ev in sorted(events, key=completion_order):
             self.feed(ev)
 
-    def feed(self, ev: ConnRecord | IoRecord) -> None:
+    def feed(self, ev: Event) -> None:
         if not isinstance(ev, ConnRecord | IoRecord):
             return  # USDT and stack-sample events belong to other analyzers
         if isinstance(ev, ConnRecord):

@@ -23,7 +23,7 @@ class StreamEvent(NamedTuple):
 
     t_ns: int
     name: str | None
-    count: int
+    count: int  # type: ignore[assignment]  # shadows tuple.count, which nothing calls on it
 
 
 class WaitInterval(NamedTuple):

@@ -25,7 +25,7 @@ def root_frames(stack: dict, snapshot: dict, group: str) -> tuple[str, ...]:
     if group == "none":
         return ()
     proc = snapshot.get("processes", {}).get(str(stack["pid"]), {})
-    frames = (clean_frame(f"{proc.get('comm', '?')} ({stack['pid']})"),)
+    frames: tuple[str, ...] = (clean_frame(f"{proc.get('comm', '?')} ({stack['pid']})"),)
     if group == "thread":
         frames += (clean_frame(f"{stack.get('thread') or 'thread'} ({stack['tid']})"),)
     return frames

@@ -111,7 +111,7 @@ def build_tree(stacks: Stacks) -> Node:
 
 def _walk(root: Node):
     """(node, depth, x, path) with children in name order, as flamegraph.pl lays them out."""
-    todo = [(root, 0, 0, ())]
+    todo: list[tuple[Node, int, int, tuple[str, ...]]] = [(root, 0, 0, ())]
     while todo:
         node, depth, x, path = todo.pop()
         yield node, depth, x, path
@@ -127,9 +127,10 @@ def _walk(root: Node):
 def _path_weight(root: Node, path: tuple[str, ...]) -> int:
     node = root
     for name in path:
-        node = node.children.get(name)
-        if node is None:
+        child = node.children.get(name)
+        if child is None:
             return 0
+        node = child
     return node.weight
 
 
@@ -250,8 +251,8 @@ def read_back(svg_text: str) -> Stacks:
     rows = []
     for g in ET.fromstring(svg_text).iter(f"{ns}g"):
         if g.get("class") == "f":
-            rows.append((int(g.get("data-d")), int(g.get("data-x")), int(g.get("data-n")),
-                         g.get("data-name")))
+            rows.append((int(g.attrib["data-d"]), int(g.attrib["data-x"]), int(g.attrib["data-n"]),
+                         g.attrib["data-name"]))
     rows.sort()
     by_depth: dict[int, list[tuple[int, int, tuple[str, ...]]]] = {}
     child_sum: dict[tuple[str, ...], int] = {}

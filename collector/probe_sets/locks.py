@@ -173,11 +173,11 @@ class LockProbes(ProbeSet):
         stacks: dict[str, list[int]] = {}
         stack_table = bpf["lock_stacks"]
         for sid, pid in self._stack_pids.items():
-            addrs = read_stack(stack_table, sid)
-            if addrs is None:
+            stack = read_stack(stack_table, sid)
+            if stack is None:
                 continue
-            stacks[str(sid)] = addrs
-            self._addrs.setdefault(pid, set()).update(addrs)
+            stacks[str(sid)] = stack
+            self._addrs.setdefault(pid, set()).update(stack)
         symbols: dict[str, dict[str, dict]] = {}
         runtimes: dict[str, list[int]] = {}
         symbolizer = Symbolizer()

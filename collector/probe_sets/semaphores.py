@@ -79,7 +79,9 @@ def semaphore_functions(path: str) -> dict[str, int]:
 def function_start(path: str, vaddr: int) -> bytes:
     """The first bytes of the code at vaddr in the ELF file (empty when not found)."""
     elf = elf_file(path)
-    for offset, filesz, seg_vaddr, _memsz in elf.segments if elf is not None else ():
+    if elf is None:
+        return b""
+    for offset, filesz, seg_vaddr, _memsz in elf.segments:
         if seg_vaddr <= vaddr < seg_vaddr + filesz:
             start = offset + vaddr - seg_vaddr
             return bytes(elf.data[start : min(start + SCAN_BYTES, offset + filesz)])

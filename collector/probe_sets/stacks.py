@@ -122,7 +122,7 @@ class _StackSet(ProbeSet):
         began = time.monotonic()
         self._remember_targets(bpf)
         cache: dict = {}
-        stacks = []
+        stacks: list[dict] = []
         for key, value in bpf[f"{self.prefix}_counts"].items():
             weight, periods = self._weights(value)
             pid, tid = int(key.pid), int(key.tid)
@@ -152,7 +152,7 @@ class _StackSet(ProbeSet):
                 "exe": info.exe if info else "",
                 "python": status,
             }
-            if status == "unresolved":
+            if info is not None and status == "unresolved":
                 notes.append(f"pid {pid} ({info.comm}): {PYTHON_HOWTO}")
         counters = self.counters(bpf)
         lost = counters["collisions"] + counters["lost"] + counters["keys_full"]
