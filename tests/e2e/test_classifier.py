@@ -131,6 +131,10 @@ def hyper_chunk(payload: bytes) -> list[bytes]:
     return [b"%x\r\n" % len(payload), payload, b"\r\n"]
 
 
+CLOSE_SSE_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
+FRAMING_LOOKALIKE = [b"da", b"ta", b': {"choices":[{"delta":{"content":"x"}}]}', b"\n\n"]
+assert len(FRAMING_LOOKALIKE[0]) == len(b"%x" % len(FRAMING_LOOKALIKE[2]))
+
 # Two token chunks that hyper queued and wrote at once, and the same with the
 # end of the stream: every "data:" line and [DONE] is in the copied head.
 HYPER_TWO = hyper_chunk(b'data: {"t":1}\n\n') + hyper_chunk(b'data: {"t":2}\n\n')
@@ -342,6 +346,12 @@ STEPS += [
              flags=H.CHUNKED_END),
       # the last chunk with its trailers in one write
       Expect(b"0\r\nX-Trailer: 1\r\n\r\n", flags=H.LAST_CHUNK | H.BLANK_LINE_END)]),
+    # A stream the close ends, not chunked: an iovec split whose lengths fit Node's chunk
+    # framing (size, CRLF, payload, CRLF) is still read, since the response has no framing
+    (Expect(REQ_VEC, HttpKind.REQUEST, H.HEADERS_END, method="GET", path="/vec", header_bytes=len(REQ_VEC)),
+     [Expect(CLOSE_SSE_HEAD, HttpKind.RESPONSE, H.HEADERS_END | H.EVENT_STREAM | H.CONN_CLOSE,
+             status=200, header_bytes=len(CLOSE_SSE_HEAD)),
+      Expect(FRAMING_LOOKALIKE, sse_events=1)]),
 ]
 
 
