@@ -1,7 +1,8 @@
 /* stream_fields.bpf.h: the few JSON fields a stream states about itself.
  *
- * Included by sock.bpf.c after its scanners (it uses struct scratch, load8,
- * bytes_equal, within and EQUALS). What is read, and nothing else:
+ * Included by sock.bpf.c after the SSE scan (it uses struct scratch from
+ * scratch.bpf.h; load8, bytes_equal, within and EQUALS from scan_bytes.bpf.h)
+ * and run by its scan_fields program. What is read, and nothing else:
  *   - token counts, numbers only: "completion_tokens" and "prompt_tokens"
  *     (OpenAI usage), "output_tokens" and "input_tokens" (Anthropic, OpenAI
  *     Responses), "eval_count" and "prompt_eval_count" (Ollama),
@@ -21,6 +22,8 @@
  * positions per write instead of every quote (a token chunk has dozens).
  * "done" has none: its 'd' is the second trigger byte.
  */
+#ifndef INFERPROBE_STREAM_FIELDS_BPF_H
+#define INFERPROBE_STREAM_FIELDS_BPF_H
 
 /* Past a key's closing quote at v: optional space, ':', optional space.
  * Returns where the value starts, or 0. */
@@ -246,3 +249,4 @@ static __always_inline void take_event_name(struct scratch *s)
     s->ev.event_name_len = copied;
 }
 
+#endif /* INFERPROBE_STREAM_FIELDS_BPF_H */

@@ -1,0 +1,164 @@
+/* http1.bpf.h: HTTP/1.x, the request line and the header block.
+ *
+ * Holds the request line's method and path (parse_method, copy_path), the
+ * header block's scan (scan_headers: its end, chunked, Connection: close,
+ * and where Content-Length and Content-Type start) and the two values read
+ * from it (parse_content_length, content_type: an SSE or NDJSON stream).
+ * The status line is read in classify_write (sock.bpf.c). Needs struct
+ * scratch (scratch.bpf.h) and the byte tools (scan_bytes.bpf.h).
+ *
+ * Where it plugs in: classify_read and classify_write in sock.bpf.c look at
+ * a syscall's first bytes (first_bytes) and send an HTTP/1 request or
+ * response down scan_header_block, which calls the scans here; bodies go to
+ * scan_body (sse.bpf.h) and scan_fields (stream_fields.bpf.h). Another
+ * protocol (TLS plaintext fed to the same chain, HTTP/2) is a header like
+ * this one, recognising its own first bytes, plus one branch in those two
+ * dispatchers.
+ */
+#ifndef INFERPROBE_HTTP1_BPF_H
+#define INFERPROBE_HTTP1_BPF_H
+
+/* A Content-Type value starting at v: text/event-stream, with or without
+ * parameters ("; charset=utf-8"). */
+static __always_inline void content_type(struct scratch *s, u32 v)
+{
+    u32 n = s->n;
+    if (v < n && s->head[v & SCRATCH_MASK] == ' ')
+        v++;
+    if (v + 17 <= n && MATCHES(load8(s->head, v), "text/eve", 8) &&
+        MATCHES(load8(s->head, v + 8), "nt-strea", 8) && (s->head[(v + 16) & SCRATCH_MASK] | 0x20) == 'm') {
+        s->ev.flags |= HTTP_FLAG_EVENT_STREAM;
+        return;
+    }
+    /* NDJSON / JSON Lines: application/x-ndjson, application/ndjson,
+     * application/jsonl, application/x-jsonlines (and x-jsonl, jsonlines). */
+    if (v + 17 > n || !MATCHES(load8(s->head, v), "applicat", 8) || !MATCHES(load8(s->head, v + 8), "ion/", 4))
+        return;
+    u32 t = v + 12;
+    if (t + 2 <= n && (s->head[t & SCRATCH_MASK] | 0x20) == 'x' && s->head[(t + 1) & SCRATCH_MASK] == '-')
+        t += 2;
+    if ((t + 6 <= n && MATCHES(load8(s->head, t), "ndjson", 6)) ||
+        (t + 5 <= n && MATCHES(load8(s->head, t), "jsonl", 5)))
+        s->ev.flags |= HTTP_FLAG_NDJSON_STREAM;
+}
+
+/* A '\n' at q inside the header block: the blank line ending it, or the end
+ * of a header line whose value we care about, or the start of the next line
+ * naming Content-Length. Returns 1 at the blank line. */
+static __always_inline int header_newline(struct scratch *s, u32 q)
+{
+    u32 n = s->n;
+    if ((q >= 1 && s->head[(q - 1) & SCRATCH_MASK] == '\n') ||
+        (q >= 2 && s->head[(q - 1) & SCRATCH_MASK] == '\r' && s->head[(q - 2) & SCRATCH_MASK] == '\n')) {
+        s->body_start = q + 1;
+        s->ev.header_bytes = q + 1;
+        s->ev.flags |= HTTP_FLAG_HEADERS_END;
+        return 1;
+    }
+    if (q >= 8) {
+        u64 end = load8(s->head, q - 8);   /* the line's last 8 bytes, "\r" included */
+        if (MATCHES(end, "chunked\r", 8))
+            s->ev.flags |= HTTP_FLAG_CHUNKED;
+        else if (MATCHES(end, ": close\r", 8))
+            s->ev.flags |= HTTP_FLAG_CONN_CLOSE;
+    }
+    if (q + 16 <= n && MATCHES(load8(s->head, q), "\ncontent", 8)) {
+        u64 rest = load8(s->head, q + 8);
+        if (MATCHES(rest, "-length:", 8))
+            s->length_at = q + 16;
+        else if (MATCHES(rest, "-type:", 6))
+            s->type_at = q + 14;   /* read once after the scan: fewer branches per line */
+    }
+    return 0;
+}
+
+/* Header block: sets s->body_start (0 when the headers run past the
+ * window), the header flags and where a Content-Length value starts. */
+static __always_inline void scan_headers(struct scratch *s)
+{
+    u32 n = s->n;
+    for (u32 base = 0; base < SCAN_HEAD_BYTES; base += 8) {
+        if (base >= n)
+            break;
+        u64 found = newlines(s->head, base, 0, n);
+        if (!found)
+            continue;
+#pragma unroll
+        for (u32 b = 0; b < 8; b++) {
+            if ((found & (0x80ULL << (8 * b))) && header_newline(s, base + b))
+                return;
+            stay_in_memory();
+        }
+    }
+}
+
+/* The Content-Length value noted by scan_headers(). Runs in its own program:
+ * see the chain above classify_read(). */
+/* A decimal number at `at` in the head, spaces before it skipped: its value,
+ * and how many digits it had (0: no number). Up to 16 characters looked at. */
+static __always_inline u64 read_decimal(struct scratch *s, u32 at, u32 *digits)
+{
+    u32 n = s->n, count = 0;
+    u64 value = 0;
+#pragma unroll
+    for (int k = 0; k < 16; k++) {
+        u32 pos = at + k;
+        if (pos >= n)
+            break;
+        u8 c = s->head[pos & SCRATCH_MASK];
+        if (c == ' ' && !count)
+            continue;
+        if (c < '0' || c > '9')
+            break;
+        value = value * 10 + (c - '0');
+        count++;
+    }
+    *digits = count;
+    return value;
+}
+
+static __always_inline void parse_content_length(struct scratch *s)
+{
+    u32 digits = 0;
+    if (!s->length_at)
+        return;
+    u64 value = read_decimal(s, s->length_at, &digits);
+    if (digits) {
+        s->ev.content_length = (s64)value;
+        s->ev.flags |= HTTP_FLAG_HAS_LENGTH;
+    }
+}
+
+static __always_inline u8 parse_method(u64 first8, u32 *after)
+{
+    if (STARTS(first8, "GET ")) { *after = 4; return HTTP_METHOD_GET; }
+    if (STARTS(first8, "POST ")) { *after = 5; return HTTP_METHOD_POST; }
+    if (STARTS(first8, "PUT ")) { *after = 4; return HTTP_METHOD_PUT; }
+    if (STARTS(first8, "DELETE ")) { *after = 7; return HTTP_METHOD_DELETE; }
+    if (STARTS(first8, "HEAD ")) { *after = 5; return HTTP_METHOD_HEAD; }
+    if (STARTS(first8, "OPTIONS ")) { *after = 8; return HTTP_METHOD_OPTIONS; }
+    if (STARTS(first8, "PATCH ")) { *after = 6; return HTTP_METHOD_PATCH; }
+    return HTTP_METHOD_UNKNOWN;
+}
+
+/* Copies the path of a request line up to a space or '?': the query string
+ * can carry user data, so it is never copied. */
+static __always_inline void copy_path(struct scratch *s, u32 start)
+{
+    u32 n = s->n;
+    u32 len = 0;
+#pragma unroll
+    for (int k = 0; k < PATH_MAX_BYTES; k++) {
+        u32 pos = start + k;
+        if (pos >= n)
+            break;
+        u8 c = s->head[pos & SCRATCH_MASK];
+        if (c == ' ' || c == '?' || c == '#' || c == '\r' || c == '\n')
+            break;
+        s->ev.path[k] = c;
+        len++;
+    }
+    s->ev.path_len = len;
+}
+
+#endif /* INFERPROBE_HTTP1_BPF_H */

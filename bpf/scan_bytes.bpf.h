@@ -1,0 +1,111 @@
+/* scan_bytes.bpf.h: the byte tools every protocol's scanner is written with.
+ *
+ * Holds word-at-a-time comparisons (MATCHES folds ASCII case, EQUALS and
+ * STARTS compare exactly), the bounded loads from the scratch head and tail
+ * (load8, load8_tail, first_bytes), the newline masks the line scanners walk
+ * (bytes_equal, within, newlines) and stay_in_memory(). Needs struct scratch
+ * (scratch.bpf.h). No protocol knowledge: a new protocol's header builds on
+ * these rather than reading bytes one at a time.
+ */
+#ifndef INFERPROBE_SCAN_BYTES_BPF_H
+#define INFERPROBE_SCAN_BYTES_BPF_H
+
+/* ---------------------------------------------------------------- classification
+ *
+ * The scanners read the copied head eight bytes at a time and only look
+ * closer at words holding a '\n': everything they look for sits at the
+ * start or the end of a line (header names and values, SSE "data:" fields,
+ * the blank line ending the headers). A token chunk's JSON has a newline or
+ * two in a hundred bytes or more, so most words cost a load and four ALU
+ * operations instead of a branch per byte; that was most of the time spent
+ * in these programs (benchmarks/bench_syscalls.py --kernel-only).
+ *
+ * Comparisons fold ASCII case by OR-ing 0x20 into the letter positions of a
+ * pattern only: x | 0x20 equals a lower-case letter exactly when x is that
+ * letter in either case, so the fold admits nothing else.
+ */
+
+/* Little-endian constants: byte i of the literal in bits 8i..8i+7, which is
+
+ * what an 8-byte load from the buffer gives. */
+#define LE_BYTE(s, i) ((u64)(u8)(s)[i] << (8 * (i)))
+#define LE8(s) (LE_BYTE(s, 0) | LE_BYTE(s, 1) | LE_BYTE(s, 2) | LE_BYTE(s, 3) | \
+                LE_BYTE(s, 4) | LE_BYTE(s, 5) | LE_BYTE(s, 6) | LE_BYTE(s, 7))
+#define LOW_BYTES(n) ((n) >= 8 ? ~0ULL : ((1ULL << (8 * (n))) - 1))
+#define IS_LOWER(c) ((c) >= 'a' && (c) <= 'z')
+#define FOLD_BYTE(s, i) ((u64)(IS_LOWER((s)[i]) ? 0x20 : 0) << (8 * (i)))
+#define FOLD8(s) (FOLD_BYTE(s, 0) | FOLD_BYTE(s, 1) | FOLD_BYTE(s, 2) | FOLD_BYTE(s, 3) | \
+                  FOLD_BYTE(s, 4) | FOLD_BYTE(s, 5) | FOLD_BYTE(s, 6) | FOLD_BYTE(s, 7))
+/* The first n bytes of word w equal the (lower-case) literal, in any case. */
+#define MATCHES(w, lit, n) ((((w) | FOLD8(lit "\0\0\0\0\0\0\0")) & LOW_BYTES(n)) == \
+                            (LE8(lit "\0\0\0\0\0\0\0") & LOW_BYTES(n)))
+
+/* The first n bytes of word w equal the literal exactly (case-sensitive). */
+#define EQUALS(w, lit, n) (((w) & LOW_BYTES(n)) == (LE8(lit "\0\0\0\0\0\0\0") & LOW_BYTES(n)))
+
+#define ONES 0x0101010101010101ULL
+#define HIGHS 0x8080808080808080ULL
+
+/* Eight bytes of the head from `at` (any alignment: x86-64 and arm64 load
+ * unaligned words natively, and the verifier allows it there). Every caller
+ * has at < SCAN_HEAD_BYTES; the mask proves to the verifier that the load
+ * stays inside the scratch area. */
+static __always_inline u64 load8(const u8 *head, u32 at)
+{
+    return *(const u64 *)&head[at & (SCAN_HEAD_BYTES - 1)];
+}
+
+/* The same for the tail buffer (at < SCAN_TAIL_BYTES). */
+static __always_inline u64 load8_tail(const u8 *tail, u32 at)
+{
+    return *(const u64 *)&tail[at & (SCAN_TAIL_BYTES - 1)];
+}
+
+/* What the scanners find goes to the scratch map at once: left to itself
+ * the compiler keeps flags and counts in registers across the unrolled
+ * positions of a word, and then every combination of found/not found is a
+ * different state to the verifier, which never gets to the end. */
+static __always_inline void stay_in_memory(void)
+{
+    asm volatile("" ::: "memory");
+}
+
+/* The newlines of the 8 bytes at `base` that lie in [from, n): one bit (the
+ * byte's high bit) per '\n', exact (no borrow between bytes). Computing the
+ * bounds here as a mask leaves one branch per position to the verifier. */
+static __always_inline u64 bytes_equal(u64 w, u8 c)
+{
+    u64 x = w ^ (ONES * c);
+    return ~(((x & ~HIGHS) + ~HIGHS) | x) & HIGHS;
+}
+
+/* Keeps the bits of `mask` (one per byte of the word at `base`) that lie in [from, n). */
+static __always_inline u64 within(u64 mask, u32 base, u32 from, u32 n)
+{
+    u32 left = n - base;   /* callers have base < n */
+    if (left < 8)
+        mask &= (1ULL << (8 * left)) - 1;
+    if (from > base)
+        mask &= ~((1ULL << (8 * ((from - base) & 7))) - 1);
+    return mask;
+}
+
+static __always_inline u64 newlines(const u8 *head, u32 base, u32 from, u32 n)
+{
+    return within(bytes_equal(load8(head, base), '\n'), base, from, n);
+}
+
+/* The word starts with the literal, compared as sent (methods and "HTTP/"
+ * are case-sensitive). */
+#define STARTS(w, lit) (((w) & LOW_BYTES(sizeof(lit) - 1)) == \
+                        (LE8(lit "\0\0\0\0\0\0\0") & LOW_BYTES(sizeof(lit) - 1)))
+
+/* The first 8 bytes, zero past what was copied. */
+static __always_inline u64 first_bytes(struct scratch *s)
+{
+    u32 n = s->n;
+    u64 w = load8(s->head, 0);
+    return n >= 8 ? w : w & ((1ULL << (8 * n)) - 1);
+}
+
+#endif /* INFERPROBE_SCAN_BYTES_BPF_H */

@@ -1,0 +1,89 @@
+/* scratch.bpf.h: the per-CPU scratch area the classification chain works in.
+ *
+ * Holds struct scratch (the copied bytes, the io_event being filled in, and
+ * what each scanner leaves for the next program of the chain), its size, and
+ * the user-space iovec layout it copies. Needs only inferprobe.h (through
+ * common.bpf.h) for struct io_event and the scan sizes. Every other header of
+ * the classifier works on a struct scratch; sock.bpf.c declares the map that
+ * holds it (scratch_area: bcc rewrites map calls only in its main file).
+ *
+ * A new protocol that needs state of its own between the programs of the
+ * chain adds its fields here, with a comment naming the header that uses
+ * them (as the stream_fields.bpf.h fields below do).
+ */
+#ifndef INFERPROBE_SCRATCH_BPF_H
+#define INFERPROBE_SCRATCH_BPF_H
+
+/* The scratch buffer is twice the scan window so that a copy of up to
+ * SCAN_HEAD_BYTES starting anywhere below SCAN_HEAD_BYTES stays inside it:
+ * that is what lets the verifier accept variable offsets (masked below). */
+#define SCRATCH_BYTES (2 * SCAN_HEAD_BYTES)
+#define SCRATCH_MASK (SCRATCH_BYTES - 1)
+/* Iovecs copied into the head: hyper (Rust) writes each chunk as three (size
+ * line, data, CRLF), so two token chunks it queued and wrote at once, or a
+ * token, [DONE] and the last chunk, take six or seven. */
+#define MAX_IOVECS 8
+
+/* User-space ABI layouts (stable, unlike kernel-internal structs). */
+struct user_iovec {
+    u64 base;
+    u64 len;
+};
+
+/* Per-CPU state handed from one program of the classification chain to the
+ * next (tail calls share no stack). Nothing here leaves the kernel except
+ * `ev`, which holds only derived fields. */
+struct scratch {
+    u8 head[SCRATCH_BYTES];
+    u8 tail[SCAN_TAIL_BYTES];
+    struct io_event ev;
+    u64 last_base;   /* the last user buffer touched, for the tail scan */
+    u64 last_len;
+    u32 n;           /* bytes copied into head */
+    u32 tail_in_head; /* the head ends with the whole of the last buffer */
+    u32 body_start;
+    u32 http_seen;
+    u32 chunked;     /* the connection's response is chunked (conn_state) */
+    u32 length_at;   /* where the Content-Length value starts, 0 if none */
+    u32 type_at;     /* where the Content-Type value starts, 0 if none */
+    u32 data_lines;
+    u32 done;
+    /* Vectored I/O: the iovecs copy_iovecs() did not reach, and the bytes the
+     * syscall moved through them (find_last_iovec walks them). The first
+     * may have been copied in part: iov_skip of its bytes. */
+    u64 iov_next;
+    u64 bytes_left;
+    u32 iovs_left;
+    u32 iov_skip;
+    /* A write longer than the head: scan_body() goes on over the rest of it,
+     * one window at a time (next_body_window). */
+    u32 window_start; /* where in the write the head now starts */
+    u32 windows;      /* windows scanned after the first */
+    u32 more;         /* another window follows this one */
+    u32 deferred;     /* a "data:" line or an NDJSON line end was left to the next window */
+    /* Stream shapes beyond unnamed SSE events (line_end, sse_line): */
+    u32 json_lines;     /* NDJSON line ends: '}' or ']' before the '\n' */
+    u32 json_deferred;  /* an NDJSON line end was left to the next window */
+    u32 json_mode;      /* windows after the first: no "data:" in the first, only scan_fields reads them */
+    u32 json_done;      /* "done": true seen */
+    u32 empty_events;   /* "choices":[] and "delta":{} seen: SSE events without a token */
+    u32 fields_near_end; /* scan_fields ran on the first window near the write's end */
+    u32 event_name_at;  /* the SSE event's "event:" line: where its name starts, + 1 */
+    u32 named_events;
+    u32 first_name_at;  /* this window's first such name: where (+ 1) and how long */
+    u32 first_name_len;
+    u32 line_room;      /* bytes a line needs in view: 12 with another window to follow, else 5 */
+    /* JSON fields of this window (stream_fields.bpf.h): where a count's
+     * value starts (+ 1), and the request's "model" value */
+    u32 output_at;
+    u32 input_at;
+    u32 model_at;
+    u32 model_pass;     /* request body: 0 the head, 1 the read's last bytes */
+    u32 tail_read;      /* bytes of the write's end read into tail[] */
+    u32 tail_pass;      /* scan_fields is reading the tail, copied into the head */
+    struct user_iovec iovs[MAX_IOVECS];   /* copy_iovecs: the next iovecs, read at once */
+    u64 frame_word[MAX_IOVECS];           /* find_framing: a framing buffer's bytes, 0: read it */
+    u8 frame_role[MAX_IOVECS];            /* enum frame_role, for framing_chains */
+};
+
+#endif /* INFERPROBE_SCRATCH_BPF_H */
