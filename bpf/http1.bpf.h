@@ -1,11 +1,12 @@
 /* http1.bpf.h: HTTP/1.x, the request line and the header block.
  *
- * Holds the request line's method and path (parse_method, copy_path), the
- * header block's scan (scan_headers: its end, chunked, Connection: close,
- * and where Content-Length and Content-Type start) and the two values read
- * from it (parse_content_length, content_type: an SSE or NDJSON stream).
- * The status line is read in classify_write (sock.bpf.c). Needs struct
- * scratch (scratch.bpf.h) and the byte tools (scan_bytes.bpf.h).
+ * Holds the request line (parse_method, request_line, copy_path), the
+ * status line (status_line), the header block's scan (scan_headers: its
+ * end, chunked, Connection: close, and where Content-Length and
+ * Content-Type start), the two values read from it (parse_content_length,
+ * content_type: an SSE or NDJSON stream), and the pieces of a chunked
+ * body's end written on their own (chunked_end_piece). Needs struct scratch
+ * (scratch.bpf.h) and the byte tools (scan_bytes.bpf.h).
  *
  * Where it plugs in: classify_read and classify_write in sock.bpf.c look at
  * a syscall's first bytes (first_bytes) and send an HTTP/1 request or
@@ -93,7 +94,7 @@ static __always_inline void scan_headers(struct scratch *s)
 }
 
 /* The Content-Length value noted by scan_headers(). Runs in its own program:
- * see the chain above classify_read(). */
+ * see the chain above classify_read() in sock.bpf.c. */
 /* A decimal number at `at` in the head, spaces before it skipped: its value,
  * and how many digits it had (0: no number). Up to 16 characters looked at. */
 static __always_inline u64 read_decimal(struct scratch *s, u32 at, u32 *digits)
@@ -159,6 +160,46 @@ static __always_inline void copy_path(struct scratch *s, u32 start)
         len++;
     }
     s->ev.path_len = len;
+}
+
+/* A request line: a method parse_method() knew, then a path from '/'. Sets
+ * the event's kind, method and path; 1 when it is one. */
+static __always_inline int request_line(struct scratch *s, u8 method, u32 after)
+{
+    if (method == HTTP_METHOD_UNKNOWN || after >= s->n || s->head[after & SCRATCH_MASK] != '/')
+        return 0;
+    s->ev.kind = HTTP_KIND_REQUEST;
+    s->ev.method = method;
+    copy_path(s, after);
+    return 1;
+}
+
+/* A status line, "HTTP/1.x NNN": sets the event's kind and status; 1 when it
+ * is one. */
+static __always_inline int status_line(struct scratch *s, u64 first8)
+{
+    if (!STARTS(first8, "HTTP/1.") || s->n < 12 || s->head[8] != ' ')
+        return 0;
+    u8 d0 = s->head[9], d1 = s->head[10], d2 = s->head[11];
+    if (!(d0 >= '1' && d0 <= '5' && d1 >= '0' && d1 <= '9' && d2 >= '0' && d2 <= '9'))
+        return 0;
+    s->ev.kind = HTTP_KIND_RESPONSE;
+    s->ev.status = (d0 - '0') * 100 + (d1 - '0') * 10 + (d2 - '0');
+    return 1;
+}
+
+/* A write that is no status line may still end a chunked body: */
+static __always_inline void chunked_end_piece(struct scratch *s, u64 first8)
+{
+    /* The last chunk "0\r\n\r\n" written on its own; or its "0\r\n" opening
+     * a write, with trailers and the blank line here or in writes of their
+     * own (end_lines); or the blank line alone. */
+    if (s->n == 5 && STARTS(first8, "0\r\n\r\n"))
+        s->ev.flags |= HTTP_FLAG_CHUNKED_END;
+    else if (STARTS(first8, "0\r\n"))
+        s->ev.flags |= HTTP_FLAG_LAST_CHUNK;
+    if (s->n == 2 && STARTS(first8, "\r\n"))
+        s->ev.flags |= HTTP_FLAG_BLANK_LINE_END;
 }
 
 #endif /* INFERPROBE_HTTP1_BPF_H */

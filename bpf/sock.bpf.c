@@ -723,6 +723,11 @@ static __always_inline u8 carried_method(struct scratch *s, u64 first8, u32 *aft
     return method;
 }
 
+/* classify_read and classify_write, the first programs once a syscall's
+ * bytes are in the head, tell which protocol it speaks from its first bytes,
+ * by the recognisers of each protocol's header (HTTP/1: http1.bpf.h). A new
+ * protocol's recogniser is one more branch in each, sending its syscalls to
+ * programs of its own or to the body scans. */
 int classify_read(void *ctx)
 {
     struct scratch *s = get_scratch();
@@ -733,10 +738,7 @@ int classify_read(void *ctx)
     u8 method = parse_method(first8, &after);
     if (method == HTTP_METHOD_UNKNOWN && s->http_seen)
         method = carried_method(s, first8, &after);
-    if (method != HTTP_METHOD_UNKNOWN && after < s->n && s->head[after & SCRATCH_MASK] == '/') {
-        s->ev.kind = HTTP_KIND_REQUEST;
-        s->ev.method = method;
-        copy_path(s, after);
+    if (request_line(s, method, after)) {
         classifiers.call(ctx, PROG_SCAN_HEADER_BLOCK);
     } else if (s->http_seen) {
         classifiers.call(ctx, PROG_SCAN_FIELDS);   /* a request body read apart from its headers */
@@ -750,24 +752,11 @@ int classify_write(void *ctx)
     if (!s)
         return 0;
     u64 first8 = first_bytes(s);
-    if (STARTS(first8, "HTTP/1.") && s->n >= 12 && s->head[8] == ' ') {
-        u8 d0 = s->head[9], d1 = s->head[10], d2 = s->head[11];
-        if (d0 >= '1' && d0 <= '5' && d1 >= '0' && d1 <= '9' && d2 >= '0' && d2 <= '9') {
-            s->ev.kind = HTTP_KIND_RESPONSE;
-            s->ev.status = (d0 - '0') * 100 + (d1 - '0') * 10 + (d2 - '0');
-            classifiers.call(ctx, PROG_SCAN_HEADER_BLOCK);
-            return submit(s);
-        }
+    if (status_line(s, first8)) {
+        classifiers.call(ctx, PROG_SCAN_HEADER_BLOCK);
+        return submit(s);
     }
-    /* The last chunk "0\r\n\r\n" written on its own; or its "0\r\n" opening
-     * a write, with trailers and the blank line here or in writes of their
-     * own (end_lines); or the blank line alone. */
-    if (s->n == 5 && STARTS(first8, "0\r\n\r\n"))
-        s->ev.flags |= HTTP_FLAG_CHUNKED_END;
-    else if (STARTS(first8, "0\r\n"))
-        s->ev.flags |= HTTP_FLAG_LAST_CHUNK;
-    if (s->n == 2 && STARTS(first8, "\r\n"))
-        s->ev.flags |= HTTP_FLAG_BLANK_LINE_END;
+    chunked_end_piece(s, first8);
     classifiers.call(ctx, PROG_SCAN_BODY);
     return submit(s);
 }
