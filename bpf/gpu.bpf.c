@@ -198,8 +198,16 @@ static __always_inline int gpu_call(struct pt_regs *ctx, u32 fn)
             entry.addr = PT_REGS_PARM1(ctx);        /* the stream or event */
     } else if (fn >= GPU_FN_FIRST_COPY && fn < GPU_FN_FIRST_MEMORY) {
         entry.bytes = PT_REGS_PARM3(ctx);           /* every copy has its size third */
-        if (fn == GPU_FN_CUDA_MEMCPY || fn == GPU_FN_CUDA_MEMCPY_ASYNC)
-            entry.copy_kind = PT_REGS_PARM4(ctx);
+        if (fn == GPU_FN_CUDA_MEMCPY || fn == GPU_FN_CUDA_MEMCPY_ASYNC) {
+            /* The application's cudaMemcpyKind, unchecked by anyone before
+             * the driver: a value enum gpu_copy_kind does not name (a bug in
+             * the caller, or a later CUDA's kind) would make the decoder drop
+             * the whole event (collector/events.py refuses unknown enum
+             * values), so it is sent as GPU_COPY_DEFAULT and the copy still
+             * counts. An int argument: only the register's low 32 bits. */
+            u32 kind = (u32)PT_REGS_PARM4(ctx);
+            entry.copy_kind = kind <= GPU_COPY_DEFAULT ? kind : GPU_COPY_DEFAULT;
+        }
         else if (fn == GPU_FN_CU_MEMCPY_DTOH || fn == GPU_FN_CU_MEMCPY_DTOH_ASYNC)
             entry.copy_kind = GPU_COPY_DTOH;
         else if (fn == GPU_FN_CU_MEMCPY_HTOD || fn == GPU_FN_CU_MEMCPY_HTOD_ASYNC)
