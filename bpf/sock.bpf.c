@@ -44,6 +44,8 @@
 #define READS_AT_EXIT 1
 #endif
 
+/* ---------------------------------------------------------------- connections and pending I/O */
+
 struct sock_key {
     u32 pid;
     s32 fd;
@@ -69,8 +71,6 @@ struct pending_io {
     u32 http_seen;
     u32 chunked;
 };
-
-/* ---------------------------------------------------------------- connections and pending I/O */
 
 BPF_TABLE("lru_hash", struct sock_key, struct conn_state, socks, 65536);
 /* Any change to socks that a thread's cache of it (below) could miss: a
