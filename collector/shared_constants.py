@@ -21,7 +21,7 @@ from inferprobe.collector.layout_generated import (
     WINDOW_OVERLAP,
 )
 
-# How far the kernel scans a long write for SSE "data:" lines (bpf/sock.bpf.c,
+# How far the kernel scans a long write for SSE "data:" lines (bpf/body_windows.bpf.h,
 # next_body_window): windows of SCAN_HEAD_BYTES, each starting WINDOW_OVERLAP
 # before the one before ends, a plain write's first MAX_BODY_WINDOWS after the
 # head, a vectored write's first MAX_VECTORED_WINDOWS.
