@@ -19,6 +19,66 @@
 #ifndef INFERPROBE_HTTP1_BPF_H
 #define INFERPROBE_HTTP1_BPF_H
 
+/* The method a request line opens with, from its first 8 bytes (first_bytes),
+ * and in *after where its path starts. */
+static __always_inline u8 parse_method(u64 first8, u32 *after)
+{
+    if (STARTS(first8, "GET ")) { *after = 4; return HTTP_METHOD_GET; }
+    if (STARTS(first8, "POST ")) { *after = 5; return HTTP_METHOD_POST; }
+    if (STARTS(first8, "PUT ")) { *after = 4; return HTTP_METHOD_PUT; }
+    if (STARTS(first8, "DELETE ")) { *after = 7; return HTTP_METHOD_DELETE; }
+    if (STARTS(first8, "HEAD ")) { *after = 5; return HTTP_METHOD_HEAD; }
+    if (STARTS(first8, "OPTIONS ")) { *after = 8; return HTTP_METHOD_OPTIONS; }
+    if (STARTS(first8, "PATCH ")) { *after = 6; return HTTP_METHOD_PATCH; }
+    return HTTP_METHOD_UNKNOWN;
+}
+
+/* Copies the path of a request line up to a space or '?': the query string
+ * can carry user data, so it is never copied. */
+static __always_inline void copy_path(struct scratch *s, u32 start)
+{
+    u32 n = s->n;
+    u32 len = 0;
+#pragma unroll
+    for (int k = 0; k < PATH_MAX_BYTES; k++) {
+        u32 pos = start + k;
+        if (pos >= n)
+            break;
+        u8 c = s->head[pos & SCRATCH_MASK];
+        if (c == ' ' || c == '?' || c == '#' || c == '\r' || c == '\n')
+            break;
+        s->ev.path[k] = c;
+        len++;
+    }
+    s->ev.path_len = len;
+}
+
+/* A request line: a method parse_method() knew, then a path from '/'. Sets
+ * the event's kind, method and path; 1 when it is one. */
+static __always_inline int request_line(struct scratch *s, u8 method, u32 after)
+{
+    if (method == HTTP_METHOD_UNKNOWN || after >= s->n || s->head[after & SCRATCH_MASK] != '/')
+        return 0;
+    s->ev.kind = HTTP_KIND_REQUEST;
+    s->ev.method = method;
+    copy_path(s, after);
+    return 1;
+}
+
+/* A status line, "HTTP/1.x NNN": sets the event's kind and status; 1 when it
+ * is one. */
+static __always_inline int status_line(struct scratch *s, u64 first8)
+{
+    if (!STARTS(first8, "HTTP/1.") || s->n < 12 || s->head[8] != ' ')
+        return 0;
+    u8 d0 = s->head[9], d1 = s->head[10], d2 = s->head[11];
+    if (!(d0 >= '1' && d0 <= '5' && d1 >= '0' && d1 <= '9' && d2 >= '0' && d2 <= '9'))
+        return 0;
+    s->ev.kind = HTTP_KIND_RESPONSE;
+    s->ev.status = (d0 - '0') * 100 + (d1 - '0') * 10 + (d2 - '0');
+    return 1;
+}
+
 /* A Content-Type value starting at v: text/event-stream, with or without
  * parameters ("; charset=utf-8"). */
 static __always_inline void content_type(struct scratch *s, u32 v)
@@ -128,64 +188,6 @@ static __always_inline void parse_content_length(struct scratch *s)
         s->ev.content_length = (s64)value;
         s->ev.flags |= HTTP_FLAG_HAS_LENGTH;
     }
-}
-
-static __always_inline u8 parse_method(u64 first8, u32 *after)
-{
-    if (STARTS(first8, "GET ")) { *after = 4; return HTTP_METHOD_GET; }
-    if (STARTS(first8, "POST ")) { *after = 5; return HTTP_METHOD_POST; }
-    if (STARTS(first8, "PUT ")) { *after = 4; return HTTP_METHOD_PUT; }
-    if (STARTS(first8, "DELETE ")) { *after = 7; return HTTP_METHOD_DELETE; }
-    if (STARTS(first8, "HEAD ")) { *after = 5; return HTTP_METHOD_HEAD; }
-    if (STARTS(first8, "OPTIONS ")) { *after = 8; return HTTP_METHOD_OPTIONS; }
-    if (STARTS(first8, "PATCH ")) { *after = 6; return HTTP_METHOD_PATCH; }
-    return HTTP_METHOD_UNKNOWN;
-}
-
-/* Copies the path of a request line up to a space or '?': the query string
- * can carry user data, so it is never copied. */
-static __always_inline void copy_path(struct scratch *s, u32 start)
-{
-    u32 n = s->n;
-    u32 len = 0;
-#pragma unroll
-    for (int k = 0; k < PATH_MAX_BYTES; k++) {
-        u32 pos = start + k;
-        if (pos >= n)
-            break;
-        u8 c = s->head[pos & SCRATCH_MASK];
-        if (c == ' ' || c == '?' || c == '#' || c == '\r' || c == '\n')
-            break;
-        s->ev.path[k] = c;
-        len++;
-    }
-    s->ev.path_len = len;
-}
-
-/* A request line: a method parse_method() knew, then a path from '/'. Sets
- * the event's kind, method and path; 1 when it is one. */
-static __always_inline int request_line(struct scratch *s, u8 method, u32 after)
-{
-    if (method == HTTP_METHOD_UNKNOWN || after >= s->n || s->head[after & SCRATCH_MASK] != '/')
-        return 0;
-    s->ev.kind = HTTP_KIND_REQUEST;
-    s->ev.method = method;
-    copy_path(s, after);
-    return 1;
-}
-
-/* A status line, "HTTP/1.x NNN": sets the event's kind and status; 1 when it
- * is one. */
-static __always_inline int status_line(struct scratch *s, u64 first8)
-{
-    if (!STARTS(first8, "HTTP/1.") || s->n < 12 || s->head[8] != ' ')
-        return 0;
-    u8 d0 = s->head[9], d1 = s->head[10], d2 = s->head[11];
-    if (!(d0 >= '1' && d0 <= '5' && d1 >= '0' && d1 <= '9' && d2 >= '0' && d2 <= '9'))
-        return 0;
-    s->ev.kind = HTTP_KIND_RESPONSE;
-    s->ev.status = (d0 - '0') * 100 + (d1 - '0') * 10 + (d2 - '0');
-    return 1;
 }
 
 /* A write that is no status line may still end a chunked body: */
