@@ -26,7 +26,7 @@
 #include "common.bpf.h"
 #include "scratch.bpf.h"        /* struct scratch: what the chain's programs share */
 #include "scan_bytes.bpf.h"     /* word-at-a-time comparisons and loads */
-#include "http1.bpf.h"          /* request line, header block */
+#include "http1.bpf.h"          /* request line, status line, header block */
 #include "sse.bpf.h"            /* SSE lines of a body window */
 #include "stream_fields.bpf.h"  /* the JSON fields a stream states about itself */
 #include "stream_end.bpf.h"     /* how a write ends: its last bytes */
