@@ -18,8 +18,10 @@ setup-demo:
 test: setup
 	$(PYTHON) -m pytest -q tests
 
+# ruff, then mypy on the package under its imported names (see scripts/typecheck.py).
 lint:
 	$(RUFF) check .
+	$(PYTHON) scripts/typecheck.py
 
 demo: setup-demo
 	bash scripts/demo.sh

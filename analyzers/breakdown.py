@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 from inferprobe.analyzers.decompose import PHASES, phases_ns
 from inferprobe.analyzers.itl_phases import ITL_PHASES, gaps_at_percentiles
@@ -41,7 +42,7 @@ def request_phases(r: Request) -> tuple[str, list[tuple[str, int]]] | None:
 
 def clip_phases(phases: Sequence[tuple[str, int]], limit_ns: int) -> list[tuple[str, int]]:
     """The phases that fill the first limit_ns (e.g. TTFT) of a request, cut at the limit."""
-    out = []
+    out: list[tuple[str, int]] = []
     used = 0
     for name, ns in phases:
         if used >= limit_ns and out:
@@ -135,21 +136,23 @@ def break_down(requests: Sequence[Request], at_ttft: Mapping[int, Request] | Non
     seen = {name for _, _, phases in split for name, _ns in phases}
     names = [p for p in PHASES if p in seen]
     by_ttft = sorted(split, key=lambda x: (x[0].ttft_ns, x[0].conn, x[0].t_ingress_ns))
+    # split, and so phases_of, holds only requests with a TTFT: the casts below say so
     phases_of = {id(r): phases for r, _, phases in split}
     breakdowns = []
     for label, q in PERCENTILES:
-        r = at_ttft.get(q)
-        if r is None or id(r) not in phases_of:
+        chosen = at_ttft.get(q)
+        if chosen is None or id(chosen) not in phases_of:
             continue
+        ttft_ns = cast(int, chosen.ttft_ns)
         breakdowns.append(
-            PercentileBreakdown(label=label, request=RequestRef.of(r), ttft_ns=r.ttft_ns,
-                                phases=tuple(clip_phases(phases_of[id(r)], r.ttft_ns)))
+            PercentileBreakdown(label=label, request=RequestRef.of(chosen), ttft_ns=ttft_ns,
+                                phases=tuple(clip_phases(phases_of[id(chosen)], ttft_ns)))
         )
     rows = []
     for r, _, phases in reversed(by_ttft[-slowest:]):
         rows.append(
             WaterfallRow(
-                request=RequestRef.of(r), ttft_ns=r.ttft_ns, phases=tuple(phases),
+                request=RequestRef.of(r), ttft_ns=cast(int, r.ttft_ns), phases=tuple(phases),
                 token_offsets_ns=tuple(t - r.t_ingress_ns for t in r.token_ns),
                 outcome=r.outcome.value,
             )

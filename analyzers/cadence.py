@@ -8,11 +8,15 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from inferprobe.collector.timeline import Outcome, Request
 
+# percentile returns one of its inputs, so nanosecond ints stay ints.
+Observed = TypeVar("Observed", int, float)
 
-def percentile(values: Sequence[float], q: float) -> float | None:
+
+def percentile(values: Sequence[Observed], q: float) -> Observed | None:
     """Nearest-rank percentile (q in 0..100): a value that was observed."""
     if not values:
         return None

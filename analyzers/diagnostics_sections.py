@@ -35,8 +35,8 @@ def locks(inp: AnalysisInput) -> AnalyzerResult | None:
     meta, analysis = inp.recording.meta, inp.locks
     if not probe_set_present(meta, "locks") or analysis is None:
         return None
-    spans = [(r, analysis.of(r)) for r in inp.requests]
-    spans = [(r, s) for r, s in spans if s is not None and s.span_ns > 0]
+    all_spans = [(r, analysis.of(r)) for r in inp.requests]
+    spans = [(r, s) for r, s in all_spans if s is not None and s.span_ns > 0]
     flagged = [r for r, s in spans if s.ratio > analysis.threshold]
     total_span = sum(s.span_ns for _, s in spans)
     total_wait = sum(s.lock_wait_ns for _, s in spans)

@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 from inferprobe.analyzers.cadence import Distribution, percentile
 from inferprobe.analyzers.findings import Finding
@@ -42,7 +44,7 @@ from inferprobe.collector.events import (
     GpuRecord,
 )
 from inferprobe.collector.gpu_catalog import Category
-from inferprobe.collector.timeline import DecodeStep, Request, WaitInterval
+from inferprobe.collector.timeline import DecodeStep, Request, ServerRequest, WaitInterval
 
 SYNC_BOUND_SHARE = 0.5  # steps waiting on the GPU at least this much: the GPU is the bottleneck
 LAUNCH_BOUND_SHARE = 0.2  # steps waiting less than this ...
@@ -73,6 +75,16 @@ class FunctionSummary:
     bytes: int
 
 
+class Allocations(TypedDict):
+    """A process's GPU memory allocations (frees counted apart)."""
+
+    count: int
+    bytes: int
+    frees: int
+    per_s: float | None  # None without a wall time
+    during_requests: int  # made while one of the process's requests was in flight
+
+
 @dataclass(frozen=True)
 class ProcessSummary:
     pid: int
@@ -83,7 +95,7 @@ class ProcessSummary:
     wait_share: float | None  # of wall time, for the thread that waited most
     wait_tid: int | None
     copies: dict[str, dict[str, int]]  # direction -> {"count", "bytes"}
-    allocations: dict[str, float | int]
+    allocations: Allocations
 
 
 @dataclass(frozen=True)
@@ -274,7 +286,7 @@ def process_summaries(calls: list[GpuCallRecord], runs: list[GpuLaunchesRecord],
                 d = copies.setdefault(gpu_catalog.COPY_DIRECTION_NAME[c.copy_kind], {"count": 0, "bytes": 0})
                 d["count"] += 1
                 d["bytes"] += c.bytes
-        wait_tid = max(wait_by_tid, key=wait_by_tid.get) if wait_by_tid else None
+        wait_tid = max(wait_by_tid, key=wait_by_tid.__getitem__) if wait_by_tid else None
         secs = wall_ns / 1e9 if wall_ns else None
         out.append(ProcessSummary(
             pid=pid, launches=launches, graph_launches=graphs,
@@ -335,8 +347,8 @@ def gpu_cycles(calls: list[GpuCallRecord], runs: list[GpuLaunchesRecord]) -> lis
 # -- per request ---------------------------------------------------------------------
 
 
-def _usdt_request(i: int, r: Request, index: _ThreadIndex) -> RequestGpu | None:
-    s = r.server
+def _usdt_request(i: int, r: Request, s: ServerRequest, index: _ThreadIndex) -> RequestGpu | None:
+    """r's GPU work within its prefill and decode steps (s: r.server)."""
     engine_tids = sorted({st.tid for st in s.steps}) or ([s.tid] if s.tid is not None else [])
     windows: list[tuple[int, int, list[int]]] = []
     if s.t_prefill_start_ns is not None and s.t_prefill_end_ns is not None:
@@ -359,7 +371,8 @@ def _usdt_request(i: int, r: Request, index: _ThreadIndex) -> RequestGpu | None:
                         first, waits)
 
 
-def _request_gpu(i, r, how, wait, launches, graphs, first, waits=()) -> RequestGpu:
+def _request_gpu(i: int, r: Request, how: str, wait: int, launches: int, graphs: int,
+                 first: GpuLaunchesRecord | None, waits: Sequence[WaitInterval] = ()) -> RequestGpu:
     t_first = first.ts_ns if first is not None else None
     if t_first is not None and r.t_end_ns is not None and t_first > r.t_end_ns:
         t_first = None
@@ -399,15 +412,18 @@ def _thread_requests(requests: list[Request], index: _ThreadIndex, end_ns: int) 
                 totals[owner][2] += run.graphs
                 if owner not in first or run.ts_ns < first[owner].ts_ns:
                     first[owner] = run
-    return [_request_gpu(i, requests[i], "thread", *totals[i], first.get(i), waits[i])
-            for i in sorted(totals)]
+    out = []
+    for i in sorted(totals):
+        wait, launches, graphs = totals[i]
+        out.append(_request_gpu(i, requests[i], "thread", wait, launches, graphs, first.get(i), waits[i]))
+    return out
 
 
 def request_gpu(requests: list[Request], index: _ThreadIndex, end_ns: int) -> list[RequestGpu]:
     out = []
     for i, r in enumerate(requests):
         if r.server is not None and (r.server.steps or r.server.t_prefill_start_ns is not None):
-            found = _usdt_request(i, r, index)
+            found = _usdt_request(i, r, r.server, index)
             if found is not None:
                 out.append(found)
     out += _thread_requests(requests, index, end_ns)
@@ -432,11 +448,11 @@ def findings(summary_steps: list[StepGpu], steps_from: str | None, functions: di
         share = sum(s.wait_ns for s in steps) / total
         per_step = sum(s.launches for s in steps) / len(steps)
         graphs = sum(s.graph_launches for s in steps)
-        waits = defaultdict(int)
+        waits: dict[str, int] = defaultdict(int)
         for c in calls:
             if is_wait(c.function):
                 waits[gpu_catalog.name(c.function)] += c.duration_ns
-        top = max(waits, key=waits.get) if waits else "GPU waits"
+        top = max(waits, key=waits.__getitem__) if waits else "GPU waits"
         if share >= SYNC_BOUND_SHARE:
             out.append(_gpu_finding(
                 "sync_bound",
@@ -456,7 +472,7 @@ def findings(summary_steps: list[StepGpu], steps_from: str | None, functions: di
             "adds latency; pre-allocate or use a caching allocator", churn))
     errors = {f.name: f.errors for f in functions.values() if f.errors}
     if errors:
-        worst = max(errors, key=errors.get)
+        worst = max(errors, key=errors.__getitem__)
         out.append(_gpu_finding(
             "cuda_errors",
             f"{sum(errors.values())} CUDA calls returned an error ({worst}: {errors[worst]}); "

@@ -23,6 +23,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import cast
 
 from inferprobe.analyzers.cadence import percentile
 from inferprobe.collector.events import FutexWaitFlag, FutexWaitRecord, OffcpuReason, OffcpuRecord
@@ -230,7 +231,9 @@ def span_of(r: Request) -> tuple[int, int] | None:
 
 
 def _union_length(intervals: list[tuple[int, int]]) -> int:
-    total, cur_lo, cur_hi = 0, None, None
+    # cur_lo is read only once cur_hi is set, and both are set together.
+    total, cur_lo = 0, 0
+    cur_hi: int | None = None
     for lo, hi in sorted(intervals):
         if cur_hi is None or lo > cur_hi:
             if cur_hi is not None:
@@ -361,7 +364,8 @@ def top_locks(waits: Sequence[ClassifiedWait], snapshot: dict | None, limit: int
         kernel = totals.get((pid, uaddr))
         out.append(ContendedLock(
             pid=pid, uaddr=uaddr, kind=kind, waits=len(group), total_wait_ns=sum(durations),
-            p99_wait_ns=percentile(durations, 99), max_wait_ns=max(durations),
+            p99_wait_ns=cast(int, percentile(durations, 99)),  # a group is never empty
+            max_wait_ns=max(durations),
             all_waits=kernel["waits"] if kernel else None,
             all_wait_ns=kernel["wait_ns"] if kernel else None,
             waiter_frames=waiter,

@@ -19,6 +19,7 @@ count, so a segment the tracer missed cannot shift the later matches.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from inferprobe.analyzers.cadence import Distribution
@@ -118,7 +119,7 @@ class ConnectionNetwork:
         return None
 
     def write_to_wire(self) -> Distribution:
-        return Distribution.of([w.delay_ns for w in self.matched])
+        return Distribution.of([w.delay_ns for w in self.matched if w.delay_ns is not None])
 
     def tcp_info_series(self, name: str) -> list[int]:
         return [s["tcp_info"][name] for s in self.samples if s["tcp_info"].get(name) is not None]
@@ -180,7 +181,7 @@ def _signed32(x: int) -> int:
 
 
 def sequence_base(writes: list[WriteOnWire], segments: list[NetXmitRecord],
-                  acks: list[NetAckRecord], header: int) -> int | None:
+                  acks: Sequence[NetAckRecord], header: int) -> int | None:
     """TCP's sequence number for the first byte we saw written (writes, segments and
     acks in time order), from tcp_probe's snd_nxt; None when nothing can say.
 
@@ -217,7 +218,7 @@ def sequence_base(writes: list[WriteOnWire], segments: list[NetXmitRecord],
 
 
 def match_writes(writes: list[WriteOnWire], segments: list[NetXmitRecord], header: int,
-                 acks: list[NetAckRecord] = ()) -> int:
+                 acks: Sequence[NetAckRecord] = ()) -> int:
     """Marks each write with the segment carrying its last byte; returns segments used.
 
     Only bytes written before a segment was queued can be in it, which keeps

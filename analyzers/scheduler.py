@@ -12,13 +12,17 @@ The design card's three gauges:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from inferprobe.analyzers.cadence import Distribution
 from inferprobe.collector.server_view import ServerView
 from inferprobe.collector.timeline import DecodeStep
 
 MAX_SERIES_POINTS = 500
+# A gauge's values: downsampling keeps them as they were, counts stay ints.
+Level = TypeVar("Level", int, float)
 
 
 @dataclass
@@ -46,15 +50,15 @@ class SchedulerSummary:
 
 
 def downsample_max(
-    points: list[tuple[int, float]], limit: int = MAX_SERIES_POINTS
-) -> list[tuple[int, float]]:
+    points: Sequence[tuple[int, Level]], limit: int = MAX_SERIES_POINTS
+) -> list[tuple[int, Level]]:
     """At most `limit` points, keeping each time bucket's highest value: for
     a gauge that can raise an alarm, the peak is what must survive."""
     if len(points) <= limit:
         return list(points)
     t0, t1 = points[0][0], points[-1][0]
     width = max(1, (t1 - t0) // limit + 1)
-    buckets: dict[int, tuple[int, float]] = {}
+    buckets: dict[int, tuple[int, Level]] = {}
     for t, v in points:
         b = (t - t0) // width
         if b not in buckets or v > buckets[b][1]:
@@ -72,7 +76,8 @@ def find_stalls(steps: list[DecodeStep]) -> list[Stall]:
         ordered.sort(key=lambda s: s.t_start_ns)
         for before, after in zip(ordered, ordered[1:], strict=False):
             shared = before.requests & after.requests
-            if shared and after.t_start_ns > before.t_end_ns:
+            # (every step here has an end: the check is for the type checker)
+            if shared and before.t_end_ns is not None and after.t_start_ns > before.t_end_ns:
                 stalls.append(Stall(pid, before.t_end_ns, after.t_start_ns, frozenset(shared)))
     return stalls
 

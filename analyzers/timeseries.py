@@ -74,10 +74,10 @@ def over_time(
 
     counts = [0] * nbins
     gaps: list[list[int]] = [[] for _ in range(nbins)]
-    ttft = []
+    ttft: list[tuple[float, int]] = []
     for r in requests:
         counts[min(nbins - 1, int(at(r.t_ingress_ns) // width))] += 1
-        if r.t_first_token_ns is not None:
+        if r.t_first_token_ns is not None and r.ttft_ns is not None:  # one implies the other
             ttft.append((round(at(r.t_first_token_ns), 6), r.ttft_ns))
         for prev, t in zip(r.token_ns, r.token_ns[1:], strict=False):
             gaps[min(nbins - 1, int(at(t) // width))].append(t - prev)

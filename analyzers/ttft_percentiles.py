@@ -25,13 +25,13 @@ class AtTtftPercentile:
 
 def requests_at_ttft_percentiles(requests: Sequence[Request]) -> dict[int, Request]:
     """Percentile -> the request whose TTFT is the one at that percentile; requests in ingress order."""
-    with_ttft = sorted((r for r in requests if r.ttft_ns is not None), key=lambda r: r.ttft_ns)
+    with_ttft = sorted(((r.ttft_ns, r) for r in requests if r.ttft_ns is not None), key=lambda tr: tr[0])
     if not with_ttft:
         return {}
     out = {}
     for q in DECOMPOSITION_PERCENTILES:
-        target = percentile([r.ttft_ns for r in with_ttft], q)
-        out[q] = next(r for r in with_ttft if r.ttft_ns == target)
+        target = percentile([ttft for ttft, _ in with_ttft], q)
+        out[q] = next(r for ttft, r in with_ttft if ttft == target)
     return out
 
 

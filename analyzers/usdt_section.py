@@ -32,7 +32,7 @@ def analyze(inp: AnalysisInput) -> AnalyzerResult | None:
         ("running (batch) peak", str(max(running)) if running else "-"),
         ("token (KV) occupancy peak", f"{max(kv) * 100:.0f} %" if kv else "no kv_usage probe fired"),
     ]
-    charts = ()
+    charts: tuple[BarChart, ...] = ()
     if fired:
         charts = (BarChart(title="Probe firings", value_label="events (count)",
                            bars=tuple(sorted(fired.items(), key=lambda kv: (-kv[1], kv[0])))),)

@@ -9,6 +9,7 @@ import socket
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -297,7 +298,7 @@ def record(pids, duration, output, ringbuf_mb, no_listen_check, no_usdt, network
         counters = tracer.counters()
         if status_line:
             click.echo("", err=True)
-        final = {
+        final: dict[str, Any] = {  # the recording's closing summary, JSON
             "duration_s": time.monotonic() - started,
             "end_reason": end_reason,
             "lost_events": counters["events_lost"],

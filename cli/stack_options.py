@@ -58,7 +58,7 @@ def stack_options(fn):
 
 
 def stack_sets(flags: dict) -> tuple[str, ...]:
-    sets = ()
+    sets: tuple[str, ...] = ()
     if flags.get("profile"):
         sets += ("profile",)
     if flags.get("offcpu"):

@@ -65,7 +65,7 @@ class Request:
     temperature: float = 0.0
     seed: int = 0
     # Called from the engine thread after new output or the end; must not block.
-    notify: Callable[[], None] = lambda: None
+    notify: Callable[[], object] = lambda: None  # its result is ignored
     # Guarded by Engine.lock:
     state: str = "new"  # new -> waiting -> running -> done
     output_ids: list[int] = field(default_factory=list)

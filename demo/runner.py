@@ -42,7 +42,7 @@ class ModelRunner:
         """Run the prompt, keep its KV cache on req.kv, return the first sampled token."""
         cache = DynamicCache()
         logits = self._forward(cache, input_ids=torch.tensor([req.prompt_ids]))
-        req.kv = [(layer.keys, layer.values) for layer in cache.layers]
+        req.kv = [_keys_values(layer) for layer in cache.layers]
         if req.temperature > 0:
             req.rng = torch.Generator().manual_seed(req.seed)
         return _sample(logits[0], req)
@@ -77,8 +77,8 @@ class ModelRunner:
         tokens = []
         for b, (req, n) in enumerate(zip(reqs, lengths, strict=True)):
             start = longest - n
-            req.kv = [(layer.keys[b:b + 1, :, start:], layer.values[b:b + 1, :, start:])
-                      for layer in cache.layers]
+            req.kv = [(keys[b:b + 1, :, start:], values[b:b + 1, :, start:])
+                      for keys, values in map(_keys_values, cache.layers)]
             tokens.append(_sample(logits[b], req))
         return tokens
 
@@ -99,6 +99,13 @@ class ModelRunner:
         for req in (a, b):
             req.output_ids = [self.prefill(req)]
         self.decode([a, b])
+
+
+def _keys_values(layer: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """A cache layer's keys and values. transformers types a layer as any of its
+    kinds, some without keys; the demo's model has full attention only, so every
+    layer is one that holds both."""
+    return layer.keys, layer.values
 
 
 def _sample(logits: torch.Tensor, req: Any) -> int:

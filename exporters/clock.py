@@ -48,6 +48,7 @@ def measure_offset(tries: int = 5) -> OffsetSample:
         after = time.monotonic_ns()
         if best is None or after - before < best[0]:
             best = (after - before, wall - (before + after) // 2, (before + after) // 2)
+    assert best is not None, "measure_offset needs tries >= 1"
     bracket, offset, mono = best
     return OffsetSample(monotonic_ns=mono, offset_ns=offset, uncertainty_ns=(bracket + 1) // 2)
 

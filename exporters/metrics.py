@@ -13,6 +13,8 @@ never a request id.
 from __future__ import annotations
 
 import errno
+from typing import cast
+from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -105,7 +107,7 @@ class Metrics:
         self._dropped_seen = 0
         self._step_end: dict[int, int] = {}  # pid -> end of its last decode step
         self._running: dict[int, int] = {}  # pid -> running requests (queue_depth probe)
-        self._server = None
+        self._server: WSGIServer | None = None
 
     # -- labels -----------------------------------------------------------------
     def set_targets(self, targets: dict[int, str]) -> None:
@@ -202,7 +204,8 @@ class Metrics:
                                "(pick another with --prometheus HOST:PORT)") from None
             raise PortBusy(f"cannot serve Prometheus metrics on {address}: {err.strerror or err}") from None
         self._server = server
-        return server.server_address[0], server.server_address[1]
+        # an AF_INET server's address: the host is a str
+        return cast(str, server.server_address[0]), server.server_address[1]
 
     def close(self) -> None:
         if self._server is not None:

@@ -28,7 +28,13 @@ from inferprobe.analyzers.request_analysis import NONE, RequestAnalysis
 from inferprobe.collector.errors import InferprobeError
 from inferprobe.collector.timeline import Request
 from inferprobe.exporters.clock import WallClock
-from inferprobe.exporters.spans import DEFAULT_MAX_TOKEN_EVENTS, ServerInfo, SpanShape, request_trace
+from inferprobe.exporters.spans import (
+    DEFAULT_MAX_TOKEN_EVENTS,
+    Attributes,
+    ServerInfo,
+    SpanShape,
+    request_trace,
+)
 
 PROTOCOLS = ("grpc", "http/protobuf")
 DEFAULT_ENDPOINTS = {"grpc": "http://localhost:4317", "http/protobuf": "http://localhost:4318"}
@@ -143,7 +149,7 @@ def make_exporter(settings: OtlpSettings):
     quiet_sdk_logging()
     if settings.protocol == "grpc":
         import grpc
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpanExporter
 
         parsed = urlparse(settings.endpoint)
         credentials = None
@@ -153,19 +159,19 @@ def make_exporter(settings: OtlpSettings):
         insecure = settings.insecure
         if insecure is None:
             insecure = parsed.scheme == "http"
-        return OTLPSpanExporter(endpoint=settings.endpoint, insecure=insecure, credentials=credentials,
+        return GrpcSpanExporter(endpoint=settings.endpoint, insecure=insecure, credentials=credentials,
                                 headers=settings.headers or None, timeout=settings.timeout_s)
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpanExporter
 
-    return OTLPSpanExporter(endpoint=settings.endpoint, headers=settings.headers or None,
+    return HttpSpanExporter(endpoint=settings.endpoint, headers=settings.headers or None,
                             timeout=settings.timeout_s, certificate_file=settings.certificate)
 
 
 # ------------------------------------------------------------------ resources
 
 
-def resource_attributes(service_name: str, pid: int, executable: str | None) -> dict[str, object]:
-    attrs: dict[str, object] = {
+def resource_attributes(service_name: str, pid: int, executable: str | None) -> Attributes:
+    attrs: Attributes = {
         "service.name": service_name,
         "host.name": socket.gethostname(),
         "process.pid": pid,
@@ -236,7 +242,7 @@ class SpanShipper:
         self,
         exporter,
         clock: WallClock,
-        resource_for_pid: Callable[[int], dict[str, object]],
+        resource_for_pid: Callable[[int], Attributes],
         server: ServerInfo | None = None,
         max_token_events: int = DEFAULT_MAX_TOKEN_EVENTS,
         queue_traces: int = 4096,

@@ -6,7 +6,7 @@ from inferprobe.collector.errors import InferprobeError
 from inferprobe.exporters.clock import WallClock
 from inferprobe.exporters.metrics import Metrics
 from inferprobe.exporters.otlp import SpanShipper, make_exporter, resolve_settings, resource_attributes
-from inferprobe.exporters.spans import server_info
+from inferprobe.exporters.spans import Attributes, server_info
 
 
 class ExportProblem(InferprobeError):
@@ -33,7 +33,7 @@ def make_shipper(meta: dict, clock: WallClock, opts: dict, live: bool) -> tuple[
     default_name = next(iter(names.values()), "unknown")
     service = opts.get("service_name") or default_name
 
-    def resource_for_pid(pid: int) -> dict[str, object]:
+    def resource_for_pid(pid: int) -> Attributes:
         exe = names.get(pid)
         if exe is None and live:
             from inferprobe.collector.targets import process_name

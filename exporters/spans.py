@@ -29,12 +29,17 @@ GPU_WAIT_SPAN = "gpu wait"
 TOKEN_EVENT = "inferprobe.token_chunk"
 TOKEN_SUMMARY_EVENT = "inferprobe.token_chunks.truncated"
 
+# A span attribute's value, as OpenTelemetry takes it (whose AttributeValue also
+# allows sequences of these, which no attribute here uses), without its types.
+AttributeValue = str | bool | int | float
+Attributes = dict[str, AttributeValue]
+
 
 @dataclass(slots=True)
 class SpanEvent:
     name: str
     time_ns: int  # monotonic
-    attributes: dict[str, object] = field(default_factory=dict)
+    attributes: Attributes = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -43,7 +48,7 @@ class SpanShape:
     start_ns: int  # monotonic
     end_ns: int
     kind: str  # "server" or "internal"
-    attributes: dict[str, object] = field(default_factory=dict)
+    attributes: Attributes = field(default_factory=dict)
     events: list[SpanEvent] = field(default_factory=list)
     children: list[SpanShape] = field(default_factory=list)
     error: bool = False
@@ -79,14 +84,14 @@ def last_seen_ns(req: Request) -> int:
     return max(candidates)
 
 
-def phases(req: Request) -> list[tuple[str, int, int, dict[str, object]]]:
+def phases(req: Request) -> list[tuple[str, int, int, Attributes]]:
     """(name, start, end, attributes) per phase, contiguous from ingress to the end.
 
     The phases are analyzers/decompose.py's: split by the server's USDT
     probes when it has them, by the socket alone otherwise (docs/report-json.md).
     """
     source = "server" if req.server is not None else "socket"
-    out: list[tuple[str, int, int, dict[str, object]]] = []
+    out: list[tuple[str, int, int, Attributes]] = []
     t = req.t_ingress_ns
     for name, duration in phases_ns(req).items():
         out.append((name, t, t + duration, {"inferprobe.phase": name, "inferprobe.phase.source": source}))
@@ -112,8 +117,8 @@ def error_type(req: Request) -> str | None:
     return None
 
 
-def root_attributes(req: Request, server: ServerInfo, analysis: RequestAnalysis = NONE) -> dict[str, object]:
-    attrs: dict[str, object] = {}
+def root_attributes(req: Request, server: ServerInfo, analysis: RequestAnalysis = NONE) -> Attributes:
+    attrs: Attributes = {}
     op = operation_name(req.path)
     if op is not None:
         attrs["gen_ai.operation.name"] = op

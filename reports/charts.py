@@ -137,6 +137,7 @@ def histogram(values_ns: Sequence[int], marks: Distribution, what: str, count_la
     fig, (ax,) = _figure(2.4)
     values = np.asarray(values_ns, dtype=float) / 1e6
     lo, hi = float(values.min()), float(values.max())
+    bins: int | np.ndarray
     if lo > 0 and hi / lo > 50:
         bins = np.geomspace(lo, hi, 40)
         ax.set_xscale("log")
@@ -144,6 +145,8 @@ def histogram(values_ns: Sequence[int], marks: Distribution, what: str, count_la
         bins = 40
     ax.hist(values, bins=bins, color="#4e79a7")
     for label, at in (("p50", marks.p50), ("p90", marks.p90), ("p99", marks.p99)):
+        if at is None:  # the marks are of these values: only an empty list has none
+            continue
         ax.axvline(at / 1e6, color=PERCENTILE_COLOURS[label], linewidth=1.5,
                    label=f"{label} {ms(at, unit=True)}")
     ax.set_xlabel(f"{what} (ms)")

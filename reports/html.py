@@ -76,13 +76,15 @@ def _decomposition(data: ReportData, progress: Progress) -> str:
         progress("drawing the TTFT decomposition")
         parts.append(_figure(charts.ttft_breakdown(d),
                              "Time to first token of the requests at p50, p90 and p99, split by phase."))
-        parts.append(render_table(tables.ttft_phase_table(data)))
+        if (ttft_phases := tables.ttft_phase_table(data)) is not None:
+            parts.append(render_table(ttft_phases))
         if d.itl:
             parts.append(_figure(charts.itl_breakdown(d),
                                  "The inter-token gaps at p50, p90 and p99 of all token gaps, split by "
                                  "phase: decode steps, stalls between them, token_emit to socket write "
                                  "(flush), other."))
-            parts.append(render_table(tables.itl_phase_table(data)))
+            if (itl_phases := tables.itl_phase_table(data)) is not None:
+                parts.append(render_table(itl_phases))
         else:
             parts.append("<p class=\"note\">Inter-token latency cannot be split by phase from the socket "
                          "alone: it needs the server's token and decode-step probes. See the inter-token "
@@ -90,7 +92,8 @@ def _decomposition(data: ReportData, progress: Progress) -> str:
         parts.append("<h3>Slowest requests</h3>")
         parts.append(_figure(charts.waterfall(d), "The slowest requests by TTFT: each phase from the "
                              "request read, and a tick for every token chunk written."))
-        parts.append(render_table(tables.waterfall_table(data)))
+        if (slowest := tables.waterfall_table(data)) is not None:
+            parts.append(render_table(slowest))
     parts.append("</section>")
     return "".join(parts)
 

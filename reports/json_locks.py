@@ -12,7 +12,7 @@ MAX_FRAMES = 12
 def request_fields(r: Request, locks: LockAnalysis | None) -> dict:
     """Per request: null values when the recording had no lock tracing."""
     span = locks.of(r) if locks is not None and locks.enabled else None
-    if span is None:
+    if locks is None or span is None:
         return {"mutex_wait_ratio": None, "mutex_flagged": None, "lock_wait": None}
     return {
         "mutex_wait_ratio": round(span.ratio, 4),

@@ -77,7 +77,7 @@ def request_json(r: Request, analysis: RequestAnalysis, stall_ns: dict[tuple[int
     }
 
 
-def series_json(points: list[tuple[int, float]], peak: float | None) -> dict:
+def series_json(points: Sequence[tuple[int, float]], peak: float | None) -> dict:
     return {"max": peak, "points": [[t, v] for t, v in points]}
 
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 from rich.console import Console
 from rich.table import Table
 
+from inferprobe.analyzers.locks import SpanLocks
 from inferprobe.analyzers.report_data import ReportData
 from inferprobe.analyzers.units import ms
 
@@ -28,7 +31,7 @@ def render_locks(data: ReportData, console: Console) -> None:
                     "runqueue ms", "top lock"):
             table.add_column(col, justify="left" if col == "request" else "right")
         for r in flagged[:MAX_FLAGGED_ROWS]:
-            s = locks.of(r)
+            s = cast(SpanLocks, locks.of(r))  # flagged, so it has a span
             table.add_row(r.endpoint, str(r.tid), ms(s.span_ns), f"{s.ratio:.2f}", ms(s.lock_wait_ns),
                           ms(s.gil_wait_ns), ms(s.handoff_wait_ns), ms(s.runqueue_ns),
                           "-" if s.top_lock is None else f"{s.top_lock:#x}")

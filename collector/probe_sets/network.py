@@ -12,8 +12,12 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from inferprobe.collector.probe_sets import ProbeSet, TargetContext
+
+if TYPE_CHECKING:  # at run time after_load imports it, once the set is attached
+    from inferprobe.collector.tcp_state import TcpStateSampler
 
 TRACEFS_EVENTS = Path("/sys/kernel/tracing/events")
 
@@ -41,7 +45,7 @@ class NetworkProbes(ProbeSet):
     description = "write -> wire delay per token chunk, segment coalescing, TCP state per connection"
 
     def __init__(self) -> None:
-        self.sampler = None
+        self.sampler: TcpStateSampler | None = None
         self.ctx: TargetContext | None = None
         self._next_sample = 0.0
 
@@ -69,6 +73,7 @@ class NetworkProbes(ProbeSet):
     def _sample(self, ctx: TargetContext) -> None:
         from inferprobe.collector import targets as target_procs
 
+        assert self.sampler is not None, "after_load starts the sampler"
         self._next_sample = time.monotonic() + SAMPLE_INTERVAL_S
         # Workers forked since attach hold connections too.
         self.sampler.sample(target_procs.with_descendants(ctx.pids))
@@ -78,7 +83,7 @@ class NetworkProbes(ProbeSet):
             self._sample(ctx)
 
     def snapshot(self, bpf) -> dict | None:
-        if self.sampler is None:
+        if self.sampler is None or self.ctx is None:  # after_load sets both
             return None
         self._sample(self.ctx)  # the state at stop, however long since the last sample
         self.sampler.close()

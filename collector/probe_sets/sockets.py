@@ -28,7 +28,7 @@ class SocketProbes(ProbeSet):
     name = "sockets"
     source = "sock.bpf.c"
     description = "HTTP/1.x requests, responses and SSE token writes from socket syscalls"
-    state_maps = ("socks", "pending", "pending_accept")
+    state_maps: tuple[str, ...] = ("socks", "pending", "pending_accept")
 
     def __init__(self) -> None:
         self.preexisting_sockets = 0
