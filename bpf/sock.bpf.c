@@ -227,13 +227,33 @@ static __always_inline int pending_finish(u64 id, struct pending_io *io)
     return PENDING_FOUND;
 }
 
+#if defined(HAVE_TASK_PT_REGS) && defined(__x86_64__)
+/* The syscall the current thread is in, from its saved user registers (the
+ * architecture's syscall ABI, read as uprobes read theirs: rdi, rsi, rdx
+ * hold the first three arguments for the whole syscall), when the fd in its
+ * first argument is a tracked connection: fills `state` and *fd, and returns
+ * the registers (0 otherwise). Creates the thread's storage: its connection
+ * cache lives there. */
+static __always_inline struct pt_regs *syscall_on_connection(u32 tgid, struct conn_state *state, s32 *fd)
+{
+    struct task_struct *task = bpf_get_current_task_btf();
+    struct thread_io *thread = pending_task.task_storage_get(task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+    if (!thread) {
+        count(COUNTER_IO_UNTRACKED);
+        return 0;
+    }
+    struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
+    *fd = (s32)regs->di;
+    return lookup_conn(&thread->io, tgid, *fd, state) ? regs : 0;
+}
+#endif
+
 /* A socket syscall the thread was already inside when tracing began (an
  * idle server blocked in recv() at attach): its entry was never seen, and
  * without this its request would be missing. Every traced syscall a target
  * thread enters creates its storage, so a thread without any is in one
  * that began earlier. The arguments are still in the thread's saved user
- * registers (the architecture's syscall ABI, read as uprobes read theirs);
- * the start is unknown, so io->ts_ns stays 0 and io_exit uses the exit
+ * registers (syscall_on_connection); the start is unknown, so io->ts_ns stays 0 and io_exit uses the exit
  * time and flags the event. Taken at most once per thread: it creates the
  * storage. x86-64 and Linux 5.15+ only (HAVE_TASK_PT_REGS, set by
  * collector/probe_sets/sockets.py): elsewhere the first argument's register
@@ -242,15 +262,10 @@ static __always_inline int recover_in_flight(u64 id, struct pending_io *io, u16 
                                              u16 vectored, u16 is_msghdr)
 {
 #if defined(HAVE_TASK_PT_REGS) && defined(__x86_64__)
-    u32 tgid = id >> 32;   /* a target: io_exit checked */
-    struct task_struct *task = bpf_get_current_task_btf();
-    struct thread_io *thread = pending_task.task_storage_get(task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
-    if (!thread)
-        return 0;
-    struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
-    s32 fd = (s32)regs->di;
     struct conn_state state;
-    if (!lookup_conn(&thread->io, tgid, fd, &state))
+    s32 fd;
+    struct pt_regs *regs = syscall_on_connection(id >> 32, &state, &fd);   /* a target: io_exit checked */
+    if (!regs)
         return 0;
     /* Begun before attach, so on a connection open then (seeded by user
      * space, ids below first_new_conn_id). A newer one on this fd means the
@@ -553,16 +568,10 @@ static __always_inline int read_exit(void *ctx, long ret, u16 vectored, u16 is_m
     u32 tgid = id >> 32;
     if (ret == -11 /* EAGAIN */ || !is_target(tgid))
         return 0;
-    struct task_struct *task = bpf_get_current_task_btf();
-    struct thread_io *thread = pending_task.task_storage_get(task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
-    if (!thread) {
-        count(COUNTER_IO_UNTRACKED);
-        return 0;
-    }
-    struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
-    s32 fd = (s32)regs->di;
     struct conn_state state;
-    if (!lookup_conn(&thread->io, tgid, fd, &state))
+    s32 fd;
+    struct pt_regs *regs = syscall_on_connection(tgid, &state, &fd);
+    if (!regs)
         return 0;
     u64 now = bpf_ktime_get_ns();
     struct pending_io io;
