@@ -5,7 +5,7 @@ VENV   ?= .venv
 PYTHON := $(VENV)/bin/python
 RUFF   := $(firstword $(wildcard $(VENV)/bin/ruff) ruff)
 
-.PHONY: setup setup-demo test lint demo bench
+.PHONY: setup setup-demo test test-unit lint demo bench
 
 # Everything the tests need: the demo's set-up plus the test backends.
 setup:
@@ -17,6 +17,10 @@ setup-demo:
 
 test: setup
 	$(PYTHON) -m pytest -q tests
+
+# The unit tier alone: no root, no BPF, no backends (tests/README.md).
+test-unit:
+	$(PYTHON) -m pytest -q tests/unit
 
 # ruff, then mypy on the package under its imported names (see scripts/typecheck.py).
 lint:

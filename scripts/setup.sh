@@ -222,7 +222,7 @@ fi
 
 # ---------------------------------------------------------------- 6. Phoenix (test backend)
 
-# Arize Phoenix, the real OTLP backend of tests/exporters/test_backends.py, in
+# Arize Phoenix, the real OTLP backend of tests/integration/exporters/test_backends.py, in
 # a venv of its own: it pins hundreds of packages (about 850 MB) that must not
 # meet the tracer's. Reinstalled only when the pinned version changes.
 PHOENIX_VENV="${PHOENIX_VENV:-$ROOT/.venv-phoenix}"

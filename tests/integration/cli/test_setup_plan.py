@@ -1,0 +1,39 @@
+"""`make demo` sets up only what the demo needs; `make test` adds the test backends.
+
+The first `make demo` on a fresh machine used to install the test-only
+backends too (an 850 MB Phoenix venv, Prometheus, Chromium): minutes the demo
+never uses. scripts/setup.sh --plan prints what a run would install.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+from tests.support.paths import REPO
+
+TEST_ONLY = {"prometheus", "chromium", "golang-go", "nodejs", "strace"}
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="scripts/setup.sh refuses to run without root")
+
+
+def plan(*args: str) -> dict[str, str]:
+    out = subprocess.run(["bash", str(REPO / "scripts" / "setup.sh"), *args, "--plan"],
+                         capture_output=True, text=True, check=True).stdout
+    return dict(line.split(": ", 1) for line in out.splitlines())
+
+
+@needs_root
+def test_demo_setup_installs_no_test_backend():
+    demo = plan("--demo")
+    assert not TEST_ONLY & set(demo["apt"].split())
+    assert "phoenix" not in demo
+    assert "python3-bpfcc" in demo["apt"].split()
+
+
+@needs_root
+def test_test_setup_installs_the_demo_set_and_the_backends():
+    full, demo = plan(), plan("--demo")
+    assert set(demo["apt"].split()) | TEST_ONLY == set(full["apt"].split())
+    assert "phoenix" in full

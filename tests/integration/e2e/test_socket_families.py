@@ -1,0 +1,87 @@
+"""Requests over IPv6 and Unix stream sockets are traced like IPv4 ones."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from tests.support.kernel import needs_root
+from tests.support.paths import SERVERS
+from tests.support.processes import Recorder, inferprobe_cmd
+
+pytestmark = [needs_root, pytest.mark.bpf]
+
+# Serves with forking_server.serve() in-process (no fork) on a listener of
+# the requested family, printing READY once it listens.
+SERVER = """
+import socket, sys
+sys.path.insert(0, {servers!r})
+from forking_server import serve
+family = sys.argv[1]
+if family == "unix":
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(sys.argv[2])
+    listener.listen()
+else:
+    listener = socket.create_server(("::1", 0), family=socket.AF_INET6)
+print("READY", listener.getsockname()[1] if family != "unix" else sys.argv[2], flush=True)
+if sys.argv[3] == "wait":
+    sys.stdin.readline()  # accept() starts after the recorder attached
+serve(listener)
+"""
+
+
+def _exchange(sock: socket.socket, n: int) -> None:
+    for i in range(n):
+        sock.sendall(f"POST /v1/x{i} HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\n\r\n{{}}".encode())
+        reply = b""
+        while not reply.endswith(b'{"ok": true}'):
+            reply += sock.recv(4096)
+
+
+@pytest.mark.parametrize(
+    ("family", "accept_in_flight"), [("ipv6", False), ("unix", False), ("ipv6", True)])
+def test_family(family, accept_in_flight, tmp_path):
+    """accept_in_flight: the server already sits in accept() when the recorder
+    attaches (an idle threaded server): the connection must still be traced,
+    only its peer address is unknown."""
+    if family == "ipv6" and not socket.has_ipv6:
+        pytest.skip("no IPv6 on this host")
+    path = str(tmp_path / "srv.sock")
+    server = subprocess.Popen(
+        [sys.executable, "-c", SERVER.format(servers=str(SERVERS)), family, path,
+         "now" if accept_in_flight else "wait"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        address = server.stdout.readline().split()[1]
+        rec = Recorder([server.pid], tmp_path / "f.ipr")
+        server.stdin.write("go\n")
+        server.stdin.flush()
+        if family == "unix":
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.connect(address)
+        else:
+            sock = socket.create_connection(("::1", int(address)))
+        with sock:
+            local_port = sock.getsockname()[1] if family == "ipv6" else None
+            _exchange(sock, 4)
+        rec.stop()
+    finally:
+        server.kill()
+        server.wait()
+    doc = json.loads(subprocess.run(inferprobe_cmd("report", str(tmp_path / "f.ipr"), "--format",
+                                                   "json"), capture_output=True, text=True,
+                                    check=True).stdout)
+    assert [r["path"] for r in doc["requests"]] == [f"/v1/x{i}" for i in range(4)]
+    assert all(r["outcome"] == "complete" and r["status"] == 200 for r in doc["requests"])
+    (conn,) = doc["connections"]
+    if accept_in_flight:
+        assert conn["family"] == "unknown" and conn["peer"] is None
+        return
+    assert conn["family"] == family
+    if family == "ipv6":
+        assert conn["peer"] == "::1" and conn["peer_port"] == local_port

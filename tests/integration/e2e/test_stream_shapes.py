@@ -1,0 +1,212 @@
+"""End to end: the stream shapes real LLM servers emit, on Node, Go, C and Python.
+
+Servers (tests/servers/): Node's http module, Go's net/http and FastAPI/uvicorn serve the same
+three shapes from one payload file (stream_shapes_payloads.json): OpenAI's
+unnamed SSE events with a usage chunk and [DONE], Anthropic's named SSE
+events, and Ollama's NDJSON lines ending with "done": true. A C server ends
+its chunked body in pieces as cpp-httplib (llama.cpp's server) does, then
+shuts the connection down.
+
+Ground truth: each server logs CLOCK_MONOTONIC just before each token write;
+the tracer stamps the write syscall's entry with the same clock. Each
+request's chunk count, outcome, stated token counts and model must be exact,
+and the chunk times within the plain-socket tolerances (median error under
+100 us, p99 under 1 ms). No prompt or completion text and no Authorization
+value may reach the recording or the report.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.support.kernel import needs_root
+from tests.support.paths import SERVERS
+from tests.support.processes import Recorder, inferprobe_cmd, stop_process
+
+pytestmark = [needs_root, pytest.mark.bpf]
+
+PAYLOADS = SERVERS / "stream_shapes_payloads.json"
+MARKER = "PRIVATE-MARKER-5e1d"
+SECRET = "sk-SECRET-b7c2e9"
+MEDIAN_ERROR_NS, P99_ERROR_NS = 100_000, 1_000_000
+REQUESTS_PER_SHAPE = 6
+
+# What each shape's stream states of itself (stream_shapes_payloads.json).
+SHAPES = json.loads(PAYLOADS.read_text())
+ANTHROPIC_EVENTS = ["message_start", "content_block_start", "ping", "content_block_stop", "message_delta",
+                    "message_stop"]
+
+
+def tokens_for(k: int) -> int:
+    return 3 + 2 * k  # 3, 5, 7, ...: a miscount shows
+
+
+def go_server(tmp_path: Path, log: Path) -> list[str]:
+    go = shutil.which("go")
+    if go is None:
+        pytest.skip("Go is not installed (Debian's golang-go; make setup installs it)")
+    exe = tmp_path / "stream_shapes_go"
+    subprocess.run([go, "build", "-o", str(exe), str(SERVERS / "stream_shapes.go")], check=True,
+                   env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "GOCACHE": str(tmp_path / "gocache")})
+    return [str(exe), str(PAYLOADS), str(log)]
+
+
+def node_server(tmp_path: Path, log: Path) -> list[str]:
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("Node is not installed (Debian's nodejs; make setup installs it)")
+    return [node, str(SERVERS / "stream_shapes.js"), str(log)]
+
+
+def c_server(tmp_path: Path, log: Path) -> list[str]:
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler on this host")
+    exe = tmp_path / "chunked_pieces"
+    subprocess.run([cc, "-O1", "-o", str(exe), str(SERVERS / "chunked_pieces.c")], check=True)
+    return [str(exe), str(log)]
+
+
+def fastapi_server(tmp_path: Path, log: Path) -> list[str]:
+    try:
+        import fastapi  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError:
+        pytest.skip("FastAPI/uvicorn are not installed (the test extra installs them)")
+    return [sys.executable, str(SERVERS / "stream_shapes_fastapi.py"), str(log)]
+
+
+STACKS = {
+    "node": (node_server, list(SHAPES)),
+    "fastapi": (fastapi_server, list(SHAPES)),
+    "go": (go_server, list(SHAPES)),
+    "c": (c_server, ["/pieces", "/trailers"]),
+}
+
+
+def drive(port: int, paths: list[str], keep_alive: bool) -> list[dict]:
+    """The client: REQUESTS_PER_SHAPE requests per path; what it asked for each."""
+    asked = []
+    for path in paths:
+        conn = None
+        for k in range(REQUESTS_PER_SHAPE):
+            if conn is None or not keep_alive:
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            want = {"model": f"model-{path.strip('/').replace('/', '-')}-{k % 2}", "tokens": tokens_for(k),
+                    "prompt": f"{MARKER} say something {k}", "interval_ms": 2}
+            conn.request("POST", path, body=json.dumps(want),
+                         headers={"Content-Type": "application/json", "Authorization": f"Bearer {SECRET}"})
+            resp = conn.getresponse()
+            body = resp.read()
+            assert resp.status == 200 and body
+            asked.append({**want, "path": path})
+            if not keep_alive:
+                conn.close()
+        conn.close()
+    return asked
+
+
+@pytest.fixture(scope="module", params=list(STACKS))
+def traced(request, tmp_path_factory):
+    stack = request.param
+    tmp_path = tmp_path_factory.mktemp(f"shapes-{stack}")
+    start, paths = STACKS[stack]
+    log = tmp_path / "server.log"
+    server = subprocess.Popen(start(tmp_path, log), stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(server.stdout.readline())
+        recording = tmp_path / "run.ipr"
+        rec = Recorder([server.pid], recording, "--duration", "120")
+        asked = drive(port, paths, keep_alive=stack != "c")
+        time.sleep(0.3)  # the last close() reaches the tracer
+        rec.stop()
+    finally:
+        stop_process(server)
+    report = subprocess.run(inferprobe_cmd("report", str(recording), "--format", "json"),
+                            capture_output=True, text=True, check=True).stdout
+    text = subprocess.run(inferprobe_cmd("report", str(recording)), capture_output=True, text=True,
+                          check=True).stdout
+    served = [json.loads(line) for line in log.read_text().splitlines()]
+    return {"stack": stack, "report": json.loads(report), "report_raw": report, "text": text,
+            "recording": recording, "asked": asked, "served": served}
+
+
+def pairs(traced: dict) -> list[tuple[dict, dict, dict]]:
+    """(what the client asked, what the server logged, what the tracer recorded).
+    The client sends one request at a time, so all three are in the same order
+    (Node and the C server accept without asking the peer's address, so the
+    tracer cannot pair by port; the connections must still be the client's:
+    one per path on keep-alive stacks, one per request otherwise)."""
+    recorded = sorted(traced["report"]["requests"], key=lambda r: r["t_ingress_ns"])
+    out = list(zip(traced["asked"], traced["served"], recorded, strict=True))
+    for asked, served, rec in out:
+        assert served["path"] == asked["path"] == rec["path"]
+    conns = [rec["conn"] for _, _, rec in out]
+    keep_alive = traced["stack"] != "c"
+    assert len(set(conns)) == (len(SHAPES) if keep_alive else len(conns))
+    return out
+
+
+def test_every_request_is_found_complete_with_exact_chunk_counts(traced):
+    matched = pairs(traced)
+    assert len(traced["report"]["requests"]) == len(traced["asked"])
+    for asked, served, rec in matched:
+        assert rec["outcome"] == "complete", (traced["stack"], asked["path"])
+        assert len(rec["token_ns"]) == asked["tokens"] == len(served["token_ns"]), asked["path"]
+        assert rec["token_chunk_events"] == [1] * asked["tokens"]
+        assert rec["streaming"]
+    assert traced["report"]["lost_events"] == 0
+
+
+def test_chunk_times_match_the_servers_clock(traced):
+    errors = [t - s for _, served, rec in pairs(traced) for t, s in zip(rec["token_ns"], served["token_ns"],
+                                                                          strict=True)]
+    abs_errors = sorted(abs(e) for e in errors)
+    p99 = abs_errors[min(len(abs_errors) - 1, int(0.99 * len(abs_errors)))]
+    assert statistics.median(abs_errors) < MEDIAN_ERROR_NS, statistics.median(abs_errors)
+    assert p99 < P99_ERROR_NS, p99
+    # the tracer stamps the syscall's entry: after the server's clock read, never before
+    assert min(errors) >= 0, min(errors)
+
+
+def test_stated_counts_model_and_end_markers(traced):
+    for asked, _, rec in pairs(traced):
+        path = asked["path"]
+        shape = SHAPES.get(path)
+        assert rec["model"] == asked["model"]
+        prompt_tokens = shape["prompt_tokens"] if shape else 5
+        assert rec["usage"] == {"output_tokens": asked["tokens"], "input_tokens": prompt_tokens}, path
+        tokens_ns = rec["token_ns"]
+        assert rec["tpot_ns"] == pytest.approx((tokens_ns[-1] - tokens_ns[0]) / (asked["tokens"] - 1))
+        if path in ("/v1/chat/completions", "/api/generate"):
+            assert rec["stream_format"] == ("ndjson" if path == "/api/generate" else "sse")
+            # the marker may share the last token's write (Node corks the writes of one tick)
+            assert rec["t_done_ns"] is not None and rec["t_done_ns"] >= tokens_ns[-1]
+        if path == "/v1/messages":
+            # TTFT is the first content_block_delta, not message_start
+            names = [e[1] for e in rec["stream_events"]]
+            assert sum(e[2] for e in rec["stream_events"]) == len(ANTHROPIC_EVENTS)
+            assert names[0] == "message_start" and set(names) <= set(ANTHROPIC_EVENTS)
+            assert rec["stream_events"][0][0] < rec["t_first_token_ns"]
+        else:
+            assert rec["stream_events"] == []
+    models = traced["report"]["models"]
+    assert sum(m["requests"] for m in models.values()) == len(traced["asked"])
+    assert "Per model" in traced["text"]
+
+
+def test_no_prompt_completion_or_authorization_reaches_outputs(traced):
+    raw = traced["recording"].read_bytes()
+    for secret in (MARKER, SECRET, "say something"):
+        assert secret.encode() not in raw
+        assert secret not in traced["report_raw"]
+        assert secret not in traced["text"]

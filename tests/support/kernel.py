@@ -1,0 +1,56 @@
+"""For tests that load BPF programs: the root-only marker, and a probe set's events captured in memory."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="loads BPF programs: needs root")
+
+
+class KernelCapture:
+    """Probe sets loaded onto one process, their events kept and decoded in
+    memory: for tests that check the kernel side's events one by one."""
+
+    def __init__(self, pid: int, sets: tuple[str, ...] = ("sockets",),
+                 options: dict | None = None, ringbuf_pages: int = 64) -> None:
+        from inferprobe.collector.loader import load_tracer
+        from inferprobe.collector.ringbuf import RingBufferReader
+
+        self._chunks: list[bytes] = []
+        self.tracer = load_tracer([pid], sets=sets, ringbuf_pages=ringbuf_pages, options=options)
+        self.reader = RingBufferReader(self.tracer, self._chunks.append)
+
+    def finish(self) -> tuple[list, dict]:
+        """Drains and unloads; returns (decoded events, the kernel's counters)."""
+        from inferprobe.collector.events import decode
+        from inferprobe.collector.ringbuf_format import iter_ring_records
+
+        self.reader.drain()
+        counters = self.tracer.counters()
+        self.close()
+        return [decode(raw) for chunk in self._chunks for raw in iter_ring_records(chunk)], counters
+
+    def __enter__(self) -> KernelCapture:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Unloads; safe to call again, and after finish()."""
+        if self.reader is not None:
+            self.reader.close()
+            self.reader = None
+        if self.tracer is not None:
+            self.tracer.close()
+            self.tracer = None
+
+
+def bytes_moved(events: list, pid: int) -> list:
+    """The process's socket reads and writes that moved bytes, in the order
+    the kernel sent them (collector IoRecords)."""
+    from inferprobe.collector.events import IoRecord
+
+    return [e for e in events if isinstance(e, IoRecord) and e.pid == pid and e.bytes > 0]

@@ -1,0 +1,114 @@
+"""Programs the tests start: `inferprobe` itself, the recorder, test servers; and stopping them."""
+
+from __future__ import annotations
+
+import http.client
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.support.paths import SERVERS
+
+
+def stop_process(proc: subprocess.Popen, timeout: float = 15) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within timeout seconds."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def inferprobe_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "inferprobe.cli.main", *args]
+
+
+class ServerProcess:
+    def __init__(self, log: Path, extra: list[str] | None = None):
+        self.log = log
+        self.proc = subprocess.Popen(
+            [sys.executable, str(SERVERS / "sse_server.py"), "--host", "127.0.0.1",
+             "--port", "0", "--log", str(log), *(extra or [])],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        line = self.proc.stdout.readline()
+        if not line.startswith("LISTENING"):
+            self.proc.kill()
+            raise RuntimeError(f"test server did not start: {line!r}")
+        self.port = int(line.split(":")[-1])
+        self.pid = self.proc.pid
+
+    def stop(self) -> None:
+        stop_process(self.proc, timeout=10)
+
+
+class ListeningProgram:
+    """A test program that prints "LISTENING <port>" when ready and answers HTTP GETs."""
+
+    def __init__(self, argv: list[str]):
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline()
+        if not line.startswith("LISTENING"):
+            self.proc.kill()
+            raise RuntimeError(f"server did not start: {line!r}")
+        self.port = int(line.split()[-1])
+        self.pid = self.proc.pid
+
+    def get(self, path: str) -> tuple[int, bytes]:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        conn.request("GET", path)
+        resp = conn.getresponse()
+        body = resp.read()
+        conn.close()
+        return resp.status, body
+
+    def stop(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+class Recorder:
+    """`inferprobe record` as a subprocess; the constructor returns once it has attached."""
+
+    def __init__(self, pids: list[int], output: Path, *extra: str):
+        args = []
+        for pid in pids:
+            args += ["-p", str(pid)]
+        self.output = output
+        self.proc = subprocess.Popen(
+            inferprobe_cmd("record", *args, "-o", str(output), *extra),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        deadline = time.monotonic() + 60
+        self.stdout_lines = []
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                break
+            self.stdout_lines.append(line)
+            if line.startswith("inferprobe: attached"):
+                return
+        err = self.proc.stderr.read()
+        raise RuntimeError(f"recorder did not attach: {''.join(self.stdout_lines)} {err}")
+
+    def stop(self, timeout: float = 30) -> tuple[str, str]:
+        self.proc.terminate()
+        out, err = self.proc.communicate(timeout=timeout)
+        return "".join(self.stdout_lines) + out, err
+
+
+# The start of the inline test servers run with python_script: the modules
+# they use, a socket listening on a free loopback port, and that port printed
+# as the first line of their output.
+LISTENING_SERVER = r"""
+import json, os, queue, socket, sys, threading, time
+srv = socket.socket()
+srv.bind(("127.0.0.1", 0))
+srv.listen()
+print(srv.getsockname()[1], flush=True)
+"""
