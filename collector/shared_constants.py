@@ -3,7 +3,7 @@
 Each is defined once: a value the kernel side decides comes from
 bpf/inferprobe.h through the generated layout (collector/layout_generated.py),
 and a value only Python decides is written here. The rest of inferprobe
-imports them from this module; tests/collector/test_shared_constants.py
+imports them from this module; tests/unit/collector/test_shared_constants.py
 ties the copies that cannot import (the alert rule, the dashboard, the
 README) to them. It sits in collector/, the bottom of the data flow, because
 every layer above may import collector/ and nothing else is common to all.

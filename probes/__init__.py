@@ -4,7 +4,7 @@ The table below is the contract (docs/usdt-probes.md): probe names, argument
 names and argument order, provider ``inferprobe``, every argument an int64.
 It is the one source of that contract in this repository: the C extension
 (``_usdt.c``), the C/C++ header (``include/inferprobe/usdt.h``) and the type
-stubs are each checked against it by tests/probes.
+stubs are each checked against it by tests/unit/probes and tests/integration/probes.
 
 Servers use :mod:`inferprobe.probes.usdt`::
 

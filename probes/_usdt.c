@@ -8,8 +8,9 @@
  * when someone is listening.
  *
  * The probe list here is checked against inferprobe/probes/__init__.py (the
- * one Python source of names and argument order) by tests/probes: by reading
- * this module's .note.stapsdt and by firing every probe under bcc.
+ * one Python source of names and argument order) by tests/unit/probes, reading
+ * this module's .note.stapsdt, and tests/integration/probes, firing every probe
+ * under bcc.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

@@ -1,5 +1,5 @@
 # Stub for the C extension _usdt.c. Names, parameter names and order are
-# checked against inferprobe.probes.PROBES by tests/probes/test_usdt_notes.py.
+# checked against inferprobe.probes.PROBES by tests/unit/probes/test_usdt_notes.py.
 
 PROBES: tuple[tuple[str, int], ...]
 

@@ -1,6 +1,6 @@
 # Typed surface of inferprobe.probes.usdt, whose probe functions are bound at
 # import time (the C extension's, or no-ops). Checked against
-# inferprobe.probes.PROBES by tests/probes/test_usdt_notes.py.
+# inferprobe.probes.PROBES by tests/unit/probes/test_usdt_notes.py.
 
 available: bool
 reason: str | None
