@@ -173,8 +173,16 @@ struct cached_conn {
 struct thread_io {
     struct pending_io io;   /* first: pending_slot() hands out &thread->io */
     struct cached_conn conns[CONN_CACHE_SLOTS];
+    u32 read_exit_seen;     /* read_exit ran for this thread: its read began after attach */
 };
 BPF_TASK_STORAGE(pending_task, struct thread_io);
+#ifdef READS_AT_EXIT
+/* tid -> fd of the read-family syscall each target thread was blocked in
+ * when tracing began (collector/probe_sets/sockets.py reads
+ * /proc/<pid>/task/<tid>/syscall before the targets are set): read_exit
+ * cannot tell otherwise a read begun before attach from one begun after. */
+BPF_HASH(reads_at_attach, u32, s32, 4096);
+#endif
 
 /* Where io_enter builds the syscall's pending state: in place. */
 static __always_inline struct pending_io *pending_slot(u64 id)
@@ -228,23 +236,38 @@ static __always_inline int pending_finish(u64 id, struct pending_io *io)
 }
 
 #if defined(HAVE_TASK_PT_REGS) && defined(__x86_64__)
+/* The current thread's storage, made if it has none yet. */
+static __always_inline struct thread_io *current_thread_io(void)
+{
+    struct thread_io *thread = pending_task.task_storage_get(bpf_get_current_task_btf(), 0,
+                                                             BPF_LOCAL_STORAGE_GET_F_CREATE);
+    if (!thread)
+        count(COUNTER_IO_UNTRACKED);
+    return thread;
+}
+
 /* The syscall the current thread is in, from its saved user registers (the
  * architecture's syscall ABI, read as uprobes read theirs: rdi, rsi, rdx
  * hold the first three arguments for the whole syscall), when the fd in its
  * first argument is a tracked connection: fills `state` and *fd, and returns
- * the registers (0 otherwise). Creates the thread's storage: its connection
- * cache lives there. */
-static __always_inline struct pt_regs *syscall_on_connection(u32 tgid, struct conn_state *state, s32 *fd)
+ * the registers (0 otherwise). */
+static __always_inline struct pt_regs *syscall_on_connection(struct thread_io *thread, u32 tgid,
+                                                             struct conn_state *state, s32 *fd)
 {
-    struct task_struct *task = bpf_get_current_task_btf();
-    struct thread_io *thread = pending_task.task_storage_get(task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
-    if (!thread) {
-        count(COUNTER_IO_UNTRACKED);
-        return 0;
-    }
-    struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
+    struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
     *fd = (s32)regs->di;
     return lookup_conn(&thread->io, tgid, *fd, state) ? regs : 0;
+}
+
+/* A syscall begun before attach is on a connection open then (seeded by
+ * user space, ids below first_new_conn_id). A newer one on its fd means the
+ * fd was closed and reused while the thread sat on the old socket: its
+ * bytes belong to neither. */
+static __always_inline int open_at_attach(struct conn_state *state)
+{
+    u32 zero = 0;
+    u64 *first_new = first_new_conn_id.lookup(&zero);
+    return first_new && state->conn_id < *first_new;
 }
 #endif
 
@@ -262,17 +285,13 @@ static __always_inline int recover_in_flight(u64 id, struct pending_io *io, u16 
                                              u16 vectored, u16 is_msghdr)
 {
 #if defined(HAVE_TASK_PT_REGS) && defined(__x86_64__)
+    struct thread_io *thread = current_thread_io();
+    if (!thread)
+        return 0;
     struct conn_state state;
     s32 fd;
-    struct pt_regs *regs = syscall_on_connection(id >> 32, &state, &fd);   /* a target: io_exit checked */
-    if (!regs)
-        return 0;
-    /* Begun before attach, so on a connection open then (seeded by user
-     * space, ids below first_new_conn_id). A newer one on this fd means the
-     * fd was closed and reused while the thread sat on the old socket. */
-    u32 zero = 0;
-    u64 *first_new = first_new_conn_id.lookup(&zero);
-    if (!first_new || state.conn_id >= *first_new)
+    struct pt_regs *regs = syscall_on_connection(thread, id >> 32, &state, &fd);   /* a target: io_exit checked */
+    if (!regs || !open_at_attach(&state))
         return 0;
     fill_pending(io, 0, regs->si, vectored ? (u32)regs->dx : 0, fd, dir, is_msghdr, &state);
     return 1;
@@ -568,14 +587,35 @@ static __always_inline int read_exit(void *ctx, long ret, u16 vectored, u16 is_m
     u32 tgid = id >> 32;
     if (ret == -11 /* EAGAIN */ || !is_target(tgid))
         return 0;
+    struct thread_io *thread = current_thread_io();
+    if (!thread)
+        return 0;
+    /* A read the thread was already in when tracing began: user space lists
+     * the threads it found blocked in one, and their fds (reads_at_attach).
+     * Looked up once per thread, at its first read exit. */
+    s32 blocked_fd = -1;
+    if (!thread->read_exit_seen) {
+        thread->read_exit_seen = 1;
+        u32 tid = (u32)id;
+        s32 *listed = reads_at_attach.lookup(&tid);
+        if (listed) {
+            blocked_fd = *listed;
+            reads_at_attach.delete(&tid);
+        }
+    }
     struct conn_state state;
     s32 fd;
-    struct pt_regs *regs = syscall_on_connection(tgid, &state, &fd);
+    struct pt_regs *regs = syscall_on_connection(thread, tgid, &state, &fd);
     if (!regs)
         return 0;
-    u64 now = bpf_ktime_get_ns();
+    u64 now = bpf_ktime_get_ns(), start = now;
+    if (fd == blocked_fd) {
+        if (!open_at_attach(&state))
+            return 0;
+        start = 0;   /* begun unseen: classify_io times it at the exit and flags it */
+    }
     struct pending_io io;
-    fill_pending(&io, now, regs->si, vectored ? (u32)regs->dx : 0, fd, DIR_READ, is_msghdr, &state);
+    fill_pending(&io, start, regs->si, vectored ? (u32)regs->dx : 0, fd, DIR_READ, is_msghdr, &state);
     return classify_io(ctx, id, io, ret, now);
 #else
     return io_exit(ctx, ret, DIR_READ, vectored, is_msghdr);

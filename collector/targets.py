@@ -85,6 +85,29 @@ def socket_fds(pid: int) -> list[int]:
     return sorted(_sockets(pid))
 
 
+# x86-64 syscall numbers of the reads sock.bpf.c traces: read, readv, recvfrom, recvmsg.
+READ_SYSCALLS_X86_64 = frozenset({0, 19, 45, 47})
+
+
+def threads_blocked_in_reads(pid: int) -> dict[int, int]:
+    """tid -> fd for each thread of pid sitting in a read-family syscall now
+    (x86-64 numbers, as /proc/<pid>/task/<tid>/syscall shows a blocked
+    thread's syscall and its arguments in hex; a running one shows "running")."""
+    blocked = {}
+    try:
+        tasks = list((PROC / str(pid) / "task").iterdir())
+    except OSError:
+        return blocked
+    for task in tasks:
+        try:
+            fields = (task / "syscall").read_text().split()
+        except OSError:
+            continue   # exited meanwhile, or not ours to read
+        if len(fields) >= 2 and fields[0].isdigit() and int(fields[0]) in READ_SYSCALLS_X86_64:
+            blocked[int(task.name)] = int(fields[1], 16)
+    return blocked
+
+
 def process_name(pid: int) -> str:
     try:
         return (PROC / str(pid) / "comm").read_text().strip()

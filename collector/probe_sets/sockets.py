@@ -70,6 +70,17 @@ class SocketProbes(ProbeSet):
             for fd in target_procs.socket_fds(pid):
                 socks[socks.Key(pid=pid, fd=fd)] = socks.Leaf(conn_id=next_id, http_seen=0)
                 next_id += 1
+        # Reads the targets' threads sit in now, which read_exit could not
+        # otherwise tell from reads begun after attach (sock.bpf.c); the
+        # map exists only where the reads have no entry program.
+        try:
+            blocked = bpf.get_table(b"reads_at_attach")
+        except KeyError:
+            blocked = None
+        if blocked is not None:
+            for pid in ctx.pids:
+                for tid, fd in target_procs.threads_blocked_in_reads(pid).items():
+                    blocked[ctypes.c_uint32(tid)] = ctypes.c_int32(fd)
         bpf[b"next_conn_id"][ctypes.c_int(0)] = ctypes.c_uint64(next_id)
         bpf[b"first_new_conn_id"][ctypes.c_int(0)] = ctypes.c_uint64(next_id)
         self.preexisting_sockets = next_id - 1
