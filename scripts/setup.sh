@@ -80,7 +80,8 @@ if [[ $FOR == test ]]; then
     # prometheus: the server and promtool for the exporter, rule and dashboard tests
     # chromium: the report and flame graph tests screenshot their output headless
     # golang-go, nodejs: the stream-shape tests trace Go's net/http and Node's http servers
-    packages+=(strace prometheus chromium golang-go nodejs)
+    # wrk, bpftool: `make bench` drives the Node SSE server and names the kernel's per-program times
+    packages+=(strace prometheus chromium golang-go nodejs wrk bpftool)
 fi
 if ((PLAN)); then
     printf 'apt: %s\n' "${packages[*]}"
