@@ -93,7 +93,7 @@ def threads_blocked_in_reads(pid: int) -> dict[int, int]:
     """tid -> fd for each thread of pid sitting in a read-family syscall now
     (x86-64 numbers, as /proc/<pid>/task/<tid>/syscall shows a blocked
     thread's syscall and its arguments in hex; a running one shows "running")."""
-    blocked = {}
+    blocked: dict[int, int] = {}
     try:
         tasks = list((PROC / str(pid) / "task").iterdir())
     except OSError:
