@@ -108,12 +108,25 @@ def headers_version(build_dir: str | os.PathLike[str]) -> str | None:
 
 
 def first_error_line(text: str) -> str | None:
-    """The line of bcc/clang stderr output that best says what went wrong."""
+    """The line of bcc/clang stderr output that best says what went wrong.
+
+    A compiler error first. Clang's warnings never are the reason (a "loop not
+    unrolled: ... unable to ..." warning used to be shown for a verifier
+    refusal). For a program the verifier refused, bcc's "Failed to load
+    program" line, with the verifier's own reason: the line before its
+    "processed N insns" summary."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    for pattern in (r"\berror:", r"\b(failed|unable|cannot|permission denied)\b"):
-        for line in lines:
-            if re.search(pattern, line, re.IGNORECASE):
-                return line
+    lines = [line for line in lines if not re.search(r"\bwarning:", line, re.IGNORECASE)]
+    for line in lines:
+        if re.search(r"\berror:", line, re.IGNORECASE):
+            return line
+    for line in lines:
+        if re.search(r"\b(failed|unable|cannot|permission denied|too long)\b", line, re.IGNORECASE):
+            summary = next((i for i, seen in enumerate(lines) if re.match(r"processed \d+ insns", seen)),
+                           None)
+            if summary:
+                return f"{line} ({lines[summary - 1]})"
+            return line
     return lines[0] if lines else None
 
 

@@ -93,6 +93,23 @@ def test_first_error_line_prefers_compiler_errors():
     assert preflight.first_error_line("") is None
 
 
+def test_first_error_line_gives_the_verifier_reason_not_a_clang_warning():
+    # what bcc printed for a program the verifier refused (this session's own mistake)
+    log = (
+        "warning: bpf/stream_fields.bpf.h:237:5: loop not unrolled: the optimizer was unable to "
+        "perform the requested transformation\n"
+        "bpf: Failed to load program: Permission denied\n"
+        "0: (79) r6 = *(u64 *)(r1 +8)\n"
+        "89: (79) r4 = *(u64 *)(r5 +1624)\n"
+        "invalid access to map value, value_size=1688 off=1688 size=8\n"
+        "R5 min value is outside of the allowed memory range\n"
+        "processed 249849 insns (limit 1000000) max_states_per_insn 23 total_states 12015\n"
+    )
+    assert preflight.first_error_line(log) == (
+        "bpf: Failed to load program: Permission denied "
+        "(R5 min value is outside of the allowed memory range)")
+
+
 def test_tracing_ready_ignores_optional_checks():
     checks = [Check("bcc", True, "ok"), Check("usdt", False, "no", None, required=False)]
     assert preflight.tracing_ready(checks)
