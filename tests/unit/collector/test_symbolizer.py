@@ -79,3 +79,19 @@ def test_return_addresses_follow_a_call_instruction():
     assert not after(bytes.fromhex("90 90 ff e0"))  # jmp rax
     assert not after(bytes.fromhex("48 89 c7"))  # mov rdi, rax
     assert not after(b"")
+
+
+def test_a_perf_map_names_the_jit_regions_a_runtime_wrote_and_nothing_outside_them():
+    # The lines CPython's perf trampoline (python -X perf) and V8 write to /tmp/perf-PID.map:
+    # "START SIZE name", hex without 0x, in any order; a name may hold spaces.
+    perf_map = symbolizer.PerfMap.parse(
+        "7f0000002000 40 py::handler:/srv/app.py\n"
+        "7f0000001000 100 py::step:/srv/engine.py\n"
+        "not a line\n"
+        "7f0000003000 10 LazyCompile:~onRequest server.js:12\n")
+    assert perf_map.lookup(0x7F0000001000) == "py::step:/srv/engine.py"
+    assert perf_map.lookup(0x7F00000010FF) == "py::step:/srv/engine.py"
+    assert perf_map.lookup(0x7F0000001100) is None  # the region's end is past it
+    assert perf_map.lookup(0x7F000000203F) == "py::handler:/srv/app.py"
+    assert perf_map.lookup(0x7F0000003004) == "LazyCompile:~onRequest server.js:12"
+    assert perf_map.lookup(0x7F0000000FFF) is None
