@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.client
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -97,9 +98,28 @@ class Recorder:
         raise RuntimeError(f"recorder did not attach: {''.join(self.stdout_lines)} {err}")
 
     def stop(self, timeout: float = 30) -> tuple[str, str]:
+        """SIGTERM; (all of stdout, stderr) once it exited, SIGKILL after `timeout`.
+
+        Not Popen.communicate(): with two pipes it reads their raw fds, and the
+        lines that readline() in __init__ had already pulled into stdout's
+        buffer with the "attached" line (the notes printed right after it)
+        were lost whenever they arrived together."""
         self.proc.terminate()
-        out, err = self.proc.communicate(timeout=timeout)
-        return "".join(self.stdout_lines) + out, err
+        killed = threading.Event()
+        watchdog = threading.Timer(timeout, lambda: (killed.set(), self.proc.kill()))
+        watchdog.start()
+        err: list[str] = []
+        stderr_reader = threading.Thread(target=lambda: err.append(self.proc.stderr.read()), daemon=True)
+        stderr_reader.start()
+        try:
+            out = self.proc.stdout.read()
+            self.proc.wait()
+            stderr_reader.join()
+        finally:
+            watchdog.cancel()
+        if killed.is_set():
+            raise subprocess.TimeoutExpired(self.proc.args, timeout)
+        return "".join(self.stdout_lines) + out, "".join(err)
 
 
 # The start of the inline test servers run with python_script: the modules
