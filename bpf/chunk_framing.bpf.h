@@ -30,6 +30,16 @@ static __always_inline u32 hex_digits(u64 len)
     return len < 0x10 ? 1 : len < 0x100 ? 2 : len < 0x1000 ? 3 : len < 0x10000 ? 4 : 0;
 }
 
+/* A buffer of `size_len` bytes can be the size line of a `payload`-byte
+ * chunk: its hex digits, and its CRLF when `with_crlf`. A payload of 64 KiB
+ * or more (hex_digits 0) never fits: an empty buffer, or a bare CRLF, is not
+ * a size of no digits. */
+static __always_inline int size_fits(u64 size_len, u64 payload, u32 with_crlf)
+{
+    u32 digits = hex_digits(payload);
+    return digits && size_len == digits + (with_crlf ? 2 : 0);
+}
+
 #define CRLF_WORD 0x0a0dULL   /* "\r\n" as the little-endian bytes of a word */
 
 /* `len` in `digits` lowercase hex digits, as the bytes of a word. No
@@ -63,7 +73,7 @@ static __always_inline void mark_framing(struct scratch *s, u32 count)
     for (u32 k = 0; k + 2 < MAX_IOVECS; k++) {
         u64 size_len = s->iovs[k].len, next = s->iovs[k + 1].len, after = s->iovs[k + 2].len;
         u32 four = k + 3 < count && k + 3 < MAX_IOVECS;
-        if (k + 2 < count && four && next == 2 && after && size_len == hex_digits(after) &&
+        if (k + 2 < count && four && next == 2 && after && size_fits(size_len, after, 0) &&
             s->iovs[(k + 3) & (MAX_IOVECS - 1)].len == 2) {
             s->frame_role[k] = ROLE_SIZE;
             s->frame_word[k] = hex_word(after, size_len);
@@ -71,7 +81,7 @@ static __always_inline void mark_framing(struct scratch *s, u32 count)
             s->frame_word[k + 1] = CRLF_WORD;
             s->frame_role[(k + 3) & (MAX_IOVECS - 1)] = ROLE_CRLF;
             s->frame_word[(k + 3) & (MAX_IOVECS - 1)] = CRLF_WORD;
-        } else if (k + 2 < count && next && after == 2 && size_len == hex_digits(next) + 2) {
+        } else if (k + 2 < count && next && after == 2 && size_fits(size_len, next, 1)) {
             s->frame_role[k] = ROLE_SIZE_CRLF;
             s->frame_word[k] = hex_word(next, size_len - 2) | (CRLF_WORD << (8 * ((size_len - 2) & 3)));
             s->frame_role[k + 2] = ROLE_CRLF;

@@ -128,6 +128,9 @@ def hyper_chunk(payload: bytes) -> list[bytes]:
 CLOSE_SSE_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
 FRAMING_LOOKALIKE = [b"da", b"ta", b': {"choices":[{"delta":{"content":"x"}}]}', b"\n\n"]
 assert len(FRAMING_LOOKALIKE[0]) == len(b"%x" % len(FRAMING_LOOKALIKE[2]))
+# On a chunked response: a 2-byte buffer before a payload of 64 KiB or more (five hex
+# digits) and a 2-byte one after is no size line of no digits: it is read.
+HUGE_PAYLOAD_SPLIT = [b"da", b"ta: " + b"x" * 0x10000 + b"\n", b"\n\n"]
 
 # Two token chunks that hyper queued and wrote at once, and the same with the
 # end of the stream: every "data:" line and [DONE] is in the copied head.
@@ -346,6 +349,10 @@ STEPS += [
      [Expect(CLOSE_SSE_HEAD, HttpKind.RESPONSE, H.HEADERS_END | H.EVENT_STREAM | H.CONN_CLOSE,
              status=200, header_bytes=len(CLOSE_SSE_HEAD)),
       Expect(FRAMING_LOOKALIKE, sse_events=1)]),
+    (Expect(REQ_VEC, HttpKind.REQUEST, H.HEADERS_END, method="GET", path="/vec", header_bytes=len(REQ_VEC)),
+     [Expect(SSE_HEAD, HttpKind.RESPONSE, H.HEADERS_END | H.EVENT_STREAM | H.CHUNKED, status=200,
+             header_bytes=len(SSE_HEAD)),
+      Expect(HUGE_PAYLOAD_SPLIT, sse_events=1)]),
 ]
 
 
