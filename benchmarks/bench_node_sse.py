@@ -35,25 +35,19 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench_overhead import EmptyPrograms, Recorder, bpf_stats_enabled, proc_cpu_s, read_report, stop_process
+from bench_overhead import (
+    EmptyPrograms,
+    Recorder,
+    bpf_stats_enabled,
+    per_program,
+    proc_cpu_s,
+    program_times_by_id,
+    read_report,
+    stop_process,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 SERVER = REPO / "benchmarks" / "native" / "node_sse.js"
-
-
-def program_times(pid: int) -> dict[int, tuple[int, int]]:
-    """prog_id -> (run time ns, runs) of every BPF program the process holds."""
-    out = {}
-    for fdinfo in Path(f"/proc/{pid}/fdinfo").iterdir():
-        try:
-            text = fdinfo.read_text()
-        except OSError:
-            continue
-        if "prog_id:" not in text:
-            continue
-        fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
-        out[int(fields["prog_id"])] = (int(fields.get("run_time_ns", "0")), int(fields.get("run_cnt", "0")))
-    return out
 
 
 def program_names() -> dict[int, str]:
@@ -108,11 +102,11 @@ def traced_phase(pid: int, port: int, args: argparse.Namespace, workdir: Path, r
     rec = Recorder(pid, out, workdir / f"r{rnd}.err")
     try:
         with bpf_stats_enabled() if stats else contextlib.nullcontext():
-            before = program_times(rec.proc.pid)
+            before = program_times_by_id(rec.proc.pid)
             recorder_cpu0 = proc_cpu_s(rec.proc.pid)
             load = run_wrk(port, args, pid)
             recorder_cpu = proc_cpu_s(rec.proc.pid) - recorder_cpu0
-            after = program_times(rec.proc.pid)
+            after = program_times_by_id(rec.proc.pid)
             names = program_names() if stats else {}
     finally:
         rec.stop()
@@ -121,22 +115,16 @@ def traced_phase(pid: int, port: int, args: argparse.Namespace, workdir: Path, r
     # complete, with every token chunk (wrk's last requests may be cut off by its stop)
     complete = sum(1 for r in recorded if r["outcome"] == "complete" and r["status"] == 200
                    and len(r["token_ns"]) == args.tokens)
-    per_program = {}
-    for prog_id, (ns, runs) in after.items():
-        ns0, runs0 = before.get(prog_id, (0, 0))
-        if runs > runs0:
-            name = names.get(prog_id, str(prog_id)).removeprefix("tracepoint__syscalls__")
-            per_program[name] = {"ns_per_run": round((ns - ns0) / (runs - runs0)),
-                                 "runs_per_request": round((runs - runs0) / load["requests"], 2)}
+    programs = {names.get(prog_id, str(prog_id)).removeprefix("tracepoint__syscalls__"): figures
+                for prog_id, figures in per_program(before, after, load["requests"]).items()}
     total_ns = sum(ns - before.get(i, (0, 0))[0] for i, (ns, _) in after.items())
     if not stats:
-        per_program, total_ns = {}, None
+        programs, total_ns = {}, None
     return {**load, "recorded": len(recorded), "recorded_complete": complete,
             "recorder_cpu_us_per_request": round(recorder_cpu * 1e6 / load["requests"], 1),
             "lost_events": report.get("lost_events"),
             "bpf_ns_per_request": round(total_ns / load["requests"]) if total_ns is not None else None,
-            "programs": dict(sorted(per_program.items(),
-                                    key=lambda kv: -kv[1]["ns_per_run"] * kv[1]["runs_per_request"]))}
+            "programs": programs}
 
 
 def main(argv: list[str] | None = None) -> int:

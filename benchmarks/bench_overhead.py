@@ -87,16 +87,48 @@ def box_cpu() -> tuple[int, int]:
     return total - idle, total
 
 
-def _run_time(fdinfo: Path) -> tuple[int, int] | None:
-    """(run time ns, runs) from one fd's fdinfo, None unless it is a BPF program."""
+def _program_fdinfo(fdinfo: Path) -> dict[str, str] | None:
+    """The fields of one fd's fdinfo, None unless it is a BPF program."""
     try:
         text = fdinfo.read_text()
     except OSError:  # closed meanwhile
         return None
     if "prog_type:" not in text:
         return None
-    fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+    pairs = (line.split(":", 1) for line in text.splitlines() if ":" in line)
+    return {key.strip(): value.strip() for key, value in pairs}
+
+
+def _times(fields: dict[str, str]) -> tuple[int, int]:
     return int(fields.get("run_time_ns", "0")), int(fields.get("run_cnt", "0"))
+
+
+def _run_time(fdinfo: Path) -> tuple[int, int] | None:
+    """(run time ns, runs) from one fd's fdinfo, None unless it is a BPF program."""
+    fields = _program_fdinfo(fdinfo)
+    return None if fields is None else _times(fields)
+
+
+def program_times_by_id(pid: int) -> dict[int, tuple[int, int]]:
+    """prog_id -> (run time ns, runs) of every BPF program the process holds."""
+    out = {}
+    for fdinfo in Path(f"/proc/{pid}/fdinfo").iterdir():
+        fields = _program_fdinfo(fdinfo)
+        if fields is not None and "prog_id" in fields:
+            out[int(fields["prog_id"])] = _times(fields)
+    return out
+
+
+def per_program(before: dict, after: dict, n: int) -> dict:
+    """ns per run and runs per request (or per syscall, n of them), of every
+    program that ran between two readings keyed alike; the costliest first."""
+    out = {}
+    for name, (ns, runs) in after.items():
+        ns0, runs0 = before.get(name, (0, 0))
+        if runs > runs0:
+            out[name] = {"ns_per_run": round((ns - ns0) / (runs - runs0)),
+                         "runs_per_request": round((runs - runs0) / n, 2)}
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]["ns_per_run"] * kv[1]["runs_per_request"]))
 
 
 def _sum_run_times(fdinfos) -> tuple[int, int]:

@@ -57,6 +57,7 @@ from bench_overhead import (
     _run_time,
     bpf_program_time,
     bpf_stats_enabled,
+    per_program,
     stop_process,
 )
 
@@ -88,17 +89,6 @@ def program_times(bpf) -> dict[str, tuple[int, int]]:
         if t is not None and t[1]:
             out[name.decode().removeprefix("tracepoint__syscalls__")] = t
     return out
-
-
-def per_program(before: dict, after: dict, n: int) -> dict:
-    """ns per run and runs per request (or per syscall, n of them), of every program that ran."""
-    out = {}
-    for name, (ns, runs) in after.items():
-        ns0, runs0 = before.get(name, (0, 0))
-        if runs > runs0:
-            out[name] = {"ns_per_run": round((ns - ns0) / (runs - runs0)),
-                         "runs_per_request": round((runs - runs0) / n, 2)}
-    return dict(sorted(out.items(), key=lambda kv: -kv[1]["ns_per_run"] * kv[1]["runs_per_request"]))
 
 
 def measure_in_kernel(app: PingPong, workloads: dict, spin_syscalls: int) -> dict:
