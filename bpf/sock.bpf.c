@@ -522,6 +522,15 @@ static __always_inline int io_enter(s32 fd, u64 buf, u32 vlen, u16 dir, u16 is_m
     return 0;
 }
 
+/* The socket table's entry of the connection an event is about: what the
+ * chain programs change once they know more of it (http_seen, carried,
+ * chunked), each followed by socks_changed() so no thread's cache misses it. */
+static __always_inline struct conn_state *event_conn(const struct io_event *ev)
+{
+    struct sock_key key = {.pid = ev->hdr.pid, .fd = ev->fd};
+    return socks.lookup(&key);
+}
+
 /* The last step of every chain: until a connection has carried a request
  * line its traffic is not HTTP we can use (database clients, IPC sockets),
  * so it is dropped here; otherwise the event goes to the ring buffer. */
@@ -533,11 +542,10 @@ static __always_inline int submit(struct scratch *s)
             count(COUNTER_IO_SKIPPED);
             return 0;
         }
-        struct sock_key key = {.pid = ev->hdr.pid, .fd = ev->fd};
-        struct conn_state *state = socks.lookup(&key);
+        struct conn_state *state = event_conn(ev);
         if (state) {
             state->http_seen = 1;
-            socks_changed(key.pid, key.fd);
+            socks_changed(ev->hdr.pid, ev->fd);
         }
     }
     if (ev->kind == HTTP_KIND_REQUEST)
@@ -757,8 +765,7 @@ int gather_window(void *ctx)
  * with it in front. Only reads that are no request line pay the lookup. */
 static __always_inline u8 carried_method(struct scratch *s, u64 first8, u32 *after)
 {
-    struct sock_key key = {.pid = s->ev.hdr.pid, .fd = s->ev.fd};
-    struct conn_state *state = socks.lookup(&key);
+    struct conn_state *state = event_conn(&s->ev);
     if (!state)
         return HTTP_METHOD_UNKNOWN;
     u32 carried = state->carried;
@@ -821,11 +828,10 @@ static __always_inline void remember_chunked(struct scratch *s)
     u32 chunked = (s->ev.flags & HTTP_FLAG_CHUNKED) != 0;
     if (chunked == s->chunked)
         return;
-    struct sock_key key = {.pid = s->ev.hdr.pid, .fd = s->ev.fd};
-    struct conn_state *state = socks.lookup(&key);
+    struct conn_state *state = event_conn(&s->ev);
     if (state) {
         state->chunked = chunked;
-        socks_changed(key.pid, key.fd);
+        socks_changed(s->ev.hdr.pid, s->ev.fd);
     }
 }
 
