@@ -167,6 +167,13 @@ class ElfFile:
                 return file_offset - off + vaddr
         return None
 
+    def offset_of_vaddr(self, vaddr: int) -> int | None:
+        """File offset of a virtual address in a loaded segment's file bytes (None past them)."""
+        for off, filesz, seg_vaddr, _memsz in self.segments:
+            if seg_vaddr <= vaddr < seg_vaddr + filesz:
+                return vaddr - seg_vaddr + off
+        return None
+
     def bytes_before(self, file_offset: int, n: int) -> bytes:
         return self.data[max(0, file_offset - n) : file_offset]
 
