@@ -3,9 +3,14 @@
 // flushed on its own, as Ollama and most Go gateways do.
 //
 // Usage: stream_shapes PAYLOADS.json LOG; prints the port.
+//
+// TLS mode: with STREAM_SHAPES_TLS_CERT and STREAM_SHAPES_TLS_KEY set (PEM
+// files), the same endpoints are served over HTTPS, HTTP/1.1 only (see
+// serveTLS). Without them, plain HTTP, as before.
 package main
 
 import (
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -111,5 +116,25 @@ func main() {
 		panic(err)
 	}
 	fmt.Println(ln.Addr().(*net.TCPAddr).Port)
+	cert, key := os.Getenv("STREAM_SHAPES_TLS_CERT"), os.Getenv("STREAM_SHAPES_TLS_KEY")
+	if cert != "" && key != "" {
+		serveTLS(ln, http.HandlerFunc(handler), cert, key)
+		return
+	}
 	http.Serve(ln, http.HandlerFunc(handler))
+}
+
+// serveTLS serves over crypto/tls, HTTP/1.1 only. Over TLS net/http offers
+// HTTP/2 by ALPN and a client that speaks it (curl, Go's own client, httpx
+// with h2) would take it; the tests of this server read HTTP/1.1 framing.
+// A non-nil, empty TLSNextProto is net/http's documented switch that turns
+// HTTP/2 off.
+func serveTLS(ln net.Listener, handler http.Handler, cert, key string) {
+	server := &http.Server{
+		Handler:      handler,
+		TLSNextProto: map[string]func(*http.Server, *tls.Conn, http.Handler){},
+	}
+	if err := server.ServeTLS(ln, cert, key); err != nil {
+		panic(err)
+	}
 }
