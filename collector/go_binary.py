@@ -148,19 +148,29 @@ def _function(image: ElfFile, name: str, entry: int, size: int) -> GoFunction:
     offset = image.offset_of_vaddr(entry)
     if offset is None or size == 0:
         raise NotHookable(f"{name} has no code in the file (size {size})")
-    code = image.data[offset : offset + size]
+    try:
+        returns = return_instructions(image.data[offset : offset + size], entry)
+    except NotHookable as err:
+        raise NotHookable(f"{name} {err}") from None
+    return GoFunction(name, entry, offset, returns)
+
+
+def return_instructions(code: bytes, address: int) -> tuple[int, ...]:
+    """Addresses of the return instructions in a function's code (loaded at address), found by
+    decoding it instruction by instruction from its entry; NotHookable when the code cannot be
+    decoded to its end (trailing int3 padding aside) or holds no return."""
     returns = []
-    end = entry
-    for insn in _disassembler().disasm(code, entry):
+    end = address
+    for insn in _disassembler().disasm(code, address):
         if insn.id in RETURN_INSTRUCTIONS:
             returns.append(insn.address)
         end = insn.address + insn.size
-    if code[end - entry :].strip(PADDING):
-        raise NotHookable(f"{name} could not be disassembled past {end:#x}: its return instructions are "
-                          "unknown, so it is not probed")
+    if code[end - address :].strip(PADDING):
+        raise NotHookable(f"could not be disassembled past {end:#x}: its return instructions are unknown, "
+                          "so it is not probed")
     if not returns:
-        raise NotHookable(f"{name} has no return instruction")
-    return GoFunction(name, entry, offset, tuple(returns))
+        raise NotHookable("has no return instruction")
+    return tuple(returns)
 
 
 def _analyse(path: str) -> tuple[str | None, GoTlsProbes | None, str | None]:
