@@ -1,0 +1,287 @@
+"""Go binary analysis against real Go programs built here with Debian's Go, checked three ways.
+
+- Against the Go toolchain: the version `go version BINARY` reads, and the
+  entry and RET lines of `go tool objdump` for crypto/tls.(*Conn).Read/Write.
+- Against the process's own memory: the Go TLS echo server
+  (tests/programs/go_tls_echo.go) prints each connection's *tls.Conn address
+  and the fd it took from Go's own net package; following the offsets from
+  that address through /proc/PID/mem must land on that fd.
+- Against the kernel: uprobes at the entries and at every RET found, with
+  the offsets in a small BPF program, must see the server's reads and writes
+  with their lengths (RBX/RCX at the entry, RAX at a RET), the socket fd, and
+  R14 holding a goroutine whose stack holds RSP.
+
+A build stripped with -s -w (no symbol table, no DWARF) must give the same
+addresses through Go's function table and the same offsets from the table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import shutil
+import socket
+import ssl
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from inferprobe.collector.go_binary import (
+    READ_SYMBOL,
+    WRITE_SYMBOL,
+    GoFunction,
+    GoTlsProbes,
+    go_binary_verdict,
+    go_tls_targets,
+)
+from inferprobe.collector.go_buildinfo import parse_version
+from inferprobe.collector.go_struct_offsets import table_offsets
+
+from tests.support.kernel import needs_root
+from tests.support.paths import PROGRAMS, SERVERS
+from tests.support.processes import stop_process
+
+GO = shutil.which("go")
+pytestmark = pytest.mark.skipif(GO is None,
+                                reason="Go is not installed (Debian's golang-go; make setup installs it)")
+
+MESSAGES = [b"a" * 100, b"b" * 1000, b"c" * 5000]  # lengths a miscount would show
+
+
+@pytest.fixture(scope="module")
+def go_env(tmp_path_factory) -> dict[str, str]:
+    home = tmp_path_factory.mktemp("gohome")
+    return {"PATH": "/usr/bin:/bin", "HOME": str(home), "GOCACHE": str(home / "gocache")}
+
+
+def go_build(env: dict[str, str], source: Path, out: Path, *flags: str) -> str:
+    subprocess.run([GO, "build", *flags, "-o", str(out), str(source)], check=True, env=env)
+    return str(out)
+
+
+@pytest.fixture(scope="module")
+def binaries(go_env, tmp_path_factory) -> dict[str, str]:
+    out = tmp_path_factory.mktemp("gobin")
+    return {
+        "echo": go_build(go_env, PROGRAMS / "go_tls_echo.go", out / "echo"),
+        "echo_stripped": go_build(go_env, PROGRAMS / "go_tls_echo.go", out / "echo_stripped",
+                                  "-ldflags=-s -w"),  # no symbol table, no DWARF
+        "shapes": go_build(go_env, SERVERS / "stream_shapes.go", out / "shapes"),
+    }
+
+
+def probes_of(path: str) -> GoTlsProbes:
+    verdict = go_binary_verdict(path)
+    assert verdict is not None and verdict.probes is not None, verdict
+    return verdict.probes
+
+
+def objdump(env: dict[str, str], path: str, symbol: str) -> tuple[int, list[int]]:
+    """(entry, RET addresses) of symbol as the Go toolchain's disassembler lists them."""
+    pattern = "^" + re.escape(symbol) + "$"
+    text = subprocess.run([GO, "tool", "objdump", "-s", pattern, path], check=True, env=env,
+                          capture_output=True, text=True).stdout
+    # "  conn.go:1308\t\t0x5977c4\t\tc3\t\t\tRET\t...": place, address, bytes, instruction
+    rows = [re.split(r"\t+", line.strip()) for line in text.splitlines() if not line.startswith("TEXT")]
+    addresses = [(int(cols[1], 16), cols[3].split()[0]) for cols in rows if len(cols) >= 4]
+    assert text.count("TEXT ") == 1 and addresses, text[:500]
+    return addresses[0][0], [a for a, mnemonic in addresses if mnemonic == "RET"]
+
+
+@pytest.mark.parametrize("name", ["echo", "shapes"])
+def test_version_is_the_one_go_reads(binaries, go_env, name) -> None:
+    said = subprocess.run([GO, "version", binaries[name]], check=True, env=go_env, capture_output=True,
+                          text=True).stdout  # "PATH: go1.19.8"
+    assert probes_of(binaries[name]).go_version == said.rsplit(": ", 1)[1].strip()
+
+
+@pytest.mark.parametrize("name", ["echo", "shapes"])
+@pytest.mark.parametrize("symbol", [READ_SYMBOL, WRITE_SYMBOL])
+def test_entry_and_returns_are_the_toolchain_disassembly(binaries, go_env, name, symbol) -> None:
+    probes = probes_of(binaries[name])
+    function: GoFunction = probes.read if symbol == READ_SYMBOL else probes.write
+    entry, returns = objdump(go_env, binaries[name], symbol)
+    assert function.address == entry
+    assert list(function.returns) == returns
+    with open(binaries[name], "rb") as f:  # the file offsets hold the same bytes objdump decoded
+        f.seek(function.return_file_offsets[0])
+        assert f.read(1) == b"\xc3"
+
+
+def test_dwarf_offsets_agree_with_the_table(binaries) -> None:
+    probes = probes_of(binaries["echo"])
+    assert probes.offsets.source == "dwarf" and probes.symbols_from == "symtab"
+    release = parse_version(probes.go_version)
+    assert release is not None
+    table = table_offsets(release.release)
+    if table is None:
+        pytest.skip(f"{probes.go_version} is not in the fallback table")
+    assert [getattr(probes.offsets, f) for f in table.__dataclass_fields__ if f != "source"] == \
+        [getattr(table, f) for f in table.__dataclass_fields__ if f != "source"]
+
+
+def test_stripped_build_gives_the_same_probes(binaries) -> None:
+    full, stripped = probes_of(binaries["echo"]), probes_of(binaries["echo_stripped"])
+    assert stripped.symbols_from == "pclntab" and stripped.offsets.source == "table"
+    assert (stripped.read, stripped.write) == (full.read, full.write)
+    assert [getattr(stripped.offsets, f) for f in ("tls_conn_conn", "iface_data", "pfd_sysfd")] == \
+        [getattr(full.offsets, f) for f in ("tls_conn_conn", "iface_data", "pfd_sysfd")]
+
+
+class EchoServer:
+    def __init__(self, path: str):
+        self.proc = subprocess.Popen([path], stdout=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline()
+        assert line.startswith("LISTENING"), line
+        self.port = int(line.split()[1])
+        self.pid = self.proc.pid
+
+    def connect(self) -> tuple[ssl.SSLSocket, int, int]:
+        """A TLS connection; (socket, the server's *tls.Conn address, its fd)."""
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        sock = context.wrap_socket(socket.create_connection(("127.0.0.1", self.port)),
+                                   server_hostname="localhost")
+        line = self.proc.stdout.readline()  # "CONN 0xc000... FD 7", printed after the handshake
+        _conn, pointer, _fd, fd = line.split()
+        return sock, int(pointer, 16), int(fd)
+
+    def stop(self) -> None:
+        stop_process(self.proc)
+
+
+def echo(sock: ssl.SSLSocket, message: bytes) -> None:
+    sock.sendall(message)
+    got = b""
+    while len(got) < len(message):
+        got += sock.recv(65536)
+    assert got == message
+
+
+def test_targets_of_a_running_server(binaries) -> None:
+    server = EchoServer(binaries["echo"])
+    try:
+        targets = go_tls_targets(server.pid)
+        assert [t.pid for t in targets] == [server.pid]
+        assert targets[0].path == binaries["echo"] and os.path.exists(targets[0].host_path)
+        expected = dataclasses.replace(probes_of(binaries["echo"]), path=targets[0].host_path)
+        assert targets[0].probes == expected
+        assert go_tls_targets(os.getpid()) == []  # python: no Go
+    finally:
+        server.stop()
+
+
+def read_word(mem, address: int) -> int:
+    mem.seek(address)
+    return int.from_bytes(mem.read(8), "little", signed=True)
+
+
+@needs_root
+def test_offsets_lead_from_a_tls_conn_to_its_fd_in_process_memory(binaries) -> None:
+    for name in ("echo", "echo_stripped"):  # DWARF offsets, then the table's
+        offsets = probes_of(binaries[name]).offsets
+        server = EchoServer(binaries[name])
+        try:
+            sock, conn, fd = server.connect()
+            echo(sock, b"hello")  # the connection is in use: its fields are set
+            with open(f"/proc/{server.pid}/mem", "rb") as mem:
+                tcp_conn = read_word(mem, conn + offsets.tls_conn_conn + offsets.iface_data)
+                net_fd = read_word(mem, tcp_conn + offsets.tcp_conn_conn + offsets.conn_fd)
+                assert read_word(mem, net_fd + offsets.netfd_pfd + offsets.pfd_sysfd) == fd
+            assert os.readlink(f"/proc/{server.pid}/fd/{fd}").startswith("socket:[")
+            sock.close()
+        finally:
+            server.stop()
+
+
+BPF_TEXT = r"""
+#include <uapi/linux/ptrace.h>
+
+struct go_call {
+    u32 kind;         // 1 Read entry, 2 Write entry, 3 Read RET, 4 Write RET
+    u32 sp_on_stack;  // RSP within the stack of the goroutine R14 points at
+    u64 goroutine;    // R14
+    s64 value;        // entry: the []byte's length (RCX); RET: n (RAX)
+    s64 fd;           // entry: the socket fd the offsets lead to from RAX
+};
+BPF_PERF_OUTPUT(calls);
+
+static __always_inline s64 conn_fd(u64 conn) {
+    u64 tcp_conn = 0, net_fd = 0;
+    s64 fd = -1;
+    bpf_probe_read_user(&tcp_conn, 8, (void *)(conn + TLS_CONN_CONN + IFACE_DATA));
+    bpf_probe_read_user(&net_fd, 8, (void *)(tcp_conn + TCP_CONN_CONN + CONN_FD));
+    bpf_probe_read_user(&fd, 8, (void *)(net_fd + NETFD_PFD + PFD_SYSFD));
+    return fd;
+}
+
+static __always_inline int emit(struct pt_regs *ctx, u32 kind) {
+    struct go_call c = {};
+    u64 stack[2] = {};  // runtime.g opens with its stack bounds, lo and hi
+    c.kind = kind;
+    c.goroutine = ctx->r14;
+    bpf_probe_read_user(stack, sizeof(stack), (void *)ctx->r14);
+    c.sp_on_stack = stack[0] <= ctx->sp && ctx->sp < stack[1];
+    if (kind <= 2) {
+        c.value = ctx->cx;
+        c.fd = conn_fd(ctx->ax);
+    } else {
+        c.value = ctx->ax;
+        c.fd = -1;
+    }
+    calls.perf_submit(ctx, &c, sizeof(c));
+    return 0;
+}
+
+int read_entry(struct pt_regs *ctx) { return emit(ctx, 1); }
+int write_entry(struct pt_regs *ctx) { return emit(ctx, 2); }
+int read_return(struct pt_regs *ctx) { return emit(ctx, 3); }
+int write_return(struct pt_regs *ctx) { return emit(ctx, 4); }
+"""
+
+
+@needs_root
+@pytest.mark.bpf
+def test_uprobes_at_the_entries_and_returns_see_the_calls(binaries) -> None:
+    bcc = pytest.importorskip("bcc", reason="bcc (python3-bpfcc) is not installed")
+    probes = probes_of(binaries["echo"])
+    o = probes.offsets
+    cflags = [f"-D{k.upper()}={getattr(o, k)}" for k in
+              ("tls_conn_conn", "iface_data", "tcp_conn_conn", "conn_fd", "netfd_pfd", "pfd_sysfd")]
+    server = EchoServer(binaries["echo"])
+    b = bcc.BPF(text=BPF_TEXT.encode(), cflags=cflags)
+    try:
+        path = probes.path.encode()
+        for function, entry_fn, return_fn in ((probes.read, b"read_entry", b"read_return"),
+                                              (probes.write, b"write_entry", b"write_return")):
+            b.attach_uprobe(name=path, addr=function.address, fn_name=entry_fn, pid=server.pid)
+            for ret in function.returns:
+                b.attach_uprobe(name=path, addr=ret, fn_name=return_fn, pid=server.pid)
+        calls: list[tuple[int, int, int, int, int]] = []
+
+        def record(_cpu, data, _size) -> None:  # copied now: the event lives in the perf buffer's memory
+            c = b["calls"].event(data)
+            calls.append((c.kind, c.goroutine, c.value, c.fd, c.sp_on_stack))
+
+        b["calls"].open_perf_buffer(record)
+        sock, _conn, fd = server.connect()
+        for message in MESSAGES:
+            echo(sock, message)
+        sock.close()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and not any(c[0] == 3 and c[2] == 0 for c in calls):
+            b.perf_buffer_poll(timeout=100)  # until the Read that returns 0 at the close
+    finally:
+        b.cleanup()
+        server.stop()
+    lengths = [len(m) for m in MESSAGES]
+    assert [v for k, _g, v, _fd, _s in calls if k == 3 and v > 0] == lengths  # n in RAX at a RET of Read
+    assert [v for k, _g, v, _fd, _s in calls if k == 2] == lengths  # RCX at Write's entry
+    assert [v for k, _g, v, _fd, _s in calls if k == 4] == lengths  # n in RAX at a RET of Write
+    assert {f for k, _g, _v, f, _s in calls if k in (1, 2)} == {fd}  # the offsets reach the socket
+    assert all(s for *_rest, s in calls), calls  # R14 is the goroutine, at entries and returns alike
+    assert len({g for _k, g, *_rest in calls}) == 1  # one connection, one goroutine (serve)
