@@ -17,7 +17,7 @@
 #include <linux/types.h>
 #endif
 
-#define INFERPROBE_LAYOUT_VERSION 2
+#define INFERPROBE_LAYOUT_VERSION 3
 
 /* How much of a socket buffer the kernel side looks at to classify it. The
  * bytes stay in a per-CPU scratch buffer: only derived fields (method, path,
@@ -166,6 +166,16 @@ struct io_event {
     __u8 event_name_len;    /* the first of the named_events */
     char model[MODEL_MAX_BYTES];
     char event_name[EVENT_NAME_MAX_BYTES];
+    __u8 transport;         /* enum transport: what carried the bytes */
+    __u8 pad_transport[1];
+    __u64 wire_ns;          /* TLS: CLOCK_MONOTONIC at the start of the first socket syscall of the
+                             * library call (the write that carried the plaintext); 0 if none was seen */
+};
+
+/* io_event.transport: who handed the bytes to the classifier. */
+enum transport {
+    TRANSPORT_SOCKET = 0,   /* a socket syscall: the bytes as they crossed the kernel */
+    TRANSPORT_TLS = 1,      /* a TLS library call (OpenSSL SSL_read/SSL_write, Go crypto/tls): plaintext */
 };
 
 struct usdt_event {
@@ -190,7 +200,8 @@ struct stack_key {
     __s32 user_stack_id;    /* negative: -errno of bpf_get_stackid (no stack) */
     __s32 kernel_stack_id;  /* negative: none (the sample hit user mode) or lost */
     __u32 flags;            /* STACK_FLAG_* */
-    __u32 reserved;
+    __s32 python_stack_id;  /* >0: entry of python_stacks (bpf/python_stacks.bpf.c); 0: no Python
+                               frames; <0: -errno, the Python stack was taken but not kept */
 };
 
 struct offcpu_value {
@@ -203,7 +214,7 @@ struct stack_sample_event {
     __s32 user_stack_id;
     __s32 kernel_stack_id;
     __u32 flags;              /* STACK_FLAG_* */
-    __u32 reserved;
+    __s32 python_stack_id;    /* as in stack_key */
     __u64 weight;             /* 1 for an on-CPU sample; blocked microseconds off-CPU */
 };
 
@@ -216,6 +227,8 @@ enum stack_counter_index {
     STACK_COUNTER_KEYS_FULL = 3,   /* the counts table was full: sample dropped */
     STACK_COUNTER_SHORT = 4,       /* off-CPU periods under the threshold: not recorded */
     STACK_COUNTER_UNMATCHED = 5,   /* off-CPU: switch-out state lost (table full) */
+    STACK_COUNTER_PYTHON_STACKS = 6,  /* samples that carry a Python stack */
+    STACK_COUNTER_PYTHON_LOST = 7,    /* a Python stack taken but not kept (id collision, map full) */
     STACK_COUNTER_MAX = 8,
 };
 
@@ -452,6 +465,9 @@ enum counter_index {
     COUNTER_USDT_BAD_ARGS = 3,  /* a USDT argument could not be read */
     COUNTER_REQUESTS = 4,       /* request lines sent (a live count without decoding) */
     COUNTER_IO_UNTRACKED = 5,   /* the per-thread pending map was full: a syscall not followed */
+    COUNTER_CONNS_UNRECOGNISED = 6, /* closed connections that moved bytes but never a request line
+                                     * nor TLS plaintext the classifier read (TLS not hooked? HTTP/2?) */
+    COUNTER_TLS_UNTIED = 7,     /* TLS sessions whose socket could not be found: no peer, no network data */
     COUNTER_NET_QUEUED = 14,    /* segments of traced connections seen at net_dev_queue */
     COUNTER_NET_XMITTED = 15,   /* ... and again at net_dev_xmit (the rest: dropped or re-segmented) */
     COUNTER_MAX = 16,           /* room for the other probe sets' counters */

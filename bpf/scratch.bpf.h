@@ -42,6 +42,7 @@ struct scratch {
     u32 n;           /* bytes copied into head */
     u32 tail_in_head; /* the head ends with the whole of the last buffer */
     u32 body_start;
+    u64 tls_session; /* TLS: the session whose plaintext this is (event_conn), 0 for a socket */
     u32 http_seen;
     u32 chunked;     /* the connection's response is chunked (conn_state) */
     u32 length_at;   /* where the Content-Length value starts, 0 if none */

@@ -56,6 +56,8 @@ struct conn_state {
     u32 http_seen;   /* a request line was read: from now on every I/O counts */
     u32 carried;     /* 0x100 | the letter a one-byte read returned (carried_method) */
     u32 chunked;     /* its last response's headers said chunked: find_framing may apply */
+    u32 tls;         /* a TLS session runs over it: its bytes are ciphertext, read at the library */
+    u32 unrecognised; /* it moved bytes the classifier did not recognise (counted at close) */
 };
 
 enum io_dir { DIR_READ = 0, DIR_WRITE = 1 };
@@ -70,6 +72,9 @@ struct pending_io {
     u16 is_msghdr;
     u32 http_seen;
     u32 chunked;
+    u32 tls;
+    u64 session;     /* TLS: the library's session (SSL *, Go *tls.Conn); 0 for a socket syscall */
+    u64 wire_ns;     /* TLS: when the first socket syscall inside the library call began */
 };
 
 BPF_TABLE("lru_hash", struct sock_key, struct conn_state, socks, 65536);
@@ -123,6 +128,9 @@ static __always_inline void fill_pending(struct pending_io *io, u64 ts_ns, u64 b
     io->is_msghdr = is_msghdr;
     io->http_seen = conn->http_seen;
     io->chunked = conn->chunked;
+    io->tls = conn->tls;
+    io->session = 0;
+    io->wire_ns = 0;
 }
 
 /* What pending_finish() found for the exiting thread. */
@@ -168,6 +176,7 @@ struct cached_conn {
     s32 fd;
     u32 http_seen;
     u32 chunked;
+    u32 tls;
     u32 filled;
     u32 tracked;     /* 0: socks has no entry for this fd */
 };
@@ -176,6 +185,13 @@ struct thread_io {
     struct pending_io io;   /* first: pending_slot() hands out &thread->io */
     struct cached_conn conns[CONN_CACHE_SLOTS];
     u32 read_exit_seen;     /* read_exit ran for this thread: its read began after attach */
+    /* Which socket a TLS session runs over (tls_session_of): the socket
+     * syscalls a thread makes inside an OpenSSL call, and the socket it
+     * read last (a memory BIO: asyncio, Node). */
+    u32 tls_in_call;        /* an SSL_read/SSL_write of this thread is under way */
+    s32 tls_nested_fd;      /* the first tracked socket it touched inside that call, or -1 */
+    u64 tls_wire_ns;        /* when that syscall began, if a write */
+    s32 last_read_fd;       /* the tracked socket this thread read last, + 1 (0: none yet) */
 };
 BPF_TASK_STORAGE(pending_task, struct thread_io);
 #ifdef READS_AT_EXIT
@@ -208,6 +224,7 @@ static __always_inline int lookup_conn(struct pending_io *slot, u32 tgid, s32 fd
         out->conn_id = cached->conn_id;
         out->http_seen = cached->http_seen;
         out->chunked = cached->chunked;
+        out->tls = cached->tls;
         return cached->tracked;
     }
     struct sock_key key = {.pid = tgid, .fd = fd};
@@ -222,6 +239,7 @@ static __always_inline int lookup_conn(struct pending_io *slot, u32 tgid, s32 fd
     cached->conn_id = out->conn_id;
     cached->http_seen = out->http_seen;
     cached->chunked = out->chunked;
+    cached->tls = out->tls;
     return 1;
 }
 
@@ -235,6 +253,24 @@ static __always_inline int pending_finish(u64 id, struct pending_io *io)
     *io = *slot;
     slot->ts_ns = 0;
     return PENDING_FOUND;
+}
+
+/* What a socket syscall of a target thread tells the TLS probes about the
+ * socket under a session (tls_session_of): the first tracked socket the
+ * thread touches inside an SSL_read/SSL_write (a socket BIO: Python's
+ * blocking ssl sockets, curl, nginx), and the one it read last (a memory
+ * BIO: asyncio and Node read the ciphertext, then hand it to OpenSSL). */
+static __always_inline void note_tls_carrier(struct pending_io *slot, s32 fd, u16 dir, u64 now)
+{
+#ifdef TLS_PROBES
+    struct thread_io *thread = (struct thread_io *)slot;
+    if (dir == DIR_READ)
+        thread->last_read_fd = fd + 1;
+    if (thread->tls_in_call && thread->tls_nested_fd < 0) {
+        thread->tls_nested_fd = fd;
+        thread->tls_wire_ns = dir == DIR_WRITE ? now : 0;
+    }
+#endif
 }
 
 #if defined(HAVE_TASK_PT_REGS) && defined(__x86_64__)
@@ -290,7 +326,7 @@ static __always_inline int recover_in_flight(u64 id, struct pending_io *io, u16 
     struct thread_io *thread = current_thread_io();
     if (!thread)
         return 0;
-    struct conn_state state;
+    struct conn_state state = {};
     s32 fd;
     struct pt_regs *regs = syscall_on_connection(thread, id >> 32, &state, &fd);   /* a target: io_exit checked */
     if (!regs || !open_at_attach(&state))
@@ -346,6 +382,10 @@ static __always_inline int pending_finish(u64 id, struct pending_io *io)
     pending.delete(&id);
     return PENDING_FOUND;
 }
+
+/* Without per-thread storage a TLS session is tied to its socket only where
+ * the library's own structures name the fd (Go); see tls_session_of. */
+static __always_inline void note_tls_carrier(struct pending_io *slot, s32 fd, u16 dir, u64 now) {}
 
 /* The hash cannot tell a thread never seen from one between syscalls, so a
  * syscall already under way at attach stays unrecorded in this mode. */
@@ -453,11 +493,15 @@ TRACEPOINT_PROBE(syscalls, sys_enter_close)
         return 0;
     }
     u64 conn_id = state->conn_id;
-    u32 http_seen = state->http_seen;
+    /* A TLS session's close is its socket's: its requests end here too. */
+    u32 carried_http = state->http_seen || state->tls;
+    u32 unrecognised = state->unrecognised;
     socks.delete(&key);
     socks_changed(tgid, key.fd);
-    if (!http_seen) {
+    if (!carried_http) {
         count(COUNTER_IO_SKIPPED);
+        if (unrecognised)
+            count(COUNTER_CONNS_UNRECOGNISED);
         return 0;
     }
     struct conn_event *ev = events.ringbuf_reserve(sizeof(struct conn_event));
@@ -501,6 +545,76 @@ enum classify_prog {
 };
 BPF_PROG_ARRAY(classifiers, 7);
 
+#ifdef TLS_PROBES
+/* The same chain for the TLS probes' plaintext: uprobes are kprobe-type
+ * programs, and the kernel lets a program tail-call only programs of its
+ * own type, so each chain program is loaded twice (CHAIN_PROGRAM below)
+ * and each copy calls on through the array of its kind. */
+BPF_PROG_ARRAY(classifiers_tls, 7);
+
+/* A TLS session of a target process: the library's handle for it (SSL *,
+ * Go's *tls.Conn) and the connection state the classifier keeps, as socks
+ * keeps it for a plain socket. */
+struct tls_key {
+    u32 pid;
+    u32 pad;
+    u64 session;
+};
+
+struct tls_session {
+    struct conn_state state;
+    s32 fd;          /* the socket under it, -1 where none was found (COUNTER_TLS_UNTIED) */
+    u32 pad;
+};
+BPF_TABLE("lru_hash", struct tls_key, struct tls_session, tls_sessions, 65536);
+
+/* An SSL_read/SSL_write (or Go Read/Write) under way, from its entry probe
+ * to its return probe: per thread for OpenSSL; per goroutine for Go, which
+ * may resume on another thread after blocking. */
+enum tls_caller { TLS_CALLER_THREAD = 0, TLS_CALLER_GOROUTINE = 1 };
+
+struct tls_call_key {
+    u32 pid;
+    u32 caller;      /* enum tls_caller */
+    u64 id;          /* the tid, or the goroutine (g pointer) */
+};
+
+struct tls_call {
+    u64 session;
+    u64 buf;
+    u64 len_out;     /* SSL_read_ex/SSL_write_ex: where the library stores the byte count, else 0 */
+    u64 ts_ns;
+    u32 dir;
+    s32 fd;          /* the socket, where the library's structures name it (Go), else -1 */
+};
+BPF_HASH(tls_calls, struct tls_call_key, struct tls_call, 16384);
+#endif
+
+/* A tail call to the next program of the chain a program belongs to: the
+ * syscall chain, or (tls) the TLS probes' copy of it. tls is a constant in
+ * every program, so each copy refers to its own array only. */
+static __always_inline void chain_call(void *ctx, int tls, u32 prog)
+{
+#ifdef TLS_PROBES
+    if (tls) {
+        classifiers_tls.call(ctx, prog);
+        return;
+    }
+#endif
+    classifiers.call(ctx, prog);
+}
+
+/* A program of the chain: chain_<name>(ctx, tls) is its body; the syscall
+ * chain loads <name>, the TLS probes' chain <name>_tls. */
+#ifdef TLS_PROBES
+#define CHAIN_PROGRAM(name)                                                   \
+    int name(void *ctx) { return chain_##name(ctx, 0); }                     \
+    int name##_tls(struct pt_regs *ctx) { return chain_##name(ctx, 1); }
+#else
+#define CHAIN_PROGRAM(name) \
+    int name(void *ctx) { return chain_##name(ctx, 0); }
+#endif
+
 static __always_inline int io_enter(s32 fd, u64 buf, u32 vlen, u16 dir, u16 is_msghdr)
 {
     u64 id = bpf_get_current_pid_tgid();
@@ -512,23 +626,45 @@ static __always_inline int io_enter(s32 fd, u64 buf, u32 vlen, u16 dir, u16 is_m
         count(COUNTER_IO_UNTRACKED);
         return 0;
     }
-    struct conn_state state;
+    struct conn_state state = {};
     if (!lookup_conn(io, tgid, fd, &state)) {
         io->ts_ns = 0;   /* nothing in flight, whatever an earlier syscall left */
         return 0;
     }
-    fill_pending(io, bpf_ktime_get_ns(), buf, vlen, fd, dir, is_msghdr, &state);
+    u64 now = bpf_ktime_get_ns();
+    note_tls_carrier(io, fd, dir, now);
+    if (state.tls) {
+        io->ts_ns = 0;   /* ciphertext: the TLS probes read this connection's plaintext */
+        return 0;
+    }
+    fill_pending(io, now, buf, vlen, fd, dir, is_msghdr, &state);
     pending_commit(id, io);
     return 0;
 }
 
-/* The socket table's entry of the connection an event is about: what the
- * chain programs change once they know more of it (http_seen, carried,
- * chunked), each followed by socks_changed() so no thread's cache misses it. */
-static __always_inline struct conn_state *event_conn(const struct io_event *ev)
+/* The state of the connection an event is about, in the socket table or,
+ * for TLS plaintext, the session table: what the chain programs change
+ * once they know more of it (http_seen, carried, chunked), each followed by
+ * conn_changed() so no thread's cache misses it. */
+static __always_inline struct conn_state *event_conn(struct scratch *s)
 {
-    struct sock_key key = {.pid = ev->hdr.pid, .fd = ev->fd};
+#ifdef TLS_PROBES
+    if (s->tls_session) {
+        struct tls_key tkey = {.pid = s->ev.hdr.pid, .session = s->tls_session};
+        struct tls_session *session = tls_sessions.lookup(&tkey);
+        return session ? &session->state : 0;
+    }
+#endif
+    struct sock_key key = {.pid = s->ev.hdr.pid, .fd = s->ev.fd};
     return socks.lookup(&key);
+}
+
+/* After a change to event_conn(s): threads cache socket entries, not
+ * sessions (those are looked up on every library call). */
+static __always_inline void conn_changed(struct scratch *s)
+{
+    if (!s->tls_session)
+        socks_changed(s->ev.hdr.pid, s->ev.fd);
 }
 
 /* The last step of every chain: until a connection has carried a request
@@ -540,12 +676,18 @@ static __always_inline int submit(struct scratch *s)
     if (!s->http_seen) {
         if (ev->kind != HTTP_KIND_REQUEST) {
             count(COUNTER_IO_SKIPPED);
+            /* Bytes nothing recognised: close() counts the connection
+             * (COUNTER_CONNS_UNRECOGNISED) unless TLS plaintext or a request
+             * line turns up on it later. */
+            struct conn_state *state = event_conn(s);
+            if (state && !state->unrecognised && ev->bytes > 0)
+                state->unrecognised = 1;
             return 0;
         }
-        struct conn_state *state = event_conn(ev);
+        struct conn_state *state = event_conn(s);
         if (state) {
             state->http_seen = 1;
-            socks_changed(ev->hdr.pid, ev->fd);
+            conn_changed(s);
         }
     }
     if (ev->kind == HTTP_KIND_REQUEST)
@@ -559,7 +701,7 @@ static __always_inline struct scratch *get_scratch(void)
     return scratch_area.lookup(&zero);
 }
 
-static __always_inline int classify_io(void *ctx, u64 id, struct pending_io io, long ret, u64 now);
+static __always_inline int classify_io(void *ctx, u64 id, struct pending_io io, long ret, u64 now, int tls);
 
 static __always_inline int io_exit(void *ctx, long ret, u16 dir, u16 vectored, u16 is_msghdr)
 {
@@ -578,7 +720,7 @@ static __always_inline int io_exit(void *ctx, long ret, u16 dir, u16 vectored, u
         return 0;
     /* Only now: this exit runs for every read and write on the host, and
      * the clock costs more than the lookup that turns most of them away. */
-    return classify_io(ctx, id, io, ret, bpf_ktime_get_ns());
+    return classify_io(ctx, id, io, ret, bpf_ktime_get_ns(), 0);
 }
 
 /* Reads at their exit only, where the kernel lets a program read the
@@ -613,12 +755,16 @@ static __always_inline int read_exit(void *ctx, long ret, u16 vectored, u16 is_m
             reads_at_attach.delete(&tid);
         }
     }
-    struct conn_state state;
+    struct conn_state state = {};
     s32 fd;
     struct pt_regs *regs = syscall_on_connection(thread, tgid, &state, &fd);
     if (!regs)
         return 0;
     u64 now = bpf_ktime_get_ns(), start = now;
+    if (ret > 0)
+        note_tls_carrier(&thread->io, fd, DIR_READ, now);
+    if (state.tls)
+        return 0;   /* ciphertext: the TLS probes read this connection's plaintext */
     if (fd == blocked_fd) {
         if (!open_at_attach(&state))
             return 0;
@@ -626,7 +772,7 @@ static __always_inline int read_exit(void *ctx, long ret, u16 vectored, u16 is_m
     }
     struct pending_io io;
     fill_pending(&io, start, regs->si, vectored ? (u32)regs->dx : 0, fd, DIR_READ, is_msghdr, &state);
-    return classify_io(ctx, id, io, ret, now);
+    return classify_io(ctx, id, io, ret, now, 0);
 #else
     return io_exit(ctx, ret, DIR_READ, vectored, is_msghdr);
 #endif
@@ -634,7 +780,7 @@ static __always_inline int read_exit(void *ctx, long ret, u16 vectored, u16 is_m
 
 /* The event of a traced syscall that moved bytes (or failed), classified by
  * the tail-call chain below. */
-static __always_inline int classify_io(void *ctx, u64 id, struct pending_io io, long ret, u64 now)
+static __always_inline int classify_io(void *ctx, u64 id, struct pending_io io, long ret, u64 now, int tls)
 {
     u16 began_before_tracing = io.ts_ns == 0;
     if (began_before_tracing)
@@ -664,6 +810,9 @@ static __always_inline int classify_io(void *ctx, u64 id, struct pending_io io, 
         ev->flags |= HTTP_FLAG_VECTORED;
     if (began_before_tracing)
         ev->flags |= HTTP_FLAG_BEGAN_UNSEEN;
+    ev->transport = io.session ? TRANSPORT_TLS : TRANSPORT_SOCKET;
+    ev->wire_ns = io.wire_ns;
+    s->tls_session = io.session;
     s->http_seen = io.http_seen;
     s->chunked = io.chunked;
     s->n = 0;
@@ -702,10 +851,10 @@ static __always_inline int classify_io(void *ctx, u64 id, struct pending_io io, 
         s->iov_next = io.buf;   /* nothing copied yet: all the iovecs are left */
         s->iovs_left = io.vlen;
         s->bytes_left = (u64)ret;
-        classifiers.call(ctx, PROG_GATHER_IOVECS);
+        chain_call(ctx, tls, PROG_GATHER_IOVECS);
     } else {
         copy_buffer(s, io.buf, (u64)ret);
-        classifiers.call(ctx, io.dir == DIR_READ ? PROG_CLASSIFY_READ : PROG_CLASSIFY_WRITE);
+        chain_call(ctx, tls, io.dir == DIR_READ ? PROG_CLASSIFY_READ : PROG_CLASSIFY_WRITE);
     }
     /* Only reached when the tail call failed: send the unclassified event
      * rather than lose the bytes. */
@@ -713,7 +862,7 @@ static __always_inline int classify_io(void *ctx, u64 id, struct pending_io io, 
 }
 
 /* The end of a body write: its last bytes, the SSE counts, the event. */
-static __always_inline int finish_body(void *ctx, struct scratch *s)
+static __always_inline int finish_body(void *ctx, int tls, struct scratch *s)
 {
     find_last_iovec(s);
     scan_tail(s);
@@ -725,12 +874,12 @@ static __always_inline int finish_body(void *ctx, struct scratch *s)
         __builtin_memcpy(s->head, s->tail, SCAN_TAIL_BYTES);
         s->n = s->tail_read;
         s->tail_pass = 1;
-        classifiers.call(ctx, PROG_SCAN_FIELDS);
+        chain_call(ctx, tls, PROG_SCAN_FIELDS);
     }
     return submit(s);
 }
 
-int gather_iovecs(void *ctx)
+static __always_inline int chain_gather_iovecs(void *ctx, int tls)
 {
     struct scratch *s = get_scratch();
     if (!s)
@@ -738,24 +887,26 @@ int gather_iovecs(void *ctx)
     copy_iovecs(s, 0, 0);
     /* A window of fewer bytes than the overlap cannot carry one over. */
     s->more = s->bytes_left && s->n >= WINDOW_OVERLAP;
-    classifiers.call(ctx, s->ev.hdr.type == EVENT_SOCK_READ ? PROG_CLASSIFY_READ : PROG_CLASSIFY_WRITE);
+    chain_call(ctx, tls, s->ev.hdr.type == EVENT_SOCK_READ ? PROG_CLASSIFY_READ : PROG_CLASSIFY_WRITE);
     return submit(s);
 }
+CHAIN_PROGRAM(gather_iovecs)
 
 /* A further window of a long vectored write: the iovecs after the bytes
  * next_body_window() carried over, then back to scan_body. A program of its
  * own, with the offset a constant: copy_iovecs() with a variable one, and
  * resuming, in one program took the verifier three times as long. */
-int gather_window(void *ctx)
+static __always_inline int chain_gather_window(void *ctx, int tls)
 {
     struct scratch *s = get_scratch();
     if (!s)
         return 0;
     copy_iovecs(s, WINDOW_OVERLAP, 1);
     s->more = s->bytes_left && s->windows < MAX_VECTORED_WINDOWS;
-    classifiers.call(ctx, s->json_mode ? PROG_SCAN_FIELDS : PROG_SCAN_BODY);
-    return finish_body(ctx, s);
+    chain_call(ctx, tls, s->json_mode ? PROG_SCAN_FIELDS : PROG_SCAN_BODY);
+    return finish_body(ctx, tls, s);
 }
+CHAIN_PROGRAM(gather_window)
 
 /* Go's net/http reads one byte in the background while a handler runs, to
  * see the client go away; a keep-alive request that arrives then loses its
@@ -765,7 +916,7 @@ int gather_window(void *ctx)
  * with it in front. Only reads that are no request line pay the lookup. */
 static __always_inline u8 carried_method(struct scratch *s, u64 first8, u32 *after)
 {
-    struct conn_state *state = event_conn(&s->ev);
+    struct conn_state *state = event_conn(s);
     if (!state)
         return HTTP_METHOD_UNKNOWN;
     u32 carried = state->carried;
@@ -786,7 +937,7 @@ static __always_inline u8 carried_method(struct scratch *s, u64 first8, u32 *aft
  * by the recognisers of each protocol's header (HTTP/1: http1.bpf.h). A new
  * protocol's recogniser is one more branch in each, sending its syscalls to
  * programs of its own or to the body scans. */
-int classify_read(void *ctx)
+static __always_inline int chain_classify_read(void *ctx, int tls)
 {
     struct scratch *s = get_scratch();
     if (!s)
@@ -797,27 +948,29 @@ int classify_read(void *ctx)
     if (method == HTTP_METHOD_UNKNOWN && s->http_seen)
         method = carried_method(s, first8, &after);
     if (request_line(s, method, after)) {
-        classifiers.call(ctx, PROG_SCAN_HEADER_BLOCK);
+        chain_call(ctx, tls, PROG_SCAN_HEADER_BLOCK);
     } else if (s->http_seen) {
-        classifiers.call(ctx, PROG_SCAN_FIELDS);   /* a request body read apart from its headers */
+        chain_call(ctx, tls, PROG_SCAN_FIELDS);   /* a request body read apart from its headers */
     }
     return submit(s);
 }
+CHAIN_PROGRAM(classify_read)
 
-int classify_write(void *ctx)
+static __always_inline int chain_classify_write(void *ctx, int tls)
 {
     struct scratch *s = get_scratch();
     if (!s)
         return 0;
     u64 first8 = first_bytes(s);
     if (status_line(s, first8)) {
-        classifiers.call(ctx, PROG_SCAN_HEADER_BLOCK);
+        chain_call(ctx, tls, PROG_SCAN_HEADER_BLOCK);
         return submit(s);
     }
     chunked_end_piece(s, first8);
-    classifiers.call(ctx, PROG_SCAN_BODY);
+    chain_call(ctx, tls, PROG_SCAN_BODY);
     return submit(s);
 }
+CHAIN_PROGRAM(classify_write)
 
 /* A response's headers say whether its body is chunked: the connection
  * keeps that for the writes of the body (find_framing reads only their
@@ -828,14 +981,14 @@ static __always_inline void remember_chunked(struct scratch *s)
     u32 chunked = (s->ev.flags & HTTP_FLAG_CHUNKED) != 0;
     if (chunked == s->chunked)
         return;
-    struct conn_state *state = event_conn(&s->ev);
+    struct conn_state *state = event_conn(s);
     if (state) {
         state->chunked = chunked;
-        socks_changed(s->ev.hdr.pid, s->ev.fd);
+        conn_changed(s);
     }
 }
 
-int scan_header_block(void *ctx)
+static __always_inline int chain_scan_header_block(void *ctx, int tls)
 {
     struct scratch *s = get_scratch();
     if (!s)
@@ -855,19 +1008,20 @@ int scan_header_block(void *ctx)
             return submit(s);
         if (!s->body_start)
             s->body_start = s->n;   /* headers run past the window: no body in view */
-        classifiers.call(ctx, PROG_SCAN_BODY);
+        chain_call(ctx, tls, PROG_SCAN_BODY);
     } else {
         if (!(s->ev.flags & HTTP_FLAG_HEADERS_END))
             s->body_start = s->n;   /* headers run past the window: only the read's end is body */
-        classifiers.call(ctx, PROG_SCAN_FIELDS);
+        chain_call(ctx, tls, PROG_SCAN_FIELDS);
     }
     return submit(s);
 }
+CHAIN_PROGRAM(scan_header_block)
 
 /* The rest of a read of a request: its "model" (found by scan_json_fields)
  * taken, or looked for again in the read's last bytes (the OpenAI SDKs put
  * "model" after "messages", so a long prompt pushes it past the head). */
-static __always_inline int finish_request_read(void *ctx, struct scratch *s)
+static __always_inline int finish_request_read(void *ctx, int tls, struct scratch *s)
 {
     if (take_model(s))
         return submit(s);
@@ -878,7 +1032,7 @@ static __always_inline int finish_request_read(void *ctx, struct scratch *s)
             bpf_probe_read_user(s->head, t, (void *)(s->last_base + len - t));
         s->n = t;
         s->model_pass = 1;
-        classifiers.call(ctx, PROG_SCAN_FIELDS);
+        chain_call(ctx, tls, PROG_SCAN_FIELDS);
     }
     return submit(s);
 }
@@ -886,7 +1040,7 @@ static __always_inline int finish_request_read(void *ctx, struct scratch *s)
 /* Scans the head, then each further window of a long write in a call of
  * itself (a tail call: the chain gives each window a fresh instruction
  * budget). Where the tail call fails, the lines counted so far stand. */
-int scan_body(void *ctx)
+static __always_inline int chain_scan_body(void *ctx, int tls)
 {
     struct scratch *s = get_scratch();
     if (!s)
@@ -906,11 +1060,12 @@ int scan_body(void *ctx)
     if (near_end)
         s->fields_near_end = 1;
     if (!s->windows || !s->more || near_end)
-        classifiers.call(ctx, PROG_SCAN_FIELDS);
+        chain_call(ctx, tls, PROG_SCAN_FIELDS);
     if (next_body_window(s))
-        classifiers.call(ctx, s->ev.flags & HTTP_FLAG_VECTORED ? PROG_GATHER_WINDOW : PROG_SCAN_BODY);
-    return finish_body(ctx, s);
+        chain_call(ctx, tls, s->ev.flags & HTTP_FLAG_VECTORED ? PROG_GATHER_WINDOW : PROG_SCAN_BODY);
+    return finish_body(ctx, tls, s);
 }
+CHAIN_PROGRAM(scan_body)
 
 /* NDJSON line ends and the JSON fields of a window (stream_fields.bpf.h),
  * apart from scan_body: each program's scan loop has a budget of branches
@@ -918,7 +1073,7 @@ int scan_body(void *ctx)
  * it. Windows after the first go through here alone when the first had no
  * "data:" line (an NDJSON stream), else through scan_body alone until the
  * last. */
-int scan_fields(void *ctx)
+static __always_inline int chain_scan_fields(void *ctx, int tls)
 {
     struct scratch *s = get_scratch();
     if (!s)
@@ -929,7 +1084,7 @@ int scan_fields(void *ctx)
      * the verifier walks once. */
     scan_json_fields(s, s->windows || s->tail_pass || s->model_pass ? 0 : s->body_start);
     if (s->ev.hdr.type == EVENT_SOCK_READ)
-        return finish_request_read(ctx, s);
+        return finish_request_read(ctx, tls, s);
     if (s->tail_pass)
         return submit(s);
     if (!s->windows) {
@@ -941,10 +1096,11 @@ int scan_fields(void *ctx)
         s->json_mode = !sse;
     }
     if (next_body_window(s))
-        classifiers.call(ctx, s->ev.flags & HTTP_FLAG_VECTORED ? PROG_GATHER_WINDOW :
+        chain_call(ctx, tls, s->ev.flags & HTTP_FLAG_VECTORED ? PROG_GATHER_WINDOW :
                               s->json_mode ? PROG_SCAN_FIELDS : PROG_SCAN_BODY);
-    return finish_body(ctx, s);
+    return finish_body(ctx, tls, s);
 }
+CHAIN_PROGRAM(scan_fields)
 
 #ifndef READS_AT_EXIT
 TRACEPOINT_PROBE(syscalls, sys_enter_read) { return io_enter(args->fd, (u64)args->buf, 0, DIR_READ, 0); }
@@ -964,3 +1120,191 @@ TRACEPOINT_PROBE(syscalls, sys_enter_sendto) { return io_enter(args->fd, (u64)ar
 TRACEPOINT_PROBE(syscalls, sys_exit_sendto) { return io_exit(args, args->ret, DIR_WRITE, 0, 0); }
 TRACEPOINT_PROBE(syscalls, sys_enter_sendmsg) { return io_enter(args->fd, (u64)args->msg, 0, DIR_WRITE, 1); }
 TRACEPOINT_PROBE(syscalls, sys_exit_sendmsg) { return io_exit(args, args->ret, DIR_WRITE, 0, 1); }
+
+#ifdef TLS_PROBES
+/* ---------------------------------------------------------------- TLS: plaintext at the library boundary
+ *
+ * Uprobes on the TLS library (collector/probe_sets/tls.py attaches them)
+ * hand the plaintext of each SSL_read/SSL_write to the same chain as a
+ * socket syscall's bytes, through its kprobe-type copy (classifiers_tls):
+ * one classifier, whatever carried the bytes. As for sockets, the bytes
+ * stay in the per-CPU scratch area; only derived fields leave the kernel.
+ *
+ * Timing: an SSL_write's event is stamped at the call's entry, when the
+ * plaintext was handed over (a token's moment, as a socket write's entry
+ * is); its wire_ns is when the socket write inside the call began, where
+ * the library wrote to the socket itself. An SSL_read's is its return,
+ * when the plaintext was there for the application.
+ *
+ * The socket under a session (tls_session_of), in this order: the fd the
+ * library's structures name (Go), the first tracked socket the thread
+ * touched inside the call (a socket BIO), or for a read the socket the
+ * thread read last (a memory BIO: asyncio, Node). Its conn_id becomes the
+ * session's, so requests keep their connection's peer, network data and
+ * close; the socket is marked tls and its ciphertext is skipped from then
+ * on. A session whose socket cannot be found gets an id of its own
+ * (COUNTER_TLS_UNTIED). */
+
+static __always_inline struct tls_session *tls_session_of(u32 tgid, struct tls_call *call, s32 nested_fd,
+                                                          s32 last_read_fd)
+{
+    struct tls_key key = {.pid = tgid, .session = call->session};
+    struct tls_session *session = tls_sessions.lookup(&key);
+    if (session) {
+        if (session->fd < 0)
+            return session;
+        /* Still over the socket it was tied to? A handle freed and reused by
+         * a later session (a Go *tls.Conn after garbage collection) is not. */
+        struct sock_key skey = {.pid = tgid, .fd = session->fd};
+        struct conn_state *sock = socks.lookup(&skey);
+        if (sock && sock->conn_id == session->state.conn_id)
+            return session;
+    }
+    s32 fd = call->fd >= 0 ? call->fd : nested_fd >= 0 ? nested_fd : call->dir == DIR_READ ? last_read_fd : -1;
+    struct tls_session fresh = {.fd = -1};
+    if (fd >= 0) {
+        struct sock_key skey = {.pid = tgid, .fd = fd};
+        struct conn_state *sock = socks.lookup(&skey);
+        if (sock) {
+            fresh.state.conn_id = sock->conn_id;
+            fresh.fd = fd;
+            if (!sock->tls) {
+                sock->tls = 1;
+                socks_changed(tgid, fd);
+            }
+        }
+    }
+    if (fresh.fd < 0) {
+        u32 zero = 0;
+        u64 *counter = next_conn_id.lookup(&zero);
+        if (!counter)
+            return 0;
+        fresh.state.conn_id = __sync_fetch_and_add(counter, 1);
+        count(COUNTER_TLS_UNTIED);
+    }
+    tls_sessions.update(&key, &fresh);
+    return tls_sessions.lookup(&key);
+}
+
+static __always_inline int tls_call_begin(u32 caller, u64 caller_id, u64 session, u64 buf, u64 len_out,
+                                          u16 dir, s32 fd)
+{
+    u32 tgid = bpf_get_current_pid_tgid() >> 32;
+    if (!is_target(tgid) || !session)
+        return 0;
+    struct tls_call_key key = {.pid = tgid, .caller = caller, .id = caller_id};
+    struct tls_call call = {.session = session, .buf = buf, .len_out = len_out, .ts_ns = bpf_ktime_get_ns(),
+                            .dir = dir, .fd = fd};
+    if (tls_calls.update(&key, &call) != 0) {
+        count(COUNTER_IO_UNTRACKED);
+        return 0;
+    }
+#ifdef PENDING_IN_TASK_STORAGE
+    if (caller == TLS_CALLER_THREAD) {
+        struct thread_io *thread = pending_task.task_storage_get(bpf_get_current_task_btf(), 0,
+                                                                 BPF_LOCAL_STORAGE_GET_F_CREATE);
+        if (thread) {
+            thread->tls_in_call = 1;
+            thread->tls_nested_fd = -1;
+            thread->tls_wire_ns = 0;
+        }
+    }
+#endif
+    return 0;
+}
+
+/* The call's return: `ret` is what the function returned (bytes, or 1 for
+ * the _ex forms, which store the count through len_out). */
+static __always_inline int tls_call_end(void *ctx, u32 caller, u64 caller_id, long ret)
+{
+    u64 id = bpf_get_current_pid_tgid();
+    u32 tgid = id >> 32;
+    if (!is_target(tgid))
+        return 0;
+    struct tls_call_key key = {.pid = tgid, .caller = caller, .id = caller_id};
+    struct tls_call *found = tls_calls.lookup(&key);
+    if (!found)
+        return 0;
+    struct tls_call call = *found;
+    tls_calls.delete(&key);
+    s32 nested_fd = -1, last_read_fd = -1;
+    u64 wire_ns = 0;
+#ifdef PENDING_IN_TASK_STORAGE
+    if (caller == TLS_CALLER_THREAD) {
+        struct thread_io *thread = pending_task.task_storage_get(bpf_get_current_task_btf(), 0, 0);
+        if (thread) {
+            nested_fd = thread->tls_nested_fd;
+            wire_ns = thread->tls_wire_ns;
+            last_read_fd = thread->last_read_fd - 1;
+            thread->tls_in_call = 0;
+        }
+    }
+#endif
+    long bytes = ret;
+    if (call.len_out) {
+        u64 n = 0;
+        if (ret == 1)
+            bpf_probe_read_user(&n, sizeof(n), (void *)call.len_out);
+        bytes = ret == 1 ? (long)n : 0;
+    }
+    if (bytes <= 0)
+        return 0;   /* would block, close_notify, an error: no plaintext moved */
+    struct tls_session *session = tls_session_of(tgid, &call, nested_fd, last_read_fd);
+    if (!session)
+        return 0;
+    struct pending_io io = {};
+    fill_pending(&io, call.ts_ns, call.buf, 0, session->fd, call.dir, 0, &session->state);
+    io.session = call.session;
+    io.wire_ns = call.dir == DIR_WRITE ? wire_ns : 0;
+    return classify_io(ctx, id, io, bytes, bpf_ktime_get_ns(), 1);
+}
+
+/* OpenSSL 1.1 and 3.x: int SSL_read(SSL *, void *, int), SSL_write(SSL *,
+ * const void *, int); int SSL_read_ex(SSL *, void *, size_t, size_t *),
+ * SSL_write_ex(...): 1 on success. One return program for all four: the
+ * call record says which it was. */
+static __always_inline u64 current_tid(void)
+{
+    return (u32)bpf_get_current_pid_tgid();
+}
+
+int tls_ssl_read_enter(struct pt_regs *ctx)
+{
+    return tls_call_begin(TLS_CALLER_THREAD, current_tid(), PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx), 0,
+                          DIR_READ, -1);
+}
+
+int tls_ssl_read_ex_enter(struct pt_regs *ctx)
+{
+    return tls_call_begin(TLS_CALLER_THREAD, current_tid(), PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx),
+                          PT_REGS_PARM4(ctx), DIR_READ, -1);
+}
+
+int tls_ssl_write_enter(struct pt_regs *ctx)
+{
+    return tls_call_begin(TLS_CALLER_THREAD, current_tid(), PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx), 0,
+                          DIR_WRITE, -1);
+}
+
+int tls_ssl_write_ex_enter(struct pt_regs *ctx)
+{
+    return tls_call_begin(TLS_CALLER_THREAD, current_tid(), PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx),
+                          PT_REGS_PARM4(ctx), DIR_WRITE, -1);
+}
+
+int tls_ssl_return(struct pt_regs *ctx)
+{
+    return tls_call_end(ctx, TLS_CALLER_THREAD, current_tid(), (long)(int)PT_REGS_RC(ctx));
+}
+
+/* void SSL_free(SSL *): its handle may come back for another connection. */
+int tls_ssl_free(struct pt_regs *ctx)
+{
+    u32 tgid = bpf_get_current_pid_tgid() >> 32;
+    if (!is_target(tgid))
+        return 0;
+    struct tls_key key = {.pid = tgid, .session = PT_REGS_PARM1(ctx)};
+    tls_sessions.delete(&key);
+    return 0;
+}
+#endif /* TLS_PROBES */

@@ -186,6 +186,12 @@ class _Stop:
     "--gpu also watches targets that load CUDA only later.",
 )
 @click.option(
+    "--tls/--no-tls",
+    default=None,
+    help="Read TLS plaintext at the TLS library (OpenSSL's libssl.so or linked in; docs/tls.md). "
+    "Default: on when a target maps one; --tls also watches targets that load one only later.",
+)
+@click.option(
     "--gpu-launch-run",
     type=click.IntRange(1, 1 << 20),
     default=256,
@@ -196,7 +202,7 @@ class _Stop:
 @stack_options
 @kernel_headers_option
 def record(pids, duration, output, ringbuf_mb, no_listen_check, no_usdt, network, locks, lock_floor_us,
-           gpu, gpu_launch_run, kernel_headers, otlp, prometheus, **flags) -> None:
+           gpu, tls, gpu_launch_run, kernel_headers, otlp, prometheus, **flags) -> None:
     """Record every HTTP request the given processes serve.
 
     Attaches to syscall tracepoints (no change to the server, no restart),
@@ -215,7 +221,8 @@ def record(pids, duration, output, ringbuf_mb, no_listen_check, no_usdt, network
     metrics = bind_prometheus(prometheus)
     pids = list(dict.fromkeys(pids))
     pages = 1 << ((ringbuf_mb * 256).bit_length() - 1)
-    sets = ("sockets",) + (() if no_usdt else ("usdt",)) + (("network",) if network else ())
+    sets = (("sockets",) + (() if tls is False else ("tls",)) + (() if no_usdt else ("usdt",))
+            + (("network",) if network else ()))
     if locks:
         sets += ("locks",)
     stack_flags = {k: flags.pop(k) for k in list(flags) if k in STACK_FLAGS}
@@ -224,7 +231,8 @@ def record(pids, duration, output, ringbuf_mb, no_listen_check, no_usdt, network
     if gpu is not False:
         sets += ("gpu",)
     options = {**stack_set_options(stack_flags), "locks": {"floor_us": lock_floor_us},
-               "gpu": "on" if gpu else "auto", "gpu_run_max_launches": gpu_launch_run}
+               "gpu": "on" if gpu else "auto", "gpu_run_max_launches": gpu_launch_run,
+               "tls": "on" if tls else "auto"}
     tracer = load_tracer(pids, sets=sets, ringbuf_pages=pages, options=options)
     for name, flag in OPT_IN_FLAGS.items():  # so every report can say why they were off
         if name not in sets:

@@ -74,6 +74,7 @@ from inferprobe.collector.layout_generated import (
     StackFlag,
     StackKey,
     StackSampleEvent,
+    Transport,
     UsdtEvent,
     UsdtProbe,
 )
@@ -88,7 +89,8 @@ __all__ = [
     "GpuCopyKind", "GpuDrmEvent", "GpuDrmWhat", "GpuFenceEvent", "GpuFlushReason", "GpuFunction",
     "GpuLaunchesEvent", "HttpFlag", "HttpKind", "HttpMethod", "IoEvent", "LockCounter", "NetAckEvent",
     "NetFlag", "NetRetransmitEvent", "NetVia", "NetXmitEvent", "OffcpuEvent", "OffcpuReason",
-    "OffcpuValue", "StackCounter", "StackFlag", "StackKey", "StackSampleEvent", "UsdtEvent", "UsdtProbe",
+    "OffcpuValue", "StackCounter", "StackFlag", "StackKey", "StackSampleEvent", "Transport", "UsdtEvent",
+    "UsdtProbe",
     # decoding
     "DECODERS", "ConnRecord", "DecodeError", "Event", "FutexWaitRecord", "GpuCallRecord", "GpuDrmRecord",
     "GpuFenceRecord", "GpuLaunchesRecord", "GpuRecord", "IoRecord", "NetAckRecord", "NetRecord",
@@ -143,6 +145,11 @@ class IoRecord:
     json_lines: int = 0
     named_events: int = 0
     event_name: str | None = None
+    # What carried the bytes: a socket syscall, or a TLS library call whose
+    # plaintext this is (ts_ns is then the call's entry, and wire_ns, when
+    # known, the start of the socket write inside it).
+    transport: Transport = Transport.SOCKET
+    wire_ns: int | None = None
 
     @property
     def is_read(self) -> bool:
@@ -376,6 +383,8 @@ def _io(etype: EventType, ev: Any) -> IoRecord:
         json_lines=ev.json_lines,
         named_events=ev.named_events,
         event_name=_text(ev.event_name, ev.event_name_len, EVENT_NAME_MAX_BYTES) if ev.named_events else None,
+        transport=member(Transport, ev.transport, "transport"),
+        wire_ns=ev.wire_ns or None,
     )
 
 

@@ -12,7 +12,7 @@ import ctypes
 import enum
 
 # The header's integer #defines.
-INFERPROBE_LAYOUT_VERSION = 2
+INFERPROBE_LAYOUT_VERSION = 3
 SCAN_HEAD_BYTES = 512
 SCAN_TAIL_BYTES = 64
 MAX_BODY_WINDOWS = 24
@@ -93,6 +93,13 @@ class HttpMethod(enum.IntEnum):
     PATCH = 7
 
 
+class Transport(enum.IntEnum):
+    """enum transport"""
+
+    SOCKET = 0
+    TLS = 1
+
+
 class StackCounter(enum.IntEnum):
     """enum stack_counter_index"""
 
@@ -102,6 +109,8 @@ class StackCounter(enum.IntEnum):
     KEYS_FULL = 3
     SHORT = 4
     UNMATCHED = 5
+    PYTHON_STACKS = 6
+    PYTHON_LOST = 7
 
 
 STACK_COUNTER_MAX = 8  # enum stack_counter_index: table size, not a member
@@ -217,6 +226,8 @@ class Counter(enum.IntEnum):
     USDT_BAD_ARGS = 3
     REQUESTS = 4
     IO_UNTRACKED = 5
+    CONNS_UNRECOGNISED = 6
+    TLS_UNTIED = 7
     NET_QUEUED = 14
     NET_XMITTED = 15
 
@@ -273,6 +284,7 @@ C_PREFIXES: dict[str, str] = {
     "UsdtProbe": "USDT_",
     "HttpKind": "HTTP_KIND_",
     "HttpMethod": "HTTP_METHOD_",
+    "Transport": "TRANSPORT_",
     "StackCounter": "STACK_COUNTER_",
     "NetVia": "NET_VIA_",
     "OffcpuReason": "OFFCPU_",
@@ -315,7 +327,7 @@ class ConnEvent(ctypes.Structure):
 
 
 class IoEvent(ctypes.Structure):
-    """struct io_event: 248 bytes, 2 of them tail padding"""
+    """struct io_event: 256 bytes"""
 
     _fields_ = [
         ("hdr", EventHeader),                               # offset 0, 24 bytes
@@ -340,6 +352,9 @@ class IoEvent(ctypes.Structure):
         ("event_name_len", ctypes.c_uint8),                 # offset 149, 1 byte
         ("model", ctypes.c_char * 64),                      # offset 150, 64 bytes
         ("event_name", ctypes.c_char * 32),                 # offset 214, 32 bytes
+        ("transport", ctypes.c_uint8),                      # offset 246, 1 byte
+        ("pad_transport", ctypes.c_uint8 * 1),              # offset 247, 1 byte
+        ("wire_ns", ctypes.c_uint64),                       # offset 248, 8 bytes
     ]
 
 
@@ -363,7 +378,7 @@ class StackKey(ctypes.Structure):
         ("user_stack_id", ctypes.c_int32),                  # offset 8, 4 bytes
         ("kernel_stack_id", ctypes.c_int32),                # offset 12, 4 bytes
         ("flags", ctypes.c_uint32),                         # offset 16, 4 bytes
-        ("reserved", ctypes.c_uint32),                      # offset 20, 4 bytes
+        ("python_stack_id", ctypes.c_int32),                # offset 20, 4 bytes
     ]
 
 
@@ -384,7 +399,7 @@ class StackSampleEvent(ctypes.Structure):
         ("user_stack_id", ctypes.c_int32),                  # offset 24, 4 bytes
         ("kernel_stack_id", ctypes.c_int32),                # offset 28, 4 bytes
         ("flags", ctypes.c_uint32),                         # offset 32, 4 bytes
-        ("reserved", ctypes.c_uint32),                      # offset 36, 4 bytes
+        ("python_stack_id", ctypes.c_int32),                # offset 36, 4 bytes
         ("weight", ctypes.c_uint64),                        # offset 40, 8 bytes
     ]
 

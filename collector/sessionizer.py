@@ -142,6 +142,7 @@ class Sessionizer:
                 t_ingress_ns=ev.exit_ns,
                 bytes_in=ev.bytes,
                 model=ev.model,
+                transport=ev.transport.name.lower(),
             )
             self.requests.append(req)
             self.stats.requests += 1
@@ -181,6 +182,8 @@ class Sessionizer:
         resp.last_write_ns = ev.ts_ns
         tokens = self._token_events(resp, ev)
         if tokens and (req.streaming or ev.kind == HttpKind.DATA):
+            if not req.token_ns:
+                req.t_first_token_wire_ns = ev.wire_ns
             req.token_ns.append(ev.ts_ns)
             req.token_events.append(tokens)
         if ev.named_events and req.stream_format == "sse":

@@ -63,6 +63,11 @@ class Request:
     input_tokens: int | None = None
     end_reason: str | None = None
     write_tids: set[int] = field(default_factory=set)
+    # "socket": read from socket syscalls; "tls": the plaintext of TLS library
+    # calls (token_ns are then SSL_write entries, and the socket write that
+    # carried the first token began at t_first_token_wire_ns, where seen).
+    transport: str = "socket"
+    t_first_token_wire_ns: int | None = None
     # Filled in when the server has inferprobe USDT probes (collector/correlate.py):
     server: ServerRequest | None = None
     correlated_by: str | None = None  # "conn_fd", "thread" or "time"

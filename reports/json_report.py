@@ -63,6 +63,8 @@ def request_json(r: Request, analysis: RequestAnalysis, stall_ns: dict[tuple[int
         "t_ingress_ns": r.t_ingress_ns,
         "t_response_start_ns": r.t_response_start_ns,
         "t_first_token_ns": r.t_first_token_ns,
+        "t_first_token_wire_ns": r.t_first_token_wire_ns,
+        "transport": r.transport,
         "token_ns": list(r.token_ns),
         "token_chunk_events": list(r.token_events),
         "t_done_ns": r.t_done_ns,

@@ -34,6 +34,7 @@ class ProbeSet:
 
     name: str = ""
     source: str = ""  # file name under bpf/
+    shared_sources: tuple[str, ...] = ()  # bpf/ files several sets use, pasted once before them
     description: str = ""
     observed_types: tuple[int, ...] = ()  # event types passed to observe() while recording
     # Maps holding in-flight state (per connection, thread, pending call): the
@@ -80,7 +81,9 @@ def available_sets() -> dict[str, type[ProbeSet]]:
     from inferprobe.collector.probe_sets.network import NetworkProbes
     from inferprobe.collector.probe_sets.sockets import SocketProbes
     from inferprobe.collector.probe_sets.stacks import OffcpuProbes, ProfileProbes
+    from inferprobe.collector.probe_sets.tls import TlsProbes
     from inferprobe.collector.probe_sets.usdt import UsdtProbes
 
-    return {cls.name: cls for cls in (SocketProbes, UsdtProbes, NetworkProbes, ProfileProbes, OffcpuProbes,
-                                      LockProbes, GpuProbes)}
+    # sockets first: the TLS set loads into the chain the sockets set set up.
+    return {cls.name: cls for cls in (SocketProbes, TlsProbes, UsdtProbes, NetworkProbes, ProfileProbes,
+                                      OffcpuProbes, LockProbes, GpuProbes)}

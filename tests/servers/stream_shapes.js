@@ -9,9 +9,14 @@
 // port, then appends one JSON line per response to the log named by argv[2]:
 // the client's port, the path, and the CLOCK_MONOTONIC ns (process.hrtime is
 // CLOCK_MONOTONIC on Linux) taken just before each token write.
+//
+// TLS mode, as for stream_shapes.go: with STREAM_SHAPES_TLS_CERT and
+// STREAM_SHAPES_TLS_KEY set (PEM files), the same handler is served by Node's
+// https module, over the OpenSSL linked into the node binary.
 "use strict";
 const fs = require("fs");
 const http = require("http");
+const https = require("https");
 const shapes = require("./stream_shapes_payloads.json");
 
 const log = fs.openSync(process.argv[2], "a");
@@ -43,11 +48,15 @@ async function stream(req, res, body) {
   fs.writeSync(log, JSON.stringify({ peer_port: req.socket.remotePort, path: req.url, token_ns: tokenNs }) + "\n");
 }
 
-const server = http.createServer((req, res) => {
+const handler = (req, res) => {
   const parts = [];
   req.on("data", (d) => parts.push(d));
   req.on("end", () => stream(req, res, JSON.parse(Buffer.concat(parts).toString())));
-});
+};
+const [cert, key] = [process.env.STREAM_SHAPES_TLS_CERT, process.env.STREAM_SHAPES_TLS_KEY];
+const server = cert && key
+  ? https.createServer({ cert: fs.readFileSync(cert), key: fs.readFileSync(key) }, handler)
+  : http.createServer(handler);
 server.keepAliveTimeout = 60000;
 server.listen(0, "127.0.0.1", () => {
   process.stdout.write(`${server.address().port}\n`);

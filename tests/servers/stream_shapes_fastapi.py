@@ -4,12 +4,17 @@ endpoints, payloads and log as stream_shapes.js and stream_shapes.go.
 Usage: stream_shapes_fastapi.py LOG; prints the port. Each token write's
 CLOCK_MONOTONIC (time.monotonic_ns) is taken as the generator yields it:
 uvicorn writes each yielded chunk at once.
+
+TLS mode, as for stream_shapes.go: with STREAM_SHAPES_TLS_CERT and
+STREAM_SHAPES_TLS_KEY set (PEM files), uvicorn serves HTTPS (its
+--ssl-certfile/--ssl-keyfile), through Python's ssl module and OpenSSL.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import socket
 import sys
@@ -60,7 +65,9 @@ def main() -> None:
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     print(sock.getsockname()[1], flush=True)
-    uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
+    cert, key = os.environ.get("STREAM_SHAPES_TLS_CERT"), os.environ.get("STREAM_SHAPES_TLS_KEY")
+    tls = {"ssl_certfile": cert, "ssl_keyfile": key} if cert and key else {}
+    uvicorn.Server(uvicorn.Config(app, log_level="warning", **tls)).run(sockets=[sock])
 
 
 if __name__ == "__main__":

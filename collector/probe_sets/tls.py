@@ -1,0 +1,137 @@
+"""The TLS probe set: the plaintext of encrypted connections, at the TLS library.
+
+Its programs are in bpf/sock.bpf.c (section "TLS", compiled in with
+-DTLS_PROBES): they hand each SSL_read/SSL_write's plaintext to the socket
+set's classifier, through a kprobe-type copy of its tail-call chain, so
+this set has no source of its own and needs the sockets set.
+
+It finds the TLS libraries of every target (collector/tls_libraries.py)
+and attaches, per process, a uprobe at the entry and a uretprobe at the
+return of SSL_read, SSL_read_ex, SSL_write and SSL_write_ex, and an entry
+probe on SSL_free (its session handle may come back for another
+connection). Libraries mapped later (a dlopen, a new child) are picked up
+by refresh(), about once a second. Auto mode turns the set on only when a
+target maps a TLS library at start (compiling it in costs ~1.5 s of
+start-up); --tls compiles it in regardless, to watch for one loaded later.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from inferprobe.collector import targets as target_procs
+from inferprobe.collector.probe_sets import ProbeSet, TargetContext
+from inferprobe.collector.probe_sets.sockets import CLASSIFIER_PROGRAMS
+from inferprobe.collector.tls_libraries import (
+    OPENSSL_DATA_FUNCTIONS,
+    OPENSSL_ENTRY_PROGRAMS,
+    OPENSSL_RETURN_PROGRAM,
+    TlsLibrary,
+    tls_libraries,
+)
+
+# The chain programs plaintext can reach: never the iovec gatherers (a
+# library call has one buffer), so their copies are not loaded.
+TLS_CHAIN_PROGRAMS = ("classify_read", "classify_write", "scan_header_block", "scan_body", "scan_fields")
+
+
+@dataclass
+class TlsAttachment:
+    pid: int
+    path: str
+    kind: str
+    t_attached_ns: int = 0  # CLOCK_MONOTONIC: calls before this were not seen
+    hooked: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)  # function -> why
+
+
+class TlsProbes(ProbeSet):
+    name = "tls"
+    source = ""  # bpf/sock.bpf.c, compiled with -DTLS_PROBES
+    description = "TLS plaintext: uprobes on OpenSSL's SSL_read/SSL_write (libssl.so, or linked in)"
+    state_maps = ("tls_calls",)
+
+    def __init__(self) -> None:
+        self.mode = "auto"
+        self.attachments: list[TlsAttachment] = []
+        self.unhooked: list[dict] = []  # TLS libraries found that inferprobe cannot read
+        self._done: set[tuple[int, tuple[int, int]]] = set()
+        self._pending: list[TlsLibrary] = []
+
+    def prepare(self, ctx: TargetContext) -> str | None:
+        self.mode = ctx.options.get("tls", "auto")
+        found = [lib for pid in ctx.pids for lib in tls_libraries(pid)]
+        self._note_unhooked(found)
+        self._pending = [lib for lib in found if lib.hookable]
+        if not self._pending and self.mode != "on":
+            return ("no target maps a TLS library inferprobe reads (libssl.so, OpenSSL linked into the "
+                    "executable); record --tls watches for one loaded later")
+        return None
+
+    def cflags(self) -> list[str]:
+        return ["-DTLS_PROBES"]
+
+    def after_load(self, bpf, ctx: TargetContext) -> None:
+        import bcc
+
+        # As the sockets set loads the syscall chain: in parallel, the
+        # verifier's time is most of it.
+        chain = bpf[b"classifiers_tls"]
+        with ThreadPoolExecutor(max_workers=min(len(TLS_CHAIN_PROGRAMS), os.cpu_count() or 1)) as pool:
+            loaded = list(pool.map(lambda name: bpf.load_func(f"{name}_tls".encode(), bcc.BPF.KPROBE),
+                                   TLS_CHAIN_PROGRAMS))
+        for name, fn in zip(TLS_CHAIN_PROGRAMS, loaded, strict=True):
+            chain[ctypes.c_int(CLASSIFIER_PROGRAMS.index(name))] = ctypes.c_int(fn.fd)
+        for lib in self._pending:
+            self._attach(bpf, lib)
+        self._pending = []
+
+    def refresh(self, bpf, ctx: TargetContext) -> list[str]:
+        """Attaches to TLS libraries that targets (and new children) mapped since."""
+        notes = []
+        for pid in target_procs.with_descendants(ctx.pids):
+            found = tls_libraries(pid)
+            self._note_unhooked(found)
+            for lib in found:
+                if lib.hookable and (pid, lib.file_key) not in self._done:
+                    att = self._attach(bpf, lib)
+                    notes.append(f"tls: attached to {', '.join(att.hooked) or 'nothing'} of {lib.path} "
+                                 f"in pid {pid}")
+        return notes
+
+    def _note_unhooked(self, found: list[TlsLibrary]) -> None:
+        for lib in found:
+            entry = {"pid": lib.pid, "path": lib.path, "library": lib.kind}
+            if not lib.hookable and entry not in self.unhooked:
+                self.unhooked.append(entry)
+
+    def _attach(self, bpf, lib: TlsLibrary) -> TlsAttachment:
+        self._done.add((lib.pid, lib.file_key))
+        att = TlsAttachment(pid=lib.pid, path=lib.path, kind=lib.kind)
+        self.attachments.append(att)
+        path = lib.host_path.encode()
+        for function, address in sorted(lib.functions.items()):
+            try:
+                bpf.attach_uprobe(name=path, addr=address, fn_name=OPENSSL_ENTRY_PROGRAMS[function].encode(),
+                                  pid=lib.pid)
+                if function in OPENSSL_DATA_FUNCTIONS:
+                    bpf.attach_uretprobe(name=path, addr=address, fn_name=OPENSSL_RETURN_PROGRAM.encode(),
+                                         pid=lib.pid)
+            except Exception as err:  # bcc: bare Exception, e.g. a dead pid or the probe limit
+                att.failed[function] = str(err)
+                continue
+            att.hooked.append(function)
+        att.t_attached_ns = time.monotonic_ns()
+        return att
+
+    def snapshot(self, bpf) -> dict:
+        return {
+            "mode": self.mode,
+            "attachments": [vars(a) for a in self.attachments],
+            "unhooked": self.unhooked,
+            "sessions": sum(1 for _ in bpf[b"tls_sessions"].keys()),
+        }

@@ -1,0 +1,121 @@
+"""The TLS libraries a process uses, and which of them inferprobe can read.
+
+A process's plaintext is read where it enters and leaves its TLS library
+(bpf/sock.bpf.c, "TLS"), so the first question about an encrypted
+connection is which library it goes through:
+
+- OpenSSL 1.1 and 3.x as a shared library, libssl.so.* (Python's _ssl,
+  curl, nginx, most C and C++ servers): hooked;
+- OpenSSL linked into the executable, when the executable exports its
+  SSL_* functions (Node bundles OpenSSL that way): hooked;
+- Go's crypto/tls, compiled into Go binaries (collector/go_binary.py): hooked
+  where that module finds the probe points;
+- others a process may map (GnuTLS, NSS's libssl3, wolfSSL, rustls has no
+  library of its own): named, so doctor and the report can say why their
+  connections stay unread, never hooked.
+
+Functions are found by name in the file's symbol tables, as bcc resolves
+uprobe targets; a file is read once however many processes map it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from inferprobe.collector.proc_maps import read_maps
+
+# What each hooked OpenSSL function is, for the programs in sock.bpf.c.
+OPENSSL_ENTRY_PROGRAMS = {
+    "SSL_read": "tls_ssl_read_enter",
+    "SSL_read_ex": "tls_ssl_read_ex_enter",
+    "SSL_write": "tls_ssl_write_enter",
+    "SSL_write_ex": "tls_ssl_write_ex_enter",
+    "SSL_free": "tls_ssl_free",
+}
+OPENSSL_RETURN_PROGRAM = "tls_ssl_return"
+# The four that move plaintext get a return probe too; SSL_free only its entry.
+OPENSSL_DATA_FUNCTIONS = ("SSL_read", "SSL_read_ex", "SSL_write", "SSL_write_ex")
+_OPENSSL_PATTERN = r"^SSL_(read|write)(_ex)?$|^SSL_free$"
+
+LIBSSL = re.compile(r"^libssl\.so(\.[0-9]+)*$")  # OpenSSL's; NSS ships libssl3.so
+UNHOOKED = {
+    re.compile(r"^libgnutls\.so"): "GnuTLS",
+    re.compile(r"^libssl3\.so"): "NSS",
+    re.compile(r"^libnss3\.so"): "NSS",
+    re.compile(r"^libwolfssl\.so"): "wolfSSL",
+    re.compile(r"^libmbedtls\.so"): "Mbed TLS",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class TlsLibrary:
+    pid: int
+    path: str  # as the process sees it (its mount namespace)
+    kind: str  # "openssl" (libssl.so), "openssl-static" (in the executable), or an unhooked library's name
+    file_key: tuple[int, int]  # (st_dev, st_ino): one file under many names
+    functions: dict[str, int] = field(default_factory=dict, compare=False)  # hooked name -> address
+
+    @property
+    def host_path(self) -> str:
+        """A path to the same file from here, also for a process in a container."""
+        return f"/proc/{self.pid}/root{self.path}"
+
+    @property
+    def hookable(self) -> bool:
+        return self.kind in ("openssl", "openssl-static") and all(
+            name in self.functions for name in ("SSL_read", "SSL_write"))
+
+
+@lru_cache(maxsize=256)
+def _openssl_functions(host_path: str, file_key: tuple[int, int]) -> dict[str, int]:
+    """SSL_read, SSL_write, their _ex forms and SSL_free as the file exports them."""
+    from bcc import BPF
+
+    found: dict[str, int] = {}
+    try:
+        pairs = BPF.get_user_functions_and_addresses(host_path.encode(), _OPENSSL_PATTERN)
+    except Exception:  # bcc raises bare Exception for files it cannot read as ELF
+        return {}
+    for raw_name, address in pairs:
+        name = raw_name.decode()
+        if address and name in OPENSSL_ENTRY_PROGRAMS:
+            found.setdefault(name, address)
+    return found
+
+
+def _file_key(pid: int, path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(f"/proc/{pid}/root{path}")
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
+def tls_libraries(pid: int) -> list[TlsLibrary]:
+    """The TLS libraries pid has mapped, hooked or not (the OpenSSL kinds first)."""
+    try:
+        exe = os.readlink(f"/proc/{pid}/exe").removesuffix(" (deleted)")
+    except OSError:
+        return []
+    found: dict[tuple[int, int], TlsLibrary] = {}
+    for mapping in read_maps(pid):
+        if not mapping.executable or mapping.path.endswith(" (deleted)"):
+            continue  # replaced on disk: a uprobe would go to the new file
+        name = os.path.basename(mapping.path)
+        key = _file_key(pid, mapping.path)
+        if key is None or key in found:
+            continue
+        if LIBSSL.match(name) or mapping.path == exe:
+            functions = _openssl_functions(f"/proc/{pid}/root{mapping.path}", key)
+            if LIBSSL.match(name) or {"SSL_read", "SSL_write"} <= functions.keys():
+                kind = "openssl" if LIBSSL.match(name) else "openssl-static"
+                found[key] = TlsLibrary(pid=pid, path=mapping.path, kind=kind, file_key=key,
+                                        functions=functions)
+            continue
+        for pattern, library in UNHOOKED.items():
+            if pattern.match(name):
+                found[key] = TlsLibrary(pid=pid, path=mapping.path, kind=library, file_key=key)
+    return sorted(found.values(), key=lambda lib: (not lib.hookable, lib.path))
