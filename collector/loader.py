@@ -212,9 +212,13 @@ def _translation_unit(sets: list[ProbeSet]) -> str:
     because bcc rewrites tracepoint and map code only in its main file;
     #line keeps compiler messages pointing at the real file and line. Each
     source's own #include "common.bpf.h" is then a no-op (include guard).
+    A source several sets share (their shared_sources) is pasted once, before them.
     """
     parts = []
-    for path in [bpf_source_dir() / "common.bpf.h"] + [bpf_source_dir() / s.source for s in sets]:
+    shared = dict.fromkeys(name for s in sets for name in s.shared_sources)
+    # A set without a source of its own adds -D flags to another set's (the TLS set to sock.bpf.c).
+    names = ["common.bpf.h", *shared, *(s.source for s in sets if s.source)]
+    for path in [bpf_source_dir() / name for name in names]:
         parts.append(f'#line 1 "{path}"\n{path.read_text()}\n')
     return "".join(parts)
 
