@@ -2,10 +2,12 @@
  *
  * At sched_switch the thread being switched out is `current`, so its user
  * and kernel stacks are taken right there and kept with the switch-out time
- * in offcpu_start. When that thread is switched in again, the period it was
- * off the CPU is added, in microseconds, to its stack's entry in
- * offcpu_counts, if it lasted at least OFFCPU_MIN_NS: lock waits, I/O,
- * sleeps and run-queue waits all show up with their real weight.
+ * in offcpu_start, with its Python stack for a CPython thread (the walk of
+ * bpf/python_stacks.bpf.c, pasted before this file). When that thread is
+ * switched in again, the period it was off the CPU is added, in
+ * microseconds, to its stack's entry in offcpu_counts, if it lasted at least
+ * OFFCPU_MIN_NS: lock waits, I/O, sleeps and run-queue waits all show up
+ * with their real weight.
  *
  * Not a TRACEPOINT_PROBE: that macro names the function after the
  * tracepoint, and another probe set may hook sched_switch too (all sets are
@@ -34,6 +36,8 @@ struct offcpu_start_t {
     s32 user_stack_id;
     s32 kernel_stack_id;
     u32 flags;
+    s32 python_stack_id;    /* bpf/python_stacks.bpf.c: taken at switch-out, like the others */
+    u32 pad;
 };
 
 BPF_STACK_TRACE(offcpu_stacks, OFFCPU_STACK_SLOTS);
@@ -69,6 +73,7 @@ int offcpu_on_switch(void *args)
         start.tgid = tgid;
         start.user_stack_id = offcpu_stacks.get_stackid(args, BPF_F_USER_STACK);
         start.kernel_stack_id = offcpu_stacks.get_stackid(args, 0);
+        start.python_stack_id = python_stack_id(tgid, (u32)id);
         /* No sleep-state bit (the low byte; 0x100 is the "preempted" mark on
          * newer kernels): the thread was runnable and preempted, not waiting. */
         long prev_state = *(long *)((char *)args + SWITCH_PREV_STATE_OFF);
@@ -96,10 +101,15 @@ int offcpu_on_switch(void *args)
     key.user_stack_id = start->user_stack_id;
     key.kernel_stack_id = start->kernel_stack_id;
     key.flags = start->flags;
+    key.python_stack_id = start->python_stack_id;
     u64 switch_out_ns = start->ts_ns;
     offcpu_start.delete(&next_tid);
     offcpu_note_stack_error(key.user_stack_id);
     offcpu_note_stack_error(key.kernel_stack_id);
+    if (key.python_stack_id > 0)
+        offcpu_count(STACK_COUNTER_PYTHON_STACKS);
+    else if (key.python_stack_id < 0)
+        offcpu_count(STACK_COUNTER_PYTHON_LOST);
 
     struct offcpu_value zero = {};
     struct offcpu_value *value = offcpu_counts.lookup_or_try_init(&key, &zero);
@@ -118,6 +128,7 @@ int offcpu_on_switch(void *args)
     ev.user_stack_id = key.user_stack_id;
     ev.kernel_stack_id = key.kernel_stack_id;
     ev.flags = key.flags;
+    ev.python_stack_id = key.python_stack_id;
     ev.weight = us;
     send_event(&ev, sizeof(ev));
 #else

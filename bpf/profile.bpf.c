@@ -7,6 +7,10 @@
  * profile_counts; the stacks themselves live in profile_stacks. User space
  * reads both once, at stop, and symbolises them.
  *
+ * A sample of a CPython thread also carries its Python stack (the frame walk
+ * of bpf/python_stacks.bpf.c, pasted before this file): stack_key's
+ * python_stack_id, resolved by user space to function, file and line.
+ *
  * Settings (-D flags from the probe set):
  *   PROFILE_STACK_SLOTS   entries of the stack map (default 16384)
  *   PROFILE_STREAM        also send each sample as a stack_sample_event, for
@@ -55,6 +59,11 @@ int profile_on_cpu(struct bpf_perf_event_data *ctx)
     key.kernel_stack_id = profile_stacks.get_stackid(&ctx->regs, 0);
     profile_note_stack_error(key.user_stack_id, 1);
     profile_note_stack_error(key.kernel_stack_id, 0);
+    key.python_stack_id = python_stack_id(tgid, key.tid);
+    if (key.python_stack_id > 0)
+        profile_count(STACK_COUNTER_PYTHON_STACKS);
+    else if (key.python_stack_id < 0)
+        profile_count(STACK_COUNTER_PYTHON_LOST);
 
     u64 zero = 0;
     u64 *count = profile_counts.lookup_or_try_init(&key, &zero);
@@ -70,6 +79,7 @@ int profile_on_cpu(struct bpf_perf_event_data *ctx)
     fill_header(&ev.hdr, EVENT_CPU_SAMPLE, bpf_ktime_get_ns(), id);
     ev.user_stack_id = key.user_stack_id;
     ev.kernel_stack_id = key.kernel_stack_id;
+    ev.python_stack_id = key.python_stack_id;
     ev.weight = 1;
     send_event(&ev, sizeof(ev));
 #endif

@@ -12,10 +12,13 @@ Snapshot layout (one per set, under its name in Recording.snapshots):
     kind            "cpu" or "offcpu"
     unit            "samples" or "us" (off-CPU weights are blocked microseconds)
     hz / min_us     sampling rate / shortest off-CPU period recorded
-    counters        samples, collisions, lost, keys_full, short, unmatched
-    stacks          [{pid, tid, thread, user_stack_id, kernel_stack_id, flags,
+    counters        samples, collisions, lost, keys_full, short, unmatched,
+                    python_stacks (samples with Python frames), python_lost
+    stacks          [{pid, tid, thread, user_stack_id, kernel_stack_id, flags, python_stack_id,
                       frames (root first), weight, periods}]
-    processes       {pid: {comm, exe, python}}  python: perf-map | unresolved | null
+    processes       {pid: {comm, exe, python, python_version[, python_unsupported]}}
+                    python: frames (walked from the thread states: collector/python_stacks.py)
+                    | perf-map | unresolved | null
     notes           sentences the report shows (unresolved Python frames, lost stacks)
 """
 
@@ -28,6 +31,7 @@ from pathlib import Path
 
 from inferprobe.collector.events import STACK_FLAG_PREEMPTED, StackCounter
 from inferprobe.collector.probe_sets import ProbeSet, TargetContext
+from inferprobe.collector.python_stacks import PYTHON_LOST, PythonTargets, read_stacks, splice
 from inferprobe.collector.symbolizer import PYTHON_HOWTO, Symbolizer
 
 SWITCH_FORMAT = Path("/sys/kernel/tracing/events/sched/sched_switch/format")
@@ -58,11 +62,14 @@ class _StackSet(ProbeSet):
     """What the two stack sets share: counters, symbolisation, the snapshot."""
 
     prefix = ""  # map names: <prefix>_stacks, _counts, _counters
+    shared_sources = ("python_stacks.bpf.c",)
     kind = ""
     unit = "samples"
 
     def __init__(self) -> None:
         self.symbolizer = Symbolizer()
+        self.python = PythonTargets()
+        self._python_stacks: dict[int, object] = {}
         self.stream = False
         self.started_ns = 0
 
@@ -73,15 +80,20 @@ class _StackSet(ProbeSet):
     def _remember_targets(self, bpf) -> None:
         from inferprobe.collector.loader import target_pids
 
-        for pid in target_pids(bpf):
-            # the targets map also holds thread ids: only thread group leaders have maps of their own
-            if Path(f"/proc/{pid}/task/{pid}").exists():
-                self.symbolizer.remember_process(pid)
+        # the targets map also holds thread ids: only thread group leaders have maps of their own
+        leaders = [pid for pid in target_pids(bpf) if Path(f"/proc/{pid}/task/{pid}").exists()]
+        for pid in leaders:
+            self.symbolizer.remember_process(pid)
+        self.python.refresh(bpf, leaders)
 
     def after_load(self, bpf, ctx: TargetContext) -> None:
         for pid in ctx.pids:
             self.symbolizer.remember_process(pid)
+        self.python.refresh(bpf, [pid for pid in ctx.pids if Path(f"/proc/{pid}/task/{pid}").exists()])
         self.started_ns = time.monotonic_ns()
+
+    def release(self) -> None:
+        self.python.close()
 
     def refresh(self, bpf, ctx: TargetContext) -> None:
         self._remember_targets(bpf)
@@ -96,15 +108,23 @@ class _StackSet(ProbeSet):
         except KeyError:
             return []
 
-    def _frames(self, bpf, pid: int, user_id: int, kernel_id: int, flags: int,
+    def _user_frames(self, bpf, pid: int, user_id: int, python_id: int) -> list[str]:
+        if user_id >= 0:
+            native = self.symbolizer.user_stack(pid, self._walk(bpf, user_id))
+        else:
+            native = [LOST_COLLISION if user_id == -errno.EEXIST else LOST_STACK]
+        if python_id < 0:
+            return [PYTHON_LOST, *native]
+        entry = self._python_stacks.get(python_id) if python_id else None
+        groups = self.python.frames(pid, entry) if entry is not None else []
+        return splice(native, groups)
+
+    def _frames(self, bpf, pid: int, user_id: int, kernel_id: int, flags: int, python_id: int,
                 cache: dict) -> list[str]:
-        key = (pid, user_id, kernel_id, flags)
+        key = (pid, user_id, kernel_id, flags, python_id)
         if key in cache:
             return cache[key]
-        if user_id >= 0:
-            frames = self.symbolizer.user_stack(pid, self._walk(bpf, user_id))
-        else:
-            frames = [LOST_COLLISION if user_id == -errno.EEXIST else LOST_STACK]
+        frames = self._user_frames(bpf, pid, user_id, python_id)
         if kernel_id >= 0:
             frames += [self.symbolizer.kernel_frame(a) for a in reversed(self._walk(bpf, kernel_id))]
         elif kernel_id == -errno.EEXIST:
@@ -123,6 +143,7 @@ class _StackSet(ProbeSet):
         self._remember_targets(bpf)
         cache: dict = {}
         stacks: list[dict] = []
+        self._python_stacks = read_stacks(bpf)
         for key, value in bpf[f"{self.prefix}_counts"].items():
             weight, periods = self._weights(value)
             pid, tid = int(key.pid), int(key.tid)
@@ -133,8 +154,9 @@ class _StackSet(ProbeSet):
                 "user_stack_id": int(key.user_stack_id),
                 "kernel_stack_id": int(key.kernel_stack_id),
                 "flags": int(key.flags),
+                "python_stack_id": int(key.python_stack_id),
                 "frames": self._frames(bpf, pid, int(key.user_stack_id), int(key.kernel_stack_id),
-                                       int(key.flags), cache),
+                                       int(key.flags), int(key.python_stack_id), cache),
                 "weight": weight,
                 "periods": periods,
             })
@@ -147,12 +169,20 @@ class _StackSet(ProbeSet):
         for pid in sorted(seen):
             info = self.symbolizer.processes.get(pid)
             status = info.python_status() if info else None
+            version = self.python.version_of(pid)
+            problem = self.python.problems.get(pid)
+            if version is not None:
+                status = "frames"
             processes[str(pid)] = {
                 "comm": info.comm if info else "?",
                 "exe": info.exe if info else "",
                 "python": status,
+                "python_version": version,
             }
-            if info is not None and status == "unresolved":
+            if problem is not None and info is not None:
+                processes[str(pid)]["python_unsupported"] = problem
+                notes.append(f"pid {pid} ({info.comm}): Python frames are not shown: {problem}")
+            elif info is not None and status == "unresolved":
                 notes.append(f"pid {pid} ({info.comm}): {PYTHON_HOWTO}")
         counters = self.counters(bpf)
         lost = counters["collisions"] + counters["lost"] + counters["keys_full"]

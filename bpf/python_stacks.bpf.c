@@ -1,0 +1,63 @@
+/* python_stacks.bpf.c: the Python stack of the current thread, kept once per
+ * distinct stack, for every set that takes stacks (profile, offcpu, locks).
+ *
+ * Pasted once into the program by collector/loader.py before the sets that
+ * name it in their shared_sources, so these maps and python_stack_id() exist
+ * once however many stack sets are on (bcc rewrites map calls only in the
+ * main text, which is why they are not in python_frames.bpf.h).
+ *
+ * User space (collector/python_threads.py) fills python_layouts with each
+ * CPython target's offsets and python_threads with every thread's
+ * PyThreadState address, refreshed about once a second: a thread started
+ * after that refresh has no Python frames until the next one.
+ *
+ * A stack's id is 31 bits of the walk's 64-bit hash; the other 32 bits are
+ * kept with it, so a second stack hashing to the same id is recognised and
+ * dropped (-EEXIST), never shown as the first one's frames.
+ *
+ * Settings (-D flags from the probe sets):
+ *   PYTHON_STACK_SLOTS    distinct Python stacks kept (default 16384)
+ *   PYTHON_MAX_FRAMES     innermost frames walked (default 32; a power of two)
+ */
+#include "common.bpf.h"
+#include "python_frames.bpf.h"
+
+#ifndef PYTHON_STACK_SLOTS
+#define PYTHON_STACK_SLOTS 16384
+#endif
+
+BPF_HASH(python_threads, u32, u64, 65536);                  /* tid -> PyThreadState address */
+BPF_HASH(python_layouts, u32, struct python_layout, 4096);  /* tgid -> its interpreter's offsets */
+BPF_HASH(python_stacks, s32, struct python_stack, PYTHON_STACK_SLOTS);
+BPF_PERCPU_ARRAY(python_stack_scratch, struct python_stack, 1);
+BPF_PERCPU_ARRAY(python_frame_scratch, struct python_frame_buf, 1);
+
+/* The current thread's Python stack id: > 0 an entry of python_stacks, 0 no
+ * Python frames (not a CPython thread, or none running), < 0 -errno: the
+ * stack was taken but not kept (-EEXIST another stack holds its id,
+ * -ENOSPC python_stacks is full). */
+static __always_inline s32 python_stack_id(u32 tgid, u32 tid)
+{
+    u64 *tstate = python_threads.lookup(&tid);
+    if (!tstate || *tstate == 0)
+        return 0;
+    struct python_layout *layout = python_layouts.lookup(&tgid);
+    if (!layout)
+        return 0;
+    u32 zero = 0;
+    struct python_stack *stack = python_stack_scratch.lookup(&zero);
+    struct python_frame_buf *buf = python_frame_scratch.lookup(&zero);
+    if (!stack || !buf)
+        return 0;
+    if (python_walk(layout, *tstate, stack, buf) == 0)
+        return 0;
+    s32 id = (s32)(stack->hash & 0x7fffffff);
+    if (id == 0)
+        id = 1;
+    struct python_stack *known = python_stacks.lookup(&id);
+    if (known)
+        return known->check == stack->check && known->depth == stack->depth ? id : -EEXIST;
+    if (python_stacks.update(&id, stack) != 0)
+        return -ENOSPC;
+    return id;
+}
