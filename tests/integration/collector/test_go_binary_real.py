@@ -295,3 +295,37 @@ def test_uprobes_at_the_entries_and_returns_see_the_calls(binaries) -> None:
     assert {f for k, _g, _v, f, _s in calls if k in (1, 2)} == {fd}  # the offsets reach the socket
     assert all(s for *_rest, s in calls), calls  # R14 is the goroutine, at entries and returns alike
     assert len({g for _k, g, *_rest in calls}) == 1  # one connection, one goroutine (serve)
+
+
+def test_stream_shapes_tls_mode_serves_http1_over_tls(binaries, tmp_path) -> None:
+    """The Go stream-shapes server's HTTPS mode: found by go_tls_targets, and HTTP/1.1 even to
+    a client offering h2 first (the e2e TLS tests read HTTP/1.1 framing)."""
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("the openssl command is not installed: no certificate to serve")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run([openssl, "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                    "-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=localhost"],
+                   check=True, capture_output=True)
+    env = {"PATH": "/usr/bin:/bin", "STREAM_SHAPES_TLS_CERT": str(cert), "STREAM_SHAPES_TLS_KEY": str(key)}
+    proc = subprocess.Popen([binaries["shapes"], str(SERVERS / "stream_shapes_payloads.json"),
+                             str(tmp_path / "log")], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        port = int(proc.stdout.readline())
+        assert [t.probes is not None for t in go_tls_targets(proc.pid)] == [True]
+        context = ssl.create_default_context(cafile=str(cert))
+        context.check_hostname = False
+        context.set_alpn_protocols(["h2", "http/1.1"])
+        with context.wrap_socket(socket.create_connection(("127.0.0.1", port)), server_hostname="localhost") \
+                as sock:
+            assert sock.selected_alpn_protocol() == "http/1.1"
+            body = b'{"model": "m", "prompt": "p", "tokens": 3, "interval_ms": 0}'
+            sock.sendall(b"POST /api/generate HTTP/1.1\r\nHost: localhost\r\nContent-Length: %d\r\n"
+                         b"Connection: close\r\n\r\n%s" % (len(body), body))
+            response = b""
+            while chunk := sock.recv(65536):
+                response += chunk
+        assert response.startswith(b"HTTP/1.1 200 OK\r\n")
+        assert response.count(b'"done":false') == 3 and b'"done":true' in response
+    finally:
+        stop_process(proc)
