@@ -30,6 +30,7 @@ from pathlib import Path
 import pytest
 from elftools.elf.elffile import ELFFile
 
+from inferprobe.collector import go_struct_offsets
 from inferprobe.collector.go_binary import (
     READ_SYMBOL,
     WRITE_SYMBOL,
@@ -139,6 +140,23 @@ def test_stripped_build_gives_the_same_probes(binaries) -> None:
     assert (stripped.read, stripped.write) == (full.read, full.write)
     assert [getattr(stripped.offsets, f) for f in ("tls_conn_conn", "iface_data", "pfd_sysfd")] == \
         [getattr(full.offsets, f) for f in ("tls_conn_conn", "iface_data", "pfd_sysfd")]
+
+
+def test_refusals_say_what_to_do(binaries, go_env, tmp_path, monkeypatch) -> None:
+    arm = go_build({**go_env, "GOARCH": "arm64"}, PROGRAMS / "go_tls_echo.go", tmp_path / "echo_arm64")
+    verdict = go_binary_verdict(arm)
+    assert verdict is not None and verdict.probes is None and "amd64" in (verdict.reason or "")
+
+    # No DWARF, and a release the table does not hold (as a future Go would be)
+    monkeypatch.setattr(go_struct_offsets, "FALLBACK_TABLE", {})
+    verdict = go_binary_verdict(binaries["echo_stripped"])
+    assert verdict is not None and verdict.probes is None and "without -ldflags=-w" in (verdict.reason or "")
+
+
+def test_go_without_tls_gives_no_verdict(go_env, tmp_path) -> None:
+    source = tmp_path / "plain.go"
+    source.write_text('package main\n\nimport "fmt"\n\nfunc main() { fmt.Println("no TLS here") }\n')
+    assert go_binary_verdict(go_build(go_env, source, tmp_path / "plain")) is None
 
 
 class EchoServer:
