@@ -44,7 +44,6 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from functools import lru_cache
 
 import capstone  # type: ignore[import-untyped]  # no stubs nor py.typed
 from capstone import x86_const
@@ -235,11 +234,15 @@ def go_tls_probes(path: str) -> GoTlsProbes | None:
     return verdict.probes if verdict is not None else None
 
 
-@lru_cache(maxsize=32)
+_verdicts: dict[tuple[int, int, int, int], GoBinaryVerdict | None] = {}
+
+
 def _verdict_of_file(path: str, file_key: tuple[int, int, int, int]) -> GoBinaryVerdict | None:
-    """go_binary_verdict, once per file version (dev, inode, size, mtime): many processes of one
-    binary, or a restart, cost one analysis."""
-    return go_binary_verdict(path)
+    """go_binary_verdict, once per file version (dev, inode, size, mtime), whatever the path it
+    is reached by: many processes of one binary, or a restart, cost one analysis."""
+    if file_key not in _verdicts:
+        _verdicts[file_key] = go_binary_verdict(path)
+    return _verdicts[file_key]
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,6 +250,7 @@ class GoTlsTarget:
     pid: int
     path: str  # the executable as the process names it
     host_path: str  # the same file from here (through the process's root): what attach_uprobe opens
+    # (verdict.path is where the file was first analysed, maybe through another, gone, process)
     verdict: GoBinaryVerdict
 
     @property
