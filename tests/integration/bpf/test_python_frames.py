@@ -1,0 +1,152 @@
+"""Python frames walked in BPF on stock CPython builds (no -X perf, no frame pointers),
+compared with what the Python program measured itself (time.thread_time per function)."""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from inferprobe.collector.recording import read_recording
+from inferprobe.flamegraphs import fold
+
+from tests.support.kernel import needs_root
+from tests.support.processes import Recorder
+
+pytestmark = [needs_root, pytest.mark.bpf]
+
+BURNER = Path(__file__).resolve().parents[2] / "programs" / "python_burn.py"
+PYENV = Path("/root/.pyenv/versions")
+
+
+def _pyenv(minor: str) -> str | None:
+    found = sorted(PYENV.glob(f"3.{minor}.*/bin/python3.{minor}"))
+    return str(found[-1]) if found else None
+
+
+INTERPRETERS = {
+    "debian-3.11": "/usr/bin/python3" if Path("/usr/bin/python3").exists() else None,
+    "pyenv-3.10": _pyenv("10"),
+    "pyenv-3.11": _pyenv("11"),
+    "pyenv-3.12": _pyenv("12"),
+    "pyenv-3.13": _pyenv("13"),
+}
+
+
+def _python_function(frames: tuple[str, ...]) -> str | None:
+    """The innermost Python frame's function name (py::NAME:FILE:LINE)."""
+    for frame in reversed(frames):
+        if frame.startswith("py::"):
+            return frame[4:].split(":")[0]
+    return None
+
+
+def _start(python: str, *args: str) -> subprocess.Popen:
+    proc = subprocess.Popen([python, str(BURNER), *args], stdout=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    assert line.startswith("READY"), line
+    return proc
+
+
+def _stop(proc: subprocess.Popen) -> str:
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=30)
+    return out
+
+
+def _record(pid: int, out: Path, seconds: float, during=None) -> dict:
+    rec = Recorder([pid], out, "--no-listen-check", "--no-usdt", "-d", str(seconds), "--profile",
+                   "--profile-hz", "299")
+    if during is not None:
+        during()
+    rec.proc.wait(timeout=seconds + 60)
+    assert rec.proc.returncode == 0, rec.proc.stderr.read()
+    return read_recording(out).snapshots["profile"]
+
+
+@pytest.mark.parametrize("name", list(INTERPRETERS))
+def test_python_function_shares_match_the_programs_thread_time(tmp_path, name):
+    python = INTERPRETERS[name]
+    if python is None:
+        pytest.skip(f"no {name} interpreter on this host")
+    proc = _start(python)
+    try:
+        snap = _record(proc.pid, tmp_path / "py.ipr", 5)
+    finally:
+        out = _stop(proc)
+    truth = {k: float(v) for k, v in re.findall(r"(burn_[abc])=([\d.]+)", out)}
+    assert set(truth) == {"burn_a", "burn_b", "burn_c"}, out
+    info = snap["processes"][str(proc.pid)]
+    assert info["python"] == "frames", info
+    stacks = fold.from_snapshot(snap)
+    total = sum(stacks.values())
+    with_python = sum(w for frames, w in stacks.items() if any(f.startswith("py::") for f in frames))
+    assert total >= 500, f"only {total} samples in 5 s at 299 Hz"
+    assert with_python >= 0.8 * total, f"{with_python} of {total} samples carry a Python frame"
+    sampled = {k: 0 for k in truth}
+    for frames, w in stacks.items():
+        fn = _python_function(frames)
+        if fn in sampled:
+            sampled[fn] += w
+    n = sum(sampled.values())
+    for fn in truth:
+        want = 100 * truth[fn] / sum(truth.values())
+        got = 100 * sampled[fn] / n
+        sigma = 100 * math.sqrt(want / 100 * (1 - want / 100) / n)
+        assert abs(got - want) <= max(5.0, 4 * sigma), (
+            f"{name} {fn}: {got:.1f} % of {n} samples, the program measured {want:.1f} %")
+    # the caller is there too, whole: the module frame under each burner
+    burn_c = [frames for frames in stacks if _python_function(frames) == "burn_c"]
+    assert all(any(f.startswith("py::<module>:") for f in frames) for frames in burn_c)
+    assert snap["counters"]["python_lost"] <= 0.01 * snap["counters"]["samples"], snap["counters"]
+
+
+def test_a_thread_started_after_attach_gets_python_frames(tmp_path):
+    python = INTERPRETERS["debian-3.11"] or INTERPRETERS["pyenv-3.11"]
+    if python is None:
+        pytest.skip("no CPython 3.11 on this host")
+    proc = _start(python, "--late-thread")
+    seconds = 5.0
+
+    def start_thread_now():
+        time.sleep(0.5)
+        os.kill(proc.pid, signal.SIGUSR1)
+
+    try:
+        snap = _record(proc.pid, tmp_path / "late.ipr", seconds, start_thread_now)
+    finally:
+        out = _stop(proc)
+    late_tid = int(re.search(r"late_tid=(\d+)", out).group(1))
+    late = [s for s in snap["stacks"] if s["tid"] == late_tid]
+    total = sum(s["weight"] for s in late)
+    named = sum(s["weight"] for s in late if any(f.startswith("py::_spin:") for f in s["frames"]))
+    assert total > 50, f"only {total} samples of the late thread"
+    # the thread list is re-read about once a second: at most ~1.5 s of the
+    # thread's ~4.5 s go without its Python frames
+    assert named >= 0.6 * total, f"{named} of {total} samples of the late thread name _spin"
+
+
+def test_unsupported_interpreter_is_named_not_walked(tmp_path):
+    old = sorted(PYENV.glob("3.9.*/bin/python3.9"))
+    if not old:
+        pytest.skip("no CPython 3.9 in pyenv to stand for an unsupported version")
+    proc = _start(str(old[-1]))
+    try:
+        snap = _record(proc.pid, tmp_path / "old.ipr", 2)
+    finally:
+        _stop(proc)
+    info = snap["processes"][str(proc.pid)]
+    assert "not supported" in info.get("python_unsupported", ""), info
+    assert any("Python frames are not shown" in n for n in snap["notes"]), snap["notes"]
+    assert not any(f.startswith("py::") for s in snap["stacks"] for f in s["frames"])
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-v"]))

@@ -1,0 +1,78 @@
+"""A pure-Python CPU burner with a known split, for the Python frame walk's tests.
+
+Runs burn_a, burn_b and burn_c in turn, each for about 1, 2 and 3 units of
+work, and measures each call's CPU time with time.thread_time() itself. On
+SIGTERM it prints `burn_a=SECONDS burn_b=... burn_c=...` and exits.
+
+With `--late-thread`, a second thread is started on SIGUSR1 that runs
+burn_late the same way, after the tracer attached; it prints `late_tid=TID`
+when it starts.
+"""
+
+import os
+import signal
+import sys
+import threading
+import time
+
+spent = {"burn_a": 0.0, "burn_b": 0.0, "burn_c": 0.0, "burn_late": 0.0}
+UNIT = 20000
+
+
+def _spin(n):
+    s = 0
+    for i in range(n):
+        s += i * i % 7
+    return s
+
+
+def burn_a():
+    t = time.thread_time()
+    s = 0
+    for i in range(UNIT):
+        s += i * i % 7
+    spent["burn_a"] += time.thread_time() - t
+
+
+def burn_b():
+    t = time.thread_time()
+    s = 0
+    for i in range(2 * UNIT):
+        s += i * i % 7
+    spent["burn_b"] += time.thread_time() - t
+
+
+def burn_c():
+    t = time.thread_time()
+    s = 0
+    for i in range(3 * UNIT):
+        s += i * i % 7
+    spent["burn_c"] += time.thread_time() - t
+
+
+def burn_late():
+    print(f"late_tid={threading.get_native_id()}", flush=True)
+    while True:
+        t = time.thread_time()
+        _spin(UNIT)
+        spent["burn_late"] += time.thread_time() - t
+        time.sleep(0)
+
+
+def report(*_):
+    print(" ".join(f"{k}={v:.6f}" for k, v in spent.items()), flush=True)
+    os._exit(0)
+
+
+def start_late(*_):
+    threading.Thread(target=burn_late, name="late", daemon=True).start()
+
+
+signal.signal(signal.SIGTERM, report)
+if "--late-thread" in sys.argv:
+    signal.signal(signal.SIGUSR1, start_late)
+print("READY", os.getpid(), flush=True)
+while True:
+    burn_a()
+    burn_b()
+    burn_c()
