@@ -6,8 +6,8 @@ this module reads the code object once per (process, address), from
 (co_name on 3.10), co_filename, co_firstlineno and co_linetable, and finds
 the line of the instruction in the line table:
 
-- 3.10 (PEP 626): pairs of (byte-offset delta, signed line delta); a line
-  delta of -128 is "no line", a zero delta only extends the range.
+- 3.10 (PEP 626): pairs of (byte-offset delta, signed line delta), each a
+  range of bytecode; a line delta of -128 is "no line" for that range.
 - 3.11+ (the location table, Objects/locations.md in CPython): entries of
   1-8 code units, each opening with a byte 1cccclll (code c, length l+1);
   c 15 no location, 14 long form (signed varint line delta, then end line,
@@ -59,15 +59,11 @@ def line_of_310(table: bytes, firstlineno: int, byte_offset: int) -> int | None:
     end = 0
     for i in range(0, len(table) - 1, 2):
         sdelta, ldelta = table[i], struct.unpack_from("b", table, i + 1)[0]
-        if ldelta == 0:
-            end += sdelta
-            continue
         start, end = end, end + sdelta
-        if ldelta == -128:
-            continue
-        line += ldelta
+        if ldelta != -128:
+            line += ldelta
         if start <= byte_offset < end:
-            return line
+            return None if ldelta == -128 else line
     return None
 
 
