@@ -178,6 +178,7 @@ class StackSampleRecord:
     kernel_stack_id: int
     flags: int
     weight: int  # 1 on-CPU; blocked microseconds off-CPU
+    python_stack_id: int = 0  # >0: the sample's Python stack (stack snapshot's python_stack_id); 0 none
 
 
 @dataclass(frozen=True, slots=True)
@@ -399,7 +400,7 @@ def _stack_sample(etype: EventType, ev: Any) -> StackSampleRecord:
     hdr = ev.hdr
     return StackSampleRecord(type=etype, pid=hdr.pid, tid=hdr.tid, ts_ns=hdr.ts_ns,
                              user_stack_id=ev.user_stack_id, kernel_stack_id=ev.kernel_stack_id,
-                             flags=ev.flags, weight=ev.weight)
+                             flags=ev.flags, weight=ev.weight, python_stack_id=ev.python_stack_id)
 
 
 def _net_xmit(etype: EventType, ev: Any) -> NetXmitRecord:

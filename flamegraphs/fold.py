@@ -40,11 +40,17 @@ def from_snapshot(snapshot: dict, group: str = "process") -> Stacks:
     return out
 
 
-def frames_by_ids(snapshot: dict) -> dict[tuple[int, int, int, int], dict]:
-    """(pid, user id, kernel id, flags) -> the snapshot's stack entry, to resolve streamed samples."""
-    table: dict[tuple[int, int, int, int], dict] = {}
+StackIds = tuple[int, int, int, int, int]
+
+
+def frames_by_ids(snapshot: dict) -> dict[StackIds, dict]:
+    """(pid, user id, kernel id, flags, Python stack id) -> the snapshot's stack entry, to resolve
+    streamed samples (a recording made before Python stacks has no python_stack_id: 0)."""
+    table: dict[StackIds, dict] = {}
     for stack in snapshot.get("stacks", []):
-        table[(stack["pid"], stack["user_stack_id"], stack["kernel_stack_id"], stack["flags"])] = stack
+        key = (stack["pid"], stack["user_stack_id"], stack["kernel_stack_id"], stack["flags"],
+               stack.get("python_stack_id", 0))
+        table[key] = stack
     return table
 
 

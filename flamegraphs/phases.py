@@ -124,7 +124,7 @@ def stacks_for_phase(recording: Recording, snap: dict, kind: str, phase: str, gr
     for s in samples:
         if tagger.phase_of(s.pid, s.tid, s.ts_ns) != phase:
             continue
-        entry = table.get((s.pid, s.user_stack_id, s.kernel_stack_id, s.flags))
+        entry = table.get((s.pid, s.user_stack_id, s.kernel_stack_id, s.flags, s.python_stack_id))
         frames = entry["frames"] if entry else [NOT_IN_TABLE]
         thread = entry["thread"] if entry and entry["tid"] == s.tid else f"thread {s.tid}"
         roots = fold.root_frames({"pid": s.pid, "tid": s.tid, "thread": thread}, snap, group)

@@ -10,7 +10,9 @@ import datetime as dt
 from dataclasses import dataclass, field
 
 from inferprobe.collector.errors import RecordingProblem
+from inferprobe.collector.python_stacks import NATIVE_GAP
 from inferprobe.collector.recording import Recording
+from inferprobe.collector.symbolizer import TRUNCATED
 from inferprobe.flamegraphs import fold
 from inferprobe.flamegraphs.fold import Stacks
 
@@ -54,9 +56,15 @@ def _when(recording: Recording) -> str:
     return dt.datetime.fromtimestamp(wall_ns / 1e9, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+# A native walk cut short: "[truncated]" (collector/symbolizer.py), or the gap between the
+# Python frames and the native ones where Python frames stand in for the lost root
+# (collector/python_stacks.py).
+CUT_MARKERS = (TRUNCATED, NATIVE_GAP)
+
+
 def truncated_share(stacks: Stacks) -> float:
     total = fold.total(stacks)
-    cut = sum(w for frames, w in stacks.items() if "[truncated]" in frames)
+    cut = sum(w for frames, w in stacks.items() if any(m in frames for m in CUT_MARKERS))
     return cut / total if total else 0.0
 
 
