@@ -4,6 +4,9 @@ Runs burn_a, burn_b and burn_c in turn, each for about 1, 2 and 3 units of
 work, and measures each call's CPU time with time.thread_time() itself. On
 SIGTERM it prints `burn_a=SECONDS burn_b=... burn_c=...` and exits.
 
+With `--sleeper`, it instead calls wait_in_sleep() in a loop, which sleeps
+50 ms (off the CPU); on SIGTERM it prints `sleeps=N mean_sleep_us=US`.
+
 With `--late-thread`, a second thread is started on SIGUSR1 that runs
 burn_late the same way, after the tracer attached; it prints `late_tid=TID`
 when it starts.
@@ -59,8 +62,19 @@ def burn_late():
         time.sleep(0)
 
 
+sleeps = []
+
+
+def wait_in_sleep():
+    t = time.monotonic()
+    time.sleep(0.05)
+    sleeps.append(time.monotonic() - t)
+
+
 def report(*_):
     print(" ".join(f"{k}={v:.6f}" for k, v in spent.items()), flush=True)
+    if sleeps:
+        print(f"sleeps={len(sleeps)} mean_sleep_us={1e6 * sum(sleeps) / len(sleeps):.1f}", flush=True)
     os._exit(0)
 
 
@@ -72,6 +86,8 @@ signal.signal(signal.SIGTERM, report)
 if "--late-thread" in sys.argv:
     signal.signal(signal.SIGUSR1, start_late)
 print("READY", os.getpid(), flush=True)
+while "--sleeper" in sys.argv:
+    wait_in_sleep()
 while True:
     burn_a()
     burn_b()

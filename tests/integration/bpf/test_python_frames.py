@@ -61,14 +61,14 @@ def _stop(proc: subprocess.Popen) -> str:
     return out
 
 
-def _record(pid: int, out: Path, seconds: float, during=None) -> dict:
-    rec = Recorder([pid], out, "--no-listen-check", "--no-usdt", "-d", str(seconds), "--profile",
-                   "--profile-hz", "299")
+def _record(pid: int, out: Path, seconds: float, during=None, flags=("--profile", "--profile-hz", "299"),
+            snapshot="profile") -> dict:
+    rec = Recorder([pid], out, "--no-listen-check", "--no-usdt", "-d", str(seconds), *flags)
     if during is not None:
         during()
     rec.proc.wait(timeout=seconds + 60)
     assert rec.proc.returncode == 0, rec.proc.stderr.read()
-    return read_recording(out).snapshots["profile"]
+    return read_recording(out).snapshots[snapshot]
 
 
 @pytest.mark.parametrize("name", list(INTERPRETERS))
@@ -146,6 +146,47 @@ def test_unsupported_interpreter_is_named_not_walked(tmp_path):
     assert "not supported" in info.get("python_unsupported", ""), info
     assert any("Python frames are not shown" in n for n in snap["notes"]), snap["notes"]
     assert not any(f.startswith("py::") for s in snap["stacks"] for f in s["frames"])
+
+
+def test_off_cpu_sleep_is_under_the_python_function_that_slept(tmp_path):
+    python = INTERPRETERS["pyenv-3.12"] or INTERPRETERS["debian-3.11"]
+    if python is None:
+        pytest.skip("no CPython 3.11/3.12 on this host")
+    proc = _start(python, "--sleeper")
+    try:
+        snap = _record(proc.pid, tmp_path / "off.ipr", 3, flags=("--offcpu",), snapshot="offcpu")
+    finally:
+        out = _stop(proc)
+    mean_us = float(re.search(r"mean_sleep_us=([\d.]+)", out).group(1))
+    waits = [s for s in snap["stacks"] if _python_function(tuple(s["frames"])) == "wait_in_sleep"
+             and not s["flags"]]
+    assert waits, [s["frames"] for s in snap["stacks"]][:5]
+    periods = sum(s["periods"] for s in waits)
+    # 3 s of 50 ms sleeps: ~60 periods, a few lost at the edges of the window
+    assert 50 <= periods <= 61, periods
+    # the program's own clock around time.sleep() and the kernel's off-CPU period agree
+    assert sum(s["weight"] for s in waits) / periods == pytest.approx(mean_us, rel=0.05)
+    assert all(any(f.startswith("py::<module>:") for f in s["frames"]) for s in waits)
+
+
+def test_per_phase_graph_keeps_the_python_frames(tmp_path):
+    from inferprobe.collector.recording import read_recording as read
+    from inferprobe.flamegraphs import profile
+
+    python = INTERPRETERS["debian-3.11"] or INTERPRETERS["pyenv-3.11"]
+    if python is None:
+        pytest.skip("no CPython 3.11 on this host")
+    proc = _start(python)
+    try:
+        _record(proc.pid, tmp_path / "ph.ipr", 3, flags=("--profile", "--profile-hz", "299", "--phases"))
+    finally:
+        _stop(proc)
+    idle = profile.load(read(tmp_path / "ph.ipr"), "cpu", phase="idle")
+    total = idle.total
+    named = sum(w for frames, w in idle.stacks.items() if _python_function(frames) in ("burn_a", "burn_b",
+                                                                                         "burn_c"))
+    assert total >= 300, total
+    assert named >= 0.8 * total, f"{named} of {total} idle-phase samples name a burner"
 
 
 if __name__ == "__main__":
