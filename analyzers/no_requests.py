@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from inferprobe.analyzers import unread_traffic
 from inferprobe.collector.recording import Recording
 from inferprobe.collector.timeline import Connection, Request
 
@@ -31,10 +32,13 @@ def explain(recording: Recording, requests: Sequence[Request],
                 "its locks, stacks, GPU calls and off-CPU time).")
     skipped = recording.counter("io_skipped")
     if connections or skipped:
-        return (f"No HTTP/1.x request recognised, though {len(connections)} connection(s) were accepted "
-                f"and {skipped} reads and writes on connections without a request line were dropped in "
-                "the kernel: encrypted (TLS) or HTTP/2 and gRPC traffic, which inferprobe cannot read "
-                "yet, or not HTTP. Trace the plaintext side (behind the TLS terminator), or serve "
-                "HTTP/1.1 to see requests.")
+        libraries = unread_traffic.unhooked_tls(recording)
+        why = (f"TLS through {', '.join(libraries)}, which inferprobe does not read" if libraries else
+               "TLS through a library inferprobe does not hook (it reads OpenSSL and Go's crypto/tls: "
+               "`inferprobe doctor -p PID` says what it found), HTTP/2 or gRPC, or not HTTP")
+        return (f"No HTTP/1.x request recognised, though {len(connections)} connection(s) were accepted, "
+                f"{unread_traffic.unread_connections(recording)} moved bytes nothing recognised, and "
+                f"{skipped} reads and writes on connections without a request line were dropped in "
+                f"the kernel: {why}.")
     return (f"No connection was accepted by pid {pids} while recording: the server was idle. "
             "Record while it serves traffic.")

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from inferprobe.analyzers import locks as lock_analysis
 from inferprobe.analyzers import network as network_analysis
-from inferprobe.analyzers import no_requests, verdict
+from inferprobe.analyzers import no_requests, unread_traffic, verdict
 from inferprobe.analyzers.breakdown import Breakdown, break_down
 from inferprobe.analyzers.cadence import CadenceSummary, by_endpoint, by_model, summarize
 from inferprobe.analyzers.findings import Finding, FindingList
@@ -59,6 +59,8 @@ class ReportData:
     gpu: GpuSummary | None = None  # None without the gpu probe set
     models: dict[str, CadenceSummary] = field(default_factory=dict)  # by the request body's "model"
     no_requests: str | None = None  # why the recording holds no request (analyzers/no_requests.py)
+    unread_connections: int = 0  # connections whose bytes nothing recognised (analyzers/unread_traffic.py)
+    unread_traffic: str | None = None  # the same, as the sentence the report prints
 
     @property
     def probe_sets(self) -> dict:
@@ -109,6 +111,8 @@ def build(recording: Recording, mutex_threshold: float = lock_analysis.DEFAULT_M
         endpoints={ep: summarize(reqs) for ep, reqs in by_endpoint(requests).items()},
         models={m: summarize(reqs) for m, reqs in by_model(requests).items()},
         no_requests=no_requests.explain(recording, requests, list(ingested.connections.values())),
+        unread_connections=unread_traffic.unread_connections(recording),
+        unread_traffic=unread_traffic.sentence(recording),
         session=ingested.session,
         connections=sorted(ingested.connections.values(), key=lambda c: c.conn_id),
         undecodable_events=ingested.undecodable,

@@ -1307,4 +1307,49 @@ int tls_ssl_free(struct pt_regs *ctx)
     tls_sessions.delete(&key);
     return 0;
 }
+/* Go crypto/tls: (*Conn).Read and (*Conn).Write, at their entry and at each
+ * of their return instructions (never a uretprobe: it breaks goroutine
+ * stacks), under Go's register ABI (collector/go_binary.py): the receiver
+ * in RAX, the buffer in RBX, n in RAX at the return, the goroutine in R14.
+ * The fd comes from the *tls.Conn itself, through the struct offsets user
+ * space read from the binary's DWARF, per process. */
+struct go_tls_offsets {
+    u32 tls_conn_conn;   /* crypto/tls.Conn.conn, a net.Conn interface */
+    u32 iface_data;      /* its data pointer: the *net.TCPConn */
+    u32 tcp_conn_conn;   /* net.TCPConn's embedded net.conn */
+    u32 conn_fd;         /* net.conn.fd: *net.netFD */
+    u32 netfd_pfd;       /* net.netFD.pfd: internal/poll.FD */
+    u32 pfd_sysfd;       /* internal/poll.FD.Sysfd: the fd, a Go int */
+};
+BPF_HASH(go_tls_offsets, u32, struct go_tls_offsets, 1024);
+
+static __always_inline s32 go_conn_fd(u32 tgid, u64 conn)
+{
+    struct go_tls_offsets *off = go_tls_offsets.lookup(&tgid);
+    if (!off)
+        return -1;
+    u64 tcp_conn = 0, netfd = 0;
+    s64 sysfd = -1;
+    if (bpf_probe_read_user(&tcp_conn, sizeof(tcp_conn), (void *)(conn + off->tls_conn_conn + off->iface_data)) ||
+        bpf_probe_read_user(&netfd, sizeof(netfd), (void *)(tcp_conn + off->tcp_conn_conn + off->conn_fd)) ||
+        bpf_probe_read_user(&sysfd, sizeof(sysfd), (void *)(netfd + off->netfd_pfd + off->pfd_sysfd)))
+        return -1;
+    return sysfd >= 0 && sysfd < 0x7fffffff ? (s32)sysfd : -1;
+}
+
+static __always_inline int go_tls_enter(struct pt_regs *ctx, u16 dir)
+{
+    u32 tgid = bpf_get_current_pid_tgid() >> 32;
+    if (!is_target(tgid))
+        return 0;
+    return tls_call_begin(TLS_CALLER_GOROUTINE, ctx->r14, ctx->ax, ctx->bx, 0, dir, go_conn_fd(tgid, ctx->ax));
+}
+
+int tls_go_read_enter(struct pt_regs *ctx) { return go_tls_enter(ctx, DIR_READ); }
+int tls_go_write_enter(struct pt_regs *ctx) { return go_tls_enter(ctx, DIR_WRITE); }
+
+int tls_go_return(struct pt_regs *ctx)
+{
+    return tls_call_end(ctx, TLS_CALLER_GOROUTINE, ctx->r14, (long)ctx->ax);
+}
 #endif /* TLS_PROBES */

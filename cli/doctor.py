@@ -18,6 +18,7 @@ Examples:
   sudo inferprobe doctor
   sudo inferprobe doctor --kernel-headers /opt/kernel-headers/6.1
   sudo INFERPROBE_KERNEL_HEADERS=/opt/kheaders inferprobe doctor
+  sudo inferprobe doctor -p 4242      # also: what of process 4242 it can read (TLS, ...)
 \b
 Exit status: 0 when `inferprobe record` can trace here, 3 when it cannot.
 """
@@ -99,14 +100,38 @@ def render(checks: list[Check]) -> tuple[bool, str]:
     return ready, text
 
 
+def render_target(pid: int) -> None:
+    """What inferprobe reads of one process (cli/doctor_target.py)."""
+    from rich.console import Console
+    from rich.text import Text
+
+    from inferprobe.cli.doctor_target import target_lines
+    from inferprobe.collector import targets
+
+    targets.check_alive(pid)
+    symbols = _symbols()
+    console = Console(highlight=False)
+    console.print()
+    console.print(Text(f"Process {pid}", style="bold"))
+    for line in target_lines(pid):
+        mark, style = (symbols["pass"], "green") if line.hooked else (symbols["warn"], "yellow")
+        console.print(Text.assemble((f"  {mark} ", style), (f"{line.capability}: ", "bold"), line.detail),
+                      soft_wrap=True)
+
+
 @click.command(epilog=EXAMPLES)
 @kernel_headers_option
-def doctor(kernel_headers: str | None) -> None:
+@click.option("-p", "--pid", "pids", type=int, multiple=True,
+              help="Also say what inferprobe can read of this process (repeat for several).")
+def doctor(kernel_headers: str | None, pids: tuple[int, ...]) -> None:
     """Check that this host can trace: privileges, bpf(), tracefs, kernel
     headers, bcc, and a real tracepoint program that must compile, attach and
-    fire. Prints the exact command for anything missing."""
+    fire. Prints the exact command for anything missing. With -p, also which
+    of a process's libraries and runtimes inferprobe hooks (TLS, ...)."""
     checks = preflight.run_all(kernel_headers)
     ready, verdict = render(checks)
+    for pid in pids:
+        render_target(pid)
     if not ready:
         # cli/main.py prints it as one sentence and exits 3.
         raise EnvironmentProblem(verdict)

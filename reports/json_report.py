@@ -151,6 +151,7 @@ def to_json(data: ReportData) -> dict:
         },
         "summary": summary_json(data.overall),
         "no_requests": data.no_requests,
+        "unrecognised_connections": data.unread_connections,
         "endpoints": {ep: summary_json(s) for ep, s in data.endpoints.items()},
         "models": {m: summary_json(s) for m, s in data.models.items()},
         "probe_sets": data.probe_sets,

@@ -176,4 +176,6 @@ def warnings(data: ReportData) -> list[str]:
         out.append(f"{data.undecodable_events} events could not be decoded (a newer recording layout?).")
     if data.no_requests:
         out.append(data.no_requests)
+    elif data.unread_traffic:
+        out.append(data.unread_traffic)
     return out

@@ -85,6 +85,13 @@ class SocketProbes(ProbeSet):
         bpf[b"first_new_conn_id"][ctypes.c_int(0)] = ctypes.c_uint64(next_id)
         self.preexisting_sockets = next_id - 1
 
+    def snapshot(self, bpf) -> dict:
+        # Connections still open that moved bytes nothing recognised: close()
+        # counts the others (COUNTER_CONNS_UNRECOGNISED, analyzers/unread_traffic.py).
+        open_unrecognised = sum(1 for state in bpf[b"socks"].values()
+                                if state.unrecognised and not state.http_seen and not state.tls)
+        return {"open_unrecognised": open_unrecognised}
+
 
 def kernel_at_least(minimum: tuple[int, int], release: str | None = None) -> bool:
     version = re.match(r"(\d+)\.(\d+)", release or os.uname().release)

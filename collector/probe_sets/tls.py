@@ -9,7 +9,10 @@ It finds the TLS libraries of every target (collector/tls_libraries.py)
 and attaches, per process, a uprobe at the entry and a uretprobe at the
 return of SSL_read, SSL_read_ex, SSL_write and SSL_write_ex, and an entry
 probe on SSL_free (its session handle may come back for another
-connection). Libraries mapped later (a dlopen, a new child) are picked up
+connection). In a Go executable that links crypto/tls (collector/go_binary.py)
+it probes (*Conn).Read and (*Conn).Write at their entry and at each of
+their return instructions, and gives the kernel the struct offsets from a
+*tls.Conn to its socket fd. Libraries mapped later (a dlopen, a new child) are picked up
 by refresh(), about once a second. Auto mode turns the set on only when a
 target maps a TLS library at start (compiling it in costs ~1.5 s of
 start-up); --tls compiles it in regardless, to watch for one loaded later.
@@ -24,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from inferprobe.collector import targets as target_procs
+from inferprobe.collector.go_binary import GoTlsTarget, go_tls_targets
 from inferprobe.collector.probe_sets import ProbeSet, TargetContext
 from inferprobe.collector.probe_sets.sockets import CLASSIFIER_PROGRAMS
 from inferprobe.collector.tls_libraries import (
@@ -52,7 +56,8 @@ class TlsAttachment:
 class TlsProbes(ProbeSet):
     name = "tls"
     source = ""  # bpf/sock.bpf.c, compiled with -DTLS_PROBES
-    description = "TLS plaintext: uprobes on OpenSSL's SSL_read/SSL_write (libssl.so, or linked in)"
+    description = ("TLS plaintext: uprobes on OpenSSL's SSL_read/SSL_write (libssl.so, or linked in) "
+                   "and Go's crypto/tls")
     state_maps = ("tls_calls",)
 
     def __init__(self) -> None:
@@ -60,16 +65,21 @@ class TlsProbes(ProbeSet):
         self.attachments: list[TlsAttachment] = []
         self.unhooked: list[dict] = []  # TLS libraries found that inferprobe cannot read
         self._done: set[tuple[int, tuple[int, int]]] = set()
+        self._go_done: set[int] = set()  # pids whose executable was looked at for Go crypto/tls
         self._pending: list[TlsLibrary] = []
+        self._go_pending: list[GoTlsTarget] = []
 
     def prepare(self, ctx: TargetContext) -> str | None:
         self.mode = ctx.options.get("tls", "auto")
         found = [lib for pid in ctx.pids for lib in tls_libraries(pid)]
         self._note_unhooked(found)
         self._pending = [lib for lib in found if lib.hookable]
-        if not self._pending and self.mode != "on":
-            return ("no target maps a TLS library inferprobe reads (libssl.so, OpenSSL linked into the "
-                    "executable); record --tls watches for one loaded later")
+        go = [target for pid in ctx.pids for target in go_tls_targets(pid)]
+        self._note_unhooked_go(go)
+        self._go_pending = [target for target in go if target.probes is not None]
+        if not self._pending and not self._go_pending and self.mode != "on":
+            return ("no target uses a TLS library inferprobe reads (libssl.so, OpenSSL linked into the "
+                    "executable, Go's crypto/tls); record --tls watches for one loaded later")
         return None
 
     def cflags(self) -> list[str]:
@@ -88,7 +98,9 @@ class TlsProbes(ProbeSet):
             chain[ctypes.c_int(CLASSIFIER_PROGRAMS.index(name))] = ctypes.c_int(fn.fd)
         for lib in self._pending:
             self._attach(bpf, lib)
-        self._pending = []
+        for target in self._go_pending:
+            self._attach_go(bpf, target)
+        self._pending, self._go_pending = [], []
 
     def refresh(self, bpf, ctx: TargetContext) -> list[str]:
         """Attaches to TLS libraries that targets (and new children) mapped since."""
@@ -101,7 +113,47 @@ class TlsProbes(ProbeSet):
                     att = self._attach(bpf, lib)
                     notes.append(f"tls: attached to {', '.join(att.hooked) or 'nothing'} of {lib.path} "
                                  f"in pid {pid}")
+            if pid not in self._go_done:
+                go = go_tls_targets(pid)
+                self._note_unhooked_go(go)
+                for target in go:
+                    if target.probes is not None:
+                        att = self._attach_go(bpf, target)
+                        notes.append(f"tls: attached to Go crypto/tls in {target.path} (pid {pid})"
+                                     if not att.failed else f"tls: Go crypto/tls in pid {pid}: {att.failed}")
+                self._go_done.add(pid)
         return notes
+
+    def _note_unhooked_go(self, found: list[GoTlsTarget]) -> None:
+        for target in found:
+            entry = {"pid": target.pid, "path": target.path, "library": "Go crypto/tls",
+                     "why": target.verdict.reason}
+            if target.probes is None and entry not in self.unhooked:
+                self.unhooked.append(entry)
+
+    def _attach_go(self, bpf, target: GoTlsTarget) -> TlsAttachment:
+        self._go_done.add(target.pid)
+        probes = target.probes
+        assert probes is not None
+        att = TlsAttachment(pid=target.pid, path=target.path, kind=f"go ({probes.go_version})")
+        self.attachments.append(att)
+        off = probes.offsets
+        table = bpf[b"go_tls_offsets"]
+        table[ctypes.c_uint32(target.pid)] = table.Leaf(
+            off.tls_conn_conn, off.iface_data, off.tcp_conn_conn, off.conn_fd, off.netfd_pfd, off.pfd_sysfd)
+        path = target.host_path.encode()
+        for function, entry in ((probes.read, "tls_go_read_enter"), (probes.write, "tls_go_write_enter")):
+            try:
+                bpf.attach_uprobe(name=path, addr=function.address, fn_name=entry.encode(), pid=target.pid)
+                # Each return instruction, not a uretprobe (collector/go_binary.py says why).
+                for address in function.returns:
+                    bpf.attach_uprobe(name=path, addr=address, fn_name=b"tls_go_return", pid=target.pid)
+            except Exception as err:  # bcc: bare Exception, e.g. a dead pid or the probe limit
+                att.failed[function.name] = str(err)
+                continue
+            att.hooked.append(function.name)
+        att.t_attached_ns = time.monotonic_ns()
+        return att
 
     def _note_unhooked(self, found: list[TlsLibrary]) -> None:
         for lib in found:

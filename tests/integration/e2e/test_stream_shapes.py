@@ -7,6 +7,13 @@ events, and Ollama's NDJSON lines ending with "done": true. A C server ends
 its chunked body in pieces as cpp-httplib (llama.cpp's server) does, then
 shuts the connection down.
 
+Over TLS (issue 23) the same three servers serve the same shapes over HTTPS
+with a certificate made for the test: uvicorn through Python's ssl module
+and the shared libssl, Node through the OpenSSL linked into its binary, Go
+through crypto/tls. The tracer reads the plaintext at the library
+(SSL_write's entry, Go's (*Conn).Write) and the same assertions hold, with
+the same tolerances, and every TLS request keeps its socket's connection.
+
 Ground truth: each server logs CLOCK_MONOTONIC just before each token write;
 the tracer stamps the write syscall's entry with the same clock. Each
 request's chunk count, outcome, stated token counts and model must be exact,
@@ -19,7 +26,9 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import shutil
+import ssl
 import statistics
 import subprocess
 import sys
@@ -91,16 +100,37 @@ STACKS = {
     "go": (go_server, list(SHAPES)),
     "c": (c_server, ["/pieces", "/trailers"]),
 }
+TLS_STACKS = ("node", "fastapi", "go")  # the servers with an HTTPS mode (STREAM_SHAPES_TLS_*)
 
 
-def drive(port: int, paths: list[str], keep_alive: bool) -> list[dict]:
+def self_signed_certificate(tmp_path: Path) -> dict[str, str]:
+    """A key and certificate for 127.0.0.1, made now with the openssl tool; the servers' env."""
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("the openssl command is not installed (Debian's openssl package)")
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run([openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True)
+    return {"STREAM_SHAPES_TLS_CERT": str(cert), "STREAM_SHAPES_TLS_KEY": str(key)}
+
+
+def connect(port: int, tls: bool) -> http.client.HTTPConnection:
+    if not tls:
+        return http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    # The certificate is the test's own: trust it by not checking, as a client of a test server does.
+    unverified = ssl._create_unverified_context()
+    return http.client.HTTPSConnection("127.0.0.1", port, timeout=30, context=unverified)
+
+
+def drive(port: int, paths: list[str], keep_alive: bool, tls: bool = False) -> list[dict]:
     """The client: REQUESTS_PER_SHAPE requests per path; what it asked for each."""
     asked = []
     for path in paths:
         conn = None
         for k in range(REQUESTS_PER_SHAPE):
             if conn is None or not keep_alive:
-                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+                conn = connect(port, tls)
             want = {"model": f"model-{path.strip('/').replace('/', '-')}-{k % 2}", "tokens": tokens_for(k),
                     "prompt": f"{MARKER} say something {k}", "interval_ms": 2}
             conn.request("POST", path, body=json.dumps(want),
@@ -115,18 +145,19 @@ def drive(port: int, paths: list[str], keep_alive: bool) -> list[dict]:
     return asked
 
 
-@pytest.fixture(scope="module", params=list(STACKS))
+@pytest.fixture(scope="module", params=[*STACKS, *(f"{stack}-tls" for stack in TLS_STACKS)])
 def traced(request, tmp_path_factory):
-    stack = request.param
-    tmp_path = tmp_path_factory.mktemp(f"shapes-{stack}")
+    stack, tls = request.param.removesuffix("-tls"), request.param.endswith("-tls")
+    tmp_path = tmp_path_factory.mktemp(f"shapes-{request.param}")
     start, paths = STACKS[stack]
     log = tmp_path / "server.log"
-    server = subprocess.Popen(start(tmp_path, log), stdout=subprocess.PIPE, text=True)
+    env = {**os.environ, **(self_signed_certificate(tmp_path) if tls else {})}
+    server = subprocess.Popen(start(tmp_path, log), stdout=subprocess.PIPE, text=True, env=env)
     try:
         port = int(server.stdout.readline())
         recording = tmp_path / "run.ipr"
         rec = Recorder([server.pid], recording, "--duration", "120")
-        asked = drive(port, paths, keep_alive=stack != "c")
+        asked = drive(port, paths, keep_alive=stack != "c", tls=tls)
         time.sleep(0.3)  # the last close() reaches the tracer
         rec.stop()
     finally:
@@ -136,7 +167,7 @@ def traced(request, tmp_path_factory):
     text = subprocess.run(inferprobe_cmd("report", str(recording)), capture_output=True, text=True,
                           check=True).stdout
     served = [json.loads(line) for line in log.read_text().splitlines()]
-    return {"stack": stack, "report": json.loads(report), "report_raw": report, "text": text,
+    return {"stack": stack, "tls": tls, "report": json.loads(report), "report_raw": report, "text": text,
             "recording": recording, "asked": asked, "served": served}
 
 
@@ -164,7 +195,19 @@ def test_every_request_is_found_complete_with_exact_chunk_counts(traced):
         assert len(rec["token_ns"]) == asked["tokens"] == len(served["token_ns"]), asked["path"]
         assert rec["token_chunk_events"] == [1] * asked["tokens"]
         assert rec["streaming"]
+        assert rec["transport"] == ("tls" if traced["tls"] else "socket")
     assert traced["report"]["lost_events"] == 0
+
+
+def test_tls_requests_keep_their_socket(traced):
+    """Each TLS session was tied to the socket under it: its requests carry the
+    accepted connection's id, fd and close, not an id of their own."""
+    if not traced["tls"]:
+        pytest.skip("plain sockets: nothing to tie")
+    connections = {c["conn_id"]: c for c in traced["report"]["connections"]}
+    for rec in traced["report"]["requests"]:
+        conn = connections[rec["conn"]]
+        assert conn["fd"] >= 0 and conn["t_open_ns"] is not None and conn["t_close_ns"] is not None
 
 
 def test_chunk_times_match_the_servers_clock(traced):

@@ -1,0 +1,35 @@
+"""Connections that moved bytes inferprobe could not read, said in one sentence.
+
+A connection that never carried an HTTP/1.x request line, on a socket or in
+the plaintext of a hooked TLS library, is skipped in the kernel; the socket
+probes count those that moved bytes anyway (at close, COUNTER_CONNS_UNRECOGNISED,
+and at the stop for those still open). They are usually TLS through a
+library inferprobe does not hook, or HTTP/2 and gRPC: the report names them
+rather than leave a silent gap.
+"""
+
+from __future__ import annotations
+
+from inferprobe.collector.recording import Recording
+
+
+def unread_connections(recording: Recording) -> int:
+    """Closed and still-open connections that moved bytes nothing recognised."""
+    still_open = (recording.snapshots.get("sockets") or {}).get("open_unrecognised", 0)
+    return recording.counter("conns_unrecognised") + int(still_open)
+
+
+def unhooked_tls(recording: Recording) -> list[str]:
+    """The TLS libraries the targets used that inferprobe does not read ("GnuTLS /usr/lib/...")."""
+    found = (recording.snapshots.get("tls") or {}).get("unhooked", [])
+    return sorted({f"{entry['library']} {entry['path']}" for entry in found})
+
+
+def sentence(recording: Recording) -> str | None:
+    count = unread_connections(recording)
+    if not count:
+        return None
+    libraries = unhooked_tls(recording)
+    hint = (f"TLS through {', '.join(libraries)}, which inferprobe does not read" if libraries
+            else "TLS in a library not hooked? HTTP/2 or gRPC? not HTTP?")
+    return f"{count} connection(s) carried encrypted or unrecognised traffic ({hint})."

@@ -1,0 +1,53 @@
+"""`inferprobe doctor -p PID`: what inferprobe can read of one target, capability by capability.
+
+The host checks (cli/doctor.py) say whether tracing works here at all; these
+say, for a given process, which of its libraries and runtimes inferprobe
+hooks and which it cannot read, with the reason, before a recording comes
+back empty. Each capability is one function returning its lines; a new one
+is one more entry in TARGET_CHECKS.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class TargetLine:
+    capability: str  # "TLS", ...
+    hooked: bool  # inferprobe reads it
+    detail: str  # what was found, and why not where it is not read
+
+
+def tls_lines(pid: int) -> list[TargetLine]:
+    from inferprobe.collector.go_binary import go_tls_targets
+    from inferprobe.collector.tls_libraries import tls_libraries
+
+    lines = []
+    for lib in tls_libraries(pid):
+        if lib.hookable:
+            functions = ", ".join(sorted(lib.functions))
+            where = "linked into the executable" if lib.kind == "openssl-static" else "shared library"
+            lines.append(TargetLine("TLS", True, f"OpenSSL ({where}) {lib.path}: hooks {functions}"))
+        else:
+            lines.append(TargetLine("TLS", False, f"{lib.kind} {lib.path}: not a library inferprobe reads; "
+                                                  "its connections show as unrecognised traffic"))
+    for target in go_tls_targets(pid):
+        verdict = target.verdict
+        if target.probes is not None:
+            lines.append(TargetLine("TLS", True, f"Go crypto/tls ({verdict.go_version}) in {target.path}: "
+                                                 "hooks (*Conn).Read and (*Conn).Write at entry and returns"))
+        else:
+            lines.append(TargetLine("TLS", False, f"Go crypto/tls in {target.path}: {verdict.reason}"))
+    if not lines:
+        lines.append(TargetLine("TLS", False, "no TLS library mapped: plaintext sockets only "
+                                              "(record --tls watches for one loaded later)"))
+    return lines
+
+
+TARGET_CHECKS: list[Callable[[int], list[TargetLine]]] = [tls_lines]
+
+
+def target_lines(pid: int) -> list[TargetLine]:
+    return [line for check in TARGET_CHECKS for line in check(pid)]
