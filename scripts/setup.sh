@@ -81,7 +81,8 @@ if [[ $FOR == test ]]; then
     # chromium: the report and flame graph tests screenshot their output headless
     # golang-go, nodejs: the stream-shape tests trace Go's net/http and Node's http servers
     # wrk, bpftool: `make bench` drives the Node SSE server and names the kernel's per-program times
-    packages+=(strace prometheus chromium golang-go nodejs wrk bpftool)
+    # openssl: the TLS tests make their servers' certificates with it
+    packages+=(strace prometheus chromium golang-go nodejs wrk bpftool openssl)
 fi
 if ((PLAN)); then
     printf 'apt: %s\n' "${packages[*]}"

@@ -97,6 +97,20 @@ class Recorder:
         err = self.proc.stderr.read()
         raise RuntimeError(f"recorder did not attach: {''.join(self.stdout_lines)} {err}")
 
+    def wait_for_line(self, prefix: str, timeout: float = 30) -> str:
+        """The recorder's next output line starting with prefix (a note such as
+        "inferprobe: tls: attached ..."); every line read is kept for stop()."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                break
+            self.stdout_lines.append(line)
+            if line.startswith(prefix):
+                return line
+        seen = "".join(self.stdout_lines)
+        raise AssertionError(f"no line starting with {prefix!r} from the recorder: {seen}")
+
     def stop(self, timeout: float = 30) -> tuple[str, str]:
         """SIGTERM; (all of stdout, stderr) once it exited, SIGKILL after `timeout`.
 

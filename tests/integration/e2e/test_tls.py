@@ -1,0 +1,190 @@
+"""End to end over TLS: real SDK clients, a TLS library loaded after attach, traffic nothing reads.
+
+1. uvicorn serving HTTPS (asyncio's memory BIO over the shared libssl), called
+   by the official openai and anthropic SDKs (PyPI) in a client process that
+   timed each chunk's arrival itself. Every call is found with its exact
+   chunk count; the tracer's chunk times (SSL_write entries) are within the
+   plain-socket tolerances of the server's own clock and before the client
+   received each chunk; the prompt marker and the API key reach no output.
+2. A server that imports ssl only after the tracer attached (record --tls):
+   libssl is mapped late, found by the re-scan, and its blocking ssl sockets
+   (a socket BIO: OpenSSL writes the socket itself) give each first token the
+   socket write that carried it.
+3. A connection that sends an HTTP/2 preface to a plain HTTP/1.1 server moves
+   bytes nothing recognises: the report counts and names it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.integration.e2e.test_stream_shapes import self_signed_certificate
+from tests.support.kernel import needs_root
+from tests.support.paths import PROGRAMS, SERVERS
+from tests.support.processes import Recorder, inferprobe_cmd, stop_process
+
+pytestmark = [needs_root, pytest.mark.bpf]
+
+MARKER = "PRIVATE-MARKER-5e1d"
+SECRET = "sk-SECRET-b7c2e9"
+MEDIAN_ERROR_NS, P99_ERROR_NS = 100_000, 1_000_000
+CALLS, TOKENS = 6, 7
+
+
+def report_json(recording: Path) -> dict:
+    out = subprocess.run(inferprobe_cmd("report", str(recording), "--format", "json"), capture_output=True,
+                         text=True, check=True).stdout
+    return json.loads(out)
+
+
+def within_tolerance(errors: list[int]) -> None:
+    abs_errors = sorted(abs(e) for e in errors)
+    p99 = abs_errors[min(len(abs_errors) - 1, int(0.99 * len(abs_errors)))]
+    assert statistics.median(abs_errors) < MEDIAN_ERROR_NS, statistics.median(abs_errors)
+    assert p99 < P99_ERROR_NS, p99
+    assert min(errors) >= 0, min(errors)  # the library call comes after the server's clock read
+
+
+@pytest.fixture(scope="module")
+def sdk_calls(tmp_path_factory):
+    for module in ("openai", "anthropic", "uvicorn"):
+        pytest.importorskip(module, reason=f"{module} is not installed (the test extra installs it)")
+    tmp_path = tmp_path_factory.mktemp("tls-sdk")
+    log = tmp_path / "server.log"
+    env = {**os.environ, **self_signed_certificate(tmp_path)}
+    server = subprocess.Popen([sys.executable, str(SERVERS / "stream_shapes_fastapi.py"), str(log)],
+                              stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        port = int(server.stdout.readline())
+        recording = tmp_path / "run.ipr"
+        rec = Recorder([server.pid], recording, "--duration", "120")
+        client_out = []
+        for sdk in ("openai", "anthropic"):
+            done = subprocess.run([sys.executable, str(PROGRAMS / "llm_sdk_client.py"), sdk,
+                                   f"https://127.0.0.1:{port}", str(CALLS), str(TOKENS)],
+                                  capture_output=True, text=True, timeout=120, check=True)
+            client_out += [json.loads(line) for line in done.stdout.splitlines()]
+        time.sleep(0.3)
+        rec.stop()
+    finally:
+        stop_process(server)
+    served = [json.loads(line) for line in log.read_text().splitlines()]
+    return {"report": report_json(recording), "recording": recording, "client": client_out, "served": served}
+
+
+def test_every_sdk_call_is_found_with_exact_chunks_and_server_times(sdk_calls):
+    recorded = sorted(sdk_calls["report"]["requests"], key=lambda r: r["t_ingress_ns"])
+    client, served = sdk_calls["client"], sdk_calls["served"]
+    assert len(recorded) == len(client) == len(served) == 2 * CALLS
+    errors = []
+    for rec, call, srv in zip(recorded, client, served, strict=True):
+        assert rec["transport"] == "tls" and rec["outcome"] == "complete" and rec["status"] == 200
+        assert rec["path"] == call["path"] == srv["path"] and rec["model"] == call["model"]
+        assert len(rec["token_ns"]) == TOKENS == len(call["received_ns"]) == len(srv["token_ns"])
+        errors += [t - s for t, s in zip(rec["token_ns"], srv["token_ns"], strict=True)]
+        # each chunk left the server before the client's SDK handed it over
+        assert all(t < r for t, r in zip(rec["token_ns"], call["received_ns"], strict=True))
+    within_tolerance(errors)
+    assert sdk_calls["report"]["lost_events"] == 0
+
+
+def test_sdk_calls_keep_their_connections(sdk_calls):
+    connections = {c["conn_id"]: c for c in sdk_calls["report"]["connections"]}
+    for rec in sdk_calls["report"]["requests"]:
+        conn = connections[rec["conn"]]
+        assert conn["peer"] == "127.0.0.1" and conn["fd"] >= 0
+
+
+def test_no_prompt_or_api_key_reaches_the_outputs(sdk_calls):
+    raw = sdk_calls["recording"].read_bytes()
+    text = json.dumps(sdk_calls["report"])
+    for secret in (MARKER, SECRET, "say something"):
+        assert secret.encode() not in raw
+        assert secret not in text
+
+
+def test_a_tls_library_loaded_after_attach_is_read(tmp_path):
+    cert = self_signed_certificate(tmp_path)
+    log = tmp_path / "server.log"
+    server = subprocess.Popen([sys.executable, str(SERVERS / "late_tls_sse.py"),
+                               cert["STREAM_SHAPES_TLS_CERT"], cert["STREAM_SHAPES_TLS_KEY"], str(log)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(server.stdout.readline())
+        maps = Path(f"/proc/{server.pid}/maps").read_text()
+        assert "libssl" not in maps  # nothing TLS yet: the test's premise
+        recording = tmp_path / "run.ipr"
+        rec = Recorder([server.pid], recording, "--tls", "--duration", "60")
+        server.stdin.write("go\n")
+        server.stdin.flush()
+        assert server.stdout.readline().strip() == "tls"
+        rec.wait_for_line("inferprobe: tls: attached")
+        import ssl
+
+        context = ssl._create_unverified_context()  # the test's own certificate
+        with socket.create_connection(("127.0.0.1", port)) as raw, \
+                context.wrap_socket(raw, server_hostname="127.0.0.1") as conn:
+            for k in range(4):
+                body = json.dumps({"tokens": 3 + k, "interval_ms": 2, "prompt": MARKER}).encode()
+                conn.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                             b"Content-Type: application/json\r\n"
+                             b"Authorization: Bearer " + SECRET.encode() + b"\r\n"
+                             b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+                answer = b""
+                while not answer.endswith(b"0\r\n\r\n"):
+                    answer += conn.recv(65536)
+        time.sleep(0.3)
+        rec.stop()
+    finally:
+        stop_process(server)
+    report = report_json(recording)
+    served = [json.loads(line) for line in log.read_text().splitlines()]
+    recorded = sorted(report["requests"], key=lambda r: r["t_ingress_ns"])
+    assert len(recorded) == len(served) == 4
+    errors = []
+    for k, (rec_, srv) in enumerate(zip(recorded, served, strict=True)):
+        assert rec_["transport"] == "tls" and rec_["outcome"] == "complete"
+        assert len(rec_["token_ns"]) == 3 + k == len(srv["token_ns"])
+        errors += [t - s for t, s in zip(rec_["token_ns"], srv["token_ns"], strict=True)]
+        # a socket BIO: the ciphertext write began inside the SSL_write, right after its entry
+        wire = rec_["t_first_token_wire_ns"]
+        assert wire is not None and 0 <= wire - rec_["t_first_token_ns"] < 1_000_000
+    within_tolerance(errors)
+    assert MARKER.encode() not in recording.read_bytes() and SECRET.encode() not in recording.read_bytes()
+
+
+def test_unrecognised_traffic_is_counted_and_named(tmp_path):
+    pytest.importorskip("uvicorn", reason="uvicorn is not installed (the test extra installs it)")
+    log = tmp_path / "server.log"
+    server = subprocess.Popen([sys.executable, str(SERVERS / "stream_shapes_fastapi.py"), str(log)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(server.stdout.readline())
+        recording = tmp_path / "run.ipr"
+        rec = Recorder([server.pid], recording, "--duration", "60")
+        # An HTTP/2 client with prior knowledge: the preface and a SETTINGS frame, no request line.
+        with socket.create_connection(("127.0.0.1", port)) as conn:
+            conn.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0]))
+            conn.settimeout(5)
+            try:
+                while conn.recv(4096):
+                    pass
+            except TimeoutError:
+                pass
+        time.sleep(0.5)
+        rec.stop()
+    finally:
+        stop_process(server)
+    report = report_json(recording)
+    assert report["requests"] == []
+    assert report["unrecognised_connections"] == 1
+    assert "1 moved bytes nothing recognised" in report["no_requests"]
