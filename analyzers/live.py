@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from inferprobe.analyzers import locks
 from inferprobe.analyzers.cadence import percentile
+from inferprobe.analyzers.engine_metrics import OCCUPANCY, QUEUE, RUNNING, gauge_values
 from inferprobe.collector.events import (
     ConnRecord,
     Event,
@@ -48,6 +49,7 @@ class LiveSnapshot:
     mutex_flagged_share: float | None = None
     mutex_judged: int = 0
     mutex_threshold: float = locks.DEFAULT_MUTEX_THRESHOLD
+    gauge_source: str | None = None  # where queue/running/occupancy came from: "usdt", "engine_metrics"
 
 
 # A request is judged for lock waits this long after it ended: a wait reaches
@@ -129,6 +131,8 @@ class LiveWindow:
         self.queue: tuple[int, int] | None = None
         self.kv: float | None = None
         self.locks = lock_waits
+        self.gauge_source: str | None = None
+        self.scraper_ports: set[int] = set()  # our own scrapes of the engine's /metrics: not traffic
 
     def feed(self, ev: Event) -> None:
         self.events += 1
@@ -139,13 +143,33 @@ class LiveWindow:
         if isinstance(ev, UsdtRecord):
             if ev.probe == UsdtProbe.QUEUE_DEPTH and len(ev.args) >= 2:
                 self.queue = (int(ev.args[0]), int(ev.args[1]))
+                self.gauge_source = "usdt"
             elif ev.probe == UsdtProbe.KV_USAGE and len(ev.args) >= 2 and ev.args[1] > 0:
                 self.kv = ev.args[0] / ev.args[1]
+                self.gauge_source = "usdt"
             return
         if isinstance(ev, ConnRecord | IoRecord):
             self._socket_events.append(ev)
             if len(self._socket_events) >= SOCKET_BATCH:
                 self._ingest_socket_events()
+
+    def feed_engine(self, scrape: dict) -> None:
+        """One scrape of the engine's /metrics (collector/engine_scrape.py). The
+        server's own probes, when it fires them, win: they are exact, not sampled."""
+        self.scraper_ports.update(scrape.get("local_ports") or ())
+        if self.gauge_source == "usdt":
+            return
+        values = gauge_values(scrape["samples"])
+        if QUEUE in values or RUNNING in values:
+            self.queue = (int(values.get(QUEUE, ("", -1))[1]), int(values.get(RUNNING, ("", -1))[1]))
+        if OCCUPANCY in values:
+            self.kv = values[OCCUPANCY][1]
+        if values:
+            self.gauge_source = "engine_metrics"
+
+    def _is_own_scrape(self, req: Request) -> bool:
+        conn = self._ingest.sessionizer.connections.get(req.conn)
+        return conn is not None and conn.peer_port in self.scraper_ports
 
     def _ingest_socket_events(self) -> None:
         self._ingest.feed_decoded(self._socket_events)
@@ -156,6 +180,8 @@ class LiveWindow:
         self._ingest_socket_events()
         started, _ended = self._ingest.harvest()  # the window keeps its own references
         for req in started:
+            if self.scraper_ports and self._is_own_scrape(req):
+                continue
             self.total_requests += 1
             self._arrivals.append(req.t_ingress_ns)
             self._open.append((req, 0))
@@ -211,4 +237,5 @@ class LiveWindow:
             mutex_flagged_share=None if self.locks is None else self.locks.share(),
             mutex_judged=0 if self.locks is None else len(self.locks.flags),
             mutex_threshold=locks.DEFAULT_MUTEX_THRESHOLD if self.locks is None else self.locks.threshold,
+            gauge_source=self.gauge_source,
         )

@@ -9,7 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from inferprobe.analyzers import diagnostics_sections, http_section, stacks_section, usdt_section
+from inferprobe.analyzers import (
+    diagnostics_sections,
+    engine_metrics_section,
+    http_section,
+    stacks_section,
+    usdt_section,
+)
 from inferprobe.analyzers.sections import AnalysisInput, AnalyzerResult
 
 Analyzer = Callable[[AnalysisInput], AnalyzerResult | None]
@@ -17,6 +23,7 @@ Analyzer = Callable[[AnalysisInput], AnalyzerResult | None]
 ANALYZERS: tuple[Analyzer, ...] = (
     http_section.analyze,
     usdt_section.analyze,
+    engine_metrics_section.analyze,
     diagnostics_sections.locks,
     diagnostics_sections.network,
     diagnostics_sections.gpu,

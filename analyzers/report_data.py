@@ -14,6 +14,8 @@ from inferprobe.analyzers import network as network_analysis
 from inferprobe.analyzers import no_requests, unread_traffic, verdict
 from inferprobe.analyzers.breakdown import Breakdown, break_down
 from inferprobe.analyzers.cadence import CadenceSummary, by_endpoint, by_model, summarize
+from inferprobe.analyzers.engine_metrics import EngineMetricsSummary
+from inferprobe.analyzers.engine_metrics_section import summary_of as engine_metrics_of
 from inferprobe.analyzers.findings import Finding, FindingList
 from inferprobe.analyzers.gpu import GpuSummary, summarize_gpu
 from inferprobe.analyzers.registry import ANALYZERS
@@ -61,6 +63,7 @@ class ReportData:
     no_requests: str | None = None  # why the recording holds no request (analyzers/no_requests.py)
     unread_connections: int = 0  # connections whose bytes nothing recognised (analyzers/unread_traffic.py)
     unread_traffic: str | None = None  # the same, as the sentence the report prints
+    engine_metrics: EngineMetricsSummary | None = None  # the engine's own /metrics (record --engine-metrics)
 
     @property
     def probe_sets(self) -> dict:
@@ -74,9 +77,22 @@ class ReportData:
         return self.recording.lost_events
 
 
+def without_scrapes(requests: list[Request], connections: dict[int, Connection],
+                    summary: EngineMetricsSummary) -> list[Request]:
+    """The requests except the recorder's own scrapes of the engine's metrics
+    path, told by the scraper's local ports (a port names one connection at a time)."""
+    if not summary.scraper_ports:
+        return requests
+    own = {cid for cid, c in connections.items() if c.peer_port in summary.scraper_ports}
+    return [r for r in requests if not (r.conn in own and r.path == summary.path)]
+
+
 def build(recording: Recording, mutex_threshold: float = lock_analysis.DEFAULT_MUTEX_THRESHOLD) -> ReportData:
     ingested = ingest(recording.events)
     decoded, requests, server = ingested.events, ingested.requests, ingested.server
+    engine_metrics = engine_metrics_of(recording)
+    if engine_metrics is not None:  # the recorder's own scrapes are no traffic of the server's
+        requests = without_scrapes(requests, ingested.connections, engine_metrics)
     usdt = [ev for ev in decoded if isinstance(ev, UsdtRecord)]
     scheduler = summarize_scheduler(server)
     locks = lock_analysis.analyze(requests, decoded, recording.snapshots.get("locks"), mutex_threshold,
@@ -130,4 +146,5 @@ def build(recording: Recording, mutex_threshold: float = lock_analysis.DEFAULT_M
         findings=findings.ranked(),
         locks=locks,
         gpu=gpu,
+        engine_metrics=engine_metrics,
     )

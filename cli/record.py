@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 
+from inferprobe.cli.engine_options import engine_metrics_options, engine_metrics_source
 from inferprobe.cli.export_options import live_export_options
 from inferprobe.cli.options import (
     apply_kernel_headers,
@@ -22,6 +23,7 @@ from inferprobe.cli.options import (
 )
 from inferprobe.cli.stack_options import STACK_FLAGS, stack_options, stack_set_options, stack_sets
 from inferprobe.collector import targets as target_procs
+from inferprobe.collector.engine_scrape import Scraper
 from inferprobe.collector.events import LAYOUT_VERSION
 from inferprobe.collector.probe_sets import OPT_IN_FLAGS
 from inferprobe.collector.recording import RecordingWriter
@@ -198,11 +200,13 @@ class _Stop:
     show_default=True,
     help="Kernel launches summed in the kernel per event (1: one event per launch).",
 )
+@engine_metrics_options
 @live_export_options
 @stack_options
 @kernel_headers_option
 def record(pids, duration, output, ringbuf_mb, no_listen_check, no_usdt, network, locks, lock_floor_us,
-           gpu, tls, gpu_launch_run, kernel_headers, otlp, prometheus, **flags) -> None:
+           gpu, tls, gpu_launch_run, engine_metrics_url, no_engine_metrics, kernel_headers, otlp, prometheus,
+           **flags) -> None:
     """Record every HTTP request the given processes serve.
 
     Attaches to syscall tracepoints (no change to the server, no restart),
@@ -233,6 +237,8 @@ def record(pids, duration, output, ringbuf_mb, no_listen_check, no_usdt, network
     options = {**stack_set_options(stack_flags), "locks": {"floor_us": lock_floor_us},
                "gpu": "on" if gpu else "auto", "gpu_run_max_launches": gpu_launch_run,
                "tls": "on" if tls else "auto"}
+    # Before attaching, so that looking for /metrics is not recorded as the server's traffic.
+    engine = engine_metrics_source(pids, engine_metrics_url, no_engine_metrics)
     tracer = load_tracer(pids, sets=sets, ringbuf_pages=pages, options=options)
     for name, flag in OPT_IN_FLAGS.items():  # so every report can say why they were off
         if name not in sets:
@@ -240,12 +246,18 @@ def record(pids, duration, output, ringbuf_mb, no_listen_check, no_usdt, network
     writer = None
     reader = None
     live = None
+    scraper = None
     try:
         meta = _meta(tracer, sys.argv)
+        if engine is not None:
+            meta["engine_metrics"] = {"url": engine[0], "found": engine[1]}
         writer = RecordingWriter(Path(output), meta)
         live = start_live_export(meta, metrics, otlp, otlp_opts)
         sink = writer.add_ring_chunk if live is None else live.tee(writer.add_ring_chunk)
         reader = RingBufferReader(tracer, tracer.tap(sink))
+        if engine is not None:
+            scraper = Scraper(engine[0])
+            scraper.start()
         stop = _Stop()
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
@@ -256,6 +268,8 @@ def record(pids, duration, output, ringbuf_mb, no_listen_check, no_usdt, network
         )
         for name, reason in tracer.inactive.items():
             click.echo(f"inferprobe: probe set {name} off: {reason}")
+        if engine is not None:
+            click.echo(f"inferprobe: scraping engine metrics at {engine[0]} ({engine[1]})")
         if (note := _no_listener_note(meta)) is not None:
             click.echo(f"inferprobe: note: {note}")
         sys.stdout.flush()
@@ -267,6 +281,11 @@ def record(pids, duration, output, ringbuf_mb, no_listen_check, no_usdt, network
         lost = 0
         while True:
             reader.poll(100)
+            if scraper is not None:
+                for scrape in scraper.take():
+                    writer.add_engine_scrape(scrape)
+                    if live is not None:
+                        live.observe_engine(scrape)
             if live is not None:
                 live.tick(lost)
             now = time.monotonic()
@@ -300,6 +319,9 @@ def record(pids, duration, output, ringbuf_mb, no_listen_check, no_usdt, network
                     end_reason = "targets exited"
                     break
         reader.drain()
+        if scraper is not None:
+            for scrape in scraper.stop():
+                writer.add_engine_scrape(scrape)
         map_entries = tracer.map_entries()
         for name, data in tracer.snapshots().items():
             writer.add_snapshot(name, data)
@@ -315,6 +337,8 @@ def record(pids, duration, output, ringbuf_mb, no_listen_check, no_usdt, network
             "rss_kb": _own_rss_kb(),
             **counters,
         }
+        if scraper is not None:
+            final["engine_metrics"] = scraper.stats.as_dict()
         if live is not None:
             final["export"] = live.close(counters["events_lost"])
         writer.close(final)
@@ -326,6 +350,8 @@ def record(pids, duration, output, ringbuf_mb, no_listen_check, no_usdt, network
             o = final["export"]["otlp"]
             click.echo(f"inferprobe: OTLP: {o['exported']} traces exported, {o['dropped']} dropped")
     finally:
+        if scraper is not None:
+            scraper.stop()
         if reader is not None:
             reader.close()
         tracer.close()

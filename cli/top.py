@@ -23,8 +23,10 @@ from rich.live import Live
 
 from inferprobe.analyzers.live import LiveLocks, LiveWindow
 from inferprobe.analyzers.locks import DEFAULT_MUTEX_THRESHOLD, WaitClassifier
+from inferprobe.cli.engine_options import engine_metrics_options, engine_metrics_source
 from inferprobe.cli.options import apply_kernel_headers, kernel_headers_option, pid_option
 from inferprobe.collector import targets as target_procs
+from inferprobe.collector.engine_scrape import Scraper
 from inferprobe.collector.ingest import decode_all
 from inferprobe.collector.ringbuf_format import iter_ring_records
 from inferprobe.reports.terminal_top import dashboard, plain_line
@@ -77,8 +79,10 @@ class _Keys:
               "is above --mutex-threshold (the cost is record --locks': docs/locks.md).")
 @click.option("--mutex-threshold", type=click.FloatRange(0, 1), default=DEFAULT_MUTEX_THRESHOLD,
               show_default=True, help="With --locks: the mutex.wait.ratio above which a request is flagged.")
+@engine_metrics_options
 @kernel_headers_option
-def top(pids, window, interval, no_usdt, locks, mutex_threshold, kernel_headers) -> None:
+def top(pids, window, interval, no_usdt, locks, mutex_threshold, engine_metrics_url, no_engine_metrics,
+        kernel_headers) -> None:
     """Live view of a running server: requests/s, in-flight, TTFT/ITL/E2E percentiles.
 
     Attaches like `record` (no change to the server) and shows the last
@@ -91,6 +95,7 @@ def top(pids, window, interval, no_usdt, locks, mutex_threshold, kernel_headers)
     apply_kernel_headers(kernel_headers)
     pids = list(dict.fromkeys(pids))
     sets = ("sockets",) + (() if no_usdt else ("usdt",)) + (("locks",) if locks else ())
+    engine = engine_metrics_source(pids, engine_metrics_url, no_engine_metrics)
     tracer = load_tracer(pids, sets=sets, ringbuf_pages=1024)
     lock_waits = None
     if "locks" in tracer.active:
@@ -106,7 +111,11 @@ def top(pids, window, interval, no_usdt, locks, mutex_threshold, kernel_headers)
 
     stop: list[str] = []
     reader = None
+    scraper = None
     try:
+        if engine is not None:
+            scraper = Scraper(engine[0])
+            scraper.start()
         reader = RingBufferReader(tracer, sink)
         signal.signal(signal.SIGINT, lambda *_: stop.append("interrupt"))
         signal.signal(signal.SIGTERM, lambda *_: stop.append("terminate"))
@@ -127,6 +136,9 @@ def top(pids, window, interval, no_usdt, locks, mutex_threshold, kernel_headers)
             next_draw = time.monotonic()
             while not stop:
                 reader.poll(100)
+                if scraper is not None:
+                    for scrape in scraper.take():
+                        model.feed_engine(scrape)
                 if keys.quit_pressed():
                     break
                 if time.monotonic() >= next_draw:
@@ -140,6 +152,8 @@ def top(pids, window, interval, no_usdt, locks, mutex_threshold, kernel_headers)
                     click.echo("inferprobe: the target processes exited", err=True)
                     break
     finally:
+        if scraper is not None:
+            scraper.stop()
         if reader is not None:
             reader.close()
         tracer.close()

@@ -11,7 +11,8 @@ Record types: EVENTS (u16 length + raw event bytes, repeated), RINGBUF
 copied them out in bulk), STATS (JSON
 counters taken while recording), END (JSON final counters; its absence
 means the recorder did not stop cleanly), SNAPSHOT (JSON: one probe set's
-kernel-side aggregates, e.g. stack tables, written before END).
+kernel-side aggregates, e.g. stack tables, written before END), ENGINE_METRICS
+(JSON: one scrape of the engine's own Prometheus endpoint, collector/engine_scrape.py).
 
 Events are stored raw, exactly as bpf/inferprobe.h lays them out, so that
 `report` can be re-run with better analyzers on an old recording. They hold
@@ -48,6 +49,7 @@ RECORD_STATS = 2
 RECORD_END = 3
 RECORD_SNAPSHOT = 4
 RECORD_RINGBUF = 5
+RECORD_ENGINE_METRICS = 6
 
 MAX_RECORD_BYTES = 1 << 30  # a larger length field means corruption (ring buffers are <= 512 MiB)
 
@@ -120,6 +122,11 @@ class RecordingWriter:
         payload = json.dumps({"probe_set": probe_set, "data": data}, sort_keys=True).encode()
         self._write_record(RECORD_SNAPSHOT, payload)
 
+    def add_engine_scrape(self, scrape: dict) -> None:
+        """One scrape of the engine's /metrics (collector/engine_scrape.py), as parsed."""
+        self._write_events()
+        self._write_record(RECORD_ENGINE_METRICS, json.dumps(scrape, sort_keys=True).encode())
+
     def close(self, final_stats: dict) -> None:
         if self.closed:
             return
@@ -139,6 +146,7 @@ class Recording:
     stats: list[dict] = field(default_factory=list)
     final: dict | None = None
     snapshots: dict[str, dict] = field(default_factory=dict)  # probe set -> aggregates
+    engine_scrapes: list[dict] = field(default_factory=list)  # the engine's /metrics, by time
     problem: str | None = None  # why reading stopped early, if it did
 
     @property
@@ -253,6 +261,8 @@ def read_recording(path: str | os.PathLike) -> Recording:
                 elif rtype == RECORD_SNAPSHOT:
                     snap = json.loads(payload)
                     rec.snapshots[snap["probe_set"]] = snap["data"]
+                elif rtype == RECORD_ENGINE_METRICS:
+                    rec.engine_scrapes.append(json.loads(payload))
                 elif rtype == RECORD_END:
                     rec.final = json.loads(payload)
                 # unknown record types from newer minor versions are skipped

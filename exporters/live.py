@@ -68,6 +68,11 @@ class LiveExport:
             dropped = self.shipper.stats.dropped if self.shipper is not None else 0
             self.metrics.set_totals(lost_events or 0, dropped)
 
+    def observe_engine(self, scrape: dict) -> None:
+        """One scrape of the engine's /metrics, beside the wire's numbers."""
+        if self.metrics is not None:
+            self.metrics.observe_engine(scrape["samples"])
+
     def _feed(self, raw_events: list[bytes]) -> None:
         for ev in self.ingest.feed(raw_events):
             if isinstance(ev, UsdtRecord):

@@ -3,7 +3,8 @@
 Names: the OpenTelemetry GenAI server metrics where they exist
 (gen_ai.server.* become gen_ai_server_*_seconds, with the bucket boundaries
 the GenAI conventions recommend), the design card's own names for the
-scheduler gauges, and inferprobe_* for the rest. Labels are endpoint
+scheduler gauges (labelled by their source: the server's USDT probes or the
+engine's own /metrics), and inferprobe_* for the rest. Labels are endpoint
 ("METHOD /path", capped at MAX_ENDPOINTS distinct values, the rest
 "other"), model (the request body's "model", capped at MAX_MODELS, empty
 when the request named none), status_class and target (the process name):
@@ -18,6 +19,7 @@ from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from inferprobe.analyzers.engine_metrics import OCCUPANCY, QUEUE, RUNNING, gauge_values
 from inferprobe.analyzers.request_analysis import NONE, RequestAnalysis
 from inferprobe.collector.errors import InferprobeError
 from inferprobe.collector.events import UsdtProbe, UsdtRecord
@@ -95,10 +97,14 @@ class Metrics:
                                    "Kernel events lost because the ring buffer was full.", registry=r)
         self.otlp_dropped = Counter("inferprobe_otlp_dropped_traces",
                                     "Traces not delivered to the OTLP backend.", registry=r)
+        # source: where the value came from: "usdt" (the server's probes), "engine_metrics"
+        # (the engine's own /metrics, record --engine-metrics), "engine_uprobes" (libllama)
         self.queue_length = Gauge("scheduler_queue_length", "Requests waiting in the server's scheduler.",
-                                  ("target",), registry=r)
+                                  ("target", "source"), registry=r)
         self.occupancy = Gauge("token_occupancy_ratio", "KV-cache token slots in use / capacity.",
-                               ("target",), registry=r)
+                               ("target", "source"), registry=r)
+        self.running = Gauge("inferprobe_running_requests", "Requests in the engine's running batch.",
+                             ("target", "source"), registry=r)
         self.batch_stall = Histogram("batch_stall_duration_seconds",
                                      "Gap between one decode step's end and the next one's start "
                                      "while requests were running.",
@@ -179,16 +185,26 @@ class Metrics:
         target = self.target(ev.pid)
         args = ev.args
         if ev.probe == UsdtProbe.QUEUE_DEPTH and len(args) >= 2:
-            self.queue_length.labels(target).set(args[0])
+            self.queue_length.labels(target, "usdt").set(args[0])
+            self.running.labels(target, "usdt").set(args[1])
             self._running[ev.pid] = args[1]
         elif ev.probe == UsdtProbe.KV_USAGE and len(args) >= 2 and args[1] > 0:
-            self.occupancy.labels(target).set(args[0] / args[1])
+            self.occupancy.labels(target, "usdt").set(args[0] / args[1])
         elif ev.probe == UsdtProbe.DECODE_STEP_END:
             self._step_end[ev.pid] = ev.ts_ns
         elif ev.probe == UsdtProbe.DECODE_STEP_START:
             last_end = self._step_end.pop(ev.pid, None)
             if last_end is not None and self._running.get(ev.pid, 1) > 0:
                 self.batch_stall.labels(target).observe((ev.ts_ns - last_end) / 1e9)
+
+    # -- the engine's own /metrics ------------------------------------------------
+    def observe_engine(self, samples: list) -> None:
+        """One scrape of the engine's endpoint (collector/engine_scrape.py), mapped
+        onto the card's gauges by analyzers/engine_metrics.py's table."""
+        target = next(iter(self._targets.values()), "unknown")
+        gauges = {QUEUE: self.queue_length, RUNNING: self.running, OCCUPANCY: self.occupancy}
+        for gauge, (_metric, value) in gauge_values(samples).items():
+            gauges[gauge].labels(target, "engine_metrics").set(value)
 
     # -- HTTP endpoint ----------------------------------------------------------
     def serve(self, address: str) -> tuple[str, int]:

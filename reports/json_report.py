@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from inferprobe.analyzers.breakdown import ItlBreakdown
 from inferprobe.analyzers.cadence import CadenceSummary
+from inferprobe.analyzers.engine_metrics import EngineMetricsSummary
 from inferprobe.analyzers.findings import Finding
 from inferprobe.analyzers.locks import LockAnalysis
 from inferprobe.analyzers.report_data import ReportData
@@ -97,6 +98,22 @@ def scheduler_json(data: ReportData) -> dict:
     }
 
 
+def engine_metrics_json(m: EngineMetricsSummary) -> dict:
+    """The engine's own gauges, each with the engine's name it was read from."""
+    ttft = m.ttft
+    return {
+        "url": m.url,
+        "engine": m.engine,
+        "scrapes": m.scrapes,
+        "source": "engine_metrics",
+        "gauges": {g: {"metric": s.metric, "max": s.peak, "points": [[t, v] for t, v in s.points]}
+                   for g, s in m.series.items()},
+        "ttft": None if ttft is None else {"metric": ttft.metric, "count": ttft.count,
+                                           "p50_s": ttft.quantile(0.5), "p99_s": ttft.quantile(0.99)},
+        "scraper": m.stats,
+    }
+
+
 def decomposition_json(data: ReportData) -> dict:
     out = {}
     for q, row in data.decomposition.items():
@@ -160,6 +177,7 @@ def to_json(data: ReportData) -> dict:
         "findings": [finding_json(f) for f in data.findings],
         "scheduler": scheduler_json(data) if not data.server.empty else None,
         "gpu": gpu_json(data.gpu) if data.gpu is not None else None,
+        "engine_metrics": None if data.engine_metrics is None else engine_metrics_json(data.engine_metrics),
         "requests": [request_json(r, analysis, data.stall_ns, data.locks)
                      for r, analysis in zip(data.requests, data.per_request, strict=True)],
         **json_locks.top_level(data.locks),

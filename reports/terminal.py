@@ -12,6 +12,7 @@ from rich.table import Table
 
 from inferprobe.analyzers.cadence import CadenceSummary, Distribution
 from inferprobe.analyzers.decompose import TTFT_PHASES
+from inferprobe.analyzers.engine_metrics_section import ANCHOR as ENGINE_METRICS_ANCHOR
 from inferprobe.analyzers.report_data import ReportData
 from inferprobe.analyzers.units import ms
 from inferprobe.reports import tables
@@ -83,6 +84,7 @@ def render_text(data: ReportData, console: Console) -> None:
     _render_probe_sets(data, console)
     _render_decomposition(data, console)
     _render_scheduler(data, console)
+    _render_engine_metrics(data, console)
     _render_network(data, console)
     render_locks(data, console)
     render_gpu(data.gpu, console)
@@ -159,6 +161,17 @@ def _render_scheduler(data: ReportData, console: Console) -> None:
     console.print(
         f"batch stalls {st.count}: p50 {ms(st.p50)} p99 {ms(st.p99)} max {ms(st.max)} ms"
     )
+
+
+def _render_engine_metrics(data: ReportData, console: Console) -> None:
+    """The engine's own /metrics section, as every output draws it (analyzers/engine_metrics_section.py)."""
+    for sec in data.sections:
+        if sec.anchor == ENGINE_METRICS_ANCHOR:
+            console.print(f"[bold]{sec.title}[/bold]: {sec.summary}")
+            for t in sec.tables:
+                console.print(rich_table(t))
+            for note in sec.notes:
+                console.print(note)
 
 
 def render_verdict(data: ReportData, console: Console) -> None:

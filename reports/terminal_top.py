@@ -19,12 +19,19 @@ def plain_line(s: LiveSnapshot, elapsed_s: float) -> str:
             f"itl_ms p50={ms(s.itl_p50_ns)} p99={ms(s.itl_p99_ns)} "
             f"e2e_ms p50={ms(s.e2e_p50_ns)} p99={ms(s.e2e_p99_ns)}")
     if s.queue_waiting is not None:
-        line += f" queue={s.queue_waiting} running={s.queue_running}"
+        line += f" queue={_count(s.queue_waiting)} running={_count(s.queue_running)}"
     if s.kv_occupancy is not None:
         line += f" kv={s.kv_occupancy * 100:.0f}%"
+    if s.gauge_source is not None:
+        line += f" gauges_from={s.gauge_source}"
     if s.locks_traced:
         line += f" mutex_flagged={_share(s.mutex_flagged_share)} judged={s.mutex_judged}"
     return line + f" lost={s.lost_events}"
+
+
+def _count(v: int | None) -> str:
+    """A gauge the source does not publish is -1 (or None): shown as "-"."""
+    return "-" if v is None or v < 0 else str(v)
 
 
 def _share(share: float | None) -> str:
@@ -61,17 +68,15 @@ def dashboard(s: LiveSnapshot, pids: list[int], elapsed_s: float) -> Group:
     latency.add_row("end-to-end", ms(s.e2e_p50_ns), ms(s.e2e_p99_ns))
     server = Table.grid(padding=(0, 3))
     if s.queue_waiting is None and s.kv_occupancy is None:
-        server.add_row(Text("queue length and token occupancy: no inferprobe USDT probes in the target",
-                            style="dim"))
+        server.add_row(Text("queue length and token occupancy: no inferprobe USDT probes in the target "
+                            "and no engine /metrics", style="dim"))
     else:
-        def value(v: int | None) -> str:
-            return "-" if v is None else str(v)
-
         server.add_row(
-            Text.assemble(("queue waiting ", "dim"), value(s.queue_waiting)),
-            Text.assemble(("running ", "dim"), value(s.queue_running)),
+            Text.assemble(("queue waiting ", "dim"), _count(s.queue_waiting)),
+            Text.assemble(("running ", "dim"), _count(s.queue_running)),
             Text.assemble(("token occupancy ", "dim"),
                           "-" if s.kv_occupancy is None else f"{s.kv_occupancy * 100:.0f} %"),
+            Text.assemble(("from ", "dim"), s.gauge_source or "-"),
         )
     return Group(title, Text(""), traffic, Text(""), latency, server, mutex_line(s), Text(""),
                  Text("q or Ctrl-C: detach and quit", style="dim"))

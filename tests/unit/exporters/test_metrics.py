@@ -52,8 +52,9 @@ def test_requests_histograms_counters_and_usdt_gauges():
     m.observe_usdt(_usdt(UsdtProbe.KV_USAGE, 1, 900, 1000))
     m.observe_usdt(_usdt(UsdtProbe.DECODE_STEP_END, 10, 1, 3, 3))
     m.observe_usdt(_usdt(UsdtProbe.DECODE_STEP_START, 2510, 2, 3, 3))  # a 2.5 s stall
-    assert _sample(m, "scheduler_queue_length", target="server") == 7
-    assert _sample(m, "token_occupancy_ratio", target="server") == 0.9
+    assert _sample(m, "scheduler_queue_length", target="server", source="usdt") == 7
+    assert _sample(m, "inferprobe_running_requests", target="server", source="usdt") == 3
+    assert _sample(m, "token_occupancy_ratio", target="server", source="usdt") == 0.9
     assert _sample(m, "batch_stall_duration_seconds_sum", target="server") == pytest.approx(2.5)
     m.set_totals(lost_events=4, otlp_dropped=2)
     m.set_totals(lost_events=4, otlp_dropped=5)

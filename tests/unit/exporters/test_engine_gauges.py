@@ -1,0 +1,48 @@
+"""The engine's own /metrics in the Prometheus export and in top, labelled by their source."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from inferprobe.analyzers.live import LiveWindow
+from inferprobe.collector.engine_scrape import parse_exposition
+from inferprobe.collector.events import EventType, UsdtProbe, UsdtRecord
+from inferprobe.exporters.metrics import Metrics
+from inferprobe.reports.terminal_top import plain_line
+
+FIXTURES = Path(__file__).parents[2] / "fixtures" / "engine_metrics"
+
+
+def _samples(name: str) -> list[list]:
+    return parse_exposition((FIXTURES / name).read_text())[0]
+
+
+def test_engine_gauges_are_exported_beside_the_usdt_ones_with_their_source():
+    m = Metrics({10: "vllm"})
+    m.observe_engine(_samples("vllm.prom"))
+    m.observe_usdt(UsdtRecord(type=EventType.USDT, pid=10, tid=10, ts_ns=1, probe=UsdtProbe.QUEUE_DEPTH,
+                              args=(1, 2)))
+
+    def sample(name: str, source: str) -> float | None:
+        return m.registry.get_sample_value(name, {"target": "vllm", "source": source})
+
+    assert sample("scheduler_queue_length", "engine_metrics") == 3
+    assert sample("inferprobe_running_requests", "engine_metrics") == 8
+    assert sample("token_occupancy_ratio", "engine_metrics") == 0.42
+    assert sample("scheduler_queue_length", "usdt") == 1
+
+
+def test_top_shows_the_engine_gauges_and_leaves_out_its_own_scrapes():
+    window = LiveWindow(window_s=10)
+    window.feed_engine({"samples": _samples("tgi.prom"), "local_ports": [45000]})
+    snap = window.snapshot(now_ns=10**9)
+    assert (snap.queue_waiting, snap.queue_running, snap.kv_occupancy) == (7, 4, None)
+    assert snap.gauge_source == "engine_metrics"
+    line = plain_line(snap, 1.0)
+    assert "queue=7 running=4" in line and "gauges_from=engine_metrics" in line
+    # the server's own probes win over the sampled endpoint
+    window.feed(UsdtRecord(type=EventType.USDT, pid=1, tid=1, ts_ns=1, probe=UsdtProbe.QUEUE_DEPTH,
+                           args=(2, 1)))
+    window.feed_engine({"samples": _samples("tgi.prom"), "local_ports": [45000]})
+    snap = window.snapshot(now_ns=10**9)
+    assert (snap.queue_waiting, snap.gauge_source) == (2, "usdt")
