@@ -68,6 +68,7 @@ enum event_type {
     EVENT_GPU_LAUNCHES = 49, /* a run of kernel/graph launches on one thread (gpu_launches_event) */
     EVENT_GPU_FENCE_WAIT = 50, /* dma_fence_wait_start .. _end in a target thread */
     EVENT_GPU_DRM_JOB = 51,  /* gpu_scheduler:drm_sched_job: a target thread queued a GPU job */
+    EVENT_LLAMA_STEP = 80,   /* llama.cpp: one llama_decode() call, entry or return (llama.bpf.c) */
 };
 
 /* The USDT probes of provider "inferprobe" (probes/, docs/usdt-probes.md).
@@ -471,6 +472,35 @@ enum counter_index {
     COUNTER_NET_QUEUED = 14,    /* segments of traced connections seen at net_dev_queue */
     COUNTER_NET_XMITTED = 15,   /* ... and again at net_dev_xmit (the rest: dropped or re-segmented) */
     COUNTER_MAX = 16,           /* room for the other probe sets' counters */
+};
+
+/* llama.cpp's llama_decode(ctx, batch) through uprobes (bpf/llama.bpf.c,
+ * docs/engines.md): one engine step. The batch's tokens are summarised as
+ * runs: consecutive tokens of one sequence with consecutive positions (how
+ * llama-server lays a batch out: one run per slot). */
+#define LLAMA_MAX_RUNS 16
+
+enum llama_step_phase {
+    LLAMA_STEP_ENTER = 1,  /* llama_decode() was called: runs hold the batch */
+    LLAMA_STEP_RETURN = 2, /* llama_decode() returned: ret holds its result */
+};
+
+struct llama_run {
+    __s32 seq_id;     /* seq_id[first token][0]: llama-server's slot id */
+    __s32 pos0;       /* position of its first token (0: a sequence starting afresh) */
+    __s32 n_tokens;   /* tokens in the run */
+    __s32 last_logits;/* logits[] of its last token: 1 when the step samples a token for it */
+};
+
+struct llama_step_event {
+    struct event_header hdr;
+    __u32 phase;      /* enum llama_step_phase */
+    __s32 n_tokens;   /* batch.n_tokens */
+    __u32 n_runs;     /* runs filled (<= LLAMA_MAX_RUNS) */
+    __u32 truncated;  /* 1: the batch had more runs than LLAMA_MAX_RUNS, or one was unreadable */
+    __s64 ret;        /* llama_decode()'s result (return phase) */
+    __u64 ctx;        /* the llama_context pointer: one engine */
+    struct llama_run runs[LLAMA_MAX_RUNS];
 };
 
 #endif /* INFERPROBE_H */

@@ -31,6 +31,7 @@ GPU_FN_FIRST_WAIT = 16
 GPU_FN_FIRST_COPY = 32
 GPU_FN_FIRST_MEMORY = 48
 GPU_FN_FIRST_QUERY = 60
+LLAMA_MAX_RUNS = 16
 
 
 class EventType(enum.IntEnum):
@@ -52,6 +53,7 @@ class EventType(enum.IntEnum):
     GPU_LAUNCHES = 49
     GPU_FENCE_WAIT = 50
     GPU_DRM_JOB = 51
+    LLAMA_STEP = 80
 
 
 class UsdtProbe(enum.IntEnum):
@@ -235,6 +237,13 @@ class Counter(enum.IntEnum):
 COUNTER_MAX = 16  # enum counter_index: table size, not a member
 
 
+class LlamaStepPhase(enum.IntEnum):
+    """enum llama_step_phase"""
+
+    ENTER = 1
+    RETURN = 2
+
+
 class HttpFlag(enum.IntFlag):
     """HTTP_FLAG_* (#define)"""
 
@@ -294,6 +303,7 @@ C_PREFIXES: dict[str, str] = {
     "GpuFlushReason": "GPU_FLUSH_",
     "GpuDrmWhat": "GPU_DRM_",
     "Counter": "COUNTER_",
+    "LlamaStepPhase": "LLAMA_STEP_",
     "HttpFlag": "HTTP_FLAG_",
     "StackFlag": "STACK_FLAG_",
     "NetFlag": "NET_FLAG_",
@@ -534,4 +544,30 @@ class GpuDrmEvent(ctypes.Structure):
         ("hdr", EventHeader),                               # offset 0, 24 bytes
         ("what", ctypes.c_uint32),                          # offset 24, 4 bytes
         ("pad", ctypes.c_uint32),                           # offset 28, 4 bytes
+    ]
+
+
+class LlamaRun(ctypes.Structure):
+    """struct llama_run: 16 bytes"""
+
+    _fields_ = [
+        ("seq_id", ctypes.c_int32),                         # offset 0, 4 bytes
+        ("pos0", ctypes.c_int32),                           # offset 4, 4 bytes
+        ("n_tokens", ctypes.c_int32),                       # offset 8, 4 bytes
+        ("last_logits", ctypes.c_int32),                    # offset 12, 4 bytes
+    ]
+
+
+class LlamaStepEvent(ctypes.Structure):
+    """struct llama_step_event: 312 bytes"""
+
+    _fields_ = [
+        ("hdr", EventHeader),                               # offset 0, 24 bytes
+        ("phase", ctypes.c_uint32),                         # offset 24, 4 bytes
+        ("n_tokens", ctypes.c_int32),                       # offset 28, 4 bytes
+        ("n_runs", ctypes.c_uint32),                        # offset 32, 4 bytes
+        ("truncated", ctypes.c_uint32),                     # offset 36, 4 bytes
+        ("ret", ctypes.c_int64),                            # offset 40, 8 bytes
+        ("ctx", ctypes.c_uint64),                           # offset 48, 8 bytes
+        ("runs", LlamaRun * 16),                            # offset 56, 256 bytes
     ]
