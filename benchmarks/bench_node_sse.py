@@ -17,8 +17,14 @@ recorder's programs: BPF ns per request, per program as well where
 bpftool can name them. The ratio to look at is traced/untraced requests
 per second of the same round.
 
+With --tls the server speaks HTTPS (Node's https module over the OpenSSL
+linked into node, a certificate made for the run) and wrk drives it over
+TLS: the recorder then reads the plaintext with uprobes on SSL_read and
+SSL_write (docs/tls.md), and the kernel statistics name the TLS programs'
+cost per call beside the syscall programs'.
+
     sudo .venv/bin/python benchmarks/bench_node_sse.py [--duration 10] [--rounds 3]
-        [--connections 32] [--tokens 8] [--json out.json]
+        [--connections 32] [--tokens 8] [--tls] [--json out.json]
 """
 
 from __future__ import annotations
@@ -60,11 +66,21 @@ def program_names() -> dict[int, str]:
     return {p["id"]: p.get("name", str(p["id"])) for p in json.loads(res.stdout)}
 
 
+def self_signed(directory: Path) -> dict[str, str]:
+    """A key and certificate for the run (the openssl tool), as node_sse.js's environment."""
+    key, cert = directory / "key.pem", directory / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=bench", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True)
+    return {"TLS_CERT": str(cert), "TLS_KEY": str(key)}
+
+
 def run_wrk(port: int, args: argparse.Namespace, server_pid: int | None = None) -> dict:
     """One load phase; with server_pid, the server's CPU time per request too."""
     cpu0 = proc_cpu_s(server_pid) if server_pid else 0.0
     res = subprocess.run(
-        ["wrk", "-t1", f"-c{args.connections}", f"-d{args.duration}s", f"http://127.0.0.1:{port}/stream"],
+        ["wrk", "-t1", f"-c{args.connections}", f"-d{args.duration}s",
+         f"{'https' if args.tls else 'http'}://127.0.0.1:{port}/stream"],
         capture_output=True, text=True, timeout=args.duration + 60,
     )  # fmt: skip
     if res.returncode != 0:
@@ -133,13 +149,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--connections", type=int, default=32)
     ap.add_argument("--tokens", type=int, default=8, help="token chunks per response")
+    ap.add_argument("--tls", action="store_true", help="serve and drive over HTTPS")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
     for tool in ("node", "wrk"):
         if shutil.which(tool) is None:
             sys.exit(f"bench_node_sse: needs {tool} (apt install nodejs wrk)")
-    server = subprocess.Popen(["node", str(SERVER)], stdout=subprocess.PIPE, text=True,
-                              env={**os.environ, "TOKENS": str(args.tokens)})
+    certificate = tempfile.TemporaryDirectory()
+    tls_env = self_signed(Path(certificate.name)) if args.tls else {}
+    env = {**os.environ, "TOKENS": str(args.tokens), **tls_env}
+    server = subprocess.Popen(["node", str(SERVER)], stdout=subprocess.PIPE, text=True, env=env)
     rounds: list[dict] = []
     stats: dict = {}
     try:
@@ -172,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{stats['bpf_ns_per_request']} ns of BPF per request: {top}")
     finally:
         stop_process(server, 5)
+        certificate.cleanup()
     ratios = [r["ratio"] for r in rounds]
     summary = {"ratio_mean": round(statistics.mean(ratios), 3), "ratios": ratios,
                "empty_programs_ratios": [r["empty_programs_ratio"] for r in rounds],
@@ -180,7 +200,9 @@ def main(argv: list[str] | None = None) -> int:
                "missing_requests": sum(max(0, r["traced"]["requests"] - r["traced"]["recorded_complete"])
                                        for r in rounds),
                "rounds": rounds}
-    print(f"traced/untraced requests/s: mean x{summary['ratio_mean']:.3f} over {len(ratios)} rounds "
+    transport = "TLS (https): " if args.tls else ""
+    print(f"{transport}traced/untraced requests/s: mean x{summary['ratio_mean']:.3f} "
+          f"over {len(ratios)} rounds "
           f"({', '.join(f'{r:.3f}' for r in ratios)}); {summary['lost_events']} events lost; "
           f"{summary['missing_requests']} completed requests missing from the recordings")
     if args.json:
