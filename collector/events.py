@@ -53,6 +53,8 @@ from inferprobe.collector.layout_generated import (
     GpuCopyKind,
     GpuDrmEvent,
     GpuDrmWhat,
+    LlamaStepEvent,
+    LlamaStepPhase,
     GpuFenceEvent,
     GpuFlushReason,
     GpuFunction,
@@ -92,7 +94,7 @@ __all__ = [
     "OffcpuValue", "StackCounter", "StackFlag", "StackKey", "StackSampleEvent", "Transport", "UsdtEvent",
     "UsdtProbe",
     # decoding
-    "DECODERS", "ConnRecord", "DecodeError", "Event", "FutexWaitRecord", "GpuCallRecord", "GpuDrmRecord",
+    "DECODERS", "ConnRecord", "DecodeError", "Event", "FutexWaitRecord", "GpuCallRecord", "GpuDrmRecord", "LlamaRunRecord", "LlamaStepRecord",
     "GpuFenceRecord", "GpuLaunchesRecord", "GpuRecord", "IoRecord", "NetAckRecord", "NetRecord",
     "NetRetransmitRecord", "NetXmitRecord", "OffcpuRecord", "StackSampleRecord", "UsdtRecord", "decode",
     "event_type_of",
@@ -327,8 +329,34 @@ class GpuDrmRecord:
 
 
 GpuRecord = GpuCallRecord | GpuLaunchesRecord | GpuFenceRecord | GpuDrmRecord
+
+
+@dataclass(frozen=True, slots=True)
+class LlamaRunRecord:
+    """Consecutive tokens of one sequence in one llama_decode batch (bpf/llama.bpf.c)."""
+
+    seq_id: int  # llama-server: the slot id
+    pos0: int
+    n_tokens: int
+    samples: bool  # the run's last token has logits on: the step samples a token for it
+
+
+@dataclass(frozen=True, slots=True)
+class LlamaStepRecord:
+    type: EventType
+    pid: int
+    tid: int
+    ts_ns: int
+    phase: LlamaStepPhase
+    n_tokens: int
+    runs: tuple[LlamaRunRecord, ...]  # entry only
+    truncated: bool
+    ret: int  # return only
+    ctx: int
+
+
 Event = (ConnRecord | IoRecord | UsdtRecord | StackSampleRecord | NetXmitRecord | NetAckRecord
-         | NetRetransmitRecord | FutexWaitRecord | OffcpuRecord | GpuRecord)
+         | NetRetransmitRecord | FutexWaitRecord | OffcpuRecord | GpuRecord | LlamaStepRecord)
 
 
 E = TypeVar("E", bound=IntEnum)
@@ -471,6 +499,16 @@ def _gpu_drm(etype: EventType, ev: Any) -> GpuDrmRecord:
                         what=member(GpuDrmWhat, ev.what, "DRM event"))
 
 
+def _llama_step(etype: EventType, ev: Any) -> LlamaStepRecord:
+    hdr = ev.hdr
+    n = min(ev.n_runs, len(ev.runs))
+    runs = tuple(LlamaRunRecord(r.seq_id, r.pos0, r.n_tokens, bool(r.last_logits)) for r in ev.runs[:n])
+    return LlamaStepRecord(type=etype, pid=hdr.pid, tid=hdr.tid, ts_ns=hdr.ts_ns,
+                           phase=member(LlamaStepPhase, ev.phase, "llama step phase"),
+                           n_tokens=ev.n_tokens, runs=runs, truncated=bool(ev.truncated), ret=ev.ret,
+                           ctx=ev.ctx)
+
+
 @dataclass(frozen=True)
 class Decoder:
     """How one event type is read: the struct the kernel wrote, and its record."""
@@ -499,6 +537,7 @@ DECODERS: dict[EventType, Decoder] = {
     EventType.GPU_LAUNCHES: Decoder(GpuLaunchesEvent, _gpu_launches),
     EventType.GPU_FENCE_WAIT: Decoder(GpuFenceEvent, _gpu_fence),
     EventType.GPU_DRM_JOB: Decoder(GpuDrmEvent, _gpu_drm),
+    EventType.LLAMA_STEP: Decoder(LlamaStepEvent, _llama_step),
 }
 
 
