@@ -18,6 +18,7 @@
  * Settings (-D flags from the probe sets):
  *   PYTHON_STACK_SLOTS    distinct Python stacks kept (default 16384)
  *   PYTHON_MAX_FRAMES     innermost frames walked (default 32; a power of two)
+ *   PYTHON_STACKS_OFF     no walk at all (benchmarks/bench_python_frames.py compares)
  */
 #include "common.bpf.h"
 #include "python_frames.bpf.h"
@@ -38,6 +39,9 @@ BPF_PERCPU_ARRAY(python_frame_scratch, struct python_frame_buf, 1);
  * -ENOSPC python_stacks is full). */
 static __always_inline s32 python_stack_id(u32 tgid, u32 tid)
 {
+#ifdef PYTHON_STACKS_OFF
+    return 0;
+#endif
     u64 *tstate = python_threads.lookup(&tid);
     if (!tstate || *tstate == 0)
         return 0;

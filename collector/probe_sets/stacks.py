@@ -69,13 +69,19 @@ class _StackSet(ProbeSet):
     def __init__(self) -> None:
         self.symbolizer = Symbolizer()
         self.python = PythonTargets()
+        self.python_frames = True
         self._python_stacks: dict[int, object] = {}
         self.stream = False
         self.started_ns = 0
 
     def prepare(self, ctx: TargetContext) -> str | None:
         self.stream = bool(ctx.options.get("phases"))
+        self.python_frames = bool(ctx.options.get("python_frames", True))
         return None
+
+    def python_cflags(self) -> list[str]:
+        # one program for all sets: any set asking for no walk turns it off for all
+        return [] if self.python_frames else ["-DPYTHON_STACKS_OFF"]
 
     def _remember_targets(self, bpf) -> None:
         from inferprobe.collector.loader import target_pids
@@ -84,12 +90,14 @@ class _StackSet(ProbeSet):
         leaders = [pid for pid in target_pids(bpf) if Path(f"/proc/{pid}/task/{pid}").exists()]
         for pid in leaders:
             self.symbolizer.remember_process(pid)
-        self.python.refresh(bpf, leaders)
+        if self.python_frames:
+            self.python.refresh(bpf, leaders)
 
     def after_load(self, bpf, ctx: TargetContext) -> None:
         for pid in ctx.pids:
             self.symbolizer.remember_process(pid)
-        self.python.refresh(bpf, [pid for pid in ctx.pids if Path(f"/proc/{pid}/task/{pid}").exists()])
+        if self.python_frames:
+            self.python.refresh(bpf, [pid for pid in ctx.pids if Path(f"/proc/{pid}/task/{pid}").exists()])
         self.started_ns = time.monotonic_ns()
 
     def release(self) -> None:
@@ -229,7 +237,7 @@ class ProfileProbes(_StackSet):
         return None
 
     def cflags(self) -> list[str]:
-        return ["-DPROFILE_STREAM"] if self.stream else []
+        return (["-DPROFILE_STREAM"] if self.stream else []) + self.python_cflags()
 
     def after_load(self, bpf, ctx: TargetContext) -> None:
         from bcc import PerfSWConfig, PerfType
@@ -279,7 +287,7 @@ class OffcpuProbes(_StackSet):
             f"-DSWITCH_PREV_STATE_OFF={self.offsets['prev_state']}",
             f"-DSWITCH_NEXT_PID_OFF={self.offsets['next_pid']}",
         ]
-        return flags + (["-DOFFCPU_STREAM"] if self.stream else [])
+        return flags + (["-DOFFCPU_STREAM"] if self.stream else []) + self.python_cflags()
 
     def after_load(self, bpf, ctx: TargetContext) -> None:
         bpf.attach_tracepoint(tp=b"sched:sched_switch", fn_name=b"offcpu_on_switch")

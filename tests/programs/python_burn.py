@@ -10,6 +10,9 @@ With `--sleeper`, it instead calls wait_in_sleep() in a loop, which sleeps
 With `--late-thread`, a second thread is started on SIGUSR1 that runs
 burn_late the same way, after the tracer attached; it prints `late_tid=TID`
 when it starts.
+
+SIGUSR2 prints `rounds=N`: the burn_a/b/c rounds (or sleeps) done so far,
+for a benchmark's work per wall second.
 """
 
 import os
@@ -63,6 +66,7 @@ def burn_late():
 
 
 sleeps = []
+rounds = [0]
 
 
 def wait_in_sleep():
@@ -78,11 +82,16 @@ def report(*_):
     os._exit(0)
 
 
+def progress(*_):
+    print(f"rounds={rounds[0] + len(sleeps)}", flush=True)
+
+
 def start_late(*_):
     threading.Thread(target=burn_late, name="late", daemon=True).start()
 
 
 signal.signal(signal.SIGTERM, report)
+signal.signal(signal.SIGUSR2, progress)
 if "--late-thread" in sys.argv:
     signal.signal(signal.SIGUSR1, start_late)
 print("READY", os.getpid(), flush=True)
@@ -92,3 +101,4 @@ while True:
     burn_a()
     burn_b()
     burn_c()
+    rounds[0] += 1
