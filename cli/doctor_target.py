@@ -46,7 +46,14 @@ def tls_lines(pid: int) -> list[TargetLine]:
     return lines
 
 
-TARGET_CHECKS: list[Callable[[int], list[TargetLine]]] = [tls_lines]
+def python_lines(pid: int) -> list[TargetLine]:
+    from inferprobe.collector.python_threads import describe
+
+    found = describe(pid)
+    return [TargetLine("Python", found[0], found[1])] if found else []
+
+
+TARGET_CHECKS: list[Callable[[int], list[TargetLine]]] = [tls_lines, python_lines]
 
 
 def target_lines(pid: int) -> list[TargetLine]:

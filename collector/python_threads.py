@@ -78,7 +78,7 @@ class PythonProcess:
     interpreter: cpython_runtime.Interpreter
     layout: PythonLayout
     memory: ProcessMemory
-    layout_source: str  # "debug offsets" or "table"
+    layout_source: str  # where the offsets came from, for doctor: its _Py_DebugOffsets or the table
     pthread_tid_offset: int | None = None  # 3.10: where struct pthread keeps the kernel tid
     tstates: dict[int, int] = field(default_factory=dict)  # tid -> PyThreadState, last refresh
 
@@ -151,8 +151,8 @@ class PythonProcess:
         tasks = task_ids(self.pid)
         tids = [self._tid_of(t) for t in tstates]
         if not all(tid in tasks for tid in tids):
-            raise LayoutProblem(f"thread ids read with the {self.layout_source} ({tids[:4]}) are not the "
-                                "process's threads: the offsets do not fit this build")
+            raise LayoutProblem(f"thread ids read with the offsets ({self.layout_source}: {tids[:4]}) "
+                                "are not the process's threads: the offsets do not fit this build")
 
 
 def _version(mem: ProcessMemory, interp: cpython_runtime.Interpreter) -> tuple[int, int]:
@@ -180,12 +180,41 @@ def attach(pid: int) -> PythonProcess | None:
         version = _version(mem, interp)
         block = mem.read(interp.runtime, DEBUG_OFFSETS_BYTES)
         if version >= (3, 13) or block[:8] == DEBUG_COOKIE:
-            layout, source = from_debug_offsets(block), "debug offsets"
+            layout, source = from_debug_offsets(block), "own _Py_DebugOffsets"
         else:
-            layout, source = table_layout(version), "table"
+            layout, source = table_layout(version), f"{version[0]}.{version[1]} table, checked on the process"
         proc = PythonProcess(pid, interp, layout, mem, source)
         proc.check()
     except LayoutProblem:
         mem.close()
         raise
     return proc
+
+
+def describe(pid: int) -> tuple[bool, str] | None:
+    """(walked, one sentence) on pid's Python interpreter, for `doctor -p`; None when it runs none."""
+    try:
+        proc = attach(pid)
+    except LayoutProblem as e:
+        interp = cpython_runtime.find_interpreter(pid)
+        where = f" in {interp.path}" if interp else ""
+        return False, f"CPython{where}: {e}; its stacks show native frames only"
+    if proc is not None:
+        try:
+            threads = len(proc.threads())
+        finally:
+            proc.memory.close()
+        major, minor = proc.version
+        return True, (f"CPython {major}.{minor} ({proc.interpreter.path}): Python frames in every stack "
+                      f"(offsets: {proc.layout_source}; {threads} thread(s) now)")
+    try:
+        exe = os.path.basename(os.readlink(f"/proc/{pid}/exe"))
+        maps = open(f"/proc/{pid}/maps").read()
+    except OSError:
+        return None
+    if exe.startswith("pypy") or "libpypy" in maps:
+        return False, f"PyPy ({exe}): its frames are not walked; stacks show native frames only"
+    if exe.startswith("python") or "libpython" in maps:
+        return False, (f"a Python ({exe}) whose _PyRuntime symbol cannot be found (a stripped build?): "
+                       "its frames are not walked")
+    return None

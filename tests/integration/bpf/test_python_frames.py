@@ -189,5 +189,26 @@ def test_per_phase_graph_keeps_the_python_frames(tmp_path):
     assert named >= 0.8 * total, f"{named} of {total} idle-phase samples name a burner"
 
 
+def test_doctor_names_supported_and_unsupported_interpreters():
+    from inferprobe.cli.doctor_target import python_lines
+
+    cases = [(INTERPRETERS["debian-3.11"], True, "CPython 3.11"), (INTERPRETERS["pyenv-3.13"], True, "3.13"),
+             (next(iter(sorted(str(p) for p in PYENV.glob("3.9.*/bin/python3.9"))), None), False,
+              "3.9 is not supported")]
+    cases = [c for c in cases if c[0]]
+    if not cases:
+        pytest.skip("no interpreters to look at")
+    for python, walked, text in cases:
+        proc = subprocess.Popen([python, "-c", "import time; print('up', flush=True); time.sleep(30)"],
+                                stdout=subprocess.PIPE, text=True)
+        try:
+            proc.stdout.readline()
+            (line,) = python_lines(proc.pid)
+        finally:
+            proc.kill()
+            proc.wait()
+        assert line.hooked is walked and text in line.detail, (python, line)
+
+
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-v"]))
