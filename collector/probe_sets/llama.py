@@ -1,0 +1,159 @@
+"""The llama.cpp probe set (bpf/llama.bpf.c): engine steps of an unmodified llama.cpp.
+
+Finds llama.cpp's C API in every target: the file that exports
+`llama_decode`, among the executable files the process maps (libllama.so
+for a default build; llama-server itself, or Ollama's runner, when libllama
+is linked in statically). Attaches an entry and a return uprobe there, per
+process. Nothing in the server changes and it need not restart.
+
+What the steps become (per-request queue, prefill and decode, batch sizes,
+stalls) is worked out in collector/llama_view.py; how a step's batch is read
+is in bpf/llama.bpf.c; docs/engines.md has both.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from inferprobe.collector import targets as target_procs
+from inferprobe.collector.probe_sets import ProbeSet, TargetContext
+
+DECODE_SYMBOL = "llama_decode"
+
+
+@dataclass(frozen=True)
+class MappedFile:
+    pid: int
+    path: str  # as the process sees it
+    file_key: tuple[int, int]  # (st_dev, st_ino)
+
+    @property
+    def host_path(self) -> str:
+        return f"/proc/{self.pid}/root{self.path}"
+
+
+def executable_files(pid: int) -> list[MappedFile]:
+    """Every file pid maps executable, once each."""
+    try:
+        lines = Path(f"/proc/{pid}/maps").read_text().splitlines()
+    except OSError:
+        return []
+    found: dict[tuple[int, int], MappedFile] = {}
+    for line in lines:
+        parts = line.split(None, 5)
+        if len(parts) < 6 or "x" not in parts[1] or not parts[5].startswith("/"):
+            continue
+        path = parts[5]
+        if path.endswith(" (deleted)"):
+            continue
+        try:
+            st = os.stat(f"/proc/{pid}/root{path}")
+        except OSError:
+            continue
+        found.setdefault((st.st_dev, st.st_ino), MappedFile(pid, path, (st.st_dev, st.st_ino)))
+    return list(found.values())
+
+
+def decode_address(path: str) -> int | None:
+    """llama_decode's address in the ELF file at path, or None when it has none."""
+    from bcc import BPF
+
+    try:
+        for name, address in BPF.get_user_functions_and_addresses(path, f"^{DECODE_SYMBOL}$"):
+            if name.decode() == DECODE_SYMBOL and address:
+                return int(address)
+    except Exception:  # bcc raises bare Exception for a file that is no ELF it can read
+        return None
+    return None
+
+
+def _likely(mapped: MappedFile) -> bool:
+    """Files worth an ELF symbol scan: system libraries never export llama_decode."""
+    name = os.path.basename(mapped.path)
+    return not (name.startswith(("libc.", "libc-", "libm.", "libstdc++", "libgcc", "ld-linux", "libpthread",
+                                 "libdl.", "librt.", "libgomp", "libcrypto", "libssl", "libz.", "libcuda",
+                                 "libcudart", "libcublas", "libnvidia", "libpython"))
+                or "/python3" in mapped.path)
+
+
+def llama_targets(pid: int) -> list[tuple[MappedFile, int]]:
+    """(file, llama_decode's address) for each file of pid that exports it."""
+    out = []
+    for mapped in executable_files(pid):
+        if not _likely(mapped):
+            continue
+        address = decode_address(mapped.host_path)
+        if address is not None:
+            out.append((mapped, address))
+    return out
+
+
+@dataclass
+class Attachment:
+    pid: int
+    path: str
+    address: int
+    t_attached_ns: int
+    error: str | None = None
+
+
+class LlamaProbes(ProbeSet):
+    name = "llama"
+    source = "llama.bpf.c"
+    description = "llama.cpp engine steps (uprobes on llama_decode)"
+
+    def __init__(self) -> None:
+        self.attachments: list[Attachment] = []
+        self._pending: list[tuple[MappedFile, int]] = []
+        self._done: set[tuple[int, tuple[int, int]]] = set()
+
+    def prepare(self, ctx: TargetContext) -> str | None:
+        self._pending = [hit for pid in ctx.pids for hit in llama_targets(pid)]
+        if not self._pending:
+            return "no target exports llama_decode (no llama.cpp engine in it)"
+        files = sorted({f"{m.path} (pid {m.pid})" for m, _ in self._pending})
+        self.description = f"llama.cpp engine steps: uprobes on llama_decode in {', '.join(files)}"
+        return None
+
+    def after_load(self, bpf, ctx: TargetContext) -> None:
+        import ctypes
+
+        from bcc import BPF
+
+        # bpf/llama.bpf.c reads a batch's runs one per program, by tail calls to this one.
+        scanner = bpf.load_func(b"llama_scan_run", BPF.KPROBE)
+        bpf.get_table("llama_scan_prog")[ctypes.c_int(0)] = ctypes.c_int(scanner.fd)
+        for mapped, address in self._pending:
+            self._attach(bpf, mapped, address)
+        self._pending = []
+
+    def refresh(self, bpf, ctx: TargetContext) -> list[str]:
+        """New children of a target (a runner started per model, as Ollama does)."""
+        notes = []
+        for pid in target_procs.with_descendants(ctx.pids):
+            if any(done_pid == pid for done_pid, _ in self._done):
+                continue
+            for mapped, address in llama_targets(pid):
+                att = self._attach(bpf, mapped, address)
+                if att.error is None:
+                    notes.append(f"llama: attached to llama_decode in {mapped.path} (pid {pid})")
+        return notes
+
+    def _attach(self, bpf, mapped: MappedFile, address: int) -> Attachment:
+        self._done.add((mapped.pid, mapped.file_key))
+        att = Attachment(mapped.pid, mapped.path, address, 0)
+        self.attachments.append(att)
+        path = mapped.host_path.encode()
+        try:
+            bpf.attach_uprobe(name=path, addr=address, fn_name=b"llama_enter_decode", pid=mapped.pid)
+            bpf.attach_uretprobe(name=path, addr=address, fn_name=b"llama_return_decode", pid=mapped.pid)
+        except Exception as err:  # bcc: bare Exception (a dead pid, the probe limit)
+            att.error = str(err)
+        att.t_attached_ns = time.monotonic_ns()
+        return att
+
+    def snapshot(self, bpf) -> dict:
+        return {"attachments": [vars(a) for a in self.attachments]}
