@@ -14,8 +14,10 @@ the files themselves, so a frame of an exited process still resolves, and an
 unresolved frame keeps its library and offset: `[unknown] libfoo.so+0x1a2b`.
 
 Frame names carry their kind the way flamegraph.pl and bcc's folded output
-do: kernel frames end in "_[k]"; CPython perf-trampoline frames start with
-"py::" (that is how CPython names them in /tmp/perf-PID.map).
+do: kernel frames end in "_[k]"; Python frames start with "py::": CPython's
+perf-trampoline names from /tmp/perf-PID.map (py::function:file), or the
+frames walked from the thread state (py::qualname:file:line, named by
+collector/python_code.py and merged in by collector/python_stacks.py).
 
 Lock waits ask more of an address (code_frame()): the function it is in,
 placed by the unwind table (elf_symbols.ElfFunctions says why), and whether
@@ -50,9 +52,11 @@ STACK_ROOTS = frozenset({
 MAX_STACK_DEPTH = 127  # PERF_MAX_STACK_DEPTH: a walk this deep was cut by the kernel
 
 PYTHON_EXE = re.compile(r"python3?(\.\d+)?$")
+# For a Python process whose frames were neither walked (collector/python_stacks.py:
+# CPython 3.10-3.13) nor named by a perf map.
 PYTHON_HOWTO = (
-    "Python frames are not resolved: run the target with CPython 3.12+ and "
-    "`python -X perf` or PYTHONPERFSUPPORT=1 so it writes /tmp/perf-PID.map"
+    "Python frames are not resolved: inferprobe walks CPython 3.10-3.13 (docs/python-frames.md); "
+    "another CPython 3.12+ names them when run with `python -X perf` or PYTHONPERFSUPPORT=1"
 )
 
 
