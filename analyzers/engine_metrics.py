@@ -117,6 +117,7 @@ class EngineMetricsSummary:
     series: dict[str, GaugeSeries] = field(default_factory=dict)  # gauge -> series
     ttft: HistogramDelta | None = None
     scraper_ports: frozenset[int] = frozenset()  # our own connections to the engine
+    scrape_times_ns: tuple[int, ...] = ()  # when each scrape was answered (midpoints)
     stats: dict = field(default_factory=dict)  # the scraper's counters at the stop
 
     @property
@@ -201,4 +202,5 @@ def summarize(scrapes: Sequence[dict], final_stats: dict | None = None) -> Engin
         t_first_ns=good[0]["t_ns"], t_last_ns=good[-1]["t_ns"],
         series={g: GaugeSeries(g, metric, tuple(pts)) for g, (metric, pts) in points.items()},
         ttft=ttft_delta(good[0]["samples"], good[-1]["samples"]) if len(good) > 1 else None,
-        scraper_ports=frozenset(ports), stats=dict(final_stats or {}))
+        scraper_ports=frozenset(ports), scrape_times_ns=tuple(s["t_ns"] for s in good),
+        stats=dict(final_stats or {}))

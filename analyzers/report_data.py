@@ -7,11 +7,12 @@ Every analyzer runs here, once, and its result is kept in the ReportData
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 
+from inferprobe.analyzers import client_calls, no_requests, unread_traffic, verdict
 from inferprobe.analyzers import locks as lock_analysis
 from inferprobe.analyzers import network as network_analysis
-from inferprobe.analyzers import no_requests, unread_traffic, verdict
 from inferprobe.analyzers.breakdown import Breakdown, break_down
 from inferprobe.analyzers.cadence import CadenceSummary, by_endpoint, by_model, summarize
 from inferprobe.analyzers.engine_metrics import EngineMetricsSummary
@@ -63,6 +64,8 @@ class ReportData:
     no_requests: str | None = None  # why the recording holds no request (analyzers/no_requests.py)
     unread_connections: int = 0  # connections whose bytes nothing recognised (analyzers/unread_traffic.py)
     unread_traffic: str | None = None  # the same, as the sentence the report prints
+    # The targets' outbound calls, their attempts grouped (analyzers/client_calls.py).
+    client_calls: list[client_calls.ClientCall] = field(default_factory=list)
     engine_metrics: EngineMetricsSummary | None = None  # the engine's own /metrics (record --engine-metrics)
 
     @property
@@ -77,14 +80,47 @@ class ReportData:
         return self.recording.lost_events
 
 
+# A scrape's request is read by the server within this of the midpoint the scraper noted.
+SCRAPE_MATCH_NS = 2_000_000_000
+
+
+def scraper_connections(requests: list[Request], connections: dict[int, Connection],
+                        summary: EngineMetricsSummary) -> set[int]:
+    """The connections the recorder itself opened to scrape the engine's metrics.
+
+    Told by the scraper's local port where the tracer saw the peer's address;
+    where it did not (a server that accepts with no address buffer, as
+    llama-server's HTTP library does), by what the connection carried: only GETs
+    of the scraped path, each read close to one of the scrapes' times."""
+    by_conn: dict[int, list[Request]] = {}
+    for r in requests:
+        by_conn.setdefault(r.conn, []).append(r)
+    times = sorted(summary.scrape_times_ns)
+    own = set()
+    for cid, reqs in by_conn.items():
+        conn = connections.get(cid)
+        if conn is None:
+            continue
+        if conn.peer_port is not None:
+            if conn.peer_port in summary.scraper_ports:
+                own.add(cid)
+            continue
+        if times and all(r.method == "GET" and r.path == summary.path
+                         and _near(times, r.t_ingress_ns, SCRAPE_MATCH_NS) for r in reqs):
+            own.add(cid)
+    return own
+
+
+def _near(sorted_times: list[int], t: int, within: int) -> bool:
+    i = bisect.bisect_left(sorted_times, t)
+    return any(abs(sorted_times[j] - t) <= within for j in (i - 1, i) if 0 <= j < len(sorted_times))
+
+
 def without_scrapes(requests: list[Request], connections: dict[int, Connection],
                     summary: EngineMetricsSummary) -> list[Request]:
-    """The requests except the recorder's own scrapes of the engine's metrics
-    path, told by the scraper's local ports (a port names one connection at a time)."""
-    if not summary.scraper_ports:
-        return requests
-    own = {cid for cid, c in connections.items() if c.peer_port in summary.scraper_ports}
-    return [r for r in requests if not (r.conn in own and r.path == summary.path)]
+    """The requests except the recorder's own scrapes of the engine's metrics."""
+    own = scraper_connections(requests, connections, summary)
+    return [r for r in requests if r.conn not in own]
 
 
 def build(recording: Recording, mutex_threshold: float = lock_analysis.DEFAULT_MUTEX_THRESHOLD) -> ReportData:
@@ -106,6 +142,7 @@ def build(recording: Recording, mutex_threshold: float = lock_analysis.DEFAULT_M
         recording.meta.get("probe_sets", {}).get("active", {}).get("gpu")
         if isinstance(recording.meta.get("probe_sets"), dict) else None)
     network_findings = network_analysis.findings(network)
+    calls = client_calls.group(requests, ingested.connections)
     at_ttft = requests_at_ttft_percentiles(requests)
     breakdown = break_down(requests, at_ttft)
     series = over_time(requests, usdt, recording.meta.get("started_monotonic_ns"))
@@ -139,7 +176,8 @@ def build(recording: Recording, mutex_threshold: float = lock_analysis.DEFAULT_M
         decomposition=decomposition(at_ttft),
         network=network,
         network_findings=network_findings,
-        per_request=per_request(requests, locks, gpu),
+        per_request=per_request(requests, locks, gpu, client_calls.attempts_by_request(calls)),
+        client_calls=calls,
         breakdown=breakdown,
         series=series,
         sections=sections,

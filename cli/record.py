@@ -234,6 +234,7 @@ def record(pids, duration, output, ringbuf_mb, no_listen_check, no_usdt, network
     sets += stack_sets(stack_flags)
     if gpu is not False:
         sets += ("gpu",)
+    sets += ("llama",)  # off by itself unless a target has llama.cpp's llama_decode
     options = {**stack_set_options(stack_flags), "locks": {"floor_us": lock_floor_us},
                "gpu": "on" if gpu else "auto", "gpu_run_max_launches": gpu_launch_run,
                "tls": "on" if tls else "auto"}

@@ -17,7 +17,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from inferprobe.collector.correlate import correlate
-from inferprobe.collector.events import ConnRecord, DecodeError, Event, IoRecord, UsdtRecord, decode
+from inferprobe.collector.events import (
+    ConnRecord,
+    DecodeError,
+    Event,
+    IoRecord,
+    LlamaStepRecord,
+    UsdtRecord,
+    decode,
+)
+from inferprobe.collector.llama_view import build_llama_view
 from inferprobe.collector.server_view import ServerView, ServerViewBuilder, build_server_view
 from inferprobe.collector.sessionizer import Sessionizer, completion_order, sessionize
 from inferprobe.collector.timeline import Connection, Request, SessionStats
@@ -52,12 +61,30 @@ class Ingested:
     correlated: int  # requests tied to the server's view of them
 
 
+def merge_views(usdt: ServerView, engine: ServerView) -> ServerView:
+    """One view of both sources (a llama.cpp server that also fires USDT probes)."""
+    if usdt.empty:
+        return engine
+    usdt.requests.update({(pid, -1 - rid): r for (pid, rid), r in engine.requests.items()})
+    usdt.steps = sorted(usdt.steps + engine.steps, key=lambda s: s.t_start_ns)
+    usdt.prefills = sorted(usdt.prefills + engine.prefills, key=lambda s: s.end_ns)
+    usdt.queue_waits = sorted(usdt.queue_waits + engine.queue_waits, key=lambda s: s.end_ns)
+    usdt.queue_depth = sorted(usdt.queue_depth + engine.queue_depth)
+    usdt.probes_seen |= engine.probes_seen
+    return usdt
+
+
 def ingest(raw_events: Iterable[bytes]) -> Ingested:
     events, undecodable = decode_all(raw_events)
     session = sessionize(ev for ev in events if isinstance(ev, ConnRecord | IoRecord))
     requests = sorted(session.requests, key=lambda r: r.t_ingress_ns)
     server = build_server_view(ev for ev in events if isinstance(ev, UsdtRecord))
     correlated = correlate(requests, session.connections, server)
+    steps = [ev for ev in events if isinstance(ev, LlamaStepRecord)]
+    if steps:  # llama.cpp through uprobes: requests the server's USDT probes did not claim
+        llama, tied = build_llama_view(steps, requests, session.connections)
+        server = merge_views(server, llama)
+        correlated += tied
     return Ingested(events=events, undecodable=undecodable, session=session.stats,
                     connections=session.connections, requests=requests, server=server,
                     correlated=correlated)

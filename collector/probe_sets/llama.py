@@ -70,20 +70,23 @@ def decode_address(path: str) -> int | None:
     return None
 
 
-def _likely(mapped: MappedFile) -> bool:
-    """Files worth an ELF symbol scan: system libraries never export llama_decode."""
-    name = os.path.basename(mapped.path)
-    return not (name.startswith(("libc.", "libc-", "libm.", "libstdc++", "libgcc", "ld-linux", "libpthread",
-                                 "libdl.", "librt.", "libgomp", "libcrypto", "libssl", "libz.", "libcuda",
-                                 "libcudart", "libcublas", "libnvidia", "libpython"))
-                or "/python3" in mapped.path)
+def _candidate(mapped: MappedFile, exe: str | None) -> bool:
+    """Files worth a symbol-table scan: the process's executable (libllama linked
+    in: llama-server built static, Ollama's runner) and files named for llama
+    (libllama.so, llama-cpp-python's copy). Scanning every library would read
+    hundreds of megabytes of symbols in a torch process at every start."""
+    return mapped.path == exe or "llama" in os.path.basename(mapped.path).lower()
 
 
 def llama_targets(pid: int) -> list[tuple[MappedFile, int]]:
     """(file, llama_decode's address) for each file of pid that exports it."""
     out = []
+    try:
+        exe: str | None = os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        exe = None
     for mapped in executable_files(pid):
-        if not _likely(mapped):
+        if not _candidate(mapped, exe):
             continue
         address = decode_address(mapped.host_path)
         if address is not None:
