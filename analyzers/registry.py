@@ -13,6 +13,7 @@ from inferprobe.analyzers import (
     diagnostics_sections,
     engine_metrics_section,
     http_section,
+    phase_sources,
     stacks_section,
     usdt_section,
 )
@@ -23,6 +24,7 @@ Analyzer = Callable[[AnalysisInput], AnalyzerResult | None]
 ANALYZERS: tuple[Analyzer, ...] = (
     http_section.analyze,
     usdt_section.analyze,
+    phase_sources.analyze,
     engine_metrics_section.analyze,
     diagnostics_sections.locks,
     diagnostics_sections.network,

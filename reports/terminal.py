@@ -13,6 +13,7 @@ from rich.table import Table
 from inferprobe.analyzers.cadence import CadenceSummary, Distribution
 from inferprobe.analyzers.decompose import TTFT_PHASES
 from inferprobe.analyzers.engine_metrics_section import ANCHOR as ENGINE_METRICS_ANCHOR
+from inferprobe.analyzers.phase_sources import ANCHOR as PHASE_SOURCES_ANCHOR
 from inferprobe.analyzers.report_data import ReportData
 from inferprobe.analyzers.units import ms
 from inferprobe.reports import tables
@@ -164,9 +165,10 @@ def _render_scheduler(data: ReportData, console: Console) -> None:
 
 
 def _render_engine_metrics(data: ReportData, console: Console) -> None:
-    """The engine's own /metrics section, as every output draws it (analyzers/engine_metrics_section.py)."""
+    """Where the phases came from and the engine's own /metrics, as every output draws them
+    (analyzers/phase_sources.py, analyzers/engine_metrics_section.py)."""
     for sec in data.sections:
-        if sec.anchor == ENGINE_METRICS_ANCHOR:
+        if sec.anchor in (PHASE_SOURCES_ANCHOR, ENGINE_METRICS_ANCHOR):
             console.print(f"[bold]{sec.title}[/bold]: {sec.summary}")
             for t in sec.tables:
                 console.print(rich_table(t))

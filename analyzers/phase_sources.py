@@ -1,0 +1,60 @@
+"""Where each request's phases came from: the server's USDT probes, the
+engine's own code through uprobes (llama.cpp's llama_decode), or the
+sockets only; and where the scheduler gauges came from (those two, or the
+engine's /metrics endpoint). A reader needs it to know how far to trust a
+queue or prefill figure: USDT is what the server says, engine uprobes are
+measured inside the engine and tied to requests first in, first out, the
+metrics endpoint is sampled every 250 ms."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from inferprobe.analyzers.engine_metrics_section import summary_of
+from inferprobe.analyzers.sections import AnalysisInput, AnalyzerResult, AnalyzerSection, Table, source_states
+from inferprobe.collector.events import LlamaStepRecord, UsdtProbe, UsdtRecord
+from inferprobe.collector.llama_view import phase_source
+
+ANCHOR = "analyzer-phase-sources"
+WHAT = {
+    "usdt": "queue, schedule, prefill, first token, decode steps: as the server's probes fired them",
+    "engine_uprobes": "queue wait, prefill, decode steps and batch sizes: llama_decode calls, tied first in, "
+                      "first out",
+    "sockets only": "response headers, first token chunk, decode, finish: on the wire only",
+}
+
+
+def gauge_sources(inp: AnalysisInput) -> list[str]:
+    found = []
+    if any(isinstance(e, UsdtRecord) and e.probe in (UsdtProbe.QUEUE_DEPTH, UsdtProbe.KV_USAGE)
+           for e in inp.events):
+        found.append("usdt")
+    if any(isinstance(e, LlamaStepRecord) for e in inp.events):
+        found.append("engine_uprobes")
+    if summary_of(inp.recording) is not None:
+        found.append("engine_metrics")
+    return found
+
+
+def analyze(inp: AnalysisInput) -> AnalyzerResult | None:
+    if not inp.requests:
+        return None
+    counts = Counter(phase_source(r) for r in inp.requests)
+    rows = tuple((source, str(counts[source]), WHAT[source])
+                 for source in ("usdt", "engine_uprobes", "sockets only") if counts[source])
+    gauges = gauge_sources(inp)
+    section = AnalyzerSection(
+        anchor=ANCHOR, title="Where the phases came from",
+        summary=("Each request's phases, and the scheduler gauges, by the source they were measured at "
+                 "(docs/engines.md)."),
+        sources=source_states(inp.recording.meta, ["usdt", "llama"]),
+        tables=(Table(caption="Requests by the source of their phases",
+                      columns=("source", "requests", "phases it gives"), rows=rows),
+                Table(caption="Scheduler gauges", columns=("gauge", "from"),
+                      rows=(("scheduler_queue_length, running requests", ", ".join(gauges) or "none"),
+                            ("batch_stall_duration_seconds",
+                             ", ".join(g for g in gauges if g != "engine_metrics") or "none")))),
+        notes=("engine_uprobes ties a request to the sequence that started next in order: a request the "
+               "engine never decoded shifts the ties after it until one ends without a sequence.",)
+        if counts["engine_uprobes"] else ())
+    return AnalyzerResult(section=section)

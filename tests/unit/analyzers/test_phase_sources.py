@@ -1,0 +1,34 @@
+"""The report says where each request's phases and the gauges came from."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from inferprobe.analyzers.phase_sources import analyze
+from inferprobe.analyzers.sections import AnalysisInput
+from inferprobe.collector.events import EventType, LlamaRunRecord, LlamaStepPhase, LlamaStepRecord
+from inferprobe.collector.llama_view import build_llama_view
+from inferprobe.collector.recording import Recording
+from inferprobe.collector.timeline import Outcome, Request
+
+MS = 1_000_000
+
+
+def _req(conn: int, t_ms: int) -> Request:
+    return Request(pid=7, tid=1, conn=conn, method="POST", path="/completion", t_ingress_ns=t_ms * MS,
+                   status=200, outcome=Outcome.COMPLETE, t_end_ns=(t_ms + 500) * MS)
+
+
+def test_engine_uprobe_requests_and_socket_only_ones_are_counted_apart():
+    steps = [LlamaStepRecord(EventType.LLAMA_STEP, 7, 8, 100 * MS, LlamaStepPhase.ENTER, 5,
+                             (LlamaRunRecord(0, 0, 5, True),), False, 0, 1),
+             LlamaStepRecord(EventType.LLAMA_STEP, 7, 8, 110 * MS, LlamaStepPhase.RETURN, 0, (), False, 0, 0)]
+    tied, untied = _req(1, 50), _req(2, 700)
+    build_llama_view(steps, [tied, untied])
+    result = analyze(AnalysisInput(recording=Recording(path=Path("r.ipr"), meta={}), requests=[tied, untied],
+                                   events=steps))
+    assert result is not None and result.section is not None
+    by_source = {row[0]: row[1] for row in result.section.tables[0].rows}
+    assert by_source == {"engine_uprobes": "1", "sockets only": "1"}
+    gauges = dict(result.section.tables[1].rows)
+    assert gauges["batch_stall_duration_seconds"] == "engine_uprobes"
