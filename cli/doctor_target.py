@@ -53,7 +53,30 @@ def python_lines(pid: int) -> list[TargetLine]:
     return [TargetLine("Python", found[0], found[1])] if found else []
 
 
-TARGET_CHECKS: list[Callable[[int], list[TargetLine]]] = [tls_lines, python_lines]
+def engine_lines(pid: int) -> list[TargetLine]:
+    """llama.cpp found in the target (hooked through uprobes), and the engine's own /metrics."""
+    from inferprobe.collector import targets
+    from inferprobe.collector.engine_scrape import discover
+    from inferprobe.collector.probe_sets.llama import llama_targets
+
+    lines = []
+    found = llama_targets(pid)
+    for mapped, _address in found:
+        lines.append(TargetLine("llama.cpp", True,
+                                f"llama_decode in {mapped.path}: hooks it (uprobes): engine steps, "
+                                "per-request queue, prefill and decode, batch sizes"))
+    url = discover(targets.listening_sockets([pid]))
+    if url is not None:
+        lines.append(TargetLine("Engine metrics", True, f"{url}: record scrapes it every 250 ms "
+                                                        "(queue, running requests, KV use, TTFT)"))
+    elif found:
+        lines.append(TargetLine("Engine metrics", False,
+                                "no /metrics on the target's ports: start llama-server with --metrics "
+                                "for its own queue gauge (llamacpp:requests_deferred)"))
+    return lines
+
+
+TARGET_CHECKS: list[Callable[[int], list[TargetLine]]] = [tls_lines, python_lines, engine_lines]
 
 
 def target_lines(pid: int) -> list[TargetLine]:

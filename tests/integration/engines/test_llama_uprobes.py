@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import subprocess
 
-import pytest
-
 from inferprobe.collector.events import LlamaRunRecord, LlamaStepPhase, LlamaStepRecord
 
 from tests.programs.build import build
@@ -66,5 +64,15 @@ def test_a_process_without_llama_decode_leaves_the_set_off(tmp_path):
         proc.wait()
 
 
-if __name__ == "__main__":
-    pytest.main([__file__, "-v"])
+def test_doctor_says_llama_cpp_was_found_and_is_hooked(tmp_path):
+    from tests.support.cli import run_doctor
+
+    exe = build("fake_llama", tmp_path)
+    proc = subprocess.Popen([str(exe)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().startswith("READY")
+        out = run_doctor("-p", str(proc.pid)).stdout
+    finally:
+        proc.kill()
+        proc.wait()
+    assert f"llama.cpp: llama_decode in {exe}: hooks it" in " ".join(out.split())
