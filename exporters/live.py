@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from inferprobe.collector.events import UsdtRecord
+from inferprobe.collector.events import LlamaStepRecord, UsdtRecord
 from inferprobe.collector.ingest import LiveIngest
 from inferprobe.collector.ringbuf_format import iter_ring_records
 from inferprobe.collector.timeline import Request
@@ -79,6 +79,8 @@ class LiveExport:
                 self.stats.usdt_events += 1
                 if self.metrics is not None:
                     self.metrics.observe_usdt(ev)
+            elif isinstance(ev, LlamaStepRecord) and self.metrics is not None:
+                self.metrics.observe_llama(ev)
         self.stats.undecodable = self.ingest.undecodable
 
     def _harvest(self) -> None:

@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from inferprobe.analyzers.engine_metrics import OCCUPANCY, QUEUE, RUNNING, gauge_values
 from inferprobe.analyzers.request_analysis import NONE, RequestAnalysis
 from inferprobe.collector.errors import InferprobeError
-from inferprobe.collector.events import UsdtProbe, UsdtRecord
+from inferprobe.collector.events import LlamaStepPhase, LlamaStepRecord, UsdtProbe, UsdtRecord
 from inferprobe.collector.shared_constants import MUTEX_WAIT_THRESHOLD
 from inferprobe.collector.timeline import Outcome, Request
 from inferprobe.exporters.spans import output_tokens, phases
@@ -108,11 +108,13 @@ class Metrics:
         self.batch_stall = Histogram("batch_stall_duration_seconds",
                                      "Gap between one decode step's end and the next one's start "
                                      "while requests were running.",
-                                     ("target",), buckets=STALL_BUCKETS, registry=r)
+                                     ("target", "source"), buckets=STALL_BUCKETS, registry=r)
         self._lost_seen = 0
         self._dropped_seen = 0
         self._step_end: dict[int, int] = {}  # pid -> end of its last decode step
         self._running: dict[int, int] = {}  # pid -> running requests (queue_depth probe)
+        self._llama_end: dict[int, int] = {}  # pid -> end of its last llama_decode
+        self._llama_seqs: dict[int, frozenset[int]] = {}  # pid -> sequences in its last step
         self._server: WSGIServer | None = None
 
     # -- labels -----------------------------------------------------------------
@@ -195,7 +197,22 @@ class Metrics:
         elif ev.probe == UsdtProbe.DECODE_STEP_START:
             last_end = self._step_end.pop(ev.pid, None)
             if last_end is not None and self._running.get(ev.pid, 1) > 0:
-                self.batch_stall.labels(target).observe((ev.ts_ns - last_end) / 1e9)
+                self.batch_stall.labels(target, "usdt").observe((ev.ts_ns - last_end) / 1e9)
+
+    # -- llama.cpp's engine steps (llama_decode uprobes) ------------------------------
+    def observe_llama(self, ev: LlamaStepRecord) -> None:
+        """Running sequences at each step, and the stall between two steps that
+        share a sequence (analyzers/scheduler.py's rule, live)."""
+        target = self.target(ev.pid)
+        if ev.phase == LlamaStepPhase.RETURN:
+            self._llama_end[ev.pid] = ev.ts_ns
+            return
+        seqs = frozenset(run.seq_id for run in ev.runs)
+        self.running.labels(target, "engine_uprobes").set(len(seqs))
+        before, last_end = self._llama_seqs.get(ev.pid), self._llama_end.get(ev.pid)
+        if before is not None and last_end is not None and before & seqs and ev.ts_ns > last_end:
+            self.batch_stall.labels(target, "engine_uprobes").observe((ev.ts_ns - last_end) / 1e9)
+        self._llama_seqs[ev.pid] = seqs
 
     # -- the engine's own /metrics ------------------------------------------------
     def observe_engine(self, samples: list) -> None:

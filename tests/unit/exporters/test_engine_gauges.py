@@ -46,3 +46,23 @@ def test_top_shows_the_engine_gauges_and_leaves_out_its_own_scrapes():
     window.feed_engine({"samples": _samples("tgi.prom"), "local_ports": [45000]})
     snap = window.snapshot(now_ns=10**9)
     assert (snap.queue_waiting, snap.gauge_source) == (2, "usdt")
+
+
+def test_llama_steps_give_running_sequences_and_stalls_live():
+    from inferprobe.collector.events import LlamaRunRecord, LlamaStepPhase, LlamaStepRecord
+
+    m = Metrics({7: "llama-server"})
+
+    def step(t_ms: int, end_ms: int, *seqs: int) -> None:
+        runs = tuple(LlamaRunRecord(s, 10, 1, True) for s in seqs)
+        for phase, t in ((LlamaStepPhase.ENTER, t_ms), (LlamaStepPhase.RETURN, end_ms)):
+            m.observe_llama(LlamaStepRecord(EventType.LLAMA_STEP, 7, 8, t * 1_000_000, phase, len(runs),
+                                            runs if phase == LlamaStepPhase.ENTER else (), False, 0, 1))
+
+    step(0, 10, 0, 1)
+    step(30, 40, 1)  # shares sequence 1: a 20 ms stall
+    step(41, 50, 2)  # nothing shared: no stall
+    labels = {"target": "llama-server", "source": "engine_uprobes"}
+    assert m.registry.get_sample_value("inferprobe_running_requests", labels) == 1
+    assert m.registry.get_sample_value("batch_stall_duration_seconds_count", labels) == 1
+    assert abs(m.registry.get_sample_value("batch_stall_duration_seconds_sum", labels) - 0.020) < 1e-9

@@ -55,7 +55,8 @@ def test_requests_histograms_counters_and_usdt_gauges():
     assert _sample(m, "scheduler_queue_length", target="server", source="usdt") == 7
     assert _sample(m, "inferprobe_running_requests", target="server", source="usdt") == 3
     assert _sample(m, "token_occupancy_ratio", target="server", source="usdt") == 0.9
-    assert _sample(m, "batch_stall_duration_seconds_sum", target="server") == pytest.approx(2.5)
+    stall_s = _sample(m, "batch_stall_duration_seconds_sum", target="server", source="usdt")
+    assert stall_s == pytest.approx(2.5)
     m.set_totals(lost_events=4, otlp_dropped=2)
     m.set_totals(lost_events=4, otlp_dropped=5)
     assert _sample(m, "inferprobe_lost_events_total") == 4
