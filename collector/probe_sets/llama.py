@@ -78,8 +78,9 @@ def _candidate(mapped: MappedFile, exe: str | None) -> bool:
     return mapped.path == exe or "llama" in os.path.basename(mapped.path).lower()
 
 
-def llama_targets(pid: int) -> list[tuple[MappedFile, int]]:
-    """(file, llama_decode's address) for each file of pid that exports it."""
+def llama_targets(pid: int, skip: set[tuple[int, int]] | None = None) -> list[tuple[MappedFile, int]]:
+    """(file, llama_decode's address) for each file of pid that exports it;
+    files in skip (already scanned) are not read again and are added to it."""
     out = []
     try:
         exe: str | None = os.readlink(f"/proc/{pid}/exe")
@@ -88,6 +89,10 @@ def llama_targets(pid: int) -> list[tuple[MappedFile, int]]:
     for mapped in executable_files(pid):
         if not _candidate(mapped, exe):
             continue
+        if skip is not None:
+            if mapped.file_key in skip:
+                continue
+            skip.add(mapped.file_key)
         address = decode_address(mapped.host_path)
         if address is not None:
             out.append((mapped, address))
@@ -112,9 +117,11 @@ class LlamaProbes(ProbeSet):
         self.attachments: list[Attachment] = []
         self._pending: list[tuple[MappedFile, int]] = []
         self._done: set[tuple[int, tuple[int, int]]] = set()
+        self._scanned: dict[int, set[tuple[int, int]]] = {}  # pid -> files whose symbols were read
 
     def prepare(self, ctx: TargetContext) -> str | None:
-        self._pending = [hit for pid in ctx.pids for hit in llama_targets(pid)]
+        self._pending = [hit for pid in ctx.pids
+                         for hit in llama_targets(pid, self._scanned.setdefault(pid, set()))]
         if not self._pending:
             return "no target exports llama_decode (no llama.cpp engine in it)"
         files = sorted({f"{m.path} (pid {m.pid})" for m, _ in self._pending})
@@ -134,12 +141,11 @@ class LlamaProbes(ProbeSet):
         self._pending = []
 
     def refresh(self, bpf, ctx: TargetContext) -> list[str]:
-        """New children of a target (a runner started per model, as Ollama does)."""
+        """New children of a target (a runner started per model, as Ollama does) and
+        libllama loaded later (llama-cpp-python at import): only files not read before."""
         notes = []
         for pid in target_procs.with_descendants(ctx.pids):
-            if any(done_pid == pid for done_pid, _ in self._done):
-                continue
-            for mapped, address in llama_targets(pid):
+            for mapped, address in llama_targets(pid, self._scanned.setdefault(pid, set())):
                 att = self._attach(bpf, mapped, address)
                 if att.error is None:
                     notes.append(f"llama: attached to llama_decode in {mapped.path} (pid {pid})")
