@@ -27,9 +27,9 @@ def explain(recording: Recording, requests: Sequence[Request],
         hint = meta.get("listening_ancestor")
         where = (f"; the listening process is PID {hint['pid']}, the {hint['relation']} of the one you "
                  f"gave: record -p {hint['pid']}" if hint else "")
-        return (f"No HTTP request: pid {pids} held no listening socket while recording{where} "
-                "(inferprobe sees the requests a process serves; a batch job or a client shows only "
-                "its locks, stacks, GPU calls and off-CPU time).")
+        return (f"No HTTP request: pid {pids} held no listening socket and made no outbound HTTP/1.x call "
+                f"while recording{where} (inferprobe sees the requests a process serves and the calls it "
+                "makes; a batch job shows only its locks, stacks, GPU calls and off-CPU time).")
     skipped = recording.counter("io_skipped")
     if connections or skipped:
         libraries = unread_traffic.unhooked_tls(recording)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from inferprobe.analyzers import (
+    client_section,
     diagnostics_sections,
     engine_metrics_section,
     http_section,
@@ -23,6 +24,7 @@ Analyzer = Callable[[AnalysisInput], AnalyzerResult | None]
 
 ANALYZERS: tuple[Analyzer, ...] = (
     http_section.analyze,
+    client_section.analyze,
     usdt_section.analyze,
     phase_sources.analyze,
     engine_metrics_section.analyze,

@@ -143,14 +143,17 @@ def build(recording: Recording, mutex_threshold: float = lock_analysis.DEFAULT_M
         if isinstance(recording.meta.get("probe_sets"), dict) else None)
     network_findings = network_analysis.findings(network)
     calls = client_calls.group(requests, ingested.connections)
-    at_ttft = requests_at_ttft_percentiles(requests)
-    breakdown = break_down(requests, at_ttft)
-    series = over_time(requests, usdt, recording.meta.get("started_monotonic_ns"))
+    # The server-side verdicts (where a served request's time went) read served requests
+    # only: a client's outbound call spends that time in its peer (analyzers/client_section.py).
+    served = [r for r in requests if r.role == "server"]
+    at_ttft = requests_at_ttft_percentiles(served)
+    breakdown = break_down(served, at_ttft)
+    series = over_time(served, usdt, recording.meta.get("started_monotonic_ns"))
     active_sets = recording.meta.get("probe_sets", {}).get("active", {})
-    findings = FindingList(verdict.core_findings(requests, breakdown, series, active_sets))
+    findings = FindingList(verdict.core_findings(served, breakdown, series, active_sets))
     sections = []
     inp = AnalysisInput(recording=recording, requests=requests, events=decoded, locks=locks,
-                        network=network, network_findings=network_findings, gpu=gpu)
+                        network=network, network_findings=network_findings, gpu=gpu, client_calls=calls)
     for analyze in ANALYZERS:
         result = analyze(inp)
         if result is not None:

@@ -20,6 +20,7 @@ from inferprobe.analyzers.itl_phases import itl_phases_ns
 from inferprobe.collector.timeline import Request, WaitInterval
 
 if TYPE_CHECKING:  # the live exporters import this module; they need none of the analyzers
+    from inferprobe.analyzers.client_calls import Attempt
     from inferprobe.analyzers.gpu import GpuSummary
     from inferprobe.analyzers.locks import LockAnalysis
 
@@ -33,13 +34,14 @@ class RequestAnalysis:
     # None: the probe set was off, so the waits are unknown; () : it was on and saw none.
     lock_waits: tuple[WaitInterval, ...] | None = None  # locks set: lock and GIL waits, by start
     gpu_waits: tuple[WaitInterval, ...] | None = None  # gpu set: sync calls and synchronous copies
+    client: Attempt | None = None  # an outbound call's attempt: call, number, connection (client_calls.py)
 
 
 NONE = RequestAnalysis()
 
 
 def per_request(requests: Sequence[Request], locks: LockAnalysis | None,
-                gpu: GpuSummary | None) -> list[RequestAnalysis]:
+                gpu: GpuSummary | None, attempts: dict[int, Attempt] | None = None) -> list[RequestAnalysis]:
     """One RequestAnalysis per request, in the order of `requests`."""
     gpu_waits = {g.index: g.wait_intervals for g in gpu.requests} if gpu is not None else {}
     out = []
@@ -55,5 +57,6 @@ def per_request(requests: Sequence[Request], locks: LockAnalysis | None,
             mutex_wait_ratio=span.ratio if span is not None else None,
             lock_waits=lock_waits,
             gpu_waits=gpu_waits.get(i),
+            client=(attempts or {}).get(id(r)),
         ))
     return out

@@ -19,6 +19,7 @@ from inferprobe.collector.recording import Recording
 from inferprobe.collector.timeline import Request
 
 if TYPE_CHECKING:
+    from inferprobe.analyzers.client_calls import ClientCall
     from inferprobe.analyzers.gpu import GpuSummary
     from inferprobe.analyzers.locks import LockAnalysis
     from inferprobe.analyzers.network import ConnectionNetwork
@@ -36,6 +37,7 @@ class AnalysisInput:
     network: list[ConnectionNetwork] | None = None
     network_findings: Sequence[Finding] = ()  # analyzers/network.py's, once for every output
     gpu: GpuSummary | None = None
+    client_calls: Sequence[ClientCall] = ()  # analyzers/client_calls.py: the targets' outbound calls
 
 
 @dataclass(frozen=True)

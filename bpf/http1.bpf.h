@@ -8,7 +8,7 @@
  * body's end written on their own (chunked_end_piece). Needs struct scratch
  * (scratch.bpf.h) and the byte tools (scan_bytes.bpf.h).
  *
- * Where it plugs in: classify_read and classify_write in sock.bpf.c look at
+ * Where it plugs in: classify_request and classify_response in sock.bpf.c look at
  * a syscall's first bytes (first_bytes) and send an HTTP/1 request or
  * response down scan_header_block, which calls the scans here; bodies go to
  * scan_body (sse.bpf.h) and scan_fields (stream_fields.bpf.h). Another
@@ -123,12 +123,17 @@ static __always_inline int header_newline(struct scratch *s, u32 q)
         else if (MATCHES(end, ": close\r", 8))
             s->ev.flags |= HTTP_FLAG_CONN_CLOSE;
     }
-    if (q + 16 <= n && MATCHES(load8(s->head, q), "\ncontent", 8)) {
+    u64 first = q + 16 <= n ? load8(s->head, q) : 0;
+    if (MATCHES(first, "\ncontent", 8)) {
         u64 rest = load8(s->head, q + 8);
         if (MATCHES(rest, "-length:", 8))
             s->length_at = q + 16;
         else if (MATCHES(rest, "-type:", 6))
             s->type_at = q + 14;   /* read once after the scan: fewer branches per line */
+    } else if (MATCHES(first, "\nx-stain", 8) && q + 25 <= n && MATCHES(load8(s->head, q + 8), "less-ret", 8) &&
+               MATCHES(load8(s->head, q + 16), "ry-count", 8)) {
+        /* The Stainless SDKs' (openai, anthropic) attempt number: only its digits are read. */
+        s->retry_at = q + 25;
     }
     return 0;
 }
@@ -154,7 +159,7 @@ static __always_inline void scan_headers(struct scratch *s)
 }
 
 /* The Content-Length value noted by scan_headers(). Runs in its own program:
- * see the chain above classify_read() in sock.bpf.c. */
+ * see the chain above classify_request() in sock.bpf.c. */
 /* A decimal number at `at` in the head, spaces before it skipped: its value,
  * and how many digits it had (0: no number). Up to 16 characters looked at. */
 static __always_inline u64 read_decimal(struct scratch *s, u32 at, u32 *digits)
@@ -181,6 +186,11 @@ static __always_inline u64 read_decimal(struct scratch *s, u32 at, u32 *digits)
 static __always_inline void parse_content_length(struct scratch *s)
 {
     u32 digits = 0;
+    if (s->retry_at) {
+        u64 attempt = read_decimal(s, s->retry_at, &digits);
+        if (digits)
+            s->ev.retry_count = attempt < 254 ? (u8)attempt + 1 : 255;
+    }
     if (!s->length_at)
         return;
     u64 value = read_decimal(s, s->length_at, &digits);

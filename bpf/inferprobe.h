@@ -52,11 +52,12 @@
  * independently: 1-15 sockets and USDT, 16-31 locks and scheduling,
  * 32-47 stacks and profiling, 48-63 GPU, 64-79 network. */
 enum event_type {
-    EVENT_CONN_OPEN = 1,   /* accept()/accept4() returned a socket */
+    EVENT_CONN_OPEN = 1,   /* accept()/accept4() returned a socket, or a target connect()ed one (ts: the call) */
     EVENT_CONN_CLOSE = 2,  /* close() of a tracked socket */
     EVENT_SOCK_READ = 3,   /* read-family syscall on a tracked socket */
     EVENT_SOCK_WRITE = 4,  /* write-family syscall on a tracked socket */
     EVENT_USDT = 5,        /* an inferprobe USDT probe fired in the server */
+    EVENT_CONN_CONNECTED = 6, /* a client connection's TCP handshake completed (sock:inet_sock_set_state) */
     EVENT_CPU_SAMPLE = 32,    /* one on-CPU stack sample (only with per-phase tagging) */
     EVENT_OFFCPU_SAMPLE = 33, /* one off-CPU period of a target thread (ditto) */
     EVENT_NET_XMIT = 64,   /* a segment of a traced connection reached the device (net.bpf.c) */
@@ -142,6 +143,9 @@ struct conn_event {
     __u16 family;       /* AF_INET, AF_INET6, AF_UNIX, 0 when unknown */
     __u16 peer_port;    /* host byte order */
     __u8 peer_addr[16]; /* IPv4 in the first 4 bytes, IPv6 in all 16 */
+    __u16 role;         /* enum conn_role */
+    __u16 pad_role;
+    __s32 result;       /* EVENT_CONN_OPEN of a client: connect()'s return (0, -EINPROGRESS, -errno) */
 };
 
 struct io_event {
@@ -168,9 +172,17 @@ struct io_event {
     char model[MODEL_MAX_BYTES];
     char event_name[EVENT_NAME_MAX_BYTES];
     __u8 transport;         /* enum transport: what carried the bytes */
-    __u8 pad_transport[1];
+    __u8 role;              /* enum conn_role of the connection */
+    __u8 retry_count;       /* a request's x-stainless-retry-count value + 1 (SDK retries), 0: none */
+    __u8 pad_retry[7];
     __u64 wire_ns;          /* TLS: CLOCK_MONOTONIC at the start of the first socket syscall of the
                              * library call (the write that carried the plaintext); 0 if none was seen */
+};
+
+/* conn_event.role, io_event.role: which end of the connection the target is. */
+enum conn_role {
+    CONN_ROLE_SERVER = 0,   /* it accepted the connection: it reads requests and writes responses */
+    CONN_ROLE_CLIENT = 1,   /* it connect()ed: it writes requests and reads responses (outbound calls) */
 };
 
 /* io_event.transport: who handed the bytes to the classifier. */

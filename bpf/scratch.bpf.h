@@ -43,10 +43,12 @@ struct scratch {
     u32 tail_in_head; /* the head ends with the whole of the last buffer */
     u32 body_start;
     u64 tls_session; /* TLS: the session whose plaintext this is (event_conn), 0 for a socket */
+    u32 request_side; /* the bytes are the request half: a server's read, a client's write */
     u32 http_seen;
     u32 chunked;     /* the connection's response is chunked (conn_state) */
     u32 length_at;   /* where the Content-Length value starts, 0 if none */
     u32 type_at;     /* where the Content-Type value starts, 0 if none */
+    u32 retry_at;    /* where an x-stainless-retry-count value starts, 0 if none (http1.bpf.h) */
     u32 data_lines;
     u32 done;
     /* Vectored I/O: the iovecs copy_iovecs() did not reach, and the bytes the

@@ -17,8 +17,8 @@
  * table, pending I/O, accept and close, then the read and write hooks and
  * the tail-call chain. How bytes are read and what they mean live in the
  * headers below, one concern each, all working on struct scratch; a new
- * protocol is a header of its own plus a branch in classify_read and
- * classify_write, where the chain dispatches on a syscall's first bytes.
+ * protocol is a header of its own plus a branch in classify_request and
+ * classify_response, where the chain dispatches on a syscall's first bytes.
  * Map code stays here: bcc rewrites map calls (map.lookup(), .call(),
  * task_storage_get) only in its main file, and leaves them in an included
  * header as calls the kernel refuses.
@@ -58,6 +58,7 @@ struct conn_state {
     u32 chunked;     /* its last response's headers said chunked: find_framing may apply */
     u32 tls;         /* a TLS session runs over it: its bytes are ciphertext, read at the library */
     u32 unrecognised; /* it moved bytes the classifier did not recognise (counted at close) */
+    u32 client;      /* enum conn_role: connect()ed by the target (it sends requests) or accepted */
 };
 
 enum io_dir { DIR_READ = 0, DIR_WRITE = 1 };
@@ -73,6 +74,7 @@ struct pending_io {
     u32 http_seen;
     u32 chunked;
     u32 tls;
+    u32 client;
     u64 session;     /* TLS: the library's session (SSL *, Go *tls.Conn); 0 for a socket syscall */
     u64 wire_ns;     /* TLS: when the first socket syscall inside the library call began */
 };
@@ -129,6 +131,7 @@ static __always_inline void fill_pending(struct pending_io *io, u64 ts_ns, u64 b
     io->http_seen = conn->http_seen;
     io->chunked = conn->chunked;
     io->tls = conn->tls;
+    io->client = conn->client;
     io->session = 0;
     io->wire_ns = 0;
 }
@@ -177,6 +180,7 @@ struct cached_conn {
     u32 http_seen;
     u32 chunked;
     u32 tls;
+    u32 client;
     u32 filled;
     u32 tracked;     /* 0: socks has no entry for this fd */
 };
@@ -225,6 +229,7 @@ static __always_inline int lookup_conn(struct pending_io *slot, u32 tgid, s32 fd
         out->http_seen = cached->http_seen;
         out->chunked = cached->chunked;
         out->tls = cached->tls;
+        out->client = cached->client;
         return cached->tracked;
     }
     struct sock_key key = {.pid = tgid, .fd = fd};
@@ -240,6 +245,7 @@ static __always_inline int lookup_conn(struct pending_io *slot, u32 tgid, s32 fd
     cached->http_seen = out->http_seen;
     cached->chunked = out->chunked;
     cached->tls = out->tls;
+    cached->client = out->client;
     return 1;
 }
 
@@ -406,6 +412,23 @@ BPF_PERCPU_ARRAY(scratch_area, struct scratch, 1);
 
 /* ---------------------------------------------------------------- accept / close */
 
+static __always_inline void fill_peer(struct conn_event *ev, u64 addr)
+{
+    /* sockaddr layouts are user ABI: family first, then port (inet). */
+    u16 family = 0;
+    bpf_probe_read_user(&family, sizeof(family), (void *)addr);
+    ev->family = family;
+    if (family == 2 /* AF_INET */ || family == 10 /* AF_INET6 */) {
+        u16 port_be = 0;
+        bpf_probe_read_user(&port_be, sizeof(port_be), (void *)(addr + 2));
+        ev->peer_port = (port_be >> 8) | (port_be << 8);
+        if (family == 2)
+            bpf_probe_read_user(ev->peer_addr, 4, (void *)(addr + 4));
+        else
+            bpf_probe_read_user(ev->peer_addr, 16, (void *)(addr + 8));
+    }
+}
+
 static __always_inline int accept_enter(u64 sockaddr_ptr)
 {
     u64 id = bpf_get_current_pid_tgid();
@@ -452,21 +475,8 @@ static __always_inline int accept_exit(long ret)
     fill_header(&ev->hdr, EVENT_CONN_OPEN, bpf_ktime_get_ns(), id);
     ev->conn_id = conn_id;
     ev->fd = (s32)ret;
-    if (addr) {
-        /* sockaddr layouts are user ABI: family first, then port (inet). */
-        u16 family = 0;
-        bpf_probe_read_user(&family, sizeof(family), (void *)addr);
-        ev->family = family;
-        if (family == 2 /* AF_INET */ || family == 10 /* AF_INET6 */) {
-            u16 port_be = 0;
-            bpf_probe_read_user(&port_be, sizeof(port_be), (void *)(addr + 2));
-            ev->peer_port = (port_be >> 8) | (port_be << 8);
-            if (family == 2)
-                bpf_probe_read_user(ev->peer_addr, 4, (void *)(addr + 4));
-            else
-                bpf_probe_read_user(ev->peer_addr, 16, (void *)(addr + 8));
-        }
-    }
+    if (addr)
+        fill_peer(ev, addr);
     events.ringbuf_submit(ev, wakeup_flag(sizeof(*ev)));
     count(COUNTER_EVENTS_SENT);
     return 0;
@@ -476,6 +486,118 @@ TRACEPOINT_PROBE(syscalls, sys_enter_accept) { return accept_enter((u64)args->up
 TRACEPOINT_PROBE(syscalls, sys_exit_accept) { return accept_exit(args->ret); }
 TRACEPOINT_PROBE(syscalls, sys_enter_accept4) { return accept_enter((u64)args->upeer_sockaddr); }
 TRACEPOINT_PROBE(syscalls, sys_exit_accept4) { return accept_exit(args->ret); }
+
+/* ---------------------------------------------------------------- connect: the targets' outbound calls
+ *
+ * A socket a target connect()s is a client connection: its writes carry
+ * requests and its reads responses (conn_state.client; the chain takes the
+ * request half by s->request_side). Its id is handed out at the call, so
+ * that sock:inet_sock_set_state, which sees the TCP handshake, can name it:
+ * SYN_SENT runs inside connect() on the calling thread (pending_connect),
+ * ESTABLISHED later, in whatever context the SYN-ACK arrives, and is found
+ * by the socket's address, an opaque key the tracepoint gives (connecting). */
+struct connect_call {
+    u64 ts_ns;
+    u64 sockaddr;
+    u64 conn_id;
+    s32 fd;
+    u32 pad;
+};
+BPF_TABLE("lru_hash", u64, struct connect_call, pending_connect, 4096);   /* per tid */
+
+struct connecting_conn {
+    u64 conn_id;
+    u64 pid_tgid;
+};
+BPF_TABLE("lru_hash", u64, struct connecting_conn, connecting, 4096);   /* skaddr -> the connection */
+
+
+TRACEPOINT_PROBE(syscalls, sys_enter_connect)
+{
+    u64 id = bpf_get_current_pid_tgid();
+    if (!is_target(id >> 32))
+        return 0;
+    u32 zero = 0;
+    u64 *counter = next_conn_id.lookup(&zero);
+    if (!counter)
+        return 0;
+    struct connect_call call = {.ts_ns = bpf_ktime_get_ns(), .sockaddr = (u64)args->uservaddr,
+                                .conn_id = __sync_fetch_and_add(counter, 1), .fd = (s32)args->fd};
+    pending_connect.update(&id, &call);
+    return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_exit_connect)
+{
+    u64 id = bpf_get_current_pid_tgid();
+    struct connect_call *found = pending_connect.lookup(&id);
+    if (!found)
+        return 0;
+    struct connect_call call = *found;
+    pending_connect.delete(&id);
+    long ret = args->ret;
+    if (ret == 0 || ret == -115 /* EINPROGRESS: a non-blocking connect under way */) {
+        struct sock_key key = {.pid = id >> 32, .fd = call.fd};
+        struct conn_state state = {.conn_id = call.conn_id, .client = 1};
+        socks.update(&key, &state);
+        socks_changed(key.pid, key.fd);
+    }
+    /* Failed ones too: a refused or timed-out attempt is what a retry follows. */
+    struct conn_event *ev = events.ringbuf_reserve(sizeof(struct conn_event));
+    if (!ev) {
+        count(COUNTER_EVENTS_LOST);
+        return 0;
+    }
+    __builtin_memset(ev, 0, sizeof(*ev));
+    fill_header(&ev->hdr, EVENT_CONN_OPEN, call.ts_ns, id);
+    ev->conn_id = call.conn_id;
+    ev->fd = call.fd;
+    ev->role = CONN_ROLE_CLIENT;
+    ev->result = (s32)ret;
+    if (call.sockaddr)
+        fill_peer(ev, call.sockaddr);
+    events.ringbuf_submit(ev, wakeup_flag(sizeof(*ev)));
+    count(COUNTER_EVENTS_SENT);
+    return 0;
+}
+
+TRACEPOINT_PROBE(sock, inet_sock_set_state)
+{
+    if (args->protocol != 6 /* IPPROTO_TCP */)
+        return 0;
+    u64 sk = (u64)args->skaddr;
+    if (args->newstate == 2 /* TCP_SYN_SENT */) {
+        u64 id = bpf_get_current_pid_tgid();
+        struct connect_call *call = pending_connect.lookup(&id);
+        if (call) {
+            struct connecting_conn conn = {.conn_id = call->conn_id, .pid_tgid = id};
+            connecting.update(&sk, &conn);
+        }
+        return 0;
+    }
+    if (args->oldstate != 2 /* TCP_SYN_SENT */)
+        return 0;
+    struct connecting_conn *found = connecting.lookup(&sk);
+    if (!found)
+        return 0;
+    struct connecting_conn conn = *found;
+    connecting.delete(&sk);
+    if (args->newstate != 1 /* TCP_ESTABLISHED */)
+        return 0;   /* refused, reset or timed out: connect() or the first I/O reports it */
+    struct conn_event *ev = events.ringbuf_reserve(sizeof(struct conn_event));
+    if (!ev) {
+        count(COUNTER_EVENTS_LOST);
+        return 0;
+    }
+    __builtin_memset(ev, 0, sizeof(*ev));
+    fill_header(&ev->hdr, EVENT_CONN_CONNECTED, bpf_ktime_get_ns(), conn.pid_tgid);
+    ev->conn_id = conn.conn_id;
+    ev->fd = -1;
+    ev->role = CONN_ROLE_CLIENT;
+    events.ringbuf_submit(ev, wakeup_flag(sizeof(*ev)));
+    count(COUNTER_EVENTS_SENT);
+    return 0;
+}
 
 TRACEPOINT_PROBE(syscalls, sys_enter_close)
 {
@@ -523,20 +645,20 @@ TRACEPOINT_PROBE(syscalls, sys_enter_close)
  * Entry stores the arguments per thread. Exit fills the event in per-CPU
  * scratch and hands it down a short chain of tail calls (a few ns each), so
  * that each program verifies on its own:
- *   sys_exit_* [-> gather_iovecs] -> classify_read  -> scan_header_block -> submit
- *                                 -> classify_write -> scan_header_block -> scan_body -> submit
+ *   sys_exit_* [-> gather_iovecs] -> classify_request  -> scan_header_block -> submit
+ *                                 -> classify_response -> scan_header_block -> scan_body -> submit
  *                                                   -> scan_body (no status line) -> submit
  * Code after a scan loop is walked by the verifier once per way out of the
  * loop, so what follows the loops is kept small; and each scan is its own
  * program because verifying one costs ~0.1 s of start-up (inlined into
- * classify_write, the body scan made that one program take a second). The
+ * classify_response, the body scan made that one program take a second). The
  * iovec copy is a program of its own for the same reason: inlined, its loop
  * was verified in each of the eight exit programs, and eight iovecs instead
  * of four took start-up from 1.5 to 2.8 s.
  */
 enum classify_prog {
-    PROG_CLASSIFY_READ = 0,
-    PROG_CLASSIFY_WRITE = 1,
+    PROG_CLASSIFY_REQUEST = 0,
+    PROG_CLASSIFY_RESPONSE = 1,
     PROG_SCAN_HEADER_BLOCK = 2,
     PROG_SCAN_BODY = 3,
     PROG_GATHER_IOVECS = 4,
@@ -811,8 +933,11 @@ static __always_inline int classify_io(void *ctx, u64 id, struct pending_io io, 
     if (began_before_tracing)
         ev->flags |= HTTP_FLAG_BEGAN_UNSEEN;
     ev->transport = io.session ? TRANSPORT_TLS : TRANSPORT_SOCKET;
+    ev->role = io.client ? CONN_ROLE_CLIENT : CONN_ROLE_SERVER;
     ev->wire_ns = io.wire_ns;
     s->tls_session = io.session;
+    /* The request half of the exchange: a server reads it, a client writes it. */
+    s->request_side = (io.dir == DIR_READ) != (io.client != 0);
     s->http_seen = io.http_seen;
     s->chunked = io.chunked;
     s->n = 0;
@@ -823,6 +948,7 @@ static __always_inline int classify_io(void *ctx, u64 id, struct pending_io io, 
     s->body_start = 0;
     s->length_at = 0;
     s->type_at = 0;
+    s->retry_at = 0;
     s->last_len = 0;
     s->output_at = 0;
     s->input_at = 0;
@@ -854,7 +980,7 @@ static __always_inline int classify_io(void *ctx, u64 id, struct pending_io io, 
         chain_call(ctx, tls, PROG_GATHER_IOVECS);
     } else {
         copy_buffer(s, io.buf, (u64)ret);
-        chain_call(ctx, tls, io.dir == DIR_READ ? PROG_CLASSIFY_READ : PROG_CLASSIFY_WRITE);
+        chain_call(ctx, tls, s->request_side ? PROG_CLASSIFY_REQUEST : PROG_CLASSIFY_RESPONSE);
     }
     /* Only reached when the tail call failed: send the unclassified event
      * rather than lose the bytes. */
@@ -887,7 +1013,7 @@ static __always_inline int chain_gather_iovecs(void *ctx, int tls)
     copy_iovecs(s, 0, 0);
     /* A window of fewer bytes than the overlap cannot carry one over. */
     s->more = s->bytes_left && s->n >= WINDOW_OVERLAP;
-    chain_call(ctx, tls, s->ev.hdr.type == EVENT_SOCK_READ ? PROG_CLASSIFY_READ : PROG_CLASSIFY_WRITE);
+    chain_call(ctx, tls, s->request_side ? PROG_CLASSIFY_REQUEST : PROG_CLASSIFY_RESPONSE);
     return submit(s);
 }
 CHAIN_PROGRAM(gather_iovecs)
@@ -932,12 +1058,14 @@ static __always_inline u8 carried_method(struct scratch *s, u64 first8, u32 *aft
     return method;
 }
 
-/* classify_read and classify_write, the first programs once a syscall's
- * bytes are in the head, tell which protocol it speaks from its first bytes,
+/* classify_request and classify_response, the first programs once a
+ * syscall's bytes are in the head, take the request half of an exchange (a
+ * server's reads, a client's writes) and the response half (a server's
+ * writes, a client's reads), and tell which protocol it speaks from its first bytes,
  * by the recognisers of each protocol's header (HTTP/1: http1.bpf.h). A new
  * protocol's recogniser is one more branch in each, sending its syscalls to
  * programs of its own or to the body scans. */
-static __always_inline int chain_classify_read(void *ctx, int tls)
+static __always_inline int chain_classify_request(void *ctx, int tls)
 {
     struct scratch *s = get_scratch();
     if (!s)
@@ -954,9 +1082,9 @@ static __always_inline int chain_classify_read(void *ctx, int tls)
     }
     return submit(s);
 }
-CHAIN_PROGRAM(classify_read)
+CHAIN_PROGRAM(classify_request)
 
-static __always_inline int chain_classify_write(void *ctx, int tls)
+static __always_inline int chain_classify_response(void *ctx, int tls)
 {
     struct scratch *s = get_scratch();
     if (!s)
@@ -970,7 +1098,7 @@ static __always_inline int chain_classify_write(void *ctx, int tls)
     chain_call(ctx, tls, PROG_SCAN_BODY);
     return submit(s);
 }
-CHAIN_PROGRAM(classify_write)
+CHAIN_PROGRAM(classify_response)
 
 /* A response's headers say whether its body is chunked: the connection
  * keeps that for the writes of the body (find_framing reads only their
@@ -1083,7 +1211,7 @@ static __always_inline int chain_scan_fields(void *ctx, int tls)
      * the windows (finish_body), from 0 too. One scan in the program, which
      * the verifier walks once. */
     scan_json_fields(s, s->windows || s->tail_pass || s->model_pass ? 0 : s->body_start);
-    if (s->ev.hdr.type == EVENT_SOCK_READ)
+    if (s->request_side)
         return finish_request_read(ctx, tls, s);
     if (s->tail_pass)
         return submit(s);
@@ -1167,6 +1295,7 @@ static __always_inline struct tls_session *tls_session_of(u32 tgid, struct tls_c
         struct conn_state *sock = socks.lookup(&skey);
         if (sock) {
             fresh.state.conn_id = sock->conn_id;
+            fresh.state.client = sock->client;
             fresh.fd = fd;
             if (!sock->tls) {
                 sock->tls = 1;
@@ -1180,6 +1309,8 @@ static __always_inline struct tls_session *tls_session_of(u32 tgid, struct tls_c
         if (!counter)
             return 0;
         fresh.state.conn_id = __sync_fetch_and_add(counter, 1);
+        /* Which end it is, from HTTP/1's order: the client speaks first. */
+        fresh.state.client = call->dir == DIR_WRITE;
         count(COUNTER_TLS_UNTIED);
     }
     tls_sessions.update(&key, &fresh);

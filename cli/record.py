@@ -59,8 +59,9 @@ def _no_listener_note(meta: dict) -> str | None:
     if meta["listening"]:
         return None
     pids = ", ".join(str(t["pid"]) for t in meta["targets"])
-    note = (f"pid {pids} holds no listening socket: requests it serves appear once it listens; "
-            "its threads' locks, stacks, GPU calls and off-CPU time are recorded as usual")
+    note = (f"pid {pids} holds no listening socket: its outbound HTTP calls are recorded (client role), "
+            "requests it serves appear once it listens; its threads' locks, stacks, GPU calls and "
+            "off-CPU time are recorded as usual")
     hint = meta.get("listening_ancestor")
     if hint:
         note += f" (the listening process is PID {hint['pid']}, the {hint['relation']} of the one you gave)"

@@ -44,6 +44,7 @@ from inferprobe.collector.layout_generated import (
     STACK_COUNTER_MAX,
     USDT_MAX_ARGS,
     ConnEvent,
+    ConnRole,
     Counter,
     EventHeader,
     EventType,
@@ -87,7 +88,8 @@ __all__ = [
     "GPU_FN_FIRST_QUERY", "GPU_FN_FIRST_WAIT", "GPU_FN_MAX", "LAYOUT_VERSION", "LOCK_COUNTER_MAX",
     "LOCK_EXEC_GRANULES", "LOCK_EXEC_GRANULE_SHIFT", "LOCK_SCAN_HITS", "MODEL_MAX_BYTES",
     "NET_DEV_NAME_BYTES", "PATH_MAX_BYTES", "STACK_COUNTER_MAX", "STACK_FLAG_PREEMPTED", "USDT_MAX_ARGS",
-    "ConnEvent", "Counter", "EventHeader", "EventType", "FutexWaitEvent", "FutexWaitFlag", "GpuCallEvent",
+    "ConnEvent", "ConnRole", "Counter", "EventHeader", "EventType", "FutexWaitEvent", "FutexWaitFlag",
+    "GpuCallEvent",
     "GpuCopyKind", "GpuDrmEvent", "GpuDrmWhat", "GpuFenceEvent", "GpuFlushReason", "GpuFunction",
     "GpuLaunchesEvent", "HttpFlag", "HttpKind", "HttpMethod", "IoEvent", "LockCounter", "NetAckEvent",
     "NetFlag", "NetRetransmitEvent", "NetVia", "NetXmitEvent", "OffcpuEvent", "OffcpuReason",
@@ -120,6 +122,8 @@ class ConnRecord:
     family: int
     peer_port: int
     peer_addr: bytes
+    role: ConnRole = ConnRole.SERVER  # CLIENT: the target connect()ed it (an outbound call)
+    result: int = 0  # a client's CONN_OPEN: connect()'s return (0, -EINPROGRESS, -errno)
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +157,8 @@ class IoRecord:
     # known, the start of the socket write inside it).
     transport: Transport = Transport.SOCKET
     wire_ns: int | None = None
+    role: ConnRole = ConnRole.SERVER  # CLIENT: the target's own outbound call (it writes the request)
+    retry_count: int | None = None  # a request's x-stainless-retry-count (0 on a first attempt)
 
     @property
     def is_read(self) -> bool:
@@ -378,7 +384,8 @@ def _text(raw: bytes, length: int, limit: int) -> str | None:
 def _conn(etype: EventType, ev: Any) -> ConnRecord:
     hdr = ev.hdr
     return ConnRecord(type=etype, pid=hdr.pid, tid=hdr.tid, ts_ns=hdr.ts_ns, conn_id=ev.conn_id, fd=ev.fd,
-                      family=ev.family, peer_port=ev.peer_port, peer_addr=bytes(ev.peer_addr))
+                      family=ev.family, peer_port=ev.peer_port, peer_addr=bytes(ev.peer_addr),
+                      role=member(ConnRole, ev.role, "connection role"), result=ev.result)
 
 
 def _io(etype: EventType, ev: Any) -> IoRecord:
@@ -415,6 +422,8 @@ def _io(etype: EventType, ev: Any) -> IoRecord:
         event_name=_text(ev.event_name, ev.event_name_len, EVENT_NAME_MAX_BYTES) if ev.named_events else None,
         transport=member(Transport, ev.transport, "transport"),
         wire_ns=ev.wire_ns or None,
+        role=member(ConnRole, ev.role, "connection role"),
+        retry_count=ev.retry_count - 1 if ev.retry_count else None,
     )
 
 
@@ -524,6 +533,7 @@ class Decoder:
 DECODERS: dict[EventType, Decoder] = {
     EventType.CONN_OPEN: Decoder(ConnEvent, _conn),
     EventType.CONN_CLOSE: Decoder(ConnEvent, _conn),
+    EventType.CONN_CONNECTED: Decoder(ConnEvent, _conn),
     EventType.SOCK_READ: Decoder(IoEvent, _io),
     EventType.SOCK_WRITE: Decoder(IoEvent, _io),
     EventType.USDT: Decoder(UsdtEvent, _usdt),

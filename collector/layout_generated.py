@@ -42,6 +42,7 @@ class EventType(enum.IntEnum):
     SOCK_READ = 3
     SOCK_WRITE = 4
     USDT = 5
+    CONN_CONNECTED = 6
     CPU_SAMPLE = 32
     OFFCPU_SAMPLE = 33
     NET_XMIT = 64
@@ -93,6 +94,13 @@ class HttpMethod(enum.IntEnum):
     HEAD = 5
     OPTIONS = 6
     PATCH = 7
+
+
+class ConnRole(enum.IntEnum):
+    """enum conn_role"""
+
+    SERVER = 0
+    CLIENT = 1
 
 
 class Transport(enum.IntEnum):
@@ -293,6 +301,7 @@ C_PREFIXES: dict[str, str] = {
     "UsdtProbe": "USDT_",
     "HttpKind": "HTTP_KIND_",
     "HttpMethod": "HTTP_METHOD_",
+    "ConnRole": "CONN_ROLE_",
     "Transport": "TRANSPORT_",
     "StackCounter": "STACK_COUNTER_",
     "NetVia": "NET_VIA_",
@@ -324,7 +333,7 @@ class EventHeader(ctypes.Structure):
 
 
 class ConnEvent(ctypes.Structure):
-    """struct conn_event: 56 bytes"""
+    """struct conn_event: 64 bytes"""
 
     _fields_ = [
         ("hdr", EventHeader),                               # offset 0, 24 bytes
@@ -333,11 +342,14 @@ class ConnEvent(ctypes.Structure):
         ("family", ctypes.c_uint16),                        # offset 36, 2 bytes
         ("peer_port", ctypes.c_uint16),                     # offset 38, 2 bytes
         ("peer_addr", ctypes.c_uint8 * 16),                 # offset 40, 16 bytes
+        ("role", ctypes.c_uint16),                          # offset 56, 2 bytes
+        ("pad_role", ctypes.c_uint16),                      # offset 58, 2 bytes
+        ("result", ctypes.c_int32),                         # offset 60, 4 bytes
     ]
 
 
 class IoEvent(ctypes.Structure):
-    """struct io_event: 256 bytes"""
+    """struct io_event: 264 bytes"""
 
     _fields_ = [
         ("hdr", EventHeader),                               # offset 0, 24 bytes
@@ -363,8 +375,10 @@ class IoEvent(ctypes.Structure):
         ("model", ctypes.c_char * 64),                      # offset 150, 64 bytes
         ("event_name", ctypes.c_char * 32),                 # offset 214, 32 bytes
         ("transport", ctypes.c_uint8),                      # offset 246, 1 byte
-        ("pad_transport", ctypes.c_uint8 * 1),              # offset 247, 1 byte
-        ("wire_ns", ctypes.c_uint64),                       # offset 248, 8 bytes
+        ("role", ctypes.c_uint8),                           # offset 247, 1 byte
+        ("retry_count", ctypes.c_uint8),                    # offset 248, 1 byte
+        ("pad_retry", ctypes.c_uint8 * 7),                  # offset 249, 7 bytes
+        ("wire_ns", ctypes.c_uint64),                       # offset 256, 8 bytes
     ]
 
 

@@ -29,7 +29,7 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from inferprobe.collector.events import ConnRecord, Event, EventType, HttpFlag, HttpKind, IoRecord
+from inferprobe.collector.events import ConnRecord, ConnRole, Event, EventType, HttpFlag, HttpKind, IoRecord
 from inferprobe.collector.timeline import Connection, Outcome, Request, SessionStats, StreamEvent
 
 
@@ -69,7 +69,20 @@ def _connection(ev: ConnRecord) -> Connection:
         peer=peer,
         peer_port=ev.peer_port if peer else None,
         t_open_ns=ev.ts_ns,
+        role=ev.role.name.lower(),
+        connect_result=ev.result,
     )
+
+
+def moment(ev: IoRecord) -> int:
+    """When the bytes of an I/O moved for the application: a write's entry
+    (the server handed its token over), a read's return (the bytes were there)."""
+    return ev.exit_ns if ev.is_read else ev.ts_ns
+
+
+def is_request_side(ev: IoRecord) -> bool:
+    """The request half of an exchange: what a server reads, what a client writes."""
+    return ev.is_read != (ev.role == ConnRole.CLIENT)
 
 
 def completion_order(ev: Event) -> int:
@@ -101,6 +114,9 @@ class Sessionizer:
                 if ev.conn_id in self.connections:
                     self.connections[ev.conn_id].t_close_ns = ev.ts_ns
                 self._on_close(ev.conn_id, ev.ts_ns, "close")
+            elif ev.type == EventType.CONN_CONNECTED:
+                if ev.conn_id in self.connections:
+                    self.connections[ev.conn_id].t_connect_end_ns = ev.ts_ns
             else:
                 self.connections[ev.conn_id] = _connection(ev)
                 # A new connection under a reused id cannot happen (ids are
@@ -111,12 +127,12 @@ class Sessionizer:
             # open before the recording started: known only by its first I/O
             self.connections[ev.conn_id] = Connection(
                 conn_id=ev.conn_id, pid=ev.pid, fd=ev.fd, family="unknown", peer=None,
-                peer_port=None, t_open_ns=None)
+                peer_port=None, t_open_ns=None, role=ev.role.name.lower())
         conn = self._conns.setdefault(ev.conn_id, _Conn())
-        if ev.is_read:
-            self._on_read(conn, ev)
+        if is_request_side(ev):
+            self._on_request_bytes(conn, ev)
         else:
-            self._on_write(conn, ev)
+            self._on_response_bytes(conn, ev)
 
     def finish(self) -> list[Request]:
         """Ends the recording: whatever is still open is incomplete."""
@@ -130,8 +146,8 @@ class Sessionizer:
         self._conns.clear()
         return self.requests
 
-    # -- reads -----------------------------------------------------------------
-    def _on_read(self, conn: _Conn, ev: IoRecord) -> None:
+    # -- the request half: a server's reads, a client's writes -----------------
+    def _on_request_bytes(self, conn: _Conn, ev: IoRecord) -> None:
         if ev.kind == HttpKind.REQUEST:
             req = Request(
                 pid=ev.pid,
@@ -139,10 +155,12 @@ class Sessionizer:
                 conn=ev.conn_id,
                 method=ev.method,
                 path=ev.path,
-                t_ingress_ns=ev.exit_ns,
+                t_ingress_ns=moment(ev),
                 bytes_in=ev.bytes,
                 model=ev.model,
                 transport=ev.transport.name.lower(),
+                role=ev.role.name.lower(),
+                retry_count=ev.retry_count,
             )
             self.requests.append(req)
             self.stats.requests += 1
@@ -156,10 +174,17 @@ class Sessionizer:
         elif ev.kind == HttpKind.EOF:
             conn.reading = None
 
-    # -- writes ----------------------------------------------------------------
-    def _on_write(self, conn: _Conn, ev: IoRecord) -> None:
+    # -- the response half: a server's writes, a client's reads ----------------
+    def _on_response_bytes(self, conn: _Conn, ev: IoRecord) -> None:
         if ev.kind == HttpKind.ERROR:
             return  # a failed write moved nothing; close() decides the outcome
+        if ev.kind == HttpKind.EOF:
+            # A client read 0: the server closed. A body delimited by the close ends here.
+            resp = conn.responding
+            if resp is not None and resp.close_delimited:
+                self._end_response(conn, resp.last_write_ns, "close")
+            return
+        t = moment(ev)
         body_bytes = ev.bytes
         if ev.kind == HttpKind.RESPONSE:
             if 100 <= ev.status < 200:
@@ -179,34 +204,34 @@ class Sessionizer:
         req = resp.request
         req.bytes_out += max(ev.bytes, 0)
         req.write_tids.add(ev.tid)
-        resp.last_write_ns = ev.ts_ns
-        tokens = self._token_events(resp, ev)
+        resp.last_write_ns = t
+        tokens = self._token_events(resp, ev, t)
         if tokens and (req.streaming or ev.kind == HttpKind.DATA):
             if not req.token_ns:
                 req.t_first_token_wire_ns = ev.wire_ns
-            req.token_ns.append(ev.ts_ns)
+            req.token_ns.append(t)
             req.token_events.append(tokens)
         if ev.named_events and req.stream_format == "sse":
-            req.stream_events.append(StreamEvent(ev.ts_ns, ev.event_name, ev.named_events))
+            req.stream_events.append(StreamEvent(t, ev.event_name, ev.named_events))
         if ev.output_tokens is not None:
             req.output_tokens = ev.output_tokens  # the last count stated is the total
         if ev.input_tokens is not None:
             req.input_tokens = ev.input_tokens
         resp.body_seen += max(body_bytes, 0)
         if self._response_ended(resp, ev):
-            self._end_response(conn, ev.ts_ns, "framing")
+            self._end_response(conn, t, "framing")
 
     @staticmethod
-    def _token_events(resp: _Response, ev: IoRecord) -> int:
-        """Token events in one write of the response, its end marker left out."""
+    def _token_events(resp: _Response, ev: IoRecord, t: int) -> int:
+        """Token events in one write (or a client's read) of the response, its end marker left out."""
         req = resp.request
         if req.stream_format != "ndjson":
             if HttpFlag.SSE_DONE in ev.flags and req.t_done_ns is None:
-                req.t_done_ns = ev.ts_ns
+                req.t_done_ns = t
             return ev.sse_events
         lines = ev.json_lines
         if HttpFlag.JSON_DONE in ev.flags and req.t_done_ns is None:
-            req.t_done_ns = ev.ts_ns
+            req.t_done_ns = t
             resp.done_line_open = True
         if resp.done_line_open and lines:
             # The "done" line is the stream's last: counted by the write that
@@ -227,7 +252,7 @@ class Sessionizer:
         if conn.reading is req:
             conn.reading = None
         req.status = ev.status
-        req.t_response_start_ns = ev.ts_ns
+        req.t_response_start_ns = moment(ev)
         if HttpFlag.EVENT_STREAM in ev.flags:
             req.stream_format = "sse"
         elif HttpFlag.NDJSON_STREAM in ev.flags:
@@ -238,7 +263,7 @@ class Sessionizer:
             request=req,
             chunked=HttpFlag.CHUNKED in ev.flags,
             length=ev.content_length,
-            last_write_ns=ev.ts_ns,
+            last_write_ns=moment(ev),
         )
         no_body = req.method == "HEAD" or ev.status in (204, 304)
         if no_body:

@@ -85,6 +85,32 @@ def socket_fds(pid: int) -> list[int]:
     return sorted(_sockets(pid))
 
 
+def connected_socket_fds(pid: int) -> set[int]:
+    """The fds among socket_fds(pid) that are TCP connections pid opened itself:
+    established, and on a local port pid does not listen on (an accepted
+    connection shares its listener's port). Seeded as client connections."""
+    inodes = {inode: fd for fd, inode in _sockets(pid).items()}
+    if not inodes:
+        return set()
+    listening: set[str] = set()
+    established: dict[int, str] = {}
+    for name in ("tcp", "tcp6"):
+        try:
+            lines = (PROC / str(pid) / "net" / name).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) <= 9:
+                continue
+            port = fields[1].rsplit(":", 1)[1]
+            if fields[3] == "0A":
+                listening.add(port)
+            elif fields[3] == "01" and int(fields[9]) in inodes:
+                established[int(fields[9])] = port
+    return {inodes[inode] for inode, port in established.items() if port not in listening}
+
+
 # x86-64 syscall numbers of the reads sock.bpf.c traces: read, readv, recvfrom, recvmsg.
 READ_SYSCALLS_X86_64 = frozenset({0, 19, 45, 47})
 

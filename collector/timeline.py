@@ -68,6 +68,11 @@ class Request:
     # carried the first token began at t_first_token_wire_ns, where seen).
     transport: str = "socket"
     t_first_token_wire_ns: int | None = None
+    # "server": a request the target served (it read the request, wrote the
+    # response); "client": one it sent (t_ingress_ns is its first request byte
+    # written, the response times are reads' returns: when the bytes reached it).
+    role: str = "server"
+    retry_count: int | None = None  # the request's x-stainless-retry-count header, where it was read
     # Filled in when the server has inferprobe USDT probes (collector/correlate.py):
     server: ServerRequest | None = None
     correlated_by: str | None = None  # "conn_fd", "thread" or "time"
@@ -129,6 +134,12 @@ class Connection:
     peer_port: int | None
     t_open_ns: int | None
     t_close_ns: int | None = None
+    # "server": the target accepted it; "client": the target connect()ed it
+    # (an outbound call), from t_open_ns (connect()'s entry) to
+    # t_connect_end_ns (the TCP handshake done), connect_result its return.
+    role: str = "server"
+    t_connect_end_ns: int | None = None
+    connect_result: int = 0
 
 
 @dataclass(slots=True)

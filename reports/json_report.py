@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from inferprobe.analyzers.breakdown import ItlBreakdown
 from inferprobe.analyzers.cadence import CadenceSummary
+from inferprobe.analyzers.client_calls import Attempt, ClientCall, peer_of
 from inferprobe.analyzers.engine_metrics import EngineMetricsSummary
 from inferprobe.analyzers.findings import Finding
 from inferprobe.analyzers.locks import LockAnalysis
@@ -66,6 +67,8 @@ def request_json(r: Request, analysis: RequestAnalysis, stall_ns: dict[tuple[int
         "t_first_token_ns": r.t_first_token_ns,
         "t_first_token_wire_ns": r.t_first_token_wire_ns,
         "transport": r.transport,
+        "role": r.role,
+        **client_fields(analysis.client),
         "token_ns": list(r.token_ns),
         "token_chunk_events": list(r.token_events),
         "t_done_ns": r.t_done_ns,
@@ -78,6 +81,30 @@ def request_json(r: Request, analysis: RequestAnalysis, stall_ns: dict[tuple[int
         "itl_phases_ns": analysis.itl_phases_ns,
         **server_json(r, analysis, stall_ns or {}),
     }
+
+
+def client_fields(attempt: Attempt | None) -> dict:
+    """An outbound call's attempt (docs/report-json.md, "Client role"); null for served requests."""
+    if attempt is None:
+        return {"peer": None, "call": None, "attempt": None, "grouped_by": None, "retry_count": None,
+                "connection_reused": None, "t_connect_start_ns": None, "t_connect_end_ns": None,
+                "t_tls_done_ns": None}
+    return {
+        "peer": peer_of(attempt.connection),
+        "call": attempt.call,
+        "attempt": attempt.number,
+        "grouped_by": attempt.grouped_by,
+        "retry_count": attempt.request.retry_count,
+        "connection_reused": attempt.reused,
+        "t_connect_start_ns": attempt.t_connect_start_ns,
+        "t_connect_end_ns": attempt.t_connect_end_ns,
+        "t_tls_done_ns": None,  # no TLS handshake probe yet: docs/client-calls.md
+    }
+
+
+def client_call_json(call: ClientCall) -> dict:
+    return {"call": call.id, "peer": call.peer, "t_start_ns": call.t_start_ns, "t_end_ns": call.t_end_ns,
+            "duration_ns": call.duration_ns, "attempts": len(call.attempts), "explanation": call.explain()}
 
 
 def series_json(points: Sequence[tuple[int, float]], peak: float | None) -> dict:
@@ -182,6 +209,7 @@ def to_json(data: ReportData) -> dict:
                      for r, analysis in zip(data.requests, data.per_request, strict=True)],
         **json_locks.top_level(data.locks),
         "connections": [connection_json(c) for c in data.connections],
+        "client_calls": [client_call_json(c) for c in data.client_calls],
         "network": network_json(data.network, data.network_findings, data.recording.snapshots.get("network"),
                                 "network" in data.probe_sets.get("active", {})),
     }
@@ -197,4 +225,7 @@ def connection_json(c: Connection) -> dict:
         "peer_port": c.peer_port,
         "t_open_ns": c.t_open_ns,
         "t_close_ns": c.t_close_ns,
+        "role": c.role,
+        "t_connect_end_ns": c.t_connect_end_ns,
+        "connect_result": c.connect_result,
     }

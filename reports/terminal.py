@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from inferprobe.analyzers.cadence import CadenceSummary, Distribution
+from inferprobe.analyzers.client_section import ANCHOR as CLIENT_CALLS_ANCHOR
 from inferprobe.analyzers.decompose import TTFT_PHASES
 from inferprobe.analyzers.engine_metrics_section import ANCHOR as ENGINE_METRICS_ANCHOR
 from inferprobe.analyzers.phase_sources import ANCHOR as PHASE_SOURCES_ANCHOR
@@ -85,7 +86,9 @@ def render_text(data: ReportData, console: Console) -> None:
     _render_probe_sets(data, console)
     _render_decomposition(data, console)
     _render_scheduler(data, console)
-    _render_engine_metrics(data, console)
+    # The outbound calls (analyzers/client_section.py); where the phases came from and
+    # the engine's own /metrics (analyzers/phase_sources.py, engine_metrics_section.py).
+    _render_sections(data, console, (CLIENT_CALLS_ANCHOR, PHASE_SOURCES_ANCHOR, ENGINE_METRICS_ANCHOR))
     _render_network(data, console)
     render_locks(data, console)
     render_gpu(data.gpu, console)
@@ -164,11 +167,11 @@ def _render_scheduler(data: ReportData, console: Console) -> None:
     )
 
 
-def _render_engine_metrics(data: ReportData, console: Console) -> None:
-    """Where the phases came from and the engine's own /metrics, as every output draws them
-    (analyzers/phase_sources.py, analyzers/engine_metrics_section.py)."""
+def _render_sections(data: ReportData, console: Console, anchors: tuple[str, ...]) -> None:
+    """Analyzer sections the terminal prints as every output draws them: a title and
+    summary, their tables, their notes."""
     for sec in data.sections:
-        if sec.anchor in (PHASE_SOURCES_ANCHOR, ENGINE_METRICS_ANCHOR):
+        if sec.anchor in anchors:
             console.print(f"[bold]{sec.title}[/bold]: {sec.summary}")
             for t in sec.tables:
                 console.print(rich_table(t))

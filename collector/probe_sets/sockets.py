@@ -14,8 +14,8 @@ from inferprobe.collector.probe_sets import ProbeSet, TargetContext
 
 # The tail-call chain of sock.bpf.c, in enum classify_prog order.
 CLASSIFIER_PROGRAMS = [
-    "classify_read",
-    "classify_write",
+    "classify_request",
+    "classify_response",
     "scan_header_block",
     "scan_body",
     "gather_iovecs",
@@ -28,7 +28,7 @@ class SocketProbes(ProbeSet):
     name = "sockets"
     source = "sock.bpf.c"
     description = "HTTP/1.x requests, responses and SSE token writes from socket syscalls"
-    state_maps: tuple[str, ...] = ("socks", "pending", "pending_accept")
+    state_maps: tuple[str, ...] = ("socks", "pending", "pending_accept", "pending_connect", "connecting")
 
     def __init__(self) -> None:
         self.preexisting_sockets = 0
@@ -39,7 +39,7 @@ class SocketProbes(ProbeSet):
         self.pending_in_task_storage = choice == "task" or (choice == "auto" and task_storage_usable())
         if self.pending_in_task_storage:
             # Freed with each thread by the kernel, and not listable: nothing to watch.
-            self.state_maps = ("socks", "pending_accept")
+            self.state_maps = ("socks", "pending_accept", "pending_connect", "connecting")
         return None
 
     def cflags(self) -> list[str]:
@@ -67,8 +67,11 @@ class SocketProbes(ProbeSet):
         socks = bpf[b"socks"]
         next_id = 1
         for pid in ctx.pids:
+            # The pid's own outbound connections are clients: their writes are requests.
+            clients = target_procs.connected_socket_fds(pid)
             for fd in target_procs.socket_fds(pid):
-                socks[socks.Key(pid=pid, fd=fd)] = socks.Leaf(conn_id=next_id, http_seen=0)
+                socks[socks.Key(pid=pid, fd=fd)] = socks.Leaf(conn_id=next_id, http_seen=0,
+                                                              client=int(fd in clients))
                 next_id += 1
         # Reads the targets' threads sit in now, which read_exit could not
         # otherwise tell from reads begun after attach (sock.bpf.c); the

@@ -40,7 +40,8 @@ from inferprobe.collector.tls_libraries import (
 
 # The chain programs plaintext can reach: never the iovec gatherers (a
 # library call has one buffer), so their copies are not loaded.
-TLS_CHAIN_PROGRAMS = ("classify_read", "classify_write", "scan_header_block", "scan_body", "scan_fields")
+TLS_CHAIN_PROGRAMS = ("classify_request", "classify_response", "scan_header_block", "scan_body",
+                      "scan_fields")
 
 
 @dataclass

@@ -1,10 +1,17 @@
 """Streamed calls through the official openai or anthropic SDK, timed by the caller.
 
-Usage: llm_sdk_client.py openai|anthropic BASE_URL CALLS TOKENS. The server is
+Usage: llm_sdk_client.py openai|anthropic BASE_URL CALLS TOKENS [--wait] [--timeout S]
+[--retries N] [--stall-first MS]. The server is
 one of tests/servers/stream_shapes* (they take the token count and pacing
 from extra body fields) over HTTPS with a self-signed certificate, so
 certificate checks are off. Prints one JSON line per call: the model, and
-the CLOCK_MONOTONIC ns at which each token chunk reached the application.
+the CLOCK_MONOTONIC ns at which each token chunk reached the application,
+and when the SDK call began and returned (its retries inside it). One
+client object serves every call, made before the first: its connection
+pool reuses connections as an application's does. With
+--wait it first prints "ready" and waits for a line on stdin (a tracer
+attaches meanwhile); --timeout and --retries go to the SDK client;
+--stall-first MS asks the server to hold each call's first attempt.
 The prompt carries a marker and the API key a secret that must never reach
 the tracer's outputs.
 """
@@ -14,47 +21,76 @@ import sys
 import time
 
 MARKER = "PRIVATE-MARKER-5e1d"
+STALL: dict = {}  # --stall-first MS: the server holds each call's first attempt that long
 SECRET = "sk-SECRET-b7c2e9"
 
 
-def openai_call(base_url: str, k: int, tokens: int) -> dict:
+def openai_client(base_url: str, options: dict):
     import openai
 
-    client = openai.OpenAI(base_url=f"{base_url}/v1", api_key=SECRET,
-                           http_client=openai.DefaultHttpx2Client(verify=False))
+    return openai.OpenAI(base_url=f"{base_url}/v1", api_key=SECRET,
+                         http_client=openai.DefaultHttpx2Client(verify=False), **options)
+
+
+def anthropic_client(base_url: str, options: dict):
+    import anthropic
+
+    return anthropic.Anthropic(base_url=base_url, api_key=SECRET,
+                               http_client=anthropic.DefaultHttpxClient(verify=False), **options)
+
+
+def openai_call(client, k: int, tokens: int) -> dict:
     model = f"gpt-test-{k % 2}"
     received = []
+    began = time.monotonic_ns()
     stream = client.chat.completions.create(
         model=model, messages=[{"role": "user", "content": f"{MARKER} say something {k}"}], stream=True,
-        extra_body={"tokens": tokens, "prompt": f"{MARKER} {k}", "interval_ms": 3})
+        extra_body={"tokens": tokens, "prompt": f"{MARKER} {k}", "interval_ms": 3, **STALL})
     for chunk in stream:
         if chunk.choices and chunk.choices[0].delta.content:
             received.append(time.monotonic_ns())
-    return {"model": model, "path": "/v1/chat/completions", "received_ns": received}
+    return {"model": model, "path": "/v1/chat/completions", "received_ns": received, "began_ns": began,
+            "returned_ns": time.monotonic_ns()}
 
 
-def anthropic_call(base_url: str, k: int, tokens: int) -> dict:
-    import anthropic
-
-    client = anthropic.Anthropic(base_url=base_url, api_key=SECRET,
-                                 http_client=anthropic.DefaultHttpxClient(verify=False))
+def anthropic_call(client, k: int, tokens: int) -> dict:
     model = f"claude-test-{k % 2}"
     received = []
+    began = time.monotonic_ns()
     with client.messages.stream(model=model, max_tokens=64,
                                 messages=[{"role": "user", "content": f"{MARKER} say something {k}"}],
                                 extra_body={"tokens": tokens, "prompt": f"{MARKER} {k}",
-                                            "interval_ms": 3}) as stream:
+                                            "interval_ms": 3, **STALL}) as stream:
         for event in stream:
             if event.type == "content_block_delta":
                 received.append(time.monotonic_ns())
-    return {"model": model, "path": "/v1/messages", "received_ns": received}
+    return {"model": model, "path": "/v1/messages", "received_ns": received, "began_ns": began,
+            "returned_ns": time.monotonic_ns()}
 
 
 def main() -> None:
     sdk, base_url, calls, tokens = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    rest = sys.argv[5:]
+    options = {}
+    if "--timeout" in rest:
+        options["timeout"] = float(rest[rest.index("--timeout") + 1])
+    if "--retries" in rest:
+        options["max_retries"] = int(rest[rest.index("--retries") + 1])
+    make_client = openai_client if sdk == "openai" else anthropic_client
     call = openai_call if sdk == "openai" else anthropic_call
+    # A first call in a fresh process spends ~30 ms in the SDK (its models, its
+    # transport) before any syscall, time nothing outside the process can see:
+    # one call on a client of its own warms that up before the measured calls.
+    call(make_client(base_url, {}), -1, 1)
+    if "--stall-first" in rest:
+        STALL["stall_first_ms"] = float(rest[rest.index("--stall-first") + 1])
+    # One client for all calls, as applications keep theirs: its pool reuses connections.
+    client = make_client(base_url, options)
+    if "--wait" in rest:
+        print("ready", flush=True)
+        sys.stdin.readline()
     for k in range(calls):
-        print(json.dumps(call(base_url, k, tokens)), flush=True)
+        print(json.dumps(call(client, k, tokens)), flush=True)
 
 
 if __name__ == "__main__":

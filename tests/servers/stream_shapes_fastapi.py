@@ -41,6 +41,9 @@ async def stream(path: str, request: Request) -> Response:
     if shape is None:
         return Response(status_code=404)
     body = await request.json()
+    if body.get("stall_first_ms") and request.headers.get("x-stainless-retry-count", "0") == "0":
+        # A first attempt that gets no byte for a while: the SDK's own timeout and retry fire.
+        await asyncio.sleep(body["stall_first_ms"] / 1000)
     values = {"model": body["model"], "tokens": body["tokens"], "prompt_tokens": shape["prompt_tokens"]}
     peer_port = request.client.port if request.client else None
 

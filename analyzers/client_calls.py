@@ -1,0 +1,181 @@
+"""Outbound calls: a process's attempts grouped into the calls its code made, and why each took long.
+
+An application's SDK turns one call into attempts: with `timeout=10,
+max_retries=2` a first attempt that gets no byte for 10 s is closed by the
+client, the SDK backs off and tries again, and the caller sees one long
+call. From the kernel, each attempt is one client Request (the collector's
+client role) on a connection the process connect()ed, or reused.
+
+Grouping, in this order (each attempt says which rule grouped it):
+1. "retry header": the request carried `x-stainless-retry-count` (every
+   Stainless-generated SDK sends it: openai, anthropic), its value counted
+   in the kernel; an attempt with a count above 0 continues the last call
+   of the same thread to the same method, path and peer.
+2. "after a failed attempt": without the header, an attempt by the same
+   thread to the same method, path and peer that starts within
+   RETRY_WINDOW_NS of the end of an attempt that failed (aborted, or a
+   status a client retries: 408, 409, 429, 5xx).
+Anything else starts a call of its own ("first attempt").
+
+The explanation is a sum: the call's time, attempt by attempt, connect
+(where a new connection was opened for it), the wait for the first
+response byte, the first token, the streaming, and the backoff between
+attempts, each from the kernel's own timestamps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from inferprobe.collector.timeline import Connection, Outcome, Request
+
+RETRY_WINDOW_NS = 60_000_000_000
+RETRIED_STATUSES = frozenset({408, 409, 429}) | frozenset(range(500, 600))
+
+
+def seconds(ns: int) -> str:
+    """A duration as a person reads it in a sum: "12.03 s", "41.2 ms"."""
+    return f"{ns / 1e9:.2f} s" if ns >= 1_000_000_000 else f"{ns / 1e6:.1f} ms"
+
+
+@dataclass(frozen=True)
+class Attempt:
+    request: Request
+    connection: Connection | None
+    call: int  # the logical call's id, shared by its attempts
+    number: int  # 1, 2, ...
+    grouped_by: str  # "first attempt", "retry header" or "after a failed attempt"
+    reused: bool  # the connection had carried an earlier request: no connect for this one
+
+    @property
+    def t_connect_start_ns(self) -> int | None:
+        return None if self.reused or self.connection is None else self.connection.t_open_ns
+
+    @property
+    def t_connect_end_ns(self) -> int | None:
+        return None if self.reused or self.connection is None else self.connection.t_connect_end_ns
+
+    @property
+    def t_start_ns(self) -> int:
+        start = self.t_connect_start_ns
+        return start if start is not None else self.request.t_ingress_ns
+
+    @property
+    def t_end_ns(self) -> int:
+        r = self.request
+        ends = [t for t in (r.t_end_ns, r.token_ns[-1] if r.token_ns else None, r.t_response_start_ns) if t]
+        return max(ends, default=r.t_ingress_ns)
+
+    @property
+    def failed(self) -> bool:
+        r = self.request
+        return r.outcome == Outcome.ABORTED or (r.status is not None and r.status in RETRIED_STATUSES)
+
+    def explain(self) -> str:
+        r = self.request
+        parts = []
+        if self.t_connect_start_ns is not None and self.t_connect_end_ns is not None:
+            parts.append(f"connect {seconds(self.t_connect_end_ns - self.t_connect_start_ns)}")
+            setup = r.t_ingress_ns - self.t_connect_end_ns
+            label = "TLS handshake and request set-up" if r.transport == "tls" else "request set-up"
+            parts.append(f"{label} {seconds(setup)}")
+        if r.t_response_start_ns is None:
+            end = r.t_end_ns if r.t_end_ns is not None else self.t_end_ns
+            why = ("closed by the client (its timeout?)" if r.outcome == Outcome.ABORTED
+                   else "still open when the recording ended")
+            parts.append(f"{seconds(end - r.t_ingress_ns)} waiting for the first byte, {why}")
+            return ", ".join(parts)
+        if r.t_first_token_ns is not None:
+            parts.append(f"first token {seconds(r.t_first_token_ns - r.t_ingress_ns)}")
+            if r.t_end_ns is not None:
+                parts.append(f"streaming {seconds(r.t_end_ns - r.t_first_token_ns)}")
+        else:
+            parts.append(f"first byte {seconds(r.t_response_start_ns - r.t_ingress_ns)}")
+            if r.t_end_ns is not None:
+                parts.append(f"body {seconds(r.t_end_ns - r.t_response_start_ns)}")
+        if r.status is not None and r.status >= 400:
+            parts.append(f"status {r.status}")
+        elif r.outcome == Outcome.ABORTED:
+            parts.append("closed by the client before the end")
+        return ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class ClientCall:
+    id: int
+    attempts: tuple[Attempt, ...]
+
+    @property
+    def t_start_ns(self) -> int:
+        return self.attempts[0].t_start_ns
+
+    @property
+    def t_end_ns(self) -> int:
+        return self.attempts[-1].t_end_ns
+
+    @property
+    def duration_ns(self) -> int:
+        return self.t_end_ns - self.t_start_ns
+
+    @property
+    def peer(self) -> str | None:
+        return peer_of(self.attempts[0].connection)
+
+    def explain(self) -> str:
+        """"12.03 s = attempt 1: ...; backoff 512.0 ms; attempt 2: ..." """
+        pieces = []
+        for previous, attempt in zip((None, *self.attempts[:-1]), self.attempts, strict=True):
+            if previous is not None:
+                pieces.append(f"backoff {seconds(attempt.t_start_ns - previous.t_end_ns)}")
+            pieces.append(f"attempt {attempt.number}: {attempt.explain()}")
+        return f"{seconds(self.duration_ns)} = " + "; ".join(pieces)
+
+
+def peer_of(conn: Connection | None) -> str | None:
+    if conn is None or conn.peer is None:
+        return None
+    return f"{conn.peer}:{conn.peer_port}" if conn.peer_port is not None else conn.peer
+
+
+def group(requests: Sequence[Request], connections: dict[int, Connection]) -> list[ClientCall]:
+    """The client requests of a recording as calls, in the order they began."""
+    client = sorted((r for r in requests if r.role == "client"), key=lambda r: r.t_ingress_ns)
+    seen_conns: set[int] = set()
+    open_calls: dict[tuple, list[Attempt]] = {}  # (pid, tid, method, path, peer) -> the last call's attempts
+    calls: list[list[Attempt]] = []
+    for r in client:
+        conn = connections.get(r.conn)
+        reused = r.conn in seen_conns
+        seen_conns.add(r.conn)
+        key = (r.pid, r.tid, r.method, r.path, peer_of(conn))
+        last = open_calls.get(key)
+        rule = _continues(last[-1], r) if last else None
+        if last is not None and rule is not None:
+            last.append(Attempt(r, conn, last[0].call, len(last) + 1, rule, reused))
+            continue
+        attempts = [Attempt(r, conn, len(calls) + 1, 1, "first attempt", reused)]
+        calls.append(attempts)
+        open_calls[key] = attempts
+    return [ClientCall(id=a[0].call, attempts=tuple(a)) for a in calls]
+
+
+def _continues(previous: Attempt, r: Request) -> str | None:
+    """The rule by which r is the next attempt of previous's call, or None."""
+    if r.retry_count is not None:
+        return "retry header" if r.retry_count > 0 else None
+    if previous.failed and r.t_ingress_ns - previous.t_end_ns <= RETRY_WINDOW_NS:
+        return "after a failed attempt"
+    return None
+
+
+def attempts_by_request(calls: Sequence[ClientCall]) -> dict[int, Attempt]:
+    """id(request) -> its attempt, for the per-request JSON fields."""
+    return {id(a.request): a for call in calls for a in call.attempts}
+
+
+def slow_calls(calls: Sequence[ClientCall], limit: int = 5) -> list[ClientCall]:
+    """The calls worth explaining: every call with a retry, then the slowest others."""
+    retried = [c for c in calls if len(c.attempts) > 1]
+    rest = sorted((c for c in calls if len(c.attempts) == 1), key=lambda c: -c.duration_ns)
+    return sorted(retried, key=lambda c: -c.duration_ns)[:limit] + rest[: max(0, limit - len(retried))]

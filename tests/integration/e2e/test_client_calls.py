@@ -1,0 +1,188 @@
+"""End to end, client side: an application's outbound LLM API calls, recorded from its own process.
+
+The application is traced, not the server: `record -p APP` on a process
+with no listening socket (no flag needed). Clients: the official openai SDK
+over HTTP, the anthropic SDK over HTTPS (Python's ssl over libssl), and Go's
+net/http client over HTTP and HTTPS (crypto/tls); the server is
+tests/servers/stream_shapes_fastapi.py, untraced. Each client measures its
+own calls with CLOCK_MONOTONIC: when each call began and returned, and when
+each token event reached the application.
+
+Tolerances: every token event is received after the read that carried it
+returned, the median gap under 1 ms and the 90th percentile under 5 ms (the
+SDKs parse each event before handing it over; their first call also warms up
+their models); each logical call's span within 20 ms of what the
+application measured. Counts are exact. With a server that holds each
+call's first attempt past the SDK's timeout, every call is one call of two
+attempts: the first closed by the client while waiting for its first byte,
+the second grouped with it by the SDK's own x-stainless-retry-count header.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.integration.e2e.test_stream_shapes import self_signed_certificate
+from tests.support.kernel import needs_root
+from tests.support.paths import PROGRAMS, SERVERS
+from tests.support.processes import Recorder, inferprobe_cmd, stop_process
+
+pytestmark = [needs_root, pytest.mark.bpf]
+
+MARKER = "PRIVATE-MARKER-5e1d"
+SECRET = "sk-SECRET-b7c2e9"
+CALLS, TOKENS = 4, 6
+SPAN_TOLERANCE_NS = 20_000_000
+
+
+def go_client(tmp_path: Path) -> list[str]:
+    go = shutil.which("go")
+    if go is None:
+        pytest.skip("Go is not installed (Debian's golang-go; make setup installs it)")
+    exe = tmp_path / "llm_go_client"
+    subprocess.run([go, "build", "-o", str(exe), str(PROGRAMS / "llm_go_client.go")], check=True,
+                   env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "GOCACHE": str(tmp_path / "gocache")})
+    return [str(exe)]
+
+
+def client_command(sdk: str, tmp_path: Path, base_url: str, calls: int, extra: list[str]) -> list[str]:
+    if sdk == "go":
+        return [*go_client(tmp_path), base_url, str(calls), str(TOKENS)]
+    pytest.importorskip(sdk, reason=f"the {sdk} SDK is not installed (the test extra installs it)")
+    return [sys.executable, str(PROGRAMS / "llm_sdk_client.py"), sdk, base_url, str(calls), str(TOKENS),
+            "--wait", *extra]
+
+
+def record_client(tmp_path: Path, sdk: str, scheme: str, calls: int = CALLS, extra: list[str] = ()) -> dict:
+    pytest.importorskip("uvicorn", reason="uvicorn is not installed (the test extra installs it)")
+    log = tmp_path / "server.log"
+    env = {**os.environ, **(self_signed_certificate(tmp_path) if scheme == "https" else {})}
+    server = subprocess.Popen([sys.executable, str(SERVERS / "stream_shapes_fastapi.py"), str(log)],
+                              stdout=subprocess.PIPE, text=True, env=env)
+    client = None
+    try:
+        port = int(server.stdout.readline())
+        command = client_command(sdk, tmp_path, f"{scheme}://127.0.0.1:{port}", calls, list(extra))
+        client = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert client.stdout.readline().strip() == "ready"
+        recording = tmp_path / "run.ipr"
+        rec = Recorder([client.pid], recording, "--duration", "120")  # no listening socket, no flag
+        client.stdin.write("go\n")
+        client.stdin.flush()
+        out = client.stdout.read()
+        assert client.wait(timeout=120) == 0
+        rec.stop()
+    finally:
+        if client is not None and client.poll() is None:
+            client.kill()
+        stop_process(server)
+    report = json.loads(subprocess.run(inferprobe_cmd("report", str(recording), "--format", "json"),
+                                       capture_output=True, text=True, check=True).stdout)
+    text = subprocess.run(inferprobe_cmd("report", str(recording)), capture_output=True, text=True,
+                          check=True).stdout
+    return {"report": report, "text": text, "recording": recording, "port": port, "server_log": log,
+            "app": [json.loads(line) for line in out.splitlines() if line.startswith("{")]}
+
+
+def attempts_of(report: dict) -> dict[int, list[dict]]:
+    calls: dict[int, list[dict]] = {}
+    for r in sorted(report["requests"], key=lambda r: r["t_ingress_ns"]):
+        assert r["role"] == "client"
+        calls.setdefault(r["call"], []).append(r)
+    return calls
+
+
+def receipt_gaps(rec: dict, received: list[int]) -> list[int]:
+    """Each token event's receipt minus the return of the read that carried it."""
+    carried = [t for t, n in zip(rec["token_ns"], rec["token_chunk_events"], strict=True) for _ in range(n)]
+    assert len(carried) == len(received) == TOKENS
+    return [got - read for got, read in zip(received, carried, strict=True)]
+
+
+def check_span(call: dict, app: dict) -> None:
+    assert abs(call["duration_ns"] - (app["returned_ns"] - app["began_ns"])) < SPAN_TOLERANCE_NS, (call, app)
+
+
+CLIENTS = [("openai", "http"), ("anthropic", "https"), ("go", "http"), ("go", "https")]
+
+
+@pytest.fixture(scope="module", params=CLIENTS, ids=[f"{sdk}-{scheme}" for sdk, scheme in CLIENTS])
+def streamed(request, tmp_path_factory):
+    sdk, scheme = request.param
+    return {"sdk": sdk, "scheme": scheme,
+            **record_client(tmp_path_factory.mktemp(f"client-{sdk}-{scheme}"), sdk, scheme)}
+
+
+def test_every_call_is_one_attempt_with_reads_timed_like_the_application(streamed):
+    report, app = streamed["report"], streamed["app"]
+    calls = attempts_of(report)
+    assert len(calls) == len(app) == CALLS
+    gaps = []
+    for (attempt,), mine, call in zip(calls.values(), app, report["client_calls"], strict=True):
+        assert attempt["outcome"] == "complete" and attempt["status"] == 200
+        assert attempt["path"] == mine["path"] and attempt["model"] == mine["model"]
+        assert attempt["transport"] == ("tls" if streamed["scheme"] == "https" else "socket")
+        assert attempt["peer"] == f"127.0.0.1:{streamed['port']}"
+        gaps += receipt_gaps(attempt, mine["received_ns"])
+        check_span(call, mine)
+    assert min(gaps) >= 0, min(gaps)
+    assert statistics.median(gaps) < 1_000_000, statistics.median(gaps)
+    assert sorted(gaps)[int(0.9 * len(gaps))] < 5_000_000
+    assert report["lost_events"] == 0
+
+
+def test_connection_reuse_matches_the_server_s_view(streamed):
+    """Whether a call reused a pooled connection, against the server's own log of the
+    client port of each response (Go's and anthropic's pools reuse one; the openai
+    SDK's stream returns its connection to no pool and opens a new one per call)."""
+    attempts = [a for (a,) in attempts_of(streamed["report"]).values()]
+    ports = [json.loads(line)["peer_port"] for line in streamed["server_log"].read_text().splitlines()][1:]
+    assert len(ports) == len(attempts)  # the server's first response went to the client's warm-up
+    connections = {c["conn_id"]: c for c in streamed["report"]["connections"]}
+    seen: set[int] = set()
+    for attempt, port in zip(attempts, ports, strict=True):
+        reused = port in seen
+        seen.add(port)
+        assert attempt["connection_reused"] is reused
+        conn = connections[attempt["conn"]]
+        assert conn["role"] == "client" and conn["connect_result"] in (0, -115)
+        if not reused:
+            assert attempt["t_connect_start_ns"] < attempt["t_connect_end_ns"] <= attempt["t_ingress_ns"]
+        else:
+            assert attempt["t_connect_start_ns"] is None
+
+
+def test_no_prompt_or_key_leaves_the_kernel_in_the_request_direction(streamed):
+    raw = streamed["recording"].read_bytes()
+    for secret in (MARKER, SECRET, "say something"):
+        assert secret.encode() not in raw
+        assert secret not in json.dumps(streamed["report"]) and secret not in streamed["text"]
+
+
+def test_a_timed_out_first_attempt_and_its_retry_are_one_call(tmp_path):
+    calls = 2
+    got = record_client(tmp_path, "openai", "http", calls,
+                        ["--timeout", "1", "--retries", "2", "--stall-first", "1500"])
+    report, app = got["report"], got["app"]
+    grouped = attempts_of(report)
+    assert len(grouped) == len(app) == calls
+    for (first, retry), mine, call in zip(grouped.values(), app, report["client_calls"], strict=True):
+        assert first["outcome"] == "aborted" and first["t_response_start_ns"] is None
+        assert first["retry_count"] == 0 and first["attempt"] == 1
+        assert 0.95e9 < first["t_end_ns"] - first["t_ingress_ns"] < 1.2e9  # the SDK's 1 s timeout
+        assert retry["outcome"] == "complete" and retry["attempt"] == 2 and retry["retry_count"] == 1
+        assert retry["grouped_by"] == "retry header" and retry["conn"] != first["conn"]
+        assert len(receipt_gaps(retry, mine["received_ns"])) == TOKENS
+        check_span(call, mine)
+        assert "waiting for the first byte, closed by the client" in call["explanation"]
+        assert "backoff" in call["explanation"] and "attempt 2: connect" in call["explanation"]
+    assert any(f["kind"] == "client.retries" for f in report["findings"])
+    assert "Outbound calls (client view)" in got["text"]
