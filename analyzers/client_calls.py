@@ -120,7 +120,7 @@ class ClientCall:
 
     @property
     def peer(self) -> str | None:
-        return peer_of(self.attempts[0].connection)
+        return self.attempts[0].request.peer
 
     def explain(self) -> str:
         """"12.03 s = attempt 1: ...; backoff 512.0 ms; attempt 2: ..." """
@@ -148,7 +148,7 @@ def group(requests: Sequence[Request], connections: dict[int, Connection]) -> li
         conn = connections.get(r.conn)
         reused = r.conn in seen_conns
         seen_conns.add(r.conn)
-        key = (r.pid, r.tid, r.method, r.path, peer_of(conn))
+        key = (r.pid, r.tid, r.method, r.path, r.peer)
         last = open_calls.get(key)
         rule = _continues(last[-1], r) if last else None
         if last is not None and rule is not None:

@@ -34,13 +34,20 @@ def export(recording, otlp, wait_s, **opts) -> None:
     requests = model.requests
     clock = WallClock.from_recording(rec.meta, rec.stats)
     shipper, where = make_shipper(rec.meta, clock, opts, live=False)
-    for req, analysis in zip(requests, model.per_request, strict=True):
-        shipper.submit(req, block=True, analysis=analysis)
+    # A served request is one trace; an outbound call one trace of its attempts.
+    analyses = {id(req): analysis for req, analysis in zip(requests, model.per_request, strict=True)}
+    for req in requests:
+        if req.role != "client":
+            shipper.submit(req, block=True, analysis=analyses[id(req)])
+    for call in model.client_calls:
+        shipper.submit_call(call, [analyses[id(a.request)] for a in call.attempts])
     stats = shipper.close(wait_s)
-    click.echo(f"inferprobe: exported {stats.exported} of {len(requests)} requests to {where}"
+    traces = stats.submitted
+    calls = f", {len(model.client_calls)} of them outbound calls" if model.client_calls else ""
+    click.echo(f"inferprobe: exported {stats.exported} of {traces} traces{calls} to {where}"
                + (f"; {stats.dropped} not delivered" if stats.dropped else ""))
     if rec.problem:
         click.echo(f"inferprobe: warning: recording {rec.problem}; exported what is readable", err=True)
     if stats.dropped:
-        raise ExportProblem(f"{stats.dropped} of {len(requests)} traces were not delivered to {where}: "
+        raise ExportProblem(f"{stats.dropped} of {traces} traces were not delivered to {where}: "
                             "is the backend up and the endpoint right?")

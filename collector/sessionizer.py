@@ -161,6 +161,7 @@ class Sessionizer:
                 transport=ev.transport.name.lower(),
                 role=ev.role.name.lower(),
                 retry_count=ev.retry_count,
+                peer=self._peer(ev.conn_id),
             )
             self.requests.append(req)
             self.stats.requests += 1
@@ -173,6 +174,12 @@ class Sessionizer:
                     conn.reading.model = ev.model
         elif ev.kind == HttpKind.EOF:
             conn.reading = None
+
+    def _peer(self, conn_id: int) -> str | None:
+        conn = self.connections.get(conn_id)
+        if conn is None or conn.peer is None:
+            return None
+        return f"{conn.peer}:{conn.peer_port}" if conn.peer_port is not None else conn.peer
 
     # -- the response half: a server's writes, a client's reads ----------------
     def _on_response_bytes(self, conn: _Conn, ev: IoRecord) -> None:

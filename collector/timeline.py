@@ -73,6 +73,7 @@ class Request:
     # written, the response times are reads' returns: when the bytes reached it).
     role: str = "server"
     retry_count: int | None = None  # the request's x-stainless-retry-count header, where it was read
+    peer: str | None = None  # the other end, "address:port" (a client's server, a server's client)
     # Filled in when the server has inferprobe USDT probes (collector/correlate.py):
     server: ServerRequest | None = None
     correlated_by: str | None = None  # "conn_fd", "thread" or "time"

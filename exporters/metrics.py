@@ -45,6 +45,11 @@ MAX_ENDPOINTS = 64
 # like endpoints. "" where the request named none.
 MAX_MODELS = 32
 LABELS = ("endpoint", "model", "status_class", "target")
+# The targets' outbound calls (client role), by the server they called (server_address,
+# capped like the endpoints): each attempt is one observation, the live path seeing
+# attempts end one by one (a retried call's are grouped in the report: analyzers/client_calls.py).
+CLIENT_LABELS = ("server_address", "endpoint", "model", "status_class", "target")
+MAX_PEERS = 64
 
 
 class PortBusy(InferprobeError):
@@ -109,6 +114,19 @@ class Metrics:
                                      "Gap between one decode step's end and the next one's start "
                                      "while requests were running.",
                                      ("target", "source"), buckets=STALL_BUCKETS, registry=r)
+        self.client_duration = Histogram(
+            "gen_ai_client_operation_duration_seconds",
+            "Outbound call attempt: from its first request byte written to the end of the response read.",
+            CLIENT_LABELS, buckets=DURATION_BUCKETS, registry=r)
+        self.client_ttfc = Histogram(
+            "gen_ai_client_operation_time_to_first_chunk_seconds",
+            "Outbound call attempt: from its first request byte written to the first token chunk read.",
+            CLIENT_LABELS, buckets=TTFT_BUCKETS, registry=r)
+        self.client_tpoc = Histogram(
+            "gen_ai_client_operation_time_per_output_chunk_seconds",
+            "Outbound call attempt: the gap between consecutive token chunks read.",
+            CLIENT_LABELS, buckets=ITL_BUCKETS, registry=r)
+        self._peers: set[str] = set()
         self._lost_seen = 0
         self._dropped_seen = 0
         self._step_end: dict[int, int] = {}  # pid -> end of its last decode step
@@ -146,10 +164,34 @@ class Metrics:
     def request_started(self, pid: int) -> None:
         self.in_flight.labels(self.target(pid)).inc()
 
+    def _peer(self, req: Request) -> str:
+        peer = req.peer or "unknown"
+        if peer in self._peers:
+            return peer
+        if len(self._peers) >= MAX_PEERS:
+            return "other"
+        self._peers.add(peer)
+        return peer
+
+    def _client_attempt_finished(self, req: Request) -> None:
+        labels = (self._peer(req), self._endpoint(req), self._model(req), status_class(req),
+                  self.target(req.pid))
+        end = req.t_end_ns if req.t_end_ns is not None else (req.token_ns[-1] if req.token_ns else None)
+        if end is not None:
+            self.client_duration.labels(*labels).observe((end - req.t_ingress_ns) / 1e9)
+        if req.ttft_ns is not None:
+            self.client_ttfc.labels(*labels).observe(req.ttft_ns / 1e9)
+        per_chunk = self.client_tpoc.labels(*labels)
+        for gap in req.itl_ns:
+            per_chunk.observe(gap / 1e9)
+
     def request_finished(self, req: Request, analysis: RequestAnalysis = NONE) -> None:
         """analysis: the report model's findings on it (replayed recordings); none live."""
         target = self.target(req.pid)
         self.in_flight.labels(target).dec()
+        if req.role == "client":
+            self._client_attempt_finished(req)
+            return
         labels = (self._endpoint(req), self._model(req), status_class(req), target)
         self.requests.labels(*labels).inc()
         if req.ttft_ns is not None:

@@ -20,10 +20,12 @@ import queue
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import unquote, urlparse
 
+from inferprobe.analyzers.client_calls import ClientCall
 from inferprobe.analyzers.request_analysis import NONE, RequestAnalysis
 from inferprobe.collector.errors import InferprobeError
 from inferprobe.collector.timeline import Request
@@ -33,6 +35,7 @@ from inferprobe.exporters.spans import (
     Attributes,
     ServerInfo,
     SpanShape,
+    call_trace,
     request_trace,
 )
 
@@ -203,7 +206,7 @@ def to_readable_spans(shape: SpanShape, clock: WallClock, resource, scope, id_ge
             resource=resource,
             attributes=s.attributes,
             events=[Event(e.name, e.attributes, clock.to_wall_ns(e.time_ns)) for e in s.events],
-            kind=SpanKind.SERVER if s.kind == "server" else SpanKind.INTERNAL,
+            kind={"server": SpanKind.SERVER, "client": SpanKind.CLIENT}.get(s.kind, SpanKind.INTERNAL),
             status=Status(StatusCode.ERROR) if s.error else Status(StatusCode.UNSET),
             start_time=clock.to_wall_ns(s.start_ns),
             end_time=clock.to_wall_ns(s.end_ns),
@@ -262,7 +265,8 @@ class SpanShipper:
         self._resource_cls = Resource
         self._scope = InstrumentationScope("inferprobe", _version())
         self._ids = RandomIdGenerator()
-        self._queue: queue.Queue[tuple[Request, RequestAnalysis]] = queue.Queue(maxsize=queue_traces)
+        # A finished request, or (replay) a logical outbound call with one analysis per attempt.
+        self._queue: queue.Queue[tuple[Request | ClientCall, Any]] = queue.Queue(maxsize=queue_traces)
         self._batch_traces = batch_traces
         self._batch_delay_s = batch_delay_s
         self._closing = threading.Event()
@@ -285,6 +289,12 @@ class SpanShipper:
                 self.stats.dropped += 1
                 self.stats.dropped_queue_full += 1
             return False
+
+    def submit_call(self, call: ClientCall, analyses: Sequence[RequestAnalysis]) -> None:
+        """Queues one logical outbound call as one trace (replay: waits for room)."""
+        with self._lock:
+            self.stats.submitted += 1
+        self._queue.put((call, tuple(analyses)), block=True)
 
     def close(self, timeout_s: float = 5.0) -> ShipperStats:
         """Exports what is queued for up to timeout_s, then counts the rest as dropped."""
@@ -311,8 +321,8 @@ class SpanShipper:
             res = self._resources[pid] = self._resource_cls.create(self._resource_for_pid(pid))
         return res
 
-    def _next_batch(self) -> list[tuple[Request, RequestAnalysis]]:
-        batch: list[tuple[Request, RequestAnalysis]] = []
+    def _next_batch(self) -> list[tuple[Request | ClientCall, Any]]:
+        batch: list[tuple[Request | ClientCall, Any]] = []
         try:
             batch.append(self._queue.get(timeout=0.1))
         except queue.Empty:
@@ -337,9 +347,14 @@ class SpanShipper:
                     return
                 continue
             spans = []
-            for req, analysis in batch:
-                shape = request_trace(req, self._server, self._max_token_events, analysis=analysis)
-                spans.extend(to_readable_spans(shape, self._clock, self._resource(req.pid), self._scope,
+            for item, analysis in batch:
+                if isinstance(item, ClientCall):
+                    shape = call_trace(item, analysis, self._max_token_events)
+                    pid = item.attempts[0].request.pid
+                else:
+                    shape = request_trace(item, self._server, self._max_token_events, analysis=analysis)
+                    pid = item.pid
+                spans.extend(to_readable_spans(shape, self._clock, self._resource(pid), self._scope,
                                                self._ids))
             try:
                 ok = self._exporter.export(spans) == SpanExportResult.SUCCESS

@@ -7,6 +7,11 @@ event on the root, up to a bound. Times stay on the kernel's monotonic clock her
 them to wall-clock when it builds the real spans, so this module is pure
 and tested directly.
 
+A target's outbound call attempt (client role) is a CLIENT span instead,
+with the server it called as server.address and server.port; a recording
+replayed (`inferprobe export`) gives each logical call one CLIENT span
+with a child per attempt (call_trace), so a retried call reads as one.
+
 Names and attributes follow the OpenTelemetry GenAI and HTTP semantic
 conventions where they name a thing; the rest is under `inferprobe.*`.
 Request and response bodies are never known here: the kernel does not
@@ -18,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from inferprobe.analyzers.client_calls import ClientCall
 from inferprobe.analyzers.decompose import phases_ns
 from inferprobe.analyzers.request_analysis import NONE, RequestAnalysis
 from inferprobe.collector.timeline import Outcome, Request, WaitInterval
@@ -132,10 +138,16 @@ def root_attributes(req: Request, server: ServerInfo, analysis: RequestAnalysis 
             attrs["gen_ai.usage.input_tokens"] = req.input_tokens
         if req.model is not None:
             attrs["gen_ai.request.model"] = req.model
-    if server.address:
-        attrs["server.address"] = server.address
-    if server.port:
-        attrs["server.port"] = server.port
+    if req.role == "client":
+        attrs.update(peer_attributes(req.peer))
+        if analysis.client is not None:
+            attrs["inferprobe.call"] = analysis.client.call
+            attrs["inferprobe.attempt"] = analysis.client.number
+    else:
+        if server.address:
+            attrs["server.address"] = server.address
+        if server.port:
+            attrs["server.port"] = server.port
     if req.method:
         attrs["http.request.method"] = req.method
     if req.path:
@@ -192,6 +204,16 @@ def wait_spans(name: str, intervals: Sequence[WaitInterval] | None,
     return spans, len(intervals) - len(longest)
 
 
+def peer_attributes(peer: str | None) -> Attributes:
+    """server.address and server.port of the server a client called ("addr:port")."""
+    if not peer:
+        return {}
+    address, _, port = peer.rpartition(":")
+    if not port.isdigit():
+        return {"server.address": peer}
+    return {"server.address": address, "server.port": int(port)}
+
+
 def root_name(req: Request) -> str:
     op = operation_name(req.path)
     return op if op is not None else f"{req.method or 'HTTP'} {req.path or '/'}"
@@ -207,7 +229,7 @@ def request_trace(req: Request, server: ServerInfo | None = None,
         name=root_name(req),
         start_ns=req.t_ingress_ns,
         end_ns=end,
-        kind="server",
+        kind="client" if req.role == "client" else "server",
         attributes=root_attributes(req, server, analysis),
         events=token_events(req, max_token_events),
         error=error_type(req) is not None,
@@ -223,6 +245,29 @@ def request_trace(req: Request, server: ServerInfo | None = None,
             root.attributes[f"inferprobe.{key}"] = len(intervals)
         if left_out:
             root.attributes[f"inferprobe.{key}.not_shown"] = left_out
+    return root
+
+
+def call_trace(call: ClientCall, analyses: Sequence[RequestAnalysis],
+               max_token_events: int = DEFAULT_MAX_TOKEN_EVENTS) -> SpanShape:
+    """One logical outbound call: a CLIENT span from its first attempt's start (its
+    connect, where it opened one) to its last attempt's end, with each attempt's
+    trace as a child. analyses: one per attempt, in order."""
+    first, last = call.attempts[0].request, call.attempts[-1].request
+    attrs: Attributes = {"inferprobe.call": call.id, "inferprobe.attempts": len(call.attempts),
+                         **peer_attributes(first.peer)}
+    op = operation_name(first.path)
+    if op is not None:
+        attrs["gen_ai.operation.name"] = op
+    if first.model is not None:
+        attrs["gen_ai.request.model"] = first.model
+    err = error_type(last)
+    if err is not None:
+        attrs["error.type"] = err
+    root = SpanShape(name=root_name(first), start_ns=call.t_start_ns, end_ns=call.t_end_ns, kind="client",
+                     attributes=attrs, error=err is not None)
+    root.children = [request_trace(a.request, None, max_token_events, analysis=an)
+                     for a, an in zip(call.attempts, analyses, strict=True)]
     return root
 
 

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from inferprobe.analyzers.breakdown import ItlBreakdown
 from inferprobe.analyzers.cadence import CadenceSummary
-from inferprobe.analyzers.client_calls import Attempt, ClientCall, peer_of
+from inferprobe.analyzers.client_calls import Attempt, ClientCall
 from inferprobe.analyzers.engine_metrics import EngineMetricsSummary
 from inferprobe.analyzers.findings import Finding
 from inferprobe.analyzers.locks import LockAnalysis
@@ -68,6 +68,7 @@ def request_json(r: Request, analysis: RequestAnalysis, stall_ns: dict[tuple[int
         "t_first_token_wire_ns": r.t_first_token_wire_ns,
         "transport": r.transport,
         "role": r.role,
+        "peer": r.peer,
         **client_fields(analysis.client),
         "token_ns": list(r.token_ns),
         "token_chunk_events": list(r.token_events),
@@ -86,11 +87,10 @@ def request_json(r: Request, analysis: RequestAnalysis, stall_ns: dict[tuple[int
 def client_fields(attempt: Attempt | None) -> dict:
     """An outbound call's attempt (docs/report-json.md, "Client role"); null for served requests."""
     if attempt is None:
-        return {"peer": None, "call": None, "attempt": None, "grouped_by": None, "retry_count": None,
+        return {"call": None, "attempt": None, "grouped_by": None, "retry_count": None,
                 "connection_reused": None, "t_connect_start_ns": None, "t_connect_end_ns": None,
                 "t_tls_done_ns": None}
     return {
-        "peer": peer_of(attempt.connection),
         "call": attempt.call,
         "attempt": attempt.number,
         "grouped_by": attempt.grouped_by,
