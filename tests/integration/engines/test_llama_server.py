@@ -183,3 +183,22 @@ def test_phases_agree_with_llama_cpps_own_timings_and_the_queue_shows(tmp_path):
     assert em.peak("running_requests") == 1
     # and the recorder's scrapes are not counted as the server's requests
     assert all(r.path != "/metrics" for r in data.requests)
+
+
+def test_two_slots_batch_two_sequences_and_the_third_client_waits(tmp_path):
+    data, results, output = _record(tmp_path, slots=2, n_predict=24)
+    reqs = _completions(data, results)
+    for res, req in zip(results, reqs, strict=True):
+        s = req.server
+        assert s is not None and req.correlated_by == "fifo", output
+        t = res["timings"]
+        prefill_ms = (s.t_prefill_end_ns - s.t_prefill_start_ns) / 1e6
+        decode_ms = (s.token_ns[-1] - s.t_prefill_end_ns) / 1e6
+        assert prefill_ms == pytest.approx(t["prompt_ms"], rel=TOLERANCE), (prefill_ms, t)
+        assert decode_ms == pytest.approx(t["predicted_ms"], rel=TOLERANCE), (decode_ms, t)
+    assert data.scheduler.batch_size.max == 2  # two slots decoding in one llama_decode
+    first, second, third = sorted(reqs, key=lambda r: r.t_ingress_ns)
+    # the third waits until one of the first two sequences ended and its slot freed
+    freed = min(first.server.t_end_ns, second.server.t_end_ns)
+    assert third.server.t_scheduled_ns >= freed
+    assert third.server.t_scheduled_ns - third.t_ingress_ns > 0
