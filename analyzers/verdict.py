@@ -63,6 +63,11 @@ PHASE_MEANING = {
     "queue": "from request_queued to request_scheduled",
     "schedule": "from request_scheduled to its prefill_start",
 }
+# The same phases measured inside llama.cpp through its llama_decode calls
+# (collector/llama_view.py), where there is no request_queued probe.
+ENGINE_UPROBE_PHASE_MEANING = {
+    "queue": "from the request's read to its sequence's first llama_decode step",
+}
 # The queue phase while the engine's waiting-queue gauge stays at 0: the
 # request waited to be taken in, not for room in the batch.
 ADMISSION_ADVICE = (
@@ -116,7 +121,9 @@ def ttft_phase_finding(decomp: Breakdown, series: TimeSeries | None,
             "from prefill; if requests queue, raise the maximum batch size or add capacity."
         )
     else:
-        meaning = f" ({PHASE_MEANING[phase]})" if phase in PHASE_MEANING else ""
+        meanings = (ENGINE_UPROBE_PHASE_MEANING if "llama" in active and "usdt" not in active
+                    else PHASE_MEANING)
+        meaning = f" ({meanings[phase]})" if phase in meanings else ""
         sentence = f"{head} is the {phase.replace('_', ' ')} phase{meaning}{median}{queue}."
         if phase == "queue" and _no_slot_waits(series):
             advice = ADMISSION_ADVICE

@@ -32,3 +32,20 @@ def test_engine_uprobe_requests_and_socket_only_ones_are_counted_apart():
     assert by_source == {"engine_uprobes": "1", "sockets only": "1"}
     gauges = dict(result.section.tables[1].rows)
     assert gauges["batch_stall_duration_seconds"] == "engine_uprobes"
+
+
+def test_the_verdict_names_the_queue_phase_as_the_engine_uprobes_measure_it():
+    from inferprobe.analyzers.breakdown import break_down
+    from inferprobe.analyzers.ttft_percentiles import requests_at_ttft_percentiles
+    from inferprobe.analyzers.verdict import ttft_phase_finding
+
+    steps = [LlamaStepRecord(EventType.LLAMA_STEP, 7, 8, 400 * MS, LlamaStepPhase.ENTER, 5,
+                             (LlamaRunRecord(0, 0, 5, True),), False, 0, 1),
+             LlamaStepRecord(EventType.LLAMA_STEP, 7, 8, 410 * MS, LlamaStepPhase.RETURN, 0, (), False, 0, 0)]
+    req = _req(1, 50)
+    req.streaming, req.t_response_start_ns, req.token_ns, req.token_events = True, 60 * MS, [420 * MS], [1]
+    build_llama_view(steps, [req])
+    decomp = break_down([req], requests_at_ttft_percentiles([req]))
+    finding = ttft_phase_finding(decomp, None, {"llama": "", "sockets": ""})
+    assert finding is not None and "queue phase" in finding.sentence
+    assert "to its sequence's first llama_decode step" in finding.sentence
