@@ -193,8 +193,9 @@ class WaitClassifier:
         sym = self.symbols
         stacks = []
         for w in waits:
-            frames = sym.frames(w.pid, w.ip, w.scan, w.stack_id)
-            waker = sym.frames(w.pid, w.waker_ip, w.waker_scan, w.waker_stack_id) if w.waker_ip else ()
+            frames = sym.frames(w.pid, w.ip, w.scan, w.stack_id, w.python_stack_id)
+            waker = sym.frames(w.pid, w.waker_ip, w.waker_scan, w.waker_stack_id,
+                               w.waker_python_stack_id) if w.waker_ip else ()
             stacks.append((w, frames, waker))
         for pid, names in learn_gil_takers((w.pid, frames) for w, frames, _ in stacks).items():
             self.gil_takers[pid] = self.gil_takers.get(pid, frozenset()) | names

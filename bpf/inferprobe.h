@@ -319,6 +319,9 @@ struct futex_wait_event {
     __u32 flags;              /* FUTEX_WAIT_FLAG_* */
     __u64 scan[LOCK_SCAN_HITS];        /* candidate return addresses, innermost first */
     __u64 waker_scan[LOCK_SCAN_HITS];
+    __s32 python_stack_id;        /* the waiter's Python stack (bpf/python_stacks.bpf.c): >0 an id,
+                                     0 none, <0 taken but not kept */
+    __s32 waker_python_stack_id;  /* the waker's, taken at its FUTEX_WAKE */
 };
 
 #define FUTEX_WAIT_FLAG_WAITV    0x1  /* futex_waitv(): uaddr is the first waiter's futex */

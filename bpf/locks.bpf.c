@@ -16,6 +16,10 @@
  * (preceded by a call instruction) and names. Only code addresses leave
  * the kernel, never stack data.
  *
+ * A CPython thread's waits and wakes also carry its Python stack (the walk
+ * of bpf/python_stacks.bpf.c, pasted before this file): the Python function
+ * that waited, or released.
+ *
  * Which semaphore waits are signals: uprobes in each target's libc
  * (attached per process by collector/probe_sets/semaphores.py) remember
  * which thread took a semaphore with a sem_trywait that returned 0, until
@@ -91,7 +95,7 @@ struct lk_waker {
     u32 tid;
     s32 stack_id;
     u32 nscan;
-    u32 pad;
+    s32 python_stack_id;  /* bpf/python_stacks.bpf.c (pasted before this file) */
     u64 scan[LOCK_SCAN_HITS];
 };
 
@@ -296,6 +300,7 @@ static __always_inline void lk_note_wake(void *ctx, u64 id, u64 uaddr)
     w.stack_id = lock_stacks.get_stackid(ctx, BPF_F_USER_STACK);
     if (w.stack_id < 0)
         lock_count(LOCK_COUNTER_STACK_MISSING, 1);
+    w.python_stack_id = python_stack_id(id >> 32, (u32)id);
     /* The scan costs a few microseconds: only when a waiter has already
      * waited long enough for its own wait to be scanned. */
     if (now - st->oldest_start >= LOCK_SCAN_FLOOR_NS)
@@ -356,6 +361,7 @@ static __always_inline void lk_end_wait(void *ctx, long ret)
     ev->stack_id = lock_stacks.get_stackid(ctx, BPF_F_USER_STACK);
     if (ev->stack_id < 0)
         lock_count(LOCK_COUNTER_STACK_MISSING, 1);
+    ev->python_stack_id = python_stack_id(id >> 32, tid);
     if (duration >= LOCK_SCAN_FLOOR_NS) {
         ev->flags |= FUTEX_WAIT_FLAG_SCANNED;
         ev->nscan = lk_scan_stack(PT_REGS_SP(regs), ev->scan);
@@ -366,6 +372,7 @@ static __always_inline void lk_end_wait(void *ctx, long ret)
         ev->waker_tid = w->tid;
         ev->waker_ip = w->ip;
         ev->waker_stack_id = w->stack_id;
+        ev->waker_python_stack_id = w->python_stack_id;
         ev->waker_nscan = w->nscan;
         __builtin_memcpy(ev->waker_scan, w->scan, sizeof(ev->waker_scan));
     }

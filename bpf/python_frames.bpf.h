@@ -35,8 +35,13 @@
 
 #define PYTHON_FRAME_BUF 128  /* frame header bytes read at once (3.10's PyFrameObject needs 100) */
 
+#ifndef PYTHON_MAX_THREADS_SCANNED
+#define PYTHON_MAX_THREADS_SCANNED 128
+#endif
+
 /* python_layout.flags */
-#define PYTHON_LAYOUT_CFRAME    0x1 /* current frame via tstate->cframe (3.11, 3.12) */
+#define PYTHON_LAYOUT_CFRAME       0x1 /* current frame via tstate->cframe (3.11, 3.12) */
+#define PYTHON_LAYOUT_PTHREAD_TID  0x2 /* the tid is in glibc's struct pthread behind tstate_tid (3.10) */
 
 struct python_layout {
     u32 flags;              /* PYTHON_LAYOUT_* */
@@ -47,6 +52,11 @@ struct python_layout {
     u32 frame_instr;        /* 3.11+: pointer to a code unit; 3.10: int f_lasti (low half) */
     u32 frame_entry;        /* 3.11 is_entry, 3.12+ owner; 3.10: any byte (ignored) */
     u32 frame_read;         /* bytes of a frame to read: covers every field above */
+    u32 interp_threads_head;  /* interpreter -> its first thread state */
+    u32 tstate_next;
+    u32 tstate_tid;         /* native_thread_id, or (PYTHON_LAYOUT_PTHREAD_TID) the pthread_t */
+    u32 pthread_tid;        /* struct pthread -> kernel tid (PYTHON_LAYOUT_PTHREAD_TID) */
+    u64 interp;             /* the main interpreter's PyInterpreterState address */
 };
 
 /* One frame as read, decoded by user space with the same layout: the branch-
@@ -76,6 +86,43 @@ static __always_inline u64 python_fnv(u64 hash, u64 value)
 {
     hash ^= value;
     return hash * 0x100000001b3ULL;
+}
+
+/* The kernel tid a thread state names (0: unreadable). Branch-free: the
+ * tid's address (in the thread state, or in struct pthread on 3.10) is
+ * picked by mask. */
+static __always_inline u32 python_tstate_tid(const struct python_layout *layout, u64 tstate)
+{
+    u64 word = 0;
+    if (bpf_probe_read_user(&word, sizeof(word), (void *)(tstate + layout->tstate_tid)))
+        return 0;
+    u64 via_pthread = (layout->flags & PYTHON_LAYOUT_PTHREAD_TID) ? ~0ULL : 0;
+    u64 at = ((word + layout->pthread_tid) & via_pthread) | ((tstate + layout->tstate_tid) & ~via_pthread);
+    u32 tid = 0;
+    if (bpf_probe_read_user(&tid, sizeof(tid), (void *)at))
+        return 0;
+    return tid;
+}
+
+/* The thread state of thread tid, from the interpreter's own thread list:
+ * for a thread user space has not listed yet (started since its last
+ * refresh). 0 when none of the first PYTHON_MAX_THREADS_SCANNED names it. */
+static __always_inline u64 python_find_tstate(const struct python_layout *layout, u32 tid)
+{
+    u64 tstate = 0;
+    if (layout->interp == 0 ||
+        bpf_probe_read_user(&tstate, sizeof(tstate), (void *)(layout->interp + layout->interp_threads_head)))
+        return 0;
+    u32 next_off = layout->tstate_next;
+    for (u32 i = 0; i < PYTHON_MAX_THREADS_SCANNED; i++) {
+        if (tstate == 0)
+            break;
+        if (python_tstate_tid(layout, tstate) == tid)
+            return tstate;
+        if (bpf_probe_read_user(&tstate, sizeof(tstate), (void *)(tstate + next_off)))
+            break;
+    }
+    return 0;
 }
 
 /* Fills out->frames innermost first; returns the depth (0: no Python frame

@@ -256,6 +256,8 @@ class FutexWaitRecord:
     waker_ip: int
     waker_stack_id: int
     waker_scan: tuple[int, ...]
+    python_stack_id: int = 0  # the waiter's Python stack (locks snapshot's python_stacks); 0 none
+    waker_python_stack_id: int = 0
 
     @property
     def end_ns(self) -> int:
@@ -469,6 +471,7 @@ def _futex_wait(etype: EventType, ev: Any) -> FutexWaitRecord:
         ip=ev.ip, stack_id=ev.stack_id, scan=tuple(ev.scan[: min(ev.nscan, LOCK_SCAN_HITS)]),
         waker_tid=ev.waker_tid, waker_ip=ev.waker_ip, waker_stack_id=ev.waker_stack_id,
         waker_scan=tuple(ev.waker_scan[: min(ev.waker_nscan, LOCK_SCAN_HITS)]),
+        python_stack_id=ev.python_stack_id, waker_python_stack_id=ev.waker_python_stack_id,
     )
 
 

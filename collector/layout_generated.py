@@ -474,7 +474,7 @@ class NetRetransmitEvent(ctypes.Structure):
 
 
 class FutexWaitEvent(ctypes.Structure):
-    """struct futex_wait_event: 216 bytes"""
+    """struct futex_wait_event: 224 bytes"""
 
     _fields_ = [
         ("hdr", EventHeader),                               # offset 0, 24 bytes
@@ -493,6 +493,8 @@ class FutexWaitEvent(ctypes.Structure):
         ("flags", ctypes.c_uint32),                         # offset 84, 4 bytes
         ("scan", ctypes.c_uint64 * 8),                      # offset 88, 64 bytes
         ("waker_scan", ctypes.c_uint64 * 8),                # offset 152, 64 bytes
+        ("python_stack_id", ctypes.c_int32),                # offset 216, 4 bytes
+        ("waker_python_stack_id", ctypes.c_int32),          # offset 220, 4 bytes
     ]
 
 

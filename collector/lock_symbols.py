@@ -18,6 +18,7 @@ class Symbols:
         self._by_pid: dict[str, dict[str, dict]] = snap.get("symbols", {})
         self._stacks: dict[str, list[int]] = snap.get("stacks", {})
         self._runtimes: dict[str, list[int]] = snap.get("cpython_runtime", {})
+        self._python: dict[str, dict[str, list[str]]] = snap.get("python_stacks", {})
 
     def frame(self, pid: int, addr: int) -> dict | None:
         return self._by_pid.get(str(pid), {}).get(str(addr))
@@ -34,9 +35,15 @@ class Symbols:
     def stack(self, stack_id: int) -> list[int]:
         return self._stacks.get(str(stack_id), [])
 
-    def frames(self, pid: int, ip: int, scan: Sequence[int], stack_id: int) -> tuple[str, ...]:
+    def python_frames(self, pid: int, python_stack_id: int) -> list[str]:
+        """The Python frames of a wait or wake, innermost first (collector/python_stacks.py)."""
+        return self._python.get(str(pid), {}).get(str(python_stack_id), []) if python_stack_id > 0 else []
+
+    def frames(self, pid: int, ip: int, scan: Sequence[int], stack_id: int,
+               python_stack_id: int = 0) -> tuple[str, ...]:
         """ip, then scan hits that follow a call instruction, then the frame-pointer
-        stack past the ip; adjacent duplicates dropped."""
+        stack past the ip, then the Python frames (the callers of all of those);
+        adjacent duplicates dropped."""
         names = [self.name(pid, ip)] if ip else []
         for addr in scan:
             f = self.frame(pid, addr)
@@ -44,6 +51,7 @@ class Symbols:
                 names.append(f["function"])
         if stack_id >= 0:
             names += [self.name(pid, a) for a in self.stack(stack_id)[1:]]
+        names += self.python_frames(pid, python_stack_id)
         out: list[str] = []
         for n in names:
             if not out or out[-1] != n:

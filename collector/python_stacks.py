@@ -22,6 +22,7 @@ walk found: the Python part is whole, the native part between is unknown.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 
 from inferprobe.collector import python_threads
@@ -35,14 +36,19 @@ NATIVE_GAP = "[native frames not walked]"
 UNREADABLE = "py::[code object not readable]"
 PYTHON_LOST = "[lost: Python stack not kept]"
 LAYOUT_CFRAME = 0x1  # PYTHON_LAYOUT_CFRAME, bpf/python_frames.bpf.h
+LAYOUT_PTHREAD_TID = 0x2  # PYTHON_LAYOUT_PTHREAD_TID
 OWNED_BY_CSTACK = 3
+_EXIT_HOOKED: weakref.WeakSet = weakref.WeakSet()  # bcc programs whose python_thread_exit is attached
 CODE_MASK = (1 << 56) - 1  # the frame's code field carries the entry/owner byte in bits 56-63
 
 
-def bpf_layout_fields(layout: PythonLayout) -> dict[str, int]:
-    """struct python_layout's values for one interpreter version."""
+def bpf_layout_fields(proc: PythonProcess) -> dict[str, int]:
+    """struct python_layout's values for one checked CPython process."""
+    layout = proc.layout
+    pthread = layout.tstate_native_thread_id is None
     return {
-        "flags": LAYOUT_CFRAME if layout.cframe_frame is not None else 0,
+        "flags": (LAYOUT_CFRAME if layout.cframe_frame is not None else 0)
+        | (LAYOUT_PTHREAD_TID if pthread else 0),
         "tstate_frame": layout.tstate_frame,
         "cframe_frame": layout.cframe_frame or 0,
         "frame_previous": layout.frame_previous,
@@ -50,6 +56,11 @@ def bpf_layout_fields(layout: PythonLayout) -> dict[str, int]:
         "frame_instr": layout.frame_instr,
         "frame_entry": layout.frame_entry if layout.frame_entry is not None else 0,
         "frame_read": layout.frame_read,
+        "interp_threads_head": layout.interp_threads_head,
+        "tstate_next": layout.tstate_next,
+        "tstate_tid": layout.tstate_thread_id if pthread else (layout.tstate_native_thread_id or 0),
+        "pthread_tid": proc.pthread_tid_offset or 0,
+        "interp": proc.main_interpreter or 0,
     }
 
 
@@ -123,8 +134,17 @@ class PythonTargets:
         self.resolvers[pid] = CodeResolver(proc.memory, proc.layout)
         return proc
 
+    @staticmethod
+    def _attach_exit_hook(bpf) -> None:
+        # one program for every set: the first PythonTargets of this bpf attaches it
+        if bpf not in _EXIT_HOOKED:
+            bpf.attach_tracepoint(tp=b"sched:sched_process_exit", fn_name=b"python_thread_exit")
+            _EXIT_HOOKED.add(bpf)
+
     def refresh(self, bpf, pids: list[int]) -> None:
-        """Attaches to new CPython processes and writes every thread's state address to BPF."""
+        """Attaches to new CPython processes and writes every thread's state address to BPF
+        (BPF looks up threads started since in the interpreter's list itself)."""
+        self._attach_exit_hook(bpf)
         layouts, threads = bpf["python_layouts"], bpf["python_threads"]
         for pid in pids:
             known = pid in self.processes
@@ -133,7 +153,7 @@ class PythonTargets:
                 continue
             if not known:
                 leaf = layouts.Leaf()
-                for name, value in bpf_layout_fields(proc.layout).items():
+                for name, value in bpf_layout_fields(proc).items():
                     setattr(leaf, name, value)
                 layouts[layouts.Key(pid)] = leaf
             before = set(proc.tstates)

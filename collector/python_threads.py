@@ -80,6 +80,7 @@ class PythonProcess:
     memory: ProcessMemory
     layout_source: str  # where the offsets came from, for doctor: its _Py_DebugOffsets or the table
     pthread_tid_offset: int | None = None  # 3.10: where struct pthread keeps the kernel tid
+    main_interpreter: int | None = None  # PyInterpreterState of the main interpreter (head of the list)
     tstates: dict[int, int] = field(default_factory=dict)  # tid -> PyThreadState, last refresh
 
     @property
@@ -144,6 +145,8 @@ class PythonProcess:
         tstates = self._thread_states()
         if not tstates:
             raise LayoutProblem("its interpreter list holds no thread state at the expected offsets")
+        self.main_interpreter = self.memory.u64(self.interpreter.runtime
+                                                + self.layout.runtime_interpreters_head)
         if self.layout.tstate_native_thread_id is None:
             self.pthread_tid_offset = self._find_pthread_tid_offset(tstates)
             if self.pthread_tid_offset is None:

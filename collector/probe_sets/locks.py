@@ -32,6 +32,7 @@ from inferprobe.collector.events import (
 from inferprobe.collector.probe_sets import ProbeSet, TargetContext
 from inferprobe.collector.probe_sets.semaphores import SemaphoreProbes
 from inferprobe.collector.proc_maps import executable_ranges
+from inferprobe.collector.python_stacks import PythonTargets, read_stacks
 from inferprobe.collector.symbolizer import Symbolizer
 
 TRACEFS_EVENTS = Path("/sys/kernel/tracing/events")
@@ -50,6 +51,7 @@ _WAIT_FIELDS = struct.Struct(
     f"{_F.nscan.offset - _F.waker_tid.offset}x"
     "HH4x"  # nscan, waker_nscan
     f"{2 * LOCK_SCAN_HITS}Q"
+    "ii"  # python_stack_id, waker_python_stack_id
 )
 _OFF_STACK = struct.Struct(f"<{OffcpuEvent.waker_stack_id.offset}xiI")  # waker stack id, waker pid
 assert _WAIT_FIELDS.size == ctypes.sizeof(FutexWaitEvent)
@@ -72,6 +74,7 @@ class LockProbes(ProbeSet):
     name = "locks"
     state_maps = ("lock_pending", "lock_offcpu", "lock_klock_start", "lock_sem_trying")
     source = "locks.bpf.c"
+    shared_sources = ("python_stacks.bpf.c",)
     description = ("futex waits (lock vs handoff; libc semaphore uprobes), off-CPU time by reason, "
                    "runqueue delay")
     observed_types = (EventType.FUTEX_WAIT, EventType.OFFCPU)
@@ -87,6 +90,8 @@ class LockProbes(ProbeSet):
         self.have: dict[str, bool] = {}
         self._target_pids: set[int] = set()
         self.semaphores = SemaphoreProbes()
+        self.python = PythonTargets()  # thread states for the Python stacks of waiters and wakers
+        self._python_ids: dict[int, set[int]] = {}  # pid -> Python stack ids seen in its waits
 
     def prepare(self, ctx: TargetContext) -> str | None:
         if not _tracepoint("syscalls/sys_enter_futex") or not _tracepoint("sched/sched_switch"):
@@ -130,9 +135,12 @@ class LockProbes(ProbeSet):
         values = (table.Leaf * len(keys))(*([1] * len(keys)))
         table.items_update_batch(keys, values)
         self.semaphores.attach(bpf, self.pids)
+        self.python.refresh(bpf, target_procs.with_descendants(self.pids))
 
     def refresh(self, bpf, ctx: TargetContext) -> list[str]:
-        """Attaches the semaphore uprobes to target processes that started since."""
+        """Attaches the semaphore uprobes to target processes that started since,
+        and lists the threads of the CPython targets for their Python stacks."""
+        self.python.refresh(bpf, target_procs.with_descendants(ctx.pids))
         return [f"locks: semaphore probes on {att.path} in pid {att.pid}"
                 + ("" if att.complete else f" failed ({', '.join(att.failed)})")
                 for att in self.semaphores.attach(bpf, target_procs.with_descendants(ctx.pids))]
@@ -142,9 +150,12 @@ class LockProbes(ProbeSet):
         if raw[0] == EventType.FUTEX_WAIT:
             if len(raw) < _WAIT_FIELDS.size:
                 return
-            pid, ip, waker_ip, stack_id, waker_stack_id, nscan, waker_nscan, *scans = (
+            pid, ip, waker_ip, stack_id, waker_stack_id, nscan, waker_nscan, *scans, py_id, waker_py_id = (
                 _WAIT_FIELDS.unpack_from(raw)
             )
+            for py in (py_id, waker_py_id):
+                if py > 0:
+                    self._python_ids.setdefault(pid, set()).add(py)
             self._target_pids.add(pid)
             addrs = self._addrs.setdefault(pid, set())
             addrs.add(ip)
@@ -178,6 +189,13 @@ class LockProbes(ProbeSet):
                 continue
             stacks[str(sid)] = stack
             self._addrs.setdefault(pid, set()).update(stack)
+        python_entries = read_stacks(bpf) if self._python_ids else {}
+        python_stacks: dict[str, dict[str, list[str]]] = {}
+        for pid, ids in self._python_ids.items():
+            named = {str(i): [f for group in self.python.frames(pid, python_entries[i]) for f in group]
+                     for i in sorted(ids) if i in python_entries}
+            if named:
+                python_stacks[str(pid)] = named
         symbols: dict[str, dict[str, dict]] = {}
         runtimes: dict[str, list[int]] = {}
         symbolizer = Symbolizer()
@@ -200,7 +218,11 @@ class LockProbes(ProbeSet):
             "counters": totals,
             "addresses": sorted(by_addr, key=lambda r: -r["wait_ns"])[:500],
             "stacks": stacks,
+            "python_stacks": python_stacks,  # pid -> Python stack id -> frames, innermost first
             "symbols": symbols,
             "semaphore_probes": self.semaphores.snapshot(),
             "cpython_runtime": runtimes,  # pid -> [start, end) of _PyRuntime: the GIL's futex words
         }
+
+    def release(self) -> None:
+        self.python.close()
