@@ -127,7 +127,10 @@ def probe(url: str, timeout_s: float = 0.5) -> bool:
         conn.close()
 
 
-def discover(listening: list[str]) -> str | None:
+DISCOVERY_TIMEOUT_S = 2.0  # an engine busy decoding can take a while to answer its first /metrics
+
+
+def discover(listening: list[str], timeout_s: float = DISCOVERY_TIMEOUT_S) -> str | None:
     """The first of the target's listening TCP sockets ("tcp 0.0.0.0:8080",
     from collector/targets.listening_sockets) that serves /metrics itself."""
     for sock in listening:
@@ -140,7 +143,7 @@ def discover(listening: list[str]) -> str | None:
         elif host == "::":
             host = "::1"
         url = f"http://[{host}]:{port}/metrics" if ":" in host else f"http://{host}:{port}/metrics"
-        if probe(url):
+        if probe(url, timeout_s):
             return url
     return None
 
