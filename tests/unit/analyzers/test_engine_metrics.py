@@ -119,3 +119,8 @@ def test_scrapes_round_trip_through_a_recording_into_every_output(tmp_path):
     render_text(data, Console(file=buf, width=150))
     text = buf.getvalue()
     assert "sglang:num_queue_reqs" in text and "Engine metrics" in text
+    from inferprobe.reports.html import render_html
+    from inferprobe.reports.markdown import render_markdown
+
+    for page in (render_html(data), render_markdown(data)):
+        assert "sglang:num_queue_reqs" in page and "Engine metrics" in page
