@@ -57,6 +57,10 @@ class Attempt:
         return None if self.reused or self.connection is None else self.connection.t_connect_end_ns
 
     @property
+    def t_tls_done_ns(self) -> int | None:
+        return None if self.reused or self.connection is None else self.connection.t_tls_done_ns
+
+    @property
     def t_start_ns(self) -> int:
         start = self.t_connect_start_ns
         return start if start is not None else self.request.t_ingress_ns
@@ -77,9 +81,13 @@ class Attempt:
         parts = []
         if self.t_connect_start_ns is not None and self.t_connect_end_ns is not None:
             parts.append(f"connect {seconds(self.t_connect_end_ns - self.t_connect_start_ns)}")
-            setup = r.t_ingress_ns - self.t_connect_end_ns
-            label = "TLS handshake and request set-up" if r.transport == "tls" else "request set-up"
-            parts.append(f"{label} {seconds(setup)}")
+            ready = self.t_connect_end_ns
+            if self.t_tls_done_ns is not None:
+                parts.append(f"TLS handshake {seconds(self.t_tls_done_ns - ready)}")
+                ready = self.t_tls_done_ns
+            label = ("TLS handshake and request set-up" if r.transport == "tls" and self.t_tls_done_ns is None
+                     else "request set-up")
+            parts.append(f"{label} {seconds(r.t_ingress_ns - ready)}")
         if r.t_response_start_ns is None:
             end = r.t_end_ns if r.t_end_ns is not None else self.t_end_ns
             why = ("closed by the client (its timeout?)" if r.outcome == Outcome.ABORTED

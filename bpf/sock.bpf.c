@@ -61,7 +61,7 @@ struct conn_state {
     u32 client;      /* enum conn_role: connect()ed by the target (it sends requests) or accepted */
 };
 
-enum io_dir { DIR_READ = 0, DIR_WRITE = 1 };
+enum io_dir { DIR_READ = 0, DIR_WRITE = 1, DIR_HANDSHAKE = 2 /* a TLS call that moves no plaintext */ };
 
 struct pending_io {
     u64 ts_ns;
@@ -1288,7 +1288,8 @@ static __always_inline struct tls_session *tls_session_of(u32 tgid, struct tls_c
         if (sock && sock->conn_id == session->state.conn_id)
             return session;
     }
-    s32 fd = call->fd >= 0 ? call->fd : nested_fd >= 0 ? nested_fd : call->dir == DIR_READ ? last_read_fd : -1;
+    /* A memory BIO's read, or handshake, follows the thread's read of the ciphertext. */
+    s32 fd = call->fd >= 0 ? call->fd : nested_fd >= 0 ? nested_fd : call->dir != DIR_WRITE ? last_read_fd : -1;
     struct tls_session fresh = {.fd = -1};
     if (fd >= 0) {
         struct sock_key skey = {.pid = tgid, .fd = fd};
@@ -1303,6 +1304,8 @@ static __always_inline struct tls_session *tls_session_of(u32 tgid, struct tls_c
             }
         }
     }
+    if (fresh.fd < 0 && call->dir == DIR_HANDSHAKE)
+        return 0;   /* no socket to time it for, nor a role yet: the first read or write says */
     if (fresh.fd < 0) {
         u32 zero = 0;
         u64 *counter = next_conn_id.lookup(&zero);
@@ -1344,6 +1347,30 @@ static __always_inline int tls_call_begin(u32 caller, u64 caller_id, u64 session
     return 0;
 }
 
+/* A handshake that completed (it returned 1; a memory BIO's returns
+ * WANT_READ until then): an event with the time, for the connect -> TLS ->
+ * request sum of an outbound call (analyzers/client_calls.py). */
+static __always_inline int tls_handshake_done(u32 tgid, u64 id, struct tls_call *call, s32 nested_fd,
+                                              s32 last_read_fd)
+{
+    struct tls_session *session = tls_session_of(tgid, call, nested_fd, last_read_fd);
+    if (!session)
+        return 0;
+    struct conn_event *ev = events.ringbuf_reserve(sizeof(struct conn_event));
+    if (!ev) {
+        count(COUNTER_EVENTS_LOST);
+        return 0;
+    }
+    __builtin_memset(ev, 0, sizeof(*ev));
+    fill_header(&ev->hdr, EVENT_TLS_HANDSHAKE, bpf_ktime_get_ns(), id);
+    ev->conn_id = session->state.conn_id;
+    ev->fd = session->fd;
+    ev->role = session->state.client ? CONN_ROLE_CLIENT : CONN_ROLE_SERVER;
+    events.ringbuf_submit(ev, wakeup_flag(sizeof(*ev)));
+    count(COUNTER_EVENTS_SENT);
+    return 0;
+}
+
 /* The call's return: `ret` is what the function returned (bytes, or 1 for
  * the _ex forms, which store the count through len_out). */
 static __always_inline int tls_call_end(void *ctx, u32 caller, u64 caller_id, long ret)
@@ -1371,6 +1398,8 @@ static __always_inline int tls_call_end(void *ctx, u32 caller, u64 caller_id, lo
         }
     }
 #endif
+    if (call.dir == DIR_HANDSHAKE)
+        return ret == 1 ? tls_handshake_done(tgid, id, &call, nested_fd, last_read_fd) : 0;
     long bytes = ret;
     if (call.len_out) {
         u64 n = 0;
@@ -1426,6 +1455,12 @@ int tls_ssl_write_ex_enter(struct pt_regs *ctx)
 int tls_ssl_return(struct pt_regs *ctx)
 {
     return tls_call_end(ctx, TLS_CALLER_THREAD, current_tid(), (long)(int)PT_REGS_RC(ctx));
+}
+
+/* int SSL_do_handshake(SSL *), SSL_connect(SSL *), SSL_accept(SSL *): 1 once done. */
+int tls_ssl_handshake_enter(struct pt_regs *ctx)
+{
+    return tls_call_begin(TLS_CALLER_THREAD, current_tid(), PT_REGS_PARM1(ctx), 0, 0, DIR_HANDSHAKE, -1);
 }
 
 /* void SSL_free(SSL *): its handle may come back for another connection. */

@@ -43,6 +43,7 @@ class EventType(enum.IntEnum):
     SOCK_WRITE = 4
     USDT = 5
     CONN_CONNECTED = 6
+    TLS_HANDSHAKE = 7
     CPU_SAMPLE = 32
     OFFCPU_SAMPLE = 33
     NET_XMIT = 64

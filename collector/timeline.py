@@ -141,6 +141,7 @@ class Connection:
     role: str = "server"
     t_connect_end_ns: int | None = None
     connect_result: int = 0
+    t_tls_done_ns: int | None = None  # its TLS handshake completed (OpenSSL), where one was seen
 
 
 @dataclass(slots=True)

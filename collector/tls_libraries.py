@@ -33,12 +33,16 @@ OPENSSL_ENTRY_PROGRAMS = {
     "SSL_read_ex": "tls_ssl_read_ex_enter",
     "SSL_write": "tls_ssl_write_enter",
     "SSL_write_ex": "tls_ssl_write_ex_enter",
+    "SSL_do_handshake": "tls_ssl_handshake_enter",
+    "SSL_connect": "tls_ssl_handshake_enter",
+    "SSL_accept": "tls_ssl_handshake_enter",
     "SSL_free": "tls_ssl_free",
 }
 OPENSSL_RETURN_PROGRAM = "tls_ssl_return"
-# The four that move plaintext get a return probe too; SSL_free only its entry.
-OPENSSL_DATA_FUNCTIONS = ("SSL_read", "SSL_read_ex", "SSL_write", "SSL_write_ex")
-_OPENSSL_PATTERN = r"^SSL_(read|write)(_ex)?$|^SSL_free$"
+# The four that move plaintext and the handshakes get a return probe too; SSL_free only its entry.
+OPENSSL_RETURN_FUNCTIONS = ("SSL_read", "SSL_read_ex", "SSL_write", "SSL_write_ex", "SSL_do_handshake",
+                            "SSL_connect", "SSL_accept")
+_OPENSSL_PATTERN = r"^SSL_(read|write)(_ex)?$|^SSL_(do_handshake|connect|accept|free)$"
 
 LIBSSL = re.compile(r"^libssl\.so(\.[0-9]+)*$")  # OpenSSL's; NSS ships libssl3.so
 UNHOOKED = {

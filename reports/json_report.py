@@ -98,7 +98,7 @@ def client_fields(attempt: Attempt | None) -> dict:
         "connection_reused": attempt.reused,
         "t_connect_start_ns": attempt.t_connect_start_ns,
         "t_connect_end_ns": attempt.t_connect_end_ns,
-        "t_tls_done_ns": None,  # no TLS handshake probe yet: docs/client-calls.md
+        "t_tls_done_ns": attempt.t_tls_done_ns,
     }
 
 
@@ -228,4 +228,5 @@ def connection_json(c: Connection) -> dict:
         "role": c.role,
         "t_connect_end_ns": c.t_connect_end_ns,
         "connect_result": c.connect_result,
+        "t_tls_done_ns": c.t_tls_done_ns,
     }

@@ -7,8 +7,9 @@ this set has no source of its own and needs the sockets set.
 
 It finds the TLS libraries of every target (collector/tls_libraries.py)
 and attaches, per process, a uprobe at the entry and a uretprobe at the
-return of SSL_read, SSL_read_ex, SSL_write and SSL_write_ex, and an entry
-probe on SSL_free (its session handle may come back for another
+return of SSL_read, SSL_read_ex, SSL_write and SSL_write_ex and of the
+handshake (SSL_do_handshake, SSL_connect, SSL_accept: when it completed),
+and an entry probe on SSL_free (its session handle may come back for another
 connection). In a Go executable that links crypto/tls (collector/go_binary.py)
 it probes (*Conn).Read and (*Conn).Write at their entry and at each of
 their return instructions, and gives the kernel the struct offsets from a
@@ -31,8 +32,8 @@ from inferprobe.collector.go_binary import GoTlsTarget, go_tls_targets
 from inferprobe.collector.probe_sets import ProbeSet, TargetContext
 from inferprobe.collector.probe_sets.sockets import CLASSIFIER_PROGRAMS
 from inferprobe.collector.tls_libraries import (
-    OPENSSL_DATA_FUNCTIONS,
     OPENSSL_ENTRY_PROGRAMS,
+    OPENSSL_RETURN_FUNCTIONS,
     OPENSSL_RETURN_PROGRAM,
     TlsLibrary,
     tls_libraries,
@@ -171,7 +172,7 @@ class TlsProbes(ProbeSet):
             try:
                 bpf.attach_uprobe(name=path, addr=address, fn_name=OPENSSL_ENTRY_PROGRAMS[function].encode(),
                                   pid=lib.pid)
-                if function in OPENSSL_DATA_FUNCTIONS:
+                if function in OPENSSL_RETURN_FUNCTIONS:
                     bpf.attach_uretprobe(name=path, addr=address, fn_name=OPENSSL_RETURN_PROGRAM.encode(),
                                          pid=lib.pid)
             except Exception as err:  # bcc: bare Exception, e.g. a dead pid or the probe limit

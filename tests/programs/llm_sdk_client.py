@@ -1,7 +1,7 @@
 """Streamed calls through the official openai or anthropic SDK, timed by the caller.
 
 Usage: llm_sdk_client.py openai|anthropic BASE_URL CALLS TOKENS [--wait] [--timeout S]
-[--retries N] [--stall-first MS]. The server is
+[--retries N] [--stall-first MS] [--warm-up]. The server is
 one of tests/servers/stream_shapes* (they take the token count and pacing
 from extra body fields) over HTTPS with a self-signed certificate, so
 certificate checks are off. Prints one JSON line per call: the model, and
@@ -80,8 +80,9 @@ def main() -> None:
     call = openai_call if sdk == "openai" else anthropic_call
     # A first call in a fresh process spends ~30 ms in the SDK (its models, its
     # transport) before any syscall, time nothing outside the process can see:
-    # one call on a client of its own warms that up before the measured calls.
-    call(make_client(base_url, {}), -1, 1)
+    # --warm-up makes one call on a client of its own before the measured calls.
+    if "--warm-up" in rest:
+        call(make_client(base_url, {}), -1, 1)
     if "--stall-first" in rest:
         STALL["stall_first_ms"] = float(rest[rest.index("--stall-first") + 1])
     # One client for all calls, as applications keep theirs: its pool reuses connections.

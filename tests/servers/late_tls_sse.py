@@ -66,7 +66,10 @@ def main() -> None:
     print("tls", flush=True)
     with open(log_path, "a") as log, context.wrap_socket(listener, server_side=True) as tls_listener:
         while True:
-            conn, _ = tls_listener.accept()
+            try:
+                conn, _ = tls_listener.accept()
+            except ssl.SSLError:
+                continue  # a client that spoke no TLS (a plain-HTTP probe of the port): next
             with conn:
                 serve(conn, log)
 

@@ -58,7 +58,7 @@ def client_command(sdk: str, tmp_path: Path, base_url: str, calls: int, extra: l
         return [*go_client(tmp_path), base_url, str(calls), str(TOKENS)]
     pytest.importorskip(sdk, reason=f"the {sdk} SDK is not installed (the test extra installs it)")
     return [sys.executable, str(PROGRAMS / "llm_sdk_client.py"), sdk, base_url, str(calls), str(TOKENS),
-            "--wait", *extra]
+            "--wait", "--warm-up", *extra]
 
 
 def record_client(tmp_path: Path, sdk: str, scheme: str, calls: int = CALLS, extra: list[str] = ()) -> dict:
@@ -186,3 +186,15 @@ def test_a_timed_out_first_attempt_and_its_retry_are_one_call(tmp_path):
         assert "backoff" in call["explanation"] and "attempt 2: connect" in call["explanation"]
     assert any(f["kind"] == "client.retries" for f in report["findings"])
     assert "Outbound calls (client view)" in got["text"]
+
+
+def test_a_new_tls_connection_times_its_handshake(streamed):
+    """OpenSSL's handshake (SSL_do_handshake returning 1) between the TCP connect
+    and the first request byte; Go's crypto/tls handshake is not hooked (docs/tls.md)."""
+    first = next(iter(attempts_of(streamed["report"]).values()))[0]
+    if streamed["scheme"] != "https" or streamed["sdk"] == "go":
+        assert first["t_tls_done_ns"] is None
+        return
+    assert first["t_connect_end_ns"] < first["t_tls_done_ns"] <= first["t_ingress_ns"]
+    (call,) = [c for c in streamed["report"]["client_calls"] if c["call"] == first["call"]]
+    assert "TLS handshake" in call["explanation"]

@@ -123,7 +123,9 @@ def test_a_tls_library_loaded_after_attach_is_read(tmp_path):
         maps = Path(f"/proc/{server.pid}/maps").read_text()
         assert "libssl" not in maps  # nothing TLS yet: the test's premise
         recording = tmp_path / "run.ipr"
-        rec = Recorder([server.pid], recording, "--tls", "--duration", "60")
+        # (--no-engine-metrics: the engine-metrics probe of the port, plain HTTP, would be a
+        # request line on the socket before the server speaks TLS)
+        rec = Recorder([server.pid], recording, "--tls", "--no-engine-metrics", "--duration", "60")
         server.stdin.write("go\n")
         server.stdin.flush()
         assert server.stdout.readline().strip() == "tls"
