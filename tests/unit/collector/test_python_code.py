@@ -80,3 +80,17 @@ def test_splice_puts_unwalked_python_frames_first_and_marks_the_gap():
     groups = [["py::leaf"], ["py::caller", "py::main"]]
     assert splice(native, groups) == ["py::main", "py::caller", NATIVE_GAP, "py::leaf", "PyObject_Free"]
     assert splice(["memcpy"], []) == ["memcpy"]
+
+
+def test_lock_symbols_put_the_python_frames_after_the_native_ones():
+    from inferprobe.collector.lock_symbols import Symbols
+
+    snap = {"symbols": {"7": {"16": {"function": "futex_wait", "after_call": True},
+                              "32": {"function": "PyThread_acquire_lock_timed", "after_call": True}}},
+            "python_stacks": {"7": {"5": ["py::Handler.do_GET:/srv/s.py:42", "py::serve:/srv/s.py:9"]}}}
+    sym = Symbols(snap)
+    assert sym.frames(7, 16, [32], -1, 5) == (
+        "futex_wait", "PyThread_acquire_lock_timed",
+        "py::Handler.do_GET:/srv/s.py:42", "py::serve:/srv/s.py:9")
+    assert sym.frames(7, 16, [32], -1, 0) == ("futex_wait", "PyThread_acquire_lock_timed")
+    assert sym.frames(7, 16, [32], -1, -17) == ("futex_wait", "PyThread_acquire_lock_timed")
