@@ -33,9 +33,10 @@ def explain(recording: Recording, requests: Sequence[Request],
     skipped = recording.counter("io_skipped")
     if connections or skipped:
         libraries = unread_traffic.unhooked_tls(recording)
-        why = (f"TLS through {', '.join(libraries)}, which inferprobe does not read" if libraries else
-               "TLS through a library inferprobe does not hook (it reads OpenSSL and Go's crypto/tls: "
-               "`inferprobe doctor -p PID` says what it found), HTTP/2 or gRPC, or not HTTP")
+        why = (f"encrypted (TLS) traffic through {', '.join(libraries)}, which inferprobe does not read"
+               if libraries else
+               "encrypted (TLS) traffic through a library inferprobe does not hook (it reads OpenSSL and "
+               "Go's crypto/tls: `inferprobe doctor -p PID` says what it found), HTTP/2 or gRPC, or not HTTP")
         return (f"No HTTP/1.x request recognised, though {len(connections)} connection(s) were accepted, "
                 f"{unread_traffic.unread_connections(recording)} moved bytes nothing recognised, and "
                 f"{skipped} reads and writes on connections without a request line were dropped in "

@@ -1428,29 +1428,17 @@ static __always_inline u64 current_tid(void)
     return (u32)bpf_get_current_pid_tgid();
 }
 
-int tls_ssl_read_enter(struct pt_regs *ctx)
-{
-    return tls_call_begin(TLS_CALLER_THREAD, current_tid(), PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx), 0,
-                          DIR_READ, -1);
-}
-
-int tls_ssl_read_ex_enter(struct pt_regs *ctx)
+/* (SSL *, buf, num[, size_t *count]): the count's pointer is the _ex forms' fourth argument. */
+static __always_inline int openssl_call_begin(struct pt_regs *ctx, u16 dir, int ex)
 {
     return tls_call_begin(TLS_CALLER_THREAD, current_tid(), PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx),
-                          PT_REGS_PARM4(ctx), DIR_READ, -1);
+                          ex ? PT_REGS_PARM4(ctx) : 0, dir, -1);
 }
 
-int tls_ssl_write_enter(struct pt_regs *ctx)
-{
-    return tls_call_begin(TLS_CALLER_THREAD, current_tid(), PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx), 0,
-                          DIR_WRITE, -1);
-}
-
-int tls_ssl_write_ex_enter(struct pt_regs *ctx)
-{
-    return tls_call_begin(TLS_CALLER_THREAD, current_tid(), PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx),
-                          PT_REGS_PARM4(ctx), DIR_WRITE, -1);
-}
+int tls_ssl_read_enter(struct pt_regs *ctx) { return openssl_call_begin(ctx, DIR_READ, 0); }
+int tls_ssl_read_ex_enter(struct pt_regs *ctx) { return openssl_call_begin(ctx, DIR_READ, 1); }
+int tls_ssl_write_enter(struct pt_regs *ctx) { return openssl_call_begin(ctx, DIR_WRITE, 0); }
+int tls_ssl_write_ex_enter(struct pt_regs *ctx) { return openssl_call_begin(ctx, DIR_WRITE, 1); }
 
 int tls_ssl_return(struct pt_regs *ctx)
 {

@@ -6,6 +6,7 @@ Reads /proc only; the kernel side follows forks from then on.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 from inferprobe.collector.errors import TargetProblem
@@ -94,6 +95,18 @@ def connected_socket_fds(pid: int) -> set[int]:
         return set()
     listening: set[str] = set()
     established: dict[int, str] = {}
+    for _name, fields in _tcp_rows(pid):
+        port = fields[1].rsplit(":", 1)[1]
+        if fields[3] == "0A":
+            listening.add(port)
+        elif fields[3] == "01" and int(fields[9]) in inodes:
+            established[int(fields[9])] = port
+    return {inodes[inode] for inode, port in established.items() if port not in listening}
+
+
+def _tcp_rows(pid: int) -> Iterator[tuple[str, list[str]]]:
+    """("tcp" or "tcp6", fields) for each socket row of pid's network namespace
+    (fields: sl local remote state ... uid timeout inode)."""
     for name in ("tcp", "tcp6"):
         try:
             lines = (PROC / str(pid) / "net" / name).read_text().splitlines()[1:]
@@ -101,14 +114,8 @@ def connected_socket_fds(pid: int) -> set[int]:
             continue
         for line in lines:
             fields = line.split()
-            if len(fields) <= 9:
-                continue
-            port = fields[1].rsplit(":", 1)[1]
-            if fields[3] == "0A":
-                listening.add(port)
-            elif fields[3] == "01" and int(fields[9]) in inodes:
-                established[int(fields[9])] = port
-    return {inodes[inode] for inode, port in established.items() if port not in listening}
+            if len(fields) > 9:
+                yield name, fields
 
 
 # x86-64 syscall numbers of the reads sock.bpf.c traces: read, readv, recvfrom, recvmsg.
@@ -156,16 +163,9 @@ def listening_sockets(pids: list[int]) -> list[str]:
         inodes = set(_sockets(pid).values())
         if not inodes:
             continue
-        for name in ("tcp", "tcp6"):
-            try:
-                lines = (PROC / str(pid) / "net" / name).read_text().splitlines()[1:]
-            except OSError:
-                continue
-            for line in lines:
-                fields = line.split()
-                # fields: sl local rem st ... uid timeout inode
-                if len(fields) > 9 and fields[3] == "0A" and int(fields[9]) in inodes:
-                    found.append(f"{name} {_hex_address(fields[1])}")
+        for name, fields in _tcp_rows(pid):
+            if fields[3] == "0A" and int(fields[9]) in inodes:
+                found.append(f"{name} {_hex_address(fields[1])}")
         try:
             lines = (PROC / str(pid) / "net" / "unix").read_text().splitlines()[1:]
         except OSError:

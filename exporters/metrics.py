@@ -62,6 +62,16 @@ def status_class(req: Request) -> str:
     return "aborted" if req.outcome == Outcome.ABORTED else "none"
 
 
+def capped(value: str, seen: set[str], limit: int) -> str:
+    """A label value, or "other" once `limit` distinct ones were seen: bounded cardinality."""
+    if value in seen:
+        return value
+    if len(seen) >= limit:
+        return "other"
+    seen.add(value)
+    return value
+
+
 class Metrics:
     """Owns one registry; observe_*() are called from the recording thread."""
 
@@ -143,35 +153,17 @@ class Metrics:
         return self._targets.get(pid) or next(iter(self._targets.values()), "unknown")
 
     def _endpoint(self, req: Request) -> str:
-        ep = req.endpoint
-        if ep in self._endpoints:
-            return ep
-        if len(self._endpoints) >= MAX_ENDPOINTS:
-            return "other"
-        self._endpoints.add(ep)
-        return ep
+        return capped(req.endpoint, self._endpoints, MAX_ENDPOINTS)
 
     def _model(self, req: Request) -> str:
-        model = req.model or ""
-        if not model or model in self._models:
-            return model
-        if len(self._models) >= MAX_MODELS:
-            return "other"
-        self._models.add(model)
-        return model
+        return capped(req.model, self._models, MAX_MODELS) if req.model else ""
 
     # -- requests ---------------------------------------------------------------
     def request_started(self, pid: int) -> None:
         self.in_flight.labels(self.target(pid)).inc()
 
     def _peer(self, req: Request) -> str:
-        peer = req.peer or "unknown"
-        if peer in self._peers:
-            return peer
-        if len(self._peers) >= MAX_PEERS:
-            return "other"
-        self._peers.add(peer)
-        return peer
+        return capped(req.peer or "unknown", self._peers, MAX_PEERS)
 
     def _client_attempt_finished(self, req: Request) -> None:
         labels = (self._peer(req), self._endpoint(req), self._model(req), status_class(req),

@@ -28,6 +28,7 @@ from inferprobe.collector import targets as target_procs
 from inferprobe.collector.events import GpuFunction
 from inferprobe.collector.gpu_catalog import Category, Library
 from inferprobe.collector.probe_sets import ProbeSet, TargetContext
+from inferprobe.collector.uprobe_attach import Probe, attach_functions
 
 TRACEFS_EVENTS = Path("/sys/kernel/tracing/events")
 DEFAULT_RUN_MAX_LAUNCHES = 256
@@ -195,20 +196,14 @@ class GpuProbes(ProbeSet):
                 att.failed["*"] = str(err)
                 return att
             self._symbols[mapped.file_key] = symbols
-        for hooked in symbols:
-            fn = hooked.function
-            entry = f"gpu_enter_GPU_FN_{fn.name}".encode()
-            try:
-                bpf.attach_uprobe(name=mapped.host_path.encode(), addr=hooked.address,
-                                  fn_name=entry, pid=mapped.pid)
-                if not self._entry_only(fn):
-                    bpf.attach_uretprobe(name=mapped.host_path.encode(), addr=hooked.address,
-                                         fn_name=f"gpu_return_GPU_FN_{fn.name}".encode(),
-                                         pid=mapped.pid)
-            except Exception as err:  # bcc: bare Exception, e.g. the probe limit or a dead pid
-                att.failed[hooked.symbol] = str(err)
-                continue
-            att.symbols.append(hooked.symbol)
+        hooked_names, failed = attach_functions(bpf, mapped.host_path, mapped.pid, [
+            (hooked.symbol, [Probe(hooked.address, f"gpu_enter_GPU_FN_{hooked.function.name}"),
+                             *([] if self._entry_only(hooked.function) else
+                               [Probe(hooked.address, f"gpu_return_GPU_FN_{hooked.function.name}",
+                                      on_return=True)])])
+            for hooked in symbols])
+        att.symbols.extend(hooked_names)
+        att.failed.update(failed)
         att.t_attached_ns = time.monotonic_ns()
         return att
 

@@ -38,6 +38,7 @@ from inferprobe.collector.tls_libraries import (
     TlsLibrary,
     tls_libraries,
 )
+from inferprobe.collector.uprobe_attach import Probe, attach_functions
 
 # The chain programs plaintext can reach: never the iovec gatherers (a
 # library call has one buffer), so their copies are not loaded.
@@ -143,17 +144,12 @@ class TlsProbes(ProbeSet):
         table = bpf[b"go_tls_offsets"]
         table[ctypes.c_uint32(target.pid)] = table.Leaf(
             off.tls_conn_conn, off.iface_data, off.tcp_conn_conn, off.conn_fd, off.netfd_pfd, off.pfd_sysfd)
-        path = target.host_path.encode()
-        for function, entry in ((probes.read, "tls_go_read_enter"), (probes.write, "tls_go_write_enter")):
-            try:
-                bpf.attach_uprobe(name=path, addr=function.address, fn_name=entry.encode(), pid=target.pid)
-                # Each return instruction, not a uretprobe (collector/go_binary.py says why).
-                for address in function.returns:
-                    bpf.attach_uprobe(name=path, addr=address, fn_name=b"tls_go_return", pid=target.pid)
-            except Exception as err:  # bcc: bare Exception, e.g. a dead pid or the probe limit
-                att.failed[function.name] = str(err)
-                continue
-            att.hooked.append(function.name)
+        # The entry and each return instruction, not a uretprobe (collector/go_binary.py says why).
+        entries = ((probes.read, "tls_go_read_enter"), (probes.write, "tls_go_write_enter"))
+        att.hooked, att.failed = attach_functions(bpf, target.host_path, target.pid, [
+            (function.name, [Probe(function.address, entry),
+                             *(Probe(address, "tls_go_return") for address in function.returns)])
+            for function, entry in entries])
         att.t_attached_ns = time.monotonic_ns()
         return att
 
@@ -167,18 +163,11 @@ class TlsProbes(ProbeSet):
         self._done.add((lib.pid, lib.file_key))
         att = TlsAttachment(pid=lib.pid, path=lib.path, kind=lib.kind)
         self.attachments.append(att)
-        path = lib.host_path.encode()
-        for function, address in sorted(lib.functions.items()):
-            try:
-                bpf.attach_uprobe(name=path, addr=address, fn_name=OPENSSL_ENTRY_PROGRAMS[function].encode(),
-                                  pid=lib.pid)
-                if function in OPENSSL_RETURN_FUNCTIONS:
-                    bpf.attach_uretprobe(name=path, addr=address, fn_name=OPENSSL_RETURN_PROGRAM.encode(),
-                                         pid=lib.pid)
-            except Exception as err:  # bcc: bare Exception, e.g. a dead pid or the probe limit
-                att.failed[function] = str(err)
-                continue
-            att.hooked.append(function)
+        att.hooked, att.failed = attach_functions(bpf, lib.host_path, lib.pid, [
+            (function, [Probe(address, OPENSSL_ENTRY_PROGRAMS[function]),
+                        *([Probe(address, OPENSSL_RETURN_PROGRAM, on_return=True)]
+                          if function in OPENSSL_RETURN_FUNCTIONS else [])])
+            for function, address in sorted(lib.functions.items())])
         att.t_attached_ns = time.monotonic_ns()
         return att
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -31,6 +30,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.e2e.test_stream_shapes import self_signed_certificate
+from tests.support.go import build_go_program
 from tests.support.kernel import needs_root
 from tests.support.paths import PROGRAMS, SERVERS
 from tests.support.processes import Recorder, inferprobe_cmd, stop_process
@@ -43,19 +43,12 @@ CALLS, TOKENS = 4, 6
 SPAN_TOLERANCE_NS = 20_000_000
 
 
-def go_client(tmp_path: Path) -> list[str]:
-    go = shutil.which("go")
-    if go is None:
-        pytest.skip("Go is not installed (Debian's golang-go; make setup installs it)")
-    exe = tmp_path / "llm_go_client"
-    subprocess.run([go, "build", "-o", str(exe), str(PROGRAMS / "llm_go_client.go")], check=True,
-                   env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "GOCACHE": str(tmp_path / "gocache")})
-    return [str(exe)]
 
 
 def client_command(sdk: str, tmp_path: Path, base_url: str, calls: int, extra: list[str]) -> list[str]:
     if sdk == "go":
-        return [*go_client(tmp_path), base_url, str(calls), str(TOKENS)]
+        exe = build_go_program(PROGRAMS / "llm_go_client.go", tmp_path)
+        return [str(exe), base_url, str(calls), str(TOKENS)]
     pytest.importorskip(sdk, reason=f"the {sdk} SDK is not installed (the test extra installs it)")
     return [sys.executable, str(PROGRAMS / "llm_sdk_client.py"), sdk, base_url, str(calls), str(TOKENS),
             "--wait", "--warm-up", *extra]

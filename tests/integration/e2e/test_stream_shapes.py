@@ -37,6 +37,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.go import build_go_program
 from tests.support.kernel import needs_root
 from tests.support.paths import SERVERS
 from tests.support.processes import Recorder, inferprobe_cmd, stop_process
@@ -60,13 +61,7 @@ def tokens_for(k: int) -> int:
 
 
 def go_server(tmp_path: Path, log: Path) -> list[str]:
-    go = shutil.which("go")
-    if go is None:
-        pytest.skip("Go is not installed (Debian's golang-go; make setup installs it)")
-    exe = tmp_path / "stream_shapes_go"
-    subprocess.run([go, "build", "-o", str(exe), str(SERVERS / "stream_shapes.go")], check=True,
-                   env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "GOCACHE": str(tmp_path / "gocache")})
-    return [str(exe), str(PAYLOADS), str(log)]
+    return [str(build_go_program(SERVERS / "stream_shapes.go", tmp_path)), str(PAYLOADS), str(log)]
 
 
 def node_server(tmp_path: Path, log: Path) -> list[str]:
