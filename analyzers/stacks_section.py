@@ -57,6 +57,10 @@ def _facts(kind: str, snap: dict, stacks: fold.Stacks) -> Table:
     ]
     for pid, proc in sorted(snap.get("processes", {}).items()):
         status = PYTHON_STATUS.get(proc.get("python"), str(proc.get("python")))
+        if proc.get("python") == "frames":  # collector/python_stacks.py
+            status = f"named: walked from its thread states (CPython {proc.get('python_version')})"
+        elif proc.get("python_unsupported"):
+            status = f"not walked: {proc['python_unsupported']}"
         rows.append((f"Python frames, {proc.get('comm', '?')} ({pid})", status))
     rows.append(("streamed per sample (for --phase graphs)", "yes" if snap.get("streamed") else "no"))
     return Table(caption="Capture", columns=("fact", "value"), rows=tuple(rows))
