@@ -57,6 +57,8 @@ struct python_layout {
     u32 tstate_tid;         /* native_thread_id, or (PYTHON_LAYOUT_PTHREAD_TID) the pthread_t */
     u32 pthread_tid;        /* struct pthread -> kernel tid (PYTHON_LAYOUT_PTHREAD_TID) */
     u64 interp;             /* the main interpreter's PyInterpreterState address */
+    u64 pidns_dev;          /* the process's pid namespace, where it is not ours (a container): */
+    u64 pidns_ino;          /* thread states hold tids of that namespace (0: the same as BPF's) */
 };
 
 /* One frame as read, decoded by user space with the same layout: the branch-

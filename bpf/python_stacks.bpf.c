@@ -54,17 +54,26 @@ static __always_inline s32 python_stack_id(u32 tgid, u32 tid)
     struct python_layout *layout = python_layouts.lookup(&tgid);
     if (!layout)
         return 0;
+    /* the tid the thread states hold: its own pid namespace's (a container's) */
+    u32 own_tid = tid;
+    if (layout->pidns_ino) {
+        struct bpf_pidns_info ns = {};
+        if (bpf_get_ns_current_pid_tgid(layout->pidns_dev, layout->pidns_ino, &ns, sizeof(ns)) != 0)
+            return 0;
+        own_tid = ns.pid;
+    }
     u64 tstate = 0;
     u64 *known = python_threads.lookup(&tid);
     /* a known thread state still naming this thread (not freed, its memory
      * not reused: one read per sample) is used as it is */
-    if (known && !(*known & PYTHON_TSTATE_NONE) && python_tstate_tid(layout, *known) == tid) {
+    if (known && !(*known & PYTHON_TSTATE_NONE) && python_tstate_tid(layout, *known) == own_tid) {
         tstate = *known;
     } else {
         u64 now = bpf_ktime_get_ns();
-        if (known && (*known & PYTHON_TSTATE_NONE) && now - (*known & ~PYTHON_TSTATE_NONE) < PYTHON_RETRY_NS)
+        if (known && (*known & PYTHON_TSTATE_NONE) &&
+            now - (*known & ~PYTHON_TSTATE_NONE) < PYTHON_RETRY_NS)
             return 0;
-        tstate = python_find_tstate(layout, tid);
+        tstate = python_find_tstate(layout, own_tid);
         u64 value = tstate ? tstate : (PYTHON_TSTATE_NONE | now);
         python_threads.update(&tid, &value);
     }

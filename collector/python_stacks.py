@@ -22,6 +22,7 @@ walk found: the Python part is whole, the native part between is unknown.
 
 from __future__ import annotations
 
+import os
 import weakref
 from dataclasses import dataclass, field
 
@@ -61,7 +62,19 @@ def bpf_layout_fields(proc: PythonProcess) -> dict[str, int]:
         "tstate_tid": layout.tstate_thread_id if pthread else (layout.tstate_native_thread_id or 0),
         "pthread_tid": proc.pthread_tid_offset or 0,
         "interp": proc.main_interpreter or 0,
+        **_pid_namespace(proc.pid),
     }
+
+
+def _pid_namespace(pid: int) -> dict[str, int]:
+    """The process's pid namespace for BPF, where it is not this one's (0s: the same)."""
+    try:
+        theirs, ours = os.stat(f"/proc/{pid}/ns/pid"), os.stat("/proc/self/ns/pid")
+    except OSError:
+        return {"pidns_dev": 0, "pidns_ino": 0}
+    if (theirs.st_dev, theirs.st_ino) == (ours.st_dev, ours.st_ino):
+        return {"pidns_dev": 0, "pidns_ino": 0}
+    return {"pidns_dev": theirs.st_dev, "pidns_ino": theirs.st_ino}
 
 
 def segments(layout: PythonLayout, raw: list[tuple[int, int]]) -> list[list[tuple[int, int]]]:

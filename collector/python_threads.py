@@ -9,7 +9,9 @@ its memory, names every thread: _PyRuntime.interpreters.head ->
 PyInterpreterState.threads.head -> PyThreadState.next ..., each with the
 kernel thread id (native_thread_id, 3.11+) or the pthread_t (3.10: the
 kernel tid is read from glibc's struct pthread, at the offset found by
-matching the main thread's id, which is the pid).
+matching the main thread's id, which is the pid). Those are the tids of the
+process's own pid namespace: a process in a container is mapped to the
+host's tids through each task's NSpid.
 
 attach() reads the version and layout, then checks them on the live
 process: the list must be walkable and every thread state's thread id must
@@ -72,6 +74,24 @@ def task_ids(pid: int) -> set[int]:
         return set()
 
 
+def namespace_tids(pid: int) -> dict[int, int]:
+    """The process's threads: tid as the process itself sees it -> tid here.
+
+    Thread states hold the tid the thread got from gettid() in its own pid
+    namespace (a container's); BPF and /proc here see the host's. The last
+    NSpid field of a task's status is the innermost namespace's id."""
+    out = {}
+    for tid in task_ids(pid):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                line = next((row for row in f if row.startswith("NSpid:")), "")
+        except OSError:
+            continue
+        fields = line.split()[1:]
+        out[int(fields[-1]) if fields else tid] = tid
+    return out
+
+
 @dataclass
 class PythonProcess:
     pid: int
@@ -116,7 +136,8 @@ class PythonProcess:
     def _find_pthread_tid_offset(self, tstates: list[int]) -> int | None:
         """The offset of the kernel tid in glibc's struct pthread: the first one where every
         thread's value is one of the process's tids and the main thread's is the pid."""
-        tasks = task_ids(self.pid)
+        ns_tids = namespace_tids(self.pid)
+        tasks, main = set(ns_tids), next((ns for ns, host in ns_tids.items() if host == self.pid), self.pid)
         blocks = []
         for tstate in tstates:
             pthread = self.memory.u64(tstate + self.layout.tstate_thread_id)
@@ -125,18 +146,19 @@ class PythonProcess:
                 blocks.append(block)
         for off in range(0, PTHREAD_SCAN_BYTES, 4):
             values = [struct.unpack_from("<i", b, off)[0] for b in blocks]
-            if values and self.pid in values and all(v in tasks for v in values) \
+            if values and main in values and all(v in tasks for v in values) \
                     and len(set(values)) == len(values):
                 return off
         return None
 
     def threads(self) -> dict[int, int]:
-        """tid -> PyThreadState address of every thread the interpreter knows, now."""
+        """tid (as BPF sees it) -> PyThreadState address of every thread the interpreter knows, now."""
         found: dict[int, int] = {}
+        to_host = namespace_tids(self.pid)
         for tstate in self._thread_states():
             tid = self._tid_of(tstate)
-            if tid:
-                found[tid] = tstate
+            if tid and tid in to_host:
+                found[to_host[tid]] = tstate
         self.tstates = found
         return found
 
@@ -151,7 +173,7 @@ class PythonProcess:
             self.pthread_tid_offset = self._find_pthread_tid_offset(tstates)
             if self.pthread_tid_offset is None:
                 raise LayoutProblem("no thread id of its thread states matches a thread of the process")
-        tasks = task_ids(self.pid)
+        tasks = set(namespace_tids(self.pid))
         tids = [self._tid_of(t) for t in tstates]
         if not all(tid in tasks for tid in tids):
             raise LayoutProblem(f"thread ids read with the offsets ({self.layout_source}: {tids[:4]}) "

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -175,6 +176,35 @@ def test_an_interpreter_started_after_attach_gets_python_frames(tmp_path):
     # the new process is found by the once-a-second refresh (and its start-up runs no burner)
     assert named >= 0.6 * total, f"{named} of {total} samples of the child name a burner"
     assert snap["processes"][str(child[0])]["python"] == "frames"
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="no unshare(1) to make a pid namespace")
+def test_a_process_in_its_own_pid_namespace_gets_python_frames(tmp_path):
+    """As in a container: the thread states hold the namespace's tids, BPF sees the host's."""
+    python = INTERPRETERS["debian-3.11"] or INTERPRETERS["pyenv-3.11"]
+    if python is None:
+        pytest.skip("no CPython 3.11 on this host")
+    outer = subprocess.Popen(["unshare", "--pid", "--fork", python, str(BURNER), "--late-thread"],
+                             stdout=subprocess.PIPE, text=True)
+    pid = None
+    try:
+        assert outer.stdout.readline().startswith("READY 1")  # pid 1 of its namespace
+        pid = int(Path(f"/proc/{outer.pid}/task/{outer.pid}/children").read_text().split()[0])
+        snap = _record(pid, tmp_path / "ns.ipr", 4, lambda: (time.sleep(0.5), os.kill(pid, signal.SIGUSR1)))
+    finally:
+        if pid is not None:
+            os.kill(pid, signal.SIGTERM)
+        outer.communicate(timeout=30)
+    main = [s for s in snap["stacks"] if s["tid"] == pid]
+    total = sum(s["weight"] for s in main)
+    named = sum(s["weight"] for s in main if _python_function(tuple(s["frames"])) in ("burn_a", "burn_b",
+                                                                                      "burn_c"))
+    assert total > 100 and named >= 0.8 * total, (named, total)
+    # the thread started after attach: BPF finds it at its first sample, in its namespace's tids
+    late = [s for s in snap["stacks"] if s["tid"] != pid]
+    late_total = sum(s["weight"] for s in late)
+    late_named = sum(s["weight"] for s in late if _python_function(tuple(s["frames"])) == "_spin")
+    assert late_total > 30 and late_named >= 0.9 * late_total, (late_named, late_total)
 
 
 def test_unsupported_interpreter_is_named_not_walked(tmp_path):
