@@ -99,6 +99,9 @@ def splice(native: list[str], python_groups: list[list[str]]) -> list[str]:
     group innermost first) in place of the eval-loop frames."""
     if not python_groups:
         return native
+    # A CPython run with -X perf also names its trampolines from the perf map
+    # (py::function:file): the walked frames say the same, with lines.
+    native = [name for name in native if not name.startswith("py::")]
     evals = [i for i, name in enumerate(native) if name in EVAL_FRAMES]
     matched = min(len(evals), len(python_groups))
     # innermost eval frame <-> innermost group

@@ -75,6 +75,12 @@ def test_splice_replaces_eval_frames_from_the_leaf():
         "_start", "main", "py::outer", "call_c", "py::mid", "py::inner", "matmul"]
 
 
+def test_splice_drops_perf_trampoline_names_the_walk_replaces():
+    native = ["_start", "_PyEval_EvalFrameDefault", "py::outer:/app.py", "_PyEval_EvalFrameDefault"]
+    groups = [["py::inner:/app.py:3"], ["py::outer:/app.py:9"]]
+    assert splice(native, groups) == ["_start", "py::outer:/app.py:9", "py::inner:/app.py:3"]
+
+
 def test_splice_puts_unwalked_python_frames_first_and_marks_the_gap():
     native = [TRUNCATED, "_PyEval_EvalFrameDefault", "PyObject_Free"]
     groups = [["py::leaf"], ["py::caller", "py::main"]]
