@@ -121,7 +121,9 @@ def test_python_perf_trampoline_names_python_functions(tmp_path):
         proc.wait()
     frames = {f for s in snaps["profile"]["stacks"] for f in s["frames"]}
     assert any(f.startswith("py::") and "inner_python_spin" in f for f in frames), sorted(frames)[:20]
-    assert snaps["profile"]["processes"][str(proc.pid)]["python"] == "perf-map"
+    # a 3.12 is walked from its thread states too (tests/integration/bpf/test_python_frames.py),
+    # which then stand in for the perf map's names
+    assert snaps["profile"]["processes"][str(proc.pid)]["python"] in ("perf-map", "frames")
 
 
 def test_record_help_says_what_stack_capture_costs():
