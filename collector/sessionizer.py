@@ -118,9 +118,9 @@ class Sessionizer:
                 if ev.conn_id in self.connections:
                     self.connections[ev.conn_id].t_connect_end_ns = ev.ts_ns
             elif ev.type == EventType.TLS_HANDSHAKE:
-                conn = self.connections.get(ev.conn_id)
-                if conn is not None and conn.t_tls_done_ns is None:
-                    conn.t_tls_done_ns = ev.ts_ns
+                known = self.connections.get(ev.conn_id)
+                if known is not None and known.t_tls_done_ns is None:
+                    known.t_tls_done_ns = ev.ts_ns
             else:
                 self.connections[ev.conn_id] = _connection(ev)
                 # A new connection under a reused id cannot happen (ids are

@@ -1,7 +1,7 @@
 """Streamed calls through the official openai or anthropic SDK, timed by the caller.
 
 Usage: llm_sdk_client.py openai|anthropic BASE_URL CALLS TOKENS [--wait] [--timeout S]
-[--retries N] [--stall-first MS] [--warm-up]. The server is
+[--retries N] [--stall-first MS] [--warm-up] [--unary]. The server is
 one of tests/servers/stream_shapes* (they take the token count and pacing
 from extra body fields) over HTTPS with a self-signed certificate, so
 certificate checks are off. Prints one JSON line per call: the model, and
@@ -11,7 +11,8 @@ client object serves every call, made before the first: its connection
 pool reuses connections as an application's does. With
 --wait it first prints "ready" and waits for a line on stdin (a tracer
 attaches meanwhile); --timeout and --retries go to the SDK client;
---stall-first MS asks the server to hold each call's first attempt.
+--stall-first MS asks the server to hold each call's first attempt; --unary makes
+non-streamed calls (one JSON answer).
 The prompt carries a marker and the API key a secret that must never reach
 the tracer's outputs.
 """
@@ -37,6 +38,28 @@ def anthropic_client(base_url: str, options: dict):
 
     return anthropic.Anthropic(base_url=base_url, api_key=SECRET,
                                http_client=anthropic.DefaultHttpxClient(verify=False), **options)
+
+
+def openai_unary_call(client, k: int, tokens: int) -> dict:
+    model = f"gpt-test-{k % 2}"
+    began = time.monotonic_ns()
+    answer = client.chat.completions.create(
+        model=model, messages=[{"role": "user", "content": f"{MARKER} say something {k}"}], stream=False,
+        extra_body={"tokens": tokens, "prompt": f"{MARKER} {k}", "interval_ms": 3})
+    assert answer.choices[0].message.content
+    return {"model": model, "path": "/v1/chat/completions", "received_ns": [], "began_ns": began,
+            "returned_ns": time.monotonic_ns()}
+
+
+def anthropic_unary_call(client, k: int, tokens: int) -> dict:
+    model = f"claude-test-{k % 2}"
+    began = time.monotonic_ns()
+    answer = client.messages.create(
+        model=model, max_tokens=64, stream=False, messages=[{"role": "user", "content": f"{MARKER} say {k}"}],
+        extra_body={"tokens": tokens, "prompt": f"{MARKER} {k}", "interval_ms": 3})
+    assert answer.content[0].text
+    return {"model": model, "path": "/v1/messages", "received_ns": [], "began_ns": began,
+            "returned_ns": time.monotonic_ns()}
 
 
 def openai_call(client, k: int, tokens: int) -> dict:
@@ -78,6 +101,8 @@ def main() -> None:
         options["max_retries"] = int(rest[rest.index("--retries") + 1])
     make_client = openai_client if sdk == "openai" else anthropic_client
     call = openai_call if sdk == "openai" else anthropic_call
+    if "--unary" in rest:
+        call = openai_unary_call if sdk == "openai" else anthropic_unary_call
     # A first call in a fresh process spends ~30 ms in the SDK (its models, its
     # transport) before any syscall, time nothing outside the process can see:
     # --warm-up makes one call on a client of its own before the measured calls.

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import uvicorn
 from fastapi import FastAPI, Request
-from fastapi.responses import Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 SHAPES = json.loads((Path(__file__).with_name("stream_shapes_payloads.json")).read_text())
 PLACEHOLDER = re.compile(r"\{(\w+)\}")
@@ -33,6 +33,20 @@ app = FastAPI()
 
 def fill(template: str, values: dict) -> str:
     return PLACEHOLDER.sub(lambda m: str(values[m.group(1)]), template)
+
+
+def unary_answer(path: str, body: dict, prompt_tokens: int) -> dict:
+    """A non-streamed answer in the API's own shape (OpenAI chat completion, Anthropic message)."""
+    text, tokens = " ".join(f"word{i}" for i in range(body["tokens"])), body["tokens"]
+    if path == "/v1/messages":
+        return {"id": "msg_1", "type": "message", "role": "assistant", "model": body["model"],
+                "content": [{"type": "text", "text": text}], "stop_reason": "end_turn", "stop_sequence": None,
+                "usage": {"input_tokens": prompt_tokens, "output_tokens": tokens}}
+    return {"id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": body["model"],
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                         "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": tokens,
+                      "total_tokens": prompt_tokens + tokens}}
 
 
 @app.post("/{path:path}")
@@ -46,6 +60,12 @@ async def stream(path: str, request: Request) -> Response:
         await asyncio.sleep(body["stall_first_ms"] / 1000)
     values = {"model": body["model"], "tokens": body["tokens"], "prompt_tokens": shape["prompt_tokens"]}
     peer_port = request.client.port if request.client else None
+    if body.get("stream") is False:  # an SDK's unary call: the whole answer as one JSON body
+        await asyncio.sleep(body["tokens"] * body["interval_ms"] / 1000)
+        LOG.write(json.dumps({"peer_port": peer_port, "path": "/" + path, "token_ns": [], "unary": True})
+                  + "\n")
+        LOG.flush()
+        return JSONResponse(unary_answer("/" + path, body, shape["prompt_tokens"]))
 
     async def events():
         token_ns = []

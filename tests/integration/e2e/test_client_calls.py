@@ -191,3 +191,17 @@ def test_a_new_tls_connection_times_its_handshake(streamed):
     assert first["t_connect_end_ns"] < first["t_tls_done_ns"] <= first["t_ingress_ns"]
     (call,) = [c for c in streamed["report"]["client_calls"] if c["call"] == first["call"]]
     assert "TLS handshake" in call["explanation"]
+
+
+@pytest.mark.parametrize("sdk, scheme", [("openai", "http"), ("anthropic", "https")])
+def test_unary_calls_are_attempts_without_tokens(tmp_path, sdk, scheme):
+    got = record_client(tmp_path, sdk, scheme, 3, ["--unary"])
+    report, app = got["report"], got["app"]
+    calls = attempts_of(report)
+    assert len(calls) == len(app) == 3
+    for (attempt,), mine, call in zip(calls.values(), app, report["client_calls"], strict=True):
+        assert attempt["outcome"] == "complete" and attempt["status"] == 200 and not attempt["streaming"]
+        assert attempt["token_ns"] == [] and attempt["t_response_start_ns"] > attempt["t_ingress_ns"]
+        assert attempt["path"] == mine["path"]
+        check_span(call, mine)
+        assert "first byte" in call["explanation"]

@@ -190,3 +190,41 @@ def test_unrecognised_traffic_is_counted_and_named(tmp_path):
     assert report["requests"] == []
     assert report["unrecognised_connections"] == 1
     assert "1 moved bytes nothing recognised" in report["no_requests"]
+
+
+def test_a_tls_connection_open_before_attach_is_picked_up_at_its_next_record(tmp_path):
+    pytest.importorskip("uvicorn", reason="uvicorn is not installed (the test extra installs it)")
+    import http.client
+    import ssl
+
+    log = tmp_path / "server.log"
+    env = {**os.environ, **self_signed_certificate(tmp_path)}
+    server = subprocess.Popen([sys.executable, str(SERVERS / "stream_shapes_fastapi.py"), str(log)],
+                              stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        port = int(server.stdout.readline())
+        conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=30,
+                                           context=ssl._create_unverified_context())
+
+        def ask(tokens: int) -> None:
+            body = json.dumps({"model": "m", "tokens": tokens, "prompt": MARKER, "interval_ms": 2})
+            conn.request("POST", "/v1/chat/completions", body=body,
+                         headers={"Content-Type": "application/json"})
+            assert conn.getresponse().read()
+
+        ask(2)  # handshake and a first request before the tracer exists
+        recording = tmp_path / "run.ipr"
+        rec = Recorder([server.pid], recording, "--no-engine-metrics", "--duration", "60")
+        for k in range(3):
+            ask(3 + k)
+        conn.close()
+        time.sleep(0.3)
+        rec.stop()
+    finally:
+        stop_process(server)
+    report = report_json(recording)
+    recorded = sorted(report["requests"], key=lambda r: r["t_ingress_ns"])
+    assert [len(r["token_ns"]) for r in recorded] == [3, 4, 5]
+    assert {r["transport"] for r in recorded} == {"tls"} and len({r["conn"] for r in recorded}) == 1
+    (conn_json,) = [c for c in report["connections"] if c["conn_id"] == recorded[0]["conn"]]
+    assert conn_json["fd"] >= 0  # the socket seeded at attach: the session was tied to it
