@@ -102,14 +102,13 @@ TRACEPOINT_PROBE(sock, sock_recv_length)
 }
 
 /* Socket addresses are reused once freed: forget a socket when it closes so
- * that a later, unrelated socket at the same address is not taken for it. */
-TRACEPOINT_PROBE(sock, inet_sock_set_state)
+ * that a later, unrelated socket at the same address is not taken for it.
+ * Called from sock.bpf.c's sock:inet_sock_set_state program (a tracepoint
+ * takes one program per translation unit; -DNET_SOCKET_STATE). */
+static __always_inline void net_socket_state_changed(u64 sk, int newstate)
 {
-    if (args->newstate != TCP_STATE_CLOSE)
-        return 0;
-    u64 sk = (u64)args->skaddr;
-    net_socks.delete(&sk);
-    return 0;
+    if (newstate == TCP_STATE_CLOSE)
+        net_socks.delete(&sk);
 }
 
 TRACEPOINT_PROBE(tcp, tcp_probe)

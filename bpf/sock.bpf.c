@@ -561,11 +561,19 @@ TRACEPOINT_PROBE(syscalls, sys_exit_connect)
     return 0;
 }
 
+#ifdef NET_SOCKET_STATE
+/* net.bpf.c's part of this tracepoint, defined there: one program per tracepoint here. */
+static __always_inline void net_socket_state_changed(u64 sk, int newstate);
+#endif
+
 TRACEPOINT_PROBE(sock, inet_sock_set_state)
 {
     if (args->protocol != 6 /* IPPROTO_TCP */)
         return 0;
     u64 sk = (u64)args->skaddr;
+#ifdef NET_SOCKET_STATE
+    net_socket_state_changed(sk, args->newstate);
+#endif
     if (args->newstate == 2 /* TCP_SYN_SENT */) {
         u64 id = bpf_get_current_pid_tgid();
         struct connect_call *call = pending_connect.lookup(&id);

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import click
 
 from inferprobe.collector import targets as target_procs
-from inferprobe.collector.engine_scrape import discover, parse_url, probe
+from inferprobe.collector.engine_scrape import discover, looks_like_engine, parse_url, probe
 
 
 def engine_metrics_options(f: Callable) -> Callable:
@@ -17,7 +17,8 @@ def engine_metrics_options(f: Callable) -> Callable:
         "--engine-metrics", "engine_metrics_url", metavar="URL", default=None,
         help="Scrape the engine's own Prometheus endpoint (vLLM, SGLang, llama.cpp --metrics, TGI) "
         "every 250 ms: its queue, running requests, KV use and TTFT beside the wire's "
-        "(docs/engines.md). Default: found by itself when a target serves /metrics on its own port.",
+        "(docs/engines.md). Default: found by itself when a target that is a known engine (vLLM, SGLang, "
+        "llama.cpp's server, TGI, Ollama, by its command line or libllama) serves /metrics on its own port.",
     )(f)
 
 
@@ -38,5 +39,10 @@ def engine_metrics_source(pids: list[int], url: str | None, off: bool = False) -
                                      "started with its metrics on, e.g. llama-server --metrics?)",
                                      param_hint="--engine-metrics")
         return url, "given"
-    found = discover(target_procs.listening_sockets(target_procs.with_descendants(pids)))
+    # Only an engine's own ports are asked: a GET /metrics sent to any other server
+    # is a request it did not expect (some answer it badly, a TLS port not at all).
+    engines = [pid for pid in target_procs.with_descendants(pids) if looks_like_engine(pid)]
+    if not engines:
+        return None
+    found = discover(target_procs.listening_sockets(engines))
     return None if found is None else (found, "auto-detected on the target's port")

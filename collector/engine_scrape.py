@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import http.client
 import queue
+import re
 import threading
 import time
 import urllib.parse
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -125,6 +127,22 @@ def probe(url: str, timeout_s: float = 0.5) -> bool:
         return False
     finally:
         conn.close()
+
+
+# The engines whose /metrics the recorder looks for by itself, by the words their command
+# lines hold (vllm serve, python -m sglang.launch_server, llama-server, text-generation-launcher
+# and -router, ollama): any other server is not sent a GET /metrics it did not expect.
+ENGINE_COMMAND = re.compile(r"vllm|sglang|llama-server|llama_cpp|text-generation|ollama", re.IGNORECASE)
+
+
+def looks_like_engine(pid: int) -> bool:
+    """pid runs a known inference engine: its command line names one, or it maps libllama."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        maps = Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return False
+    return bool(ENGINE_COMMAND.search(cmdline)) or "libllama" in maps
 
 
 DISCOVERY_TIMEOUT_S = 2.0  # an engine busy decoding can take a while to answer its first /metrics

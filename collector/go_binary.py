@@ -44,9 +44,8 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
+from functools import lru_cache
 
-import capstone  # type: ignore[import-untyped]  # no stubs nor py.typed
-from capstone import x86_const
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
@@ -60,7 +59,6 @@ READ_SYMBOL = "crypto/tls.(*Conn).Read"
 WRITE_SYMBOL = "crypto/tls.(*Conn).Write"
 MIN_RELEASE = (1, 17)  # the first with the register ABI on amd64
 HOOKED = frozenset({READ_SYMBOL, WRITE_SYMBOL})
-RETURN_INSTRUCTIONS = frozenset({x86_const.X86_INS_RET})
 PADDING = b"\xcc"  # int3: what the Go linker fills the gap to the next function with
 
 
@@ -118,10 +116,22 @@ def _go_version(elf: ELFFile, image: ElfFile) -> str | None:
     return version_from_header(image.data[header : header + 65536], read_at)
 
 
-def _disassembler() -> capstone.Cs:
+@lru_cache(maxsize=1)
+def _disassembler():
+    # capstone is imported only when a Go binary is disassembled: its ~10 MB
+    # would otherwise sit in every recorder (tests/integration/e2e/test_soak.py).
+    import capstone  # type: ignore[import-untyped]  # no stubs nor py.typed
+
     md = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
     md.detail = False  # the instruction id is all that is read
     return md
+
+
+@lru_cache(maxsize=1)
+def _return_instructions() -> frozenset[int]:
+    from capstone import x86_const  # type: ignore[import-untyped]
+
+    return frozenset({x86_const.X86_INS_RET})
 
 
 def _entries(elf: ELFFile, image: ElfFile) -> tuple[dict[str, tuple[int, int]], str]:
@@ -161,7 +171,7 @@ def return_instructions(code: bytes, address: int) -> tuple[int, ...]:
     returns = []
     end = address
     for insn in _disassembler().disasm(code, address):
-        if insn.id in RETURN_INSTRUCTIONS:
+        if insn.id in _return_instructions():
             returns.append(insn.address)
         end = insn.address + insn.size
     if code[end - address :].strip(PADDING):

@@ -60,8 +60,9 @@ class NetworkProbes(ProbeSet):
     def cflags(self) -> list[str]:
         # net.bpf.c ties a socket to its connection from inside the read or
         # write under way (pending_peek): sock.bpf.c must keep the reads'
-        # entry programs, which it otherwise leaves out (read_exit).
-        return ["-DREADS_NEED_ENTRY"]
+        # entry programs, which it otherwise leaves out (read_exit). Its
+        # sock:inet_sock_set_state part runs in sock.bpf.c's program of it.
+        return ["-DREADS_NEED_ENTRY", "-DNET_SOCKET_STATE"]
 
     def after_load(self, bpf, ctx: TargetContext) -> None:
         from inferprobe.collector.tcp_state import TcpStateSampler
