@@ -129,7 +129,7 @@ def _disassembler():
 
 @lru_cache(maxsize=1)
 def _return_instructions() -> frozenset[int]:
-    from capstone import x86_const  # type: ignore[import-untyped]
+    from capstone import x86_const
 
     return frozenset({x86_const.X86_INS_RET})
 
