@@ -1,9 +1,13 @@
-/* sock.bpf.c: HTTP/1.x request and response boundaries from socket syscalls.
+/* sock.bpf.c: HTTP/1.x request and response boundaries from socket syscalls
+ * and from the plaintext of TLS libraries.
  *
- * Attached to syscall tracepoints only (no kprobes). For the target process
- * trees it follows accepted sockets, peeks at the first bytes of each socket
- * read and write to classify them (request line, status line, SSE "data:"
- * events, end of a chunked body) and sends one compact io_event per syscall.
+ * Attached to syscall tracepoints (no kprobes) and, with -DTLS_PROBES, to
+ * uprobes on OpenSSL and Go's crypto/tls. For the target process trees it
+ * follows the sockets they accept (server role) and connect (client role:
+ * their outbound calls), peeks at the first bytes of each read and write,
+ * or of each SSL_read/SSL_write's plaintext, to classify them (request line,
+ * status line, SSE "data:" events, end of a chunked body) and sends one
+ * compact io_event per syscall or library call.
  *
  * Privacy: buffers are copied into a per-CPU scratch area that never leaves
  * the kernel. Only the method, the path (without query string), the status
@@ -14,8 +18,9 @@
  *
  * This file holds the maps and the code that touches them, the hooks, and
  * the classification chain's programs, read top to bottom: the connection
- * table, pending I/O, accept and close, then the read and write hooks and
- * the tail-call chain. How bytes are read and what they mean live in the
+ * table, pending I/O, accept, connect and close, then the read and write
+ * hooks and the tail-call chain, and last the TLS library probes, which hand
+ * their plaintext to the chain's kprobe-type copy. How bytes are read and what they mean live in the
  * headers below, one concern each, all working on struct scratch; a new
  * protocol is a header of its own plus a branch in classify_request and
  * classify_response, where the chain dispatches on a syscall's first bytes.
