@@ -90,7 +90,9 @@ def main() -> None:
     print(sock.getsockname()[1], flush=True)
     cert, key = os.environ.get("STREAM_SHAPES_TLS_CERT"), os.environ.get("STREAM_SHAPES_TLS_KEY")
     tls = {"ssl_certfile": cert, "ssl_keyfile": key} if cert and key else {}
-    uvicorn.Server(uvicorn.Config(app, log_level="warning", **tls)).run(sockets=[sock])
+    # keep-alive past a recorder's start-up (uvicorn closes idle connections after 5 s)
+    config = uvicorn.Config(app, log_level="warning", timeout_keep_alive=75, **tls)
+    uvicorn.Server(config).run(sockets=[sock])
 
 
 if __name__ == "__main__":

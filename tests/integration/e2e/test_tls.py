@@ -212,7 +212,16 @@ def test_a_tls_connection_open_before_attach_is_picked_up_at_its_next_record(tmp
                          headers={"Content-Type": "application/json"})
             assert conn.getresponse().read()
 
-        ask(2)  # handshake and a first request before the tracer exists
+        deadline = time.monotonic() + 20  # the port is printed before uvicorn listens on it
+        while True:
+            try:
+                ask(2)  # handshake and a first request before the tracer exists
+                break
+            except ConnectionRefusedError:
+                if time.monotonic() > deadline:
+                    raise
+                conn.close()
+                time.sleep(0.1)
         recording = tmp_path / "run.ipr"
         rec = Recorder([server.pid], recording, "--no-engine-metrics", "--duration", "60")
         for k in range(3):
