@@ -417,6 +417,31 @@ BPF_PERCPU_ARRAY(scratch_area, struct scratch, 1);
 
 /* ---------------------------------------------------------------- accept / close */
 
+/* A connection event in the ring buffer, its common fields filled in (0
+ * when the buffer is full: counted lost); conn_event_submit() sends it. */
+static __always_inline struct conn_event *conn_event_reserve(u32 type, u64 ts, u64 pid_tgid, u64 conn_id,
+                                                             s32 fd, u16 role)
+{
+    struct conn_event *ev = events.ringbuf_reserve(sizeof(struct conn_event));
+    if (!ev) {
+        count(COUNTER_EVENTS_LOST);
+        return 0;
+    }
+    __builtin_memset(ev, 0, sizeof(*ev));
+    fill_header(&ev->hdr, type, ts, pid_tgid);
+    ev->conn_id = conn_id;
+    ev->fd = fd;
+    ev->role = role;
+    return ev;
+}
+
+static __always_inline int conn_event_submit(struct conn_event *ev)
+{
+    events.ringbuf_submit(ev, wakeup_flag(sizeof(*ev)));
+    count(COUNTER_EVENTS_SENT);
+    return 0;
+}
+
 static __always_inline void fill_peer(struct conn_event *ev, u64 addr)
 {
     /* sockaddr layouts are user ABI: family first, then port (inet). */
@@ -471,20 +496,13 @@ static __always_inline int accept_exit(long ret)
     socks.update(&key, &state);
     socks_changed(key.pid, key.fd);
 
-    struct conn_event *ev = events.ringbuf_reserve(sizeof(struct conn_event));
-    if (!ev) {
-        count(COUNTER_EVENTS_LOST);
+    struct conn_event *ev = conn_event_reserve(EVENT_CONN_OPEN, bpf_ktime_get_ns(), id, conn_id, (s32)ret,
+                                               CONN_ROLE_SERVER);
+    if (!ev)
         return 0;
-    }
-    __builtin_memset(ev, 0, sizeof(*ev));
-    fill_header(&ev->hdr, EVENT_CONN_OPEN, bpf_ktime_get_ns(), id);
-    ev->conn_id = conn_id;
-    ev->fd = (s32)ret;
     if (addr)
         fill_peer(ev, addr);
-    events.ringbuf_submit(ev, wakeup_flag(sizeof(*ev)));
-    count(COUNTER_EVENTS_SENT);
-    return 0;
+    return conn_event_submit(ev);
 }
 
 TRACEPOINT_PROBE(syscalls, sys_enter_accept) { return accept_enter((u64)args->upeer_sockaddr); }
@@ -548,22 +566,14 @@ TRACEPOINT_PROBE(syscalls, sys_exit_connect)
         socks_changed(key.pid, key.fd);
     }
     /* Failed ones too: a refused or timed-out attempt is what a retry follows. */
-    struct conn_event *ev = events.ringbuf_reserve(sizeof(struct conn_event));
-    if (!ev) {
-        count(COUNTER_EVENTS_LOST);
+    struct conn_event *ev = conn_event_reserve(EVENT_CONN_OPEN, call.ts_ns, id, call.conn_id, call.fd,
+                                               CONN_ROLE_CLIENT);
+    if (!ev)
         return 0;
-    }
-    __builtin_memset(ev, 0, sizeof(*ev));
-    fill_header(&ev->hdr, EVENT_CONN_OPEN, call.ts_ns, id);
-    ev->conn_id = call.conn_id;
-    ev->fd = call.fd;
-    ev->role = CONN_ROLE_CLIENT;
     ev->result = (s32)ret;
     if (call.sockaddr)
         fill_peer(ev, call.sockaddr);
-    events.ringbuf_submit(ev, wakeup_flag(sizeof(*ev)));
-    count(COUNTER_EVENTS_SENT);
-    return 0;
+    return conn_event_submit(ev);
 }
 
 #ifdef NET_SOCKET_STATE
@@ -597,19 +607,9 @@ TRACEPOINT_PROBE(sock, inet_sock_set_state)
     connecting.delete(&sk);
     if (args->newstate != 1 /* TCP_ESTABLISHED */)
         return 0;   /* refused, reset or timed out: connect() or the first I/O reports it */
-    struct conn_event *ev = events.ringbuf_reserve(sizeof(struct conn_event));
-    if (!ev) {
-        count(COUNTER_EVENTS_LOST);
-        return 0;
-    }
-    __builtin_memset(ev, 0, sizeof(*ev));
-    fill_header(&ev->hdr, EVENT_CONN_CONNECTED, bpf_ktime_get_ns(), conn.pid_tgid);
-    ev->conn_id = conn.conn_id;
-    ev->fd = -1;
-    ev->role = CONN_ROLE_CLIENT;
-    events.ringbuf_submit(ev, wakeup_flag(sizeof(*ev)));
-    count(COUNTER_EVENTS_SENT);
-    return 0;
+    struct conn_event *ev = conn_event_reserve(EVENT_CONN_CONNECTED, bpf_ktime_get_ns(), conn.pid_tgid,
+                                               conn.conn_id, -1, CONN_ROLE_CLIENT);
+    return ev ? conn_event_submit(ev) : 0;
 }
 
 TRACEPOINT_PROBE(syscalls, sys_enter_close)
@@ -631,6 +631,7 @@ TRACEPOINT_PROBE(syscalls, sys_enter_close)
     /* A TLS session's close is its socket's: its requests end here too. */
     u32 carried_http = state->http_seen || state->tls;
     u32 unrecognised = state->unrecognised;
+    u32 client = state->client;
     socks.delete(&key);
     socks_changed(tgid, key.fd);
     if (!carried_http) {
@@ -639,18 +640,9 @@ TRACEPOINT_PROBE(syscalls, sys_enter_close)
             count(COUNTER_CONNS_UNRECOGNISED);
         return 0;
     }
-    struct conn_event *ev = events.ringbuf_reserve(sizeof(struct conn_event));
-    if (!ev) {
-        count(COUNTER_EVENTS_LOST);
-        return 0;
-    }
-    __builtin_memset(ev, 0, sizeof(*ev));
-    fill_header(&ev->hdr, EVENT_CONN_CLOSE, bpf_ktime_get_ns(), id);
-    ev->conn_id = conn_id;
-    ev->fd = (s32)args->fd;
-    events.ringbuf_submit(ev, wakeup_flag(sizeof(*ev)));
-    count(COUNTER_EVENTS_SENT);
-    return 0;
+    struct conn_event *ev = conn_event_reserve(EVENT_CONN_CLOSE, bpf_ktime_get_ns(), id, conn_id,
+                                               (s32)args->fd, client ? CONN_ROLE_CLIENT : CONN_ROLE_SERVER);
+    return ev ? conn_event_submit(ev) : 0;
 }
 
 /* ---------------------------------------------------------------- read / write
@@ -1369,19 +1361,10 @@ static __always_inline int tls_handshake_done(u32 tgid, u64 id, struct tls_call 
     struct tls_session *session = tls_session_of(tgid, call, nested_fd, last_read_fd);
     if (!session)
         return 0;
-    struct conn_event *ev = events.ringbuf_reserve(sizeof(struct conn_event));
-    if (!ev) {
-        count(COUNTER_EVENTS_LOST);
-        return 0;
-    }
-    __builtin_memset(ev, 0, sizeof(*ev));
-    fill_header(&ev->hdr, EVENT_TLS_HANDSHAKE, bpf_ktime_get_ns(), id);
-    ev->conn_id = session->state.conn_id;
-    ev->fd = session->fd;
-    ev->role = session->state.client ? CONN_ROLE_CLIENT : CONN_ROLE_SERVER;
-    events.ringbuf_submit(ev, wakeup_flag(sizeof(*ev)));
-    count(COUNTER_EVENTS_SENT);
-    return 0;
+    struct conn_event *ev = conn_event_reserve(EVENT_TLS_HANDSHAKE, bpf_ktime_get_ns(), id,
+                                               session->state.conn_id, session->fd,
+                                               session->state.client ? CONN_ROLE_CLIENT : CONN_ROLE_SERVER);
+    return ev ? conn_event_submit(ev) : 0;
 }
 
 /* The call's return: `ret` is what the function returned (bytes, or 1 for

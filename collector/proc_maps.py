@@ -58,3 +58,33 @@ def executable_ranges(pids: list[int]) -> list[tuple[int, int]]:
         else:
             merged.append((lo, hi))
     return merged
+
+
+@dataclass(frozen=True, slots=True)
+class MappedFile:
+    """A file a process maps executable: a library or the executable, where uprobes go."""
+
+    pid: int
+    path: str  # as the process sees it (its mount namespace)
+    file_key: tuple[int, int]  # (st_dev, st_ino): one file under many names
+
+    @property
+    def host_path(self) -> str:
+        """A path to the same file from here, also for a process in a container."""
+        return f"/proc/{self.pid}/root{self.path}"
+
+
+def executable_files(pid: int) -> list[MappedFile]:
+    """Every file pid maps executable, once each; none replaced on disk ("(deleted)":
+    a uprobe would go to the new file), none gone; [] when pid is."""
+    found: dict[tuple[int, int], MappedFile] = {}
+    for mapping in read_maps(pid):
+        if not mapping.executable or mapping.path.endswith(" (deleted)"):
+            continue
+        try:
+            st = os.stat(f"/proc/{pid}/root{mapping.path}")
+        except OSError:
+            continue
+        key = (st.st_dev, st.st_ino)
+        found.setdefault(key, MappedFile(pid, mapping.path, key))
+    return list(found.values())

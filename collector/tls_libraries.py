@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from inferprobe.collector.proc_maps import read_maps
+from inferprobe.collector.proc_maps import executable_files
 
 # What each hooked OpenSSL function is, for the programs in sock.bpf.c.
 OPENSSL_ENTRY_PROGRAMS = {
@@ -90,36 +90,23 @@ def _openssl_functions(host_path: str, file_key: tuple[int, int]) -> dict[str, i
     return found
 
 
-def _file_key(pid: int, path: str) -> tuple[int, int] | None:
-    try:
-        st = os.stat(f"/proc/{pid}/root{path}")
-    except OSError:
-        return None
-    return (st.st_dev, st.st_ino)
-
-
 def tls_libraries(pid: int) -> list[TlsLibrary]:
     """The TLS libraries pid has mapped, hooked or not (the OpenSSL kinds first)."""
     try:
         exe = os.readlink(f"/proc/{pid}/exe").removesuffix(" (deleted)")
     except OSError:
         return []
-    found: dict[tuple[int, int], TlsLibrary] = {}
-    for mapping in read_maps(pid):
-        if not mapping.executable or mapping.path.endswith(" (deleted)"):
-            continue  # replaced on disk: a uprobe would go to the new file
-        name = os.path.basename(mapping.path)
-        key = _file_key(pid, mapping.path)
-        if key is None or key in found:
-            continue
-        if LIBSSL.match(name) or mapping.path == exe:
-            functions = _openssl_functions(f"/proc/{pid}/root{mapping.path}", key)
+    found: list[TlsLibrary] = []
+    for mapped in executable_files(pid):
+        name, key = os.path.basename(mapped.path), mapped.file_key
+        if LIBSSL.match(name) or mapped.path == exe:
+            functions = _openssl_functions(mapped.host_path, key)
             if LIBSSL.match(name) or {"SSL_read", "SSL_write"} <= functions.keys():
                 kind = "openssl" if LIBSSL.match(name) else "openssl-static"
-                found[key] = TlsLibrary(pid=pid, path=mapping.path, kind=kind, file_key=key,
-                                        functions=functions)
+                found.append(TlsLibrary(pid=pid, path=mapped.path, kind=kind, file_key=key,
+                                        functions=functions))
             continue
         for pattern, library in UNHOOKED.items():
             if pattern.match(name):
-                found[key] = TlsLibrary(pid=pid, path=mapping.path, kind=library, file_key=key)
-    return sorted(found.values(), key=lambda lib: (not lib.hookable, lib.path))
+                found.append(TlsLibrary(pid=pid, path=mapped.path, kind=library, file_key=key))
+    return sorted(found, key=lambda lib: (not lib.hookable, lib.path))

@@ -28,6 +28,7 @@ from inferprobe.collector import targets as target_procs
 from inferprobe.collector.events import GpuFunction
 from inferprobe.collector.gpu_catalog import Category, Library
 from inferprobe.collector.probe_sets import ProbeSet, TargetContext
+from inferprobe.collector.proc_maps import executable_files
 from inferprobe.collector.uprobe_attach import Probe, attach_functions
 
 TRACEFS_EVENTS = Path("/sys/kernel/tracing/events")
@@ -59,29 +60,12 @@ class MappedLibrary:
 
 def cuda_libraries(pid: int) -> list[MappedLibrary]:
     """The CUDA libraries pid has mapped (executable mappings only)."""
-    try:
-        lines = Path(f"/proc/{pid}/maps").read_text().splitlines()
-    except OSError:
-        return []
-    found: dict[tuple[int, int], MappedLibrary] = {}
-    for line in lines:
-        parts = line.split(None, 5)
-        if len(parts) < 6 or "x" not in parts[1] or not parts[5].startswith("/"):
-            continue
-        path = parts[5]
-        if path.endswith(" (deleted)"):
-            continue  # replaced on disk: a uprobe would go to the new file
-        lib = gpu_catalog.classify_library(os.path.basename(path))
-        if lib is None:
-            continue
-        mapped = MappedLibrary(pid=pid, path=path, library=lib, file_key=(0, 0))
-        try:
-            st = os.stat(mapped.host_path)
-        except OSError:
-            continue
-        key = (st.st_dev, st.st_ino)
-        found.setdefault(key, MappedLibrary(pid=pid, path=path, library=lib, file_key=key))
-    return list(found.values())
+    found = []
+    for mapped in executable_files(pid):
+        lib = gpu_catalog.classify_library(os.path.basename(mapped.path))
+        if lib is not None:
+            found.append(MappedLibrary(pid=pid, path=mapped.path, library=lib, file_key=mapped.file_key))
+    return found
 
 
 @dataclass(frozen=True)

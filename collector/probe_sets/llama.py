@@ -16,45 +16,12 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 from inferprobe.collector import targets as target_procs
 from inferprobe.collector.probe_sets import ProbeSet, TargetContext
+from inferprobe.collector.proc_maps import MappedFile, executable_files
 
 DECODE_SYMBOL = "llama_decode"
-
-
-@dataclass(frozen=True)
-class MappedFile:
-    pid: int
-    path: str  # as the process sees it
-    file_key: tuple[int, int]  # (st_dev, st_ino)
-
-    @property
-    def host_path(self) -> str:
-        return f"/proc/{self.pid}/root{self.path}"
-
-
-def executable_files(pid: int) -> list[MappedFile]:
-    """Every file pid maps executable, once each."""
-    try:
-        lines = Path(f"/proc/{pid}/maps").read_text().splitlines()
-    except OSError:
-        return []
-    found: dict[tuple[int, int], MappedFile] = {}
-    for line in lines:
-        parts = line.split(None, 5)
-        if len(parts) < 6 or "x" not in parts[1] or not parts[5].startswith("/"):
-            continue
-        path = parts[5]
-        if path.endswith(" (deleted)"):
-            continue
-        try:
-            st = os.stat(f"/proc/{pid}/root{path}")
-        except OSError:
-            continue
-        found.setdefault((st.st_dev, st.st_ino), MappedFile(pid, path, (st.st_dev, st.st_ino)))
-    return list(found.values())
 
 
 def decode_address(path: str) -> int | None:
