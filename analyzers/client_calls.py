@@ -140,12 +140,6 @@ class ClientCall:
         return f"{seconds(self.duration_ns)} = " + "; ".join(pieces)
 
 
-def peer_of(conn: Connection | None) -> str | None:
-    if conn is None or conn.peer is None:
-        return None
-    return f"{conn.peer}:{conn.peer_port}" if conn.peer_port is not None else conn.peer
-
-
 def group(requests: Sequence[Request], connections: dict[int, Connection]) -> list[ClientCall]:
     """The client requests of a recording as calls, in the order they began."""
     client = sorted((r for r in requests if r.role == "client"), key=lambda r: r.t_ingress_ns)

@@ -20,8 +20,8 @@
  * the classification chain's programs, read top to bottom: the connection
  * table, pending I/O, accept, connect and close, then the read and write
  * hooks and the tail-call chain, and last the TLS library probes, which hand
- * their plaintext to the chain's kprobe-type copy. How bytes are read and what they mean live in the
- * headers below, one concern each, all working on struct scratch; a new
+ * their plaintext to the chain's kprobe-type copy. How bytes are read and
+ * what they mean live in the headers below, one concern each, all working on struct scratch; a new
  * protocol is a header of its own plus a branch in classify_request and
  * classify_response, where the chain dispatches on a syscall's first bytes.
  * Map code stays here: bcc rewrites map calls (map.lookup(), .call(),
@@ -78,7 +78,6 @@ struct pending_io {
     u16 is_msghdr;
     u32 http_seen;
     u32 chunked;
-    u32 tls;
     u32 client;
     u64 session;     /* TLS: the library's session (SSL *, Go *tls.Conn); 0 for a socket syscall */
     u64 wire_ns;     /* TLS: when the first socket syscall inside the library call began */
@@ -135,7 +134,6 @@ static __always_inline void fill_pending(struct pending_io *io, u64 ts_ns, u64 b
     io->is_msghdr = is_msghdr;
     io->http_seen = conn->http_seen;
     io->chunked = conn->chunked;
-    io->tls = conn->tls;
     io->client = conn->client;
     io->session = 0;
     io->wire_ns = 0;
@@ -417,6 +415,18 @@ BPF_PERCPU_ARRAY(scratch_area, struct scratch, 1);
 
 /* ---------------------------------------------------------------- accept / close */
 
+/* The next connection id (ids are unique for the recording; user space
+ * seeds next_conn_id past the sockets open at attach). 0 if the map is gone. */
+static __always_inline int new_conn_id(u64 *conn_id)
+{
+    u32 zero = 0;
+    u64 *counter = next_conn_id.lookup(&zero);
+    if (!counter)
+        return 0;
+    *conn_id = __sync_fetch_and_add(counter, 1);
+    return 1;
+}
+
 /* A connection event in the ring buffer, its common fields filled in (0
  * when the buffer is full: counted lost); conn_event_submit() sends it. */
 static __always_inline struct conn_event *conn_event_reserve(u32 type, u64 ts, u64 pid_tgid, u64 conn_id,
@@ -485,11 +495,9 @@ static __always_inline int accept_exit(long ret)
     if (ret < 0)
         return 0;
 
-    u32 zero = 0;
-    u64 *counter = next_conn_id.lookup(&zero);
-    if (!counter)
+    u64 conn_id;
+    if (!new_conn_id(&conn_id))
         return 0;
-    u64 conn_id = __sync_fetch_and_add(counter, 1);
 
     struct sock_key key = {.pid = id >> 32, .fd = (s32)ret};
     struct conn_state state = {.conn_id = conn_id};
@@ -540,12 +548,10 @@ TRACEPOINT_PROBE(syscalls, sys_enter_connect)
     u64 id = bpf_get_current_pid_tgid();
     if (!is_target(id >> 32))
         return 0;
-    u32 zero = 0;
-    u64 *counter = next_conn_id.lookup(&zero);
-    if (!counter)
-        return 0;
     struct connect_call call = {.ts_ns = bpf_ktime_get_ns(), .sockaddr = (u64)args->uservaddr,
-                                .conn_id = __sync_fetch_and_add(counter, 1), .fd = (s32)args->fd};
+                                .fd = (s32)args->fd};
+    if (!new_conn_id(&call.conn_id))
+        return 0;
     pending_connect.update(&id, &call);
     return 0;
 }
@@ -1312,11 +1318,8 @@ static __always_inline struct tls_session *tls_session_of(u32 tgid, struct tls_c
     if (fresh.fd < 0 && call->dir == DIR_HANDSHAKE)
         return 0;   /* no socket to time it for, nor a role yet: the first read or write says */
     if (fresh.fd < 0) {
-        u32 zero = 0;
-        u64 *counter = next_conn_id.lookup(&zero);
-        if (!counter)
+        if (!new_conn_id(&fresh.state.conn_id))
             return 0;
-        fresh.state.conn_id = __sync_fetch_and_add(counter, 1);
         /* Which end it is, from HTTP/1's order: the client speaks first. */
         fresh.state.client = call->dir == DIR_WRITE;
         count(COUNTER_TLS_UNTIED);
