@@ -71,6 +71,10 @@ enum event_type {
     EVENT_GPU_FENCE_WAIT = 50, /* dma_fence_wait_start .. _end in a target thread */
     EVENT_GPU_DRM_JOB = 51,  /* gpu_scheduler:drm_sched_job: a target thread queued a GPU job */
     EVENT_LLAMA_STEP = 80,   /* llama.cpp: one llama_decode() call, entry or return (llama.bpf.c) */
+    EVENT_H2_FRAMES = 96,    /* the HTTP/2 frames one syscall (or TLS call) carried (h2_frames_event) */
+    EVENT_H2_HEADER_PIECE = 97, /* a piece of a header block: h2_header_pieces ring only, never recorded */
+    EVENT_H2_HEADERS = 98,   /* a header block's listed fields, decoded in user space (h2_headers_event) */
+    EVENT_TRACE_CONTEXT = 8, /* a request's W3C traceparent / tracestate header values (trace_context_event) */
 };
 
 /* The USDT probes of provider "inferprobe" (probes/, docs/usdt-probes.md).
@@ -485,6 +489,8 @@ enum counter_index {
     COUNTER_CONNS_UNRECOGNISED = 6, /* closed connections that moved bytes but never a request line
                                      * nor TLS plaintext the classifier read (TLS not hooked? HTTP/2?) */
     COUNTER_TLS_UNTIED = 7,     /* TLS sessions whose socket could not be found: no peer, no network data */
+    COUNTER_H2_LOST_SYNC = 8,   /* HTTP/2 connections whose frames could no longer be followed (bpf/http2.bpf.h) */
+    COUNTER_H2_PIECES_LOST = 9, /* HTTP/2 header block pieces the h2_header_pieces ring had no room for */
     COUNTER_NET_QUEUED = 14,    /* segments of traced connections seen at net_dev_queue */
     COUNTER_NET_XMITTED = 15,   /* ... and again at net_dev_xmit (the rest: dropped or re-segmented) */
     COUNTER_MAX = 16,           /* room for the other probe sets' counters */
@@ -517,6 +523,171 @@ struct llama_step_event {
     __s64 ret;        /* llama_decode()'s result (return phase) */
     __u64 ctx;        /* the llama_context pointer: one engine */
     struct llama_run runs[LLAMA_MAX_RUNS];
+};
+
+/* W3C trace context (bpf/trace_context.bpf.h, docs/trace-context.md): the
+ * values of a request's traceparent and tracestate headers, wherever they
+ * stand in its header block, also past the head and in later reads or
+ * writes of the same request. The only header values besides the
+ * x-stainless-retry-count digits that leave the kernel; each is cut at its
+ * line's end, so nothing of the next header is copied. */
+#define TRACEPARENT_MAX_BYTES 64   /* version 00 is 55 bytes; longer (later versions) is flagged cut */
+#define TRACESTATE_MAX_BYTES 256   /* W3C asks vendors to propagate at least 512: longer is flagged cut */
+#define TRACE_HEADER_BYTES 16384   /* how far into a request's header block the kernel looks */
+
+/* trace_context_event.flags */
+#define TRACE_CONTEXT_FLAG_TRACEPARENT     0x01 /* traceparent holds the header's value */
+#define TRACE_CONTEXT_FLAG_TRACESTATE      0x02 /* tracestate holds the header's value */
+#define TRACE_CONTEXT_FLAG_TRACEPARENT_CUT 0x04 /* its value ran past TRACEPARENT_MAX_BYTES or the bytes seen */
+#define TRACE_CONTEXT_FLAG_TRACESTATE_CUT  0x08 /* its value ran past TRACESTATE_MAX_BYTES or the bytes seen */
+#define TRACE_CONTEXT_FLAG_LATER_IO        0x10 /* found in a read/write after the one with the request line */
+#define TRACE_CONTEXT_FLAG_HEADERS_END     0x20 /* the blank line ending the headers was reached */
+
+struct trace_context_event {
+    struct event_header hdr;  /* ts_ns: entry of the read/write that carried the headers */
+    __u64 conn_id;
+    __u64 exit_ns;            /* that read/write's exit: ties the event to its io_event */
+    __u32 header_offset;      /* where the traceparent line starts in the request (0: none) */
+    __u16 flags;              /* TRACE_CONTEXT_FLAG_* */
+    __u16 tracestate_len;
+    __u8 traceparent_len;
+    __u8 role;                /* enum conn_role */
+    __u8 pad[6];
+    char traceparent[TRACEPARENT_MAX_BYTES];
+    char tracestate[TRACESTATE_MAX_BYTES];
+};
+
+/* ------------------------------------------------------------ HTTP/2 (96-111)
+ * bpf/http2.bpf.h walks the frames of a connection that began with the
+ * HTTP/2 preface (h2c, or h2 over TLS), per direction, across syscalls and
+ * iovecs. One h2_frames_event per syscall (more when it carries more than
+ * H2_FRAMES_PER_EVENT frames) lists the parts of frames it carried: only
+ * frame headers and what the classifier derived (gRPC message ends, an SSE
+ * "data:" line start), never payload bytes. Header blocks (HPACK) go to
+ * user space through a ring of their own, h2_header_pieces, which nothing
+ * records: collector/h2_header_blocks.py decodes them at once and keeps
+ * only the fields docs/http2.md lists, as an h2_headers_event. */
+#define H2_FRAMES_PER_EVENT 16
+#define H2_HEADER_PIECE_BYTES 4096
+
+enum h2_frame_type {
+    H2_FRAME_DATA = 0,
+    H2_FRAME_HEADERS = 1,
+    H2_FRAME_PRIORITY = 2,
+    H2_FRAME_RST_STREAM = 3,
+    H2_FRAME_SETTINGS = 4,
+    H2_FRAME_PUSH_PROMISE = 5,
+    H2_FRAME_PING = 6,
+    H2_FRAME_GOAWAY = 7,
+    H2_FRAME_WINDOW_UPDATE = 8,
+    H2_FRAME_CONTINUATION = 9,
+};
+
+/* Frame flags (RFC 9113 section 6). */
+#define H2_FRAME_FLAG_END_STREAM  0x01
+#define H2_FRAME_FLAG_END_HEADERS 0x04
+#define H2_FRAME_FLAG_PADDED      0x08
+#define H2_FRAME_FLAG_PRIORITY    0x20
+
+/* h2_frame.part: what of its frame one syscall carried. */
+#define H2_PART_FLAG_CONTINUED 0x01  /* the frame began in an earlier syscall (or iovec run) */
+#define H2_PART_FLAG_ENDS      0x02  /* its last byte is in this syscall: END_STREAM takes effect */
+#define H2_PART_FLAG_GRPC      0x04  /* DATA of a stream whose payload is gRPC length-prefixed messages */
+#define H2_PART_FLAG_SSE_DATA  0x08  /* DATA whose payload starts with an SSE "data:" line */
+#define H2_PART_FLAG_UNWALKED  0x10  /* DATA whose messages were not followed (padded, or framing lost) */
+
+struct h2_frame {
+    __u32 stream_id;
+    __u32 length;      /* the payload length its header states */
+    __u32 value;       /* RST_STREAM: error code; GOAWAY: last stream id; DATA: payload bytes in this part */
+    __u8 type;         /* enum h2_frame_type (others: extension frames, skipped) */
+    __u8 flags;        /* H2_FRAME_FLAG_* as sent */
+    __u8 part;         /* H2_PART_FLAG_* */
+    __u8 messages;     /* DATA of gRPC: messages this part completes (capped at 255) */
+};
+
+#define H2_FLAG_PREFACE   0x0001  /* this syscall carried the connection preface */
+#define H2_FLAG_LOST_SYNC 0x0002  /* the walk gave up here: the connection is no longer followed */
+#define H2_FLAG_MORE      0x0004  /* more frames of this syscall follow in another event */
+#define H2_FLAG_BEGAN_UNSEEN 0x0008 /* as HTTP_FLAG_BEGAN_UNSEEN */
+
+struct h2_frames_event {
+    struct event_header hdr;  /* type EVENT_H2_FRAMES; ts_ns: the syscall's (or TLS call's) entry */
+    __u64 conn_id;
+    __u64 exit_ns;
+    __s64 bytes;
+    __s32 fd;
+    __u16 flags;              /* H2_FLAG_* */
+    __u8 transport;           /* enum transport */
+    __u8 role;                /* enum conn_role */
+    __u8 dir;                 /* 0: the target read these bytes, 1: it wrote them */
+    __u8 n_frames;
+    __u8 pad[6];
+    __u64 wire_ns;            /* as io_event.wire_ns */
+    struct h2_frame frames[H2_FRAMES_PER_EVENT];
+};
+
+/* One piece of a header block (a HEADERS, CONTINUATION or PUSH_PROMISE
+ * frame's payload as far as one syscall carried it). Sent through the
+ * h2_header_pieces ring only, never recorded: it holds header values. */
+struct h2_header_piece {
+    struct event_header hdr;  /* type EVENT_H2_HEADER_PIECE */
+    __u64 conn_id;
+    __u64 exit_ns;
+    __u32 stream_id;
+    __u32 frame_length;       /* the frame's payload length */
+    __u32 offset;             /* where in that payload this piece starts */
+    __u16 len;                /* bytes of the piece in `bytes` */
+    __u8 frame_type;          /* HEADERS, CONTINUATION or PUSH_PROMISE */
+    __u8 frame_flags;
+    __u8 dir;
+    __u8 role;
+    __u8 transport;
+    __u8 truncated;           /* the piece was longer than H2_HEADER_PIECE_BYTES */
+    __u8 bytes[H2_HEADER_PIECE_BYTES];
+};
+
+/* h2_headers_event.flags */
+#define H2_HEADERS_FLAG_END_STREAM   0x0001 /* its HEADERS frame ended the stream (trailers; a bodiless request) */
+#define H2_HEADERS_FLAG_TABLE_LOST   0x0002 /* the HPACK table of this direction cannot be followed: no fields */
+#define H2_HEADERS_FLAG_HAS_STATUS   0x0004
+#define H2_HEADERS_FLAG_GRPC_STATUS  0x0008 /* grpc_status holds grpc-status */
+#define H2_HEADERS_FLAG_PUSH_PROMISE 0x0010 /* a server push's promised request: not a request of the peer */
+
+/* h2_headers_event.content: the content-type's kind (never its text). */
+enum h2_content {
+    H2_CONTENT_NONE = 0,
+    H2_CONTENT_GRPC = 1,          /* application/grpc, application/grpc+proto, ... */
+    H2_CONTENT_EVENT_STREAM = 2,  /* text/event-stream */
+    H2_CONTENT_NDJSON = 3,
+    H2_CONTENT_JSON = 4,
+    H2_CONTENT_OTHER = 5,
+};
+
+#define H2_TRACEPARENT_BYTES 55
+
+/* A header block, decoded in user space (collector/h2_header_blocks.py) from
+ * h2_header_pieces: the fields docs/http2.md lists, nothing else. Written to
+ * recordings like a kernel event. */
+struct h2_headers_event {
+    struct event_header hdr;  /* type EVENT_H2_HEADERS; pid, tid, ts_ns of the syscall that completed the block */
+    __u64 conn_id;
+    __u64 exit_ns;
+    __u32 stream_id;
+    __u16 flags;              /* H2_HEADERS_FLAG_* */
+    __u16 status;             /* :status */
+    __s32 grpc_status;        /* with H2_HEADERS_FLAG_GRPC_STATUS */
+    __u32 grpc_message_len;   /* grpc-message: its length only */
+    __u8 method;              /* enum http_method of :method */
+    __u8 dir;
+    __u8 role;
+    __u8 transport;
+    __u8 content;             /* enum h2_content */
+    __u8 path_len;
+    __u8 traceparent_len;
+    __u8 pad;
+    char path[PATH_MAX_BYTES];         /* :path without the query string */
+    char traceparent[H2_TRACEPARENT_BYTES + 1];
 };
 
 #endif /* INFERPROBE_H */

@@ -42,6 +42,8 @@ from inferprobe.collector.layout_generated import (
     NET_DEV_NAME_BYTES,
     PATH_MAX_BYTES,
     STACK_COUNTER_MAX,
+    TRACEPARENT_MAX_BYTES,
+    TRACESTATE_MAX_BYTES,
     USDT_MAX_ARGS,
     ConnEvent,
     ConnRole,
@@ -77,6 +79,8 @@ from inferprobe.collector.layout_generated import (
     StackFlag,
     StackKey,
     StackSampleEvent,
+    TraceContextEvent,
+    TraceContextFlag,
     Transport,
     UsdtEvent,
     UsdtProbe,
@@ -93,13 +97,15 @@ __all__ = [
     "GpuCopyKind", "GpuDrmEvent", "GpuDrmWhat", "GpuFenceEvent", "GpuFlushReason", "GpuFunction",
     "GpuLaunchesEvent", "HttpFlag", "HttpKind", "HttpMethod", "IoEvent", "LockCounter", "NetAckEvent",
     "NetFlag", "NetRetransmitEvent", "NetVia", "NetXmitEvent", "OffcpuEvent", "OffcpuReason",
-    "OffcpuValue", "StackCounter", "StackFlag", "StackKey", "StackSampleEvent", "Transport", "UsdtEvent",
+    "OffcpuValue", "StackCounter", "StackFlag", "StackKey", "StackSampleEvent", "TraceContextEvent",
+    "TraceContextFlag", "Transport", "UsdtEvent",
     "UsdtProbe",
     # decoding
     "DECODERS", "ConnRecord", "DecodeError", "Event", "FutexWaitRecord", "GpuCallRecord", "GpuDrmRecord",
     "LlamaRunRecord", "LlamaStepRecord",
     "GpuFenceRecord", "GpuLaunchesRecord", "GpuRecord", "IoRecord", "NetAckRecord", "NetRecord",
-    "NetRetransmitRecord", "NetXmitRecord", "OffcpuRecord", "StackSampleRecord", "UsdtRecord", "decode",
+    "NetRetransmitRecord", "NetXmitRecord", "OffcpuRecord", "StackSampleRecord", "TraceContextRecord", "UsdtRecord",
+    "decode",
     "event_type_of",
 ]
 
@@ -163,6 +169,25 @@ class IoRecord:
     @property
     def is_read(self) -> bool:
         return self.type == EventType.SOCK_READ
+
+
+@dataclass(frozen=True, slots=True)
+class TraceContextRecord:
+    """A request's W3C traceparent and tracestate header values as the kernel
+    copied them (bpf/trace_context.bpf.h): raw text, checked by
+    collector/trace_context.py, never trusted as sent."""
+
+    type: EventType
+    pid: int
+    tid: int
+    ts_ns: int  # entry of the read/write that carried the header
+    exit_ns: int  # its exit: the io_event of the same syscall has the same exit_ns
+    conn_id: int
+    flags: TraceContextFlag
+    role: ConnRole
+    header_offset: int  # where the traceparent line starts in the request
+    traceparent: str | None
+    tracestate: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -365,7 +390,8 @@ class LlamaStepRecord:
 
 
 Event = (ConnRecord | IoRecord | UsdtRecord | StackSampleRecord | NetXmitRecord | NetAckRecord
-         | NetRetransmitRecord | FutexWaitRecord | OffcpuRecord | GpuRecord | LlamaStepRecord)
+         | NetRetransmitRecord | FutexWaitRecord | OffcpuRecord | GpuRecord | LlamaStepRecord
+         | TraceContextRecord)
 
 
 E = TypeVar("E", bound=IntEnum)
@@ -522,6 +548,19 @@ def _llama_step(etype: EventType, ev: Any) -> LlamaStepRecord:
                            ctx=ev.ctx)
 
 
+def _trace_context(etype: EventType, ev: Any) -> TraceContextRecord:
+    hdr = ev.hdr
+    flags = TraceContextFlag(ev.flags)
+    # latin-1: any byte decodes; collector/trace_context.py rejects what is not the header's grammar
+    parent = bytes(ev.traceparent[: min(ev.traceparent_len, TRACEPARENT_MAX_BYTES)]).decode("latin-1")
+    state = bytes(ev.tracestate[: min(ev.tracestate_len, TRACESTATE_MAX_BYTES)]).decode("latin-1")
+    return TraceContextRecord(
+        type=etype, pid=hdr.pid, tid=hdr.tid, ts_ns=hdr.ts_ns, exit_ns=ev.exit_ns, conn_id=ev.conn_id,
+        flags=flags, role=member(ConnRole, ev.role, "connection role"), header_offset=ev.header_offset,
+        traceparent=parent if TraceContextFlag.TRACEPARENT in flags else None,
+        tracestate=state if TraceContextFlag.TRACESTATE in flags else None)
+
+
 @dataclass(frozen=True)
 class Decoder:
     """How one event type is read: the struct the kernel wrote, and its record."""
@@ -553,6 +592,7 @@ DECODERS: dict[EventType, Decoder] = {
     EventType.GPU_FENCE_WAIT: Decoder(GpuFenceEvent, _gpu_fence),
     EventType.GPU_DRM_JOB: Decoder(GpuDrmEvent, _gpu_drm),
     EventType.LLAMA_STEP: Decoder(LlamaStepEvent, _llama_step),
+    EventType.TRACE_CONTEXT: Decoder(TraceContextEvent, _trace_context),
 }
 
 

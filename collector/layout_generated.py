@@ -32,6 +32,12 @@ GPU_FN_FIRST_COPY = 32
 GPU_FN_FIRST_MEMORY = 48
 GPU_FN_FIRST_QUERY = 60
 LLAMA_MAX_RUNS = 16
+TRACEPARENT_MAX_BYTES = 64
+TRACESTATE_MAX_BYTES = 256
+TRACE_HEADER_BYTES = 16384
+H2_FRAMES_PER_EVENT = 16
+H2_HEADER_PIECE_BYTES = 4096
+H2_TRACEPARENT_BYTES = 55
 
 
 class EventType(enum.IntEnum):
@@ -56,6 +62,10 @@ class EventType(enum.IntEnum):
     GPU_FENCE_WAIT = 50
     GPU_DRM_JOB = 51
     LLAMA_STEP = 80
+    H2_FRAMES = 96
+    H2_HEADER_PIECE = 97
+    H2_HEADERS = 98
+    TRACE_CONTEXT = 8
 
 
 class UsdtProbe(enum.IntEnum):
@@ -239,6 +249,8 @@ class Counter(enum.IntEnum):
     IO_UNTRACKED = 5
     CONNS_UNRECOGNISED = 6
     TLS_UNTIED = 7
+    H2_LOST_SYNC = 8
+    H2_PIECES_LOST = 9
     NET_QUEUED = 14
     NET_XMITTED = 15
 
@@ -251,6 +263,32 @@ class LlamaStepPhase(enum.IntEnum):
 
     ENTER = 1
     RETURN = 2
+
+
+class H2FrameType(enum.IntEnum):
+    """enum h2_frame_type"""
+
+    DATA = 0
+    HEADERS = 1
+    PRIORITY = 2
+    RST_STREAM = 3
+    SETTINGS = 4
+    PUSH_PROMISE = 5
+    PING = 6
+    GOAWAY = 7
+    WINDOW_UPDATE = 8
+    CONTINUATION = 9
+
+
+class H2Content(enum.IntEnum):
+    """enum h2_content"""
+
+    NONE = 0
+    GRPC = 1
+    EVENT_STREAM = 2
+    NDJSON = 3
+    JSON = 4
+    OTHER = 5
 
 
 class HttpFlag(enum.IntFlag):
@@ -296,6 +334,55 @@ class FutexWaitFlag(enum.IntFlag):
     SEM_HELD = 0x0010
 
 
+class TraceContextFlag(enum.IntFlag):
+    """TRACE_CONTEXT_FLAG_* (#define)"""
+
+    TRACEPARENT = 0x0001
+    TRACESTATE = 0x0002
+    TRACEPARENT_CUT = 0x0004
+    TRACESTATE_CUT = 0x0008
+    LATER_IO = 0x0010
+    HEADERS_END = 0x0020
+
+
+class H2FrameFlag(enum.IntFlag):
+    """H2_FRAME_FLAG_* (#define)"""
+
+    END_STREAM = 0x0001
+    END_HEADERS = 0x0004
+    PADDED = 0x0008
+    PRIORITY = 0x0020
+
+
+class H2PartFlag(enum.IntFlag):
+    """H2_PART_FLAG_* (#define)"""
+
+    CONTINUED = 0x0001
+    ENDS = 0x0002
+    GRPC = 0x0004
+    SSE_DATA = 0x0008
+    UNWALKED = 0x0010
+
+
+class H2Flag(enum.IntFlag):
+    """H2_FLAG_* (#define)"""
+
+    PREFACE = 0x0001
+    LOST_SYNC = 0x0002
+    MORE = 0x0004
+    BEGAN_UNSEEN = 0x0008
+
+
+class H2HeadersFlag(enum.IntFlag):
+    """H2_HEADERS_FLAG_* (#define)"""
+
+    END_STREAM = 0x0001
+    TABLE_LOST = 0x0002
+    HAS_STATUS = 0x0004
+    GRPC_STATUS = 0x0008
+    PUSH_PROMISE = 0x0010
+
+
 # The C name of a member above is its class's prefix and its own name.
 C_PREFIXES: dict[str, str] = {
     "EventType": "EVENT_",
@@ -314,10 +401,17 @@ C_PREFIXES: dict[str, str] = {
     "GpuDrmWhat": "GPU_DRM_",
     "Counter": "COUNTER_",
     "LlamaStepPhase": "LLAMA_STEP_",
+    "H2FrameType": "H2_FRAME_",
+    "H2Content": "H2_CONTENT_",
     "HttpFlag": "HTTP_FLAG_",
     "StackFlag": "STACK_FLAG_",
     "NetFlag": "NET_FLAG_",
     "FutexWaitFlag": "FUTEX_WAIT_FLAG_",
+    "TraceContextFlag": "TRACE_CONTEXT_FLAG_",
+    "H2FrameFlag": "H2_FRAME_FLAG_",
+    "H2PartFlag": "H2_PART_FLAG_",
+    "H2Flag": "H2_FLAG_",
+    "H2HeadersFlag": "H2_HEADERS_FLAG_",
 }
 
 
@@ -587,4 +681,102 @@ class LlamaStepEvent(ctypes.Structure):
         ("ret", ctypes.c_int64),                            # offset 40, 8 bytes
         ("ctx", ctypes.c_uint64),                           # offset 48, 8 bytes
         ("runs", LlamaRun * 16),                            # offset 56, 256 bytes
+    ]
+
+
+class TraceContextEvent(ctypes.Structure):
+    """struct trace_context_event: 376 bytes"""
+
+    _fields_ = [
+        ("hdr", EventHeader),                               # offset 0, 24 bytes
+        ("conn_id", ctypes.c_uint64),                       # offset 24, 8 bytes
+        ("exit_ns", ctypes.c_uint64),                       # offset 32, 8 bytes
+        ("header_offset", ctypes.c_uint32),                 # offset 40, 4 bytes
+        ("flags", ctypes.c_uint16),                         # offset 44, 2 bytes
+        ("tracestate_len", ctypes.c_uint16),                # offset 46, 2 bytes
+        ("traceparent_len", ctypes.c_uint8),                # offset 48, 1 byte
+        ("role", ctypes.c_uint8),                           # offset 49, 1 byte
+        ("pad", ctypes.c_uint8 * 6),                        # offset 50, 6 bytes
+        ("traceparent", ctypes.c_char * 64),                # offset 56, 64 bytes
+        ("tracestate", ctypes.c_char * 256),                # offset 120, 256 bytes
+    ]
+
+
+class H2Frame(ctypes.Structure):
+    """struct h2_frame: 16 bytes"""
+
+    _fields_ = [
+        ("stream_id", ctypes.c_uint32),                     # offset 0, 4 bytes
+        ("length", ctypes.c_uint32),                        # offset 4, 4 bytes
+        ("value", ctypes.c_uint32),                         # offset 8, 4 bytes
+        ("type", ctypes.c_uint8),                           # offset 12, 1 byte
+        ("flags", ctypes.c_uint8),                          # offset 13, 1 byte
+        ("part", ctypes.c_uint8),                           # offset 14, 1 byte
+        ("messages", ctypes.c_uint8),                       # offset 15, 1 byte
+    ]
+
+
+class H2FramesEvent(ctypes.Structure):
+    """struct h2_frames_event: 328 bytes"""
+
+    _fields_ = [
+        ("hdr", EventHeader),                               # offset 0, 24 bytes
+        ("conn_id", ctypes.c_uint64),                       # offset 24, 8 bytes
+        ("exit_ns", ctypes.c_uint64),                       # offset 32, 8 bytes
+        ("bytes", ctypes.c_int64),                          # offset 40, 8 bytes
+        ("fd", ctypes.c_int32),                             # offset 48, 4 bytes
+        ("flags", ctypes.c_uint16),                         # offset 52, 2 bytes
+        ("transport", ctypes.c_uint8),                      # offset 54, 1 byte
+        ("role", ctypes.c_uint8),                           # offset 55, 1 byte
+        ("dir", ctypes.c_uint8),                            # offset 56, 1 byte
+        ("n_frames", ctypes.c_uint8),                       # offset 57, 1 byte
+        ("pad", ctypes.c_uint8 * 6),                        # offset 58, 6 bytes
+        ("wire_ns", ctypes.c_uint64),                       # offset 64, 8 bytes
+        ("frames", H2Frame * 16),                           # offset 72, 256 bytes
+    ]
+
+
+class H2HeaderPiece(ctypes.Structure):
+    """struct h2_header_piece: 4160 bytes, 4 of them tail padding"""
+
+    _fields_ = [
+        ("hdr", EventHeader),                               # offset 0, 24 bytes
+        ("conn_id", ctypes.c_uint64),                       # offset 24, 8 bytes
+        ("exit_ns", ctypes.c_uint64),                       # offset 32, 8 bytes
+        ("stream_id", ctypes.c_uint32),                     # offset 40, 4 bytes
+        ("frame_length", ctypes.c_uint32),                  # offset 44, 4 bytes
+        ("offset", ctypes.c_uint32),                        # offset 48, 4 bytes
+        ("len", ctypes.c_uint16),                           # offset 52, 2 bytes
+        ("frame_type", ctypes.c_uint8),                     # offset 54, 1 byte
+        ("frame_flags", ctypes.c_uint8),                    # offset 55, 1 byte
+        ("dir", ctypes.c_uint8),                            # offset 56, 1 byte
+        ("role", ctypes.c_uint8),                           # offset 57, 1 byte
+        ("transport", ctypes.c_uint8),                      # offset 58, 1 byte
+        ("truncated", ctypes.c_uint8),                      # offset 59, 1 byte
+        ("bytes", ctypes.c_uint8 * 4096),                   # offset 60, 4096 bytes
+    ]
+
+
+class H2HeadersEvent(ctypes.Structure):
+    """struct h2_headers_event: 184 bytes"""
+
+    _fields_ = [
+        ("hdr", EventHeader),                               # offset 0, 24 bytes
+        ("conn_id", ctypes.c_uint64),                       # offset 24, 8 bytes
+        ("exit_ns", ctypes.c_uint64),                       # offset 32, 8 bytes
+        ("stream_id", ctypes.c_uint32),                     # offset 40, 4 bytes
+        ("flags", ctypes.c_uint16),                         # offset 44, 2 bytes
+        ("status", ctypes.c_uint16),                        # offset 46, 2 bytes
+        ("grpc_status", ctypes.c_int32),                    # offset 48, 4 bytes
+        ("grpc_message_len", ctypes.c_uint32),              # offset 52, 4 bytes
+        ("method", ctypes.c_uint8),                         # offset 56, 1 byte
+        ("dir", ctypes.c_uint8),                            # offset 57, 1 byte
+        ("role", ctypes.c_uint8),                           # offset 58, 1 byte
+        ("transport", ctypes.c_uint8),                      # offset 59, 1 byte
+        ("content", ctypes.c_uint8),                        # offset 60, 1 byte
+        ("path_len", ctypes.c_uint8),                       # offset 61, 1 byte
+        ("traceparent_len", ctypes.c_uint8),                # offset 62, 1 byte
+        ("pad", ctypes.c_uint8),                            # offset 63, 1 byte
+        ("path", ctypes.c_char * 64),                       # offset 64, 64 bytes
+        ("traceparent", ctypes.c_char * 56),                # offset 128, 56 bytes
     ]
