@@ -108,6 +108,19 @@ static __always_inline int send_event(void *ev, u32 size)
     return 0;
 }
 
+/* Host-wide mode (`record --all`, `agent`; -DHOST_WIDE): bpf/host_wide.bpf.c,
+ * pasted after sock.bpf.c, defines these; sock.bpf.c calls them where a
+ * process listens or accepts. Without it they are constants. */
+#define HOST_WIDE_LISTEN 1   /* how a process was adopted: it listened ... */
+#define HOST_WIDE_ACCEPT 2   /* ... or accepted */
+#ifdef HOST_WIDE
+static __always_inline int host_wide_adopt(u32 tgid, u16 port, u16 how);
+static __always_inline int host_wide_follow(u64 conn_id);
+#else
+#define host_wide_adopt(tgid, port, how) 0
+#define host_wide_follow(conn_id) 1
+#endif
+
 /* ---------------------------------------------------------------- process tree
  * The target set follows fork(): children and new threads of a target are
  * targets, so a pre-forking server's workers are traced from their birth. */
