@@ -15,6 +15,17 @@ pid_option = click.option(
     "including ones started later, are traced too.",
 )
 
+# `record` also runs without pids (--all): the same flag, not required there.
+optional_pid_option = click.option(
+    "-p",
+    "--pid",
+    "pids",
+    type=int,
+    multiple=True,
+    help="Process to trace (repeat for several). Its threads and children, "
+    "including ones started later, are traced too. Without it, --all.",
+)
+
 duration_option = click.option(
     "-d",
     "--duration",

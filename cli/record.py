@@ -15,11 +15,12 @@ import click
 
 from inferprobe.cli.engine_options import engine_metrics_options, engine_metrics_source
 from inferprobe.cli.export_options import live_export_options
+from inferprobe.cli.host_wide_options import host_wide_filters, host_wide_options, listening_now
 from inferprobe.cli.options import (
     apply_kernel_headers,
     duration_option,
     kernel_headers_option,
-    pid_option,
+    optional_pid_option,
 )
 from inferprobe.cli.stack_options import STACK_FLAGS, stack_options, stack_set_options, stack_sets
 from inferprobe.collector import targets as target_procs
@@ -34,6 +35,8 @@ Examples:
   sudo inferprobe record -p 1234 -d 30 -o run.ipr    # 30 s of pid 1234
   sudo inferprobe record -p 1234 -p 5678 -o run.ipr  # until Ctrl-C
   sudo inferprobe record -p 1234 -d 30 --profile --offcpu -o run.ipr
+  sudo inferprobe record --all -d 60 -o host.ipr     # every HTTP server on the host
+  sudo inferprobe record --all --port 8000 --cgroup /kubepods.slice -o pods.ipr
   inferprobe flamegraph run.ipr --kind cpu -o cpu.svg
   inferprobe report run.ipr
 """
@@ -131,7 +134,8 @@ class _Stop:
 
 
 @click.command(epilog=EXAMPLES)
-@pid_option
+@optional_pid_option
+@host_wide_options
 @duration_option
 @click.option(
     "-o",
@@ -205,7 +209,8 @@ class _Stop:
 @live_export_options
 @stack_options
 @kernel_headers_option
-def record(pids, duration, output, ringbuf_mb, no_listen_check, no_usdt, network, locks, lock_floor_us,
+def record(pids, all_hosts, ports, comm, cgroup, duration, output, ringbuf_mb,
+           no_listen_check, no_usdt, network, locks, lock_floor_us,
            gpu, tls, gpu_launch_run, engine_metrics_url, no_engine_metrics, kernel_headers, otlp, prometheus,
            **flags) -> None:
     """Record every HTTP request the given processes serve.
@@ -222,9 +227,10 @@ def record(pids, duration, output, ringbuf_mb, no_listen_check, no_usdt, network
     from inferprobe.exporters.clock import measure_offset
     from inferprobe.exporters.setup import bind_prometheus, start_live_export
 
+    filters = host_wide_filters(pids, all_hosts, ports, comm, cgroup)
     apply_kernel_headers(kernel_headers)
     metrics = bind_prometheus(prometheus)
-    pids = list(dict.fromkeys(pids))
+    pids = list(dict.fromkeys(pids)) if filters is None else listening_now(filters)
     pages = 1 << ((ringbuf_mb * 256).bit_length() - 1)
     sets = (("sockets",) + (() if tls is False else ("tls",)) + (() if no_usdt else ("usdt",))
             + (("network",) if network else ()))
@@ -236,7 +242,10 @@ def record(pids, duration, output, ringbuf_mb, no_listen_check, no_usdt, network
     if gpu is not False:
         sets += ("gpu",)
     sets += ("llama",)  # off by itself unless a target has llama.cpp's llama_decode
-    options = {**stack_set_options(stack_flags), "locks": {"floor_us": lock_floor_us},
+    if filters is not None:
+        sets += ("host_wide",)
+    options = {"host_wide": {"filters": filters},
+               **stack_set_options(stack_flags), "locks": {"floor_us": lock_floor_us},
                "gpu": "on" if gpu else "auto", "gpu_run_max_launches": gpu_launch_run,
                "tls": "on" if tls else "auto"}
     # Before attaching, so that looking for /metrics is not recorded as the server's traffic.
@@ -251,6 +260,8 @@ def record(pids, duration, output, ringbuf_mb, no_listen_check, no_usdt, network
     scraper = None
     try:
         meta = _meta(tracer, sys.argv)
+        if filters is not None:
+            meta["host_wide"] = {"filters": filters.as_dict()}
         if engine is not None:
             meta["engine_metrics"] = {"url": engine[0], "found": engine[1]}
         writer = RecordingWriter(Path(output), meta)
@@ -263,16 +274,15 @@ def record(pids, duration, output, ringbuf_mb, no_listen_check, no_usdt, network
         stop = _Stop()
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
-        click.echo(
-            f"inferprobe: attached to {len(tracer.pids)} process(es) "
-            f"({', '.join(map(str, tracer.pids))}) with probe sets {', '.join(tracer.active)}, "
-            f"writing {output}",
-        )
+        scope = (f"to {len(tracer.pids)} process(es) ({', '.join(map(str, tracer.pids))})" if filters is None
+                 else f"host-wide ({len(tracer.pids)} process(es) serving now)")
+        click.echo(f"inferprobe: attached {scope} with probe sets {', '.join(tracer.active)}, "
+                   f"writing {output}")
         for name, reason in tracer.inactive.items():
             click.echo(f"inferprobe: probe set {name} off: {reason}")
         if engine is not None:
             click.echo(f"inferprobe: scraping engine metrics at {engine[0]} ({engine[1]})")
-        if (note := _no_listener_note(meta)) is not None:
+        if filters is None and (note := _no_listener_note(meta)) is not None:
             click.echo(f"inferprobe: note: {note}")
         sys.stdout.flush()
         status_line = sys.stderr.isatty()
@@ -300,6 +310,8 @@ def record(pids, duration, output, ringbuf_mb, no_listen_check, no_usdt, network
                 next_flush = now + 1.0
                 for note in tracer.refresh():
                     click.echo(f"inferprobe: {note}")
+                if filters is not None and live is not None and live.metrics is not None:
+                    live.metrics.set_targets(tracer.active["host_wide"].target_names())
                 sys.stdout.flush()
                 counters = tracer.counters()
                 lost = counters["events_lost"]
@@ -317,7 +329,7 @@ def record(pids, duration, output, ringbuf_mb, no_listen_check, no_usdt, network
                         err=True,
                         nl=False,
                     )
-                if not any(target_procs.alive(p) for p in pids):
+                if filters is None and not any(target_procs.alive(p) for p in pids):
                     end_reason = "targets exited"
                     break
         reader.drain()

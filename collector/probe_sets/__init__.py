@@ -77,6 +77,7 @@ class ProbeSet:
 
 def available_sets() -> dict[str, type[ProbeSet]]:
     from inferprobe.collector.probe_sets.gpu import GpuProbes
+    from inferprobe.collector.probe_sets.host_wide import HostWideProbes
     from inferprobe.collector.probe_sets.llama import LlamaProbes
     from inferprobe.collector.probe_sets.locks import LockProbes
     from inferprobe.collector.probe_sets.network import NetworkProbes
@@ -87,4 +88,4 @@ def available_sets() -> dict[str, type[ProbeSet]]:
 
     # sockets first: the TLS set loads into the chain the sockets set set up.
     return {cls.name: cls for cls in (SocketProbes, TlsProbes, UsdtProbes, NetworkProbes, ProfileProbes,
-                                      OffcpuProbes, LockProbes, GpuProbes, LlamaProbes)}
+                                      OffcpuProbes, LockProbes, GpuProbes, LlamaProbes, HostWideProbes)}

@@ -1,0 +1,136 @@
+/* host_wide.bpf.c: `record --all` and `agent`: which processes become targets
+ * without a pid from the user.
+ *
+ * A process is adopted (its bit set in common.bpf.h's `targets`) when it
+ * starts to serve a stream socket: when it puts a TCP socket into LISTEN
+ * (sock:inet_sock_set_state fires in the listen() caller's context, with
+ * the local port) or when it accept()s (TCP or Unix stream: accept() only
+ * works on connection-oriented sockets, so a successful accept is the
+ * kernel's own test of that). From then on it is a target like a `-p` pid:
+ * its children follow by fork, its I/O goes through sock.bpf.c, and the
+ * classifier keeps only connections whose first bytes are a request line.
+ * Processes already listening when tracing starts are found in /proc by
+ * collector/host_wide.py; the same module releases adopted processes that
+ * serve only non-HTTP connections (host_wide_rejected below).
+ *
+ * Cost when nothing matches: the hot hooks (read, write, close, sched) are
+ * untouched and still turn a non-target away with one array lookup; the
+ * filter below runs only on listen() and on accept() of a process that is
+ * not yet a target, both rare next to reads and writes.
+ *
+ * Sampling (the agent's CPU budget): each new accepted connection of a
+ * target is followed in full or only counted, decided here by a hash of its
+ * connection id against a threshold user space moves (host_wide_config).
+ * Unfollowed connections get no socket-table entry, so their I/O costs the
+ * target-path lookup only and sends nothing.
+ *
+ * Needs sock.bpf.c pasted before it (collector/loader.py pastes "sockets"
+ * first); sock.bpf.c calls host_wide_adopt() and host_wide_follow(),
+ * declared in common.bpf.h.
+ */
+#include "common.bpf.h"
+
+#define HOST_WIDE_MAX_PORTS 16
+#define HOST_WIDE_COMM_LEN 16
+
+struct host_wide_config {
+    u32 self_tgid;          /* the recorder itself (it may serve /metrics): never adopted */
+    u32 n_ports;            /* 0: any port; otherwise only listeners on these local ports */
+    u16 ports[HOST_WIDE_MAX_PORTS];
+    u32 comm_len;           /* 0: any process name; otherwise an exact task comm */
+    char comm[HOST_WIDE_COMM_LEN];
+    u64 cgroup_id;          /* 0: any cgroup; otherwise a cgroup v2 id ... */
+    u32 cgroup_level;       /* ... at this depth of the current task's ancestry */
+    u32 follow_threshold;   /* connections followed: hash(conn_id) < this (0xffffffff: all) */
+};
+
+struct host_wide_adoption {
+    u64 ts_ns;
+    u16 port;               /* the listener's local port (0: unknown, an accept) */
+    u16 how;                /* HOST_WIDE_LISTEN or HOST_WIDE_ACCEPT (common.bpf.h) */
+    u32 _pad;
+};
+
+enum host_wide_counter {
+    HOST_WIDE_CONNS_ACCEPTED = 0,   /* connections targets accepted (every one, followed or not) */
+    HOST_WIDE_CONNS_FOLLOWED = 1,   /* of which followed in full */
+    HOST_WIDE_ADOPTED = 2,          /* processes adopted */
+    HOST_WIDE_FILTERED = 3,         /* listen/accept by a process the filters turned away */
+    HOST_WIDE_COUNTER_MAX = 4,
+};
+
+BPF_ARRAY(host_wide_config, struct host_wide_config, 1);
+BPF_PERCPU_ARRAY(host_wide_counters, u64, HOST_WIDE_COUNTER_MAX);
+/* Adopted since attach; user space reads and deletes entries as it lists them. */
+BPF_TABLE("lru_hash", u32, struct host_wide_adoption, host_wide_adopted, 4096);
+/* Released by user space (no HTTP seen on its connections): never adopted again. */
+BPF_TABLE("lru_hash", u32, u32, host_wide_rejected, 4096);
+
+static __always_inline void host_wide_count(u32 index)
+{
+    u64 *value = host_wide_counters.lookup(&index);
+    if (value)
+        *value += 1;
+}
+
+static __always_inline int host_wide_passes(struct host_wide_config *cfg, u32 tgid, u16 port)
+{
+    if (tgid == cfg->self_tgid || host_wide_rejected.lookup(&tgid))
+        return 0;
+    if (cfg->n_ports) {
+        int found = 0;
+#pragma unroll
+        for (int i = 0; i < HOST_WIDE_MAX_PORTS; i++)
+            if (i < cfg->n_ports && cfg->ports[i] == port && port)
+                found = 1;
+        if (!found)
+            return 0;
+    }
+    if (cfg->comm_len) {
+        char comm[HOST_WIDE_COMM_LEN] = {};
+        bpf_get_current_comm(comm, sizeof(comm));
+#pragma unroll
+        for (int i = 0; i < HOST_WIDE_COMM_LEN; i++)
+            if (comm[i] != cfg->comm[i])
+                return 0;
+    }
+    if (cfg->cgroup_id && bpf_get_current_ancestor_cgroup_id(cfg->cgroup_level) != cfg->cgroup_id)
+        return 0;
+    return 1;
+}
+
+/* Makes the current process a target if the filters let it; 1 when it is one now.
+ * port: the local port of the socket it listens on, 0 when unknown (accept),
+ * which no --port filter matches. */
+static __always_inline int host_wide_adopt(u32 tgid, u16 port, u16 how)
+{
+    u32 zero = 0;
+    struct host_wide_config *cfg = host_wide_config.lookup(&zero);
+    if (!cfg)
+        return 0;
+    if (!host_wide_passes(cfg, tgid, port)) {
+        host_wide_count(HOST_WIDE_FILTERED);
+        return 0;
+    }
+    add_target(tgid);
+    /* The thread that listens or accepts is the one whose syscalls follow. */
+    add_target((u32)bpf_get_current_pid_tgid());
+    struct host_wide_adoption adoption = {.ts_ns = bpf_ktime_get_ns(), .port = port, .how = how};
+    host_wide_adopted.update(&tgid, &adoption);
+    host_wide_count(HOST_WIDE_ADOPTED);
+    return 1;
+}
+
+/* Whether the target's new accepted connection is followed in full. */
+static __always_inline int host_wide_follow(u64 conn_id)
+{
+    u32 zero = 0;
+    struct host_wide_config *cfg = host_wide_config.lookup(&zero);
+    host_wide_count(HOST_WIDE_CONNS_ACCEPTED);
+    /* A multiplicative hash spreads consecutive ids over the range. */
+    u32 hash = (u32)((conn_id * 0x9E3779B97F4A7C15ULL) >> 32);
+    if (cfg && cfg->follow_threshold != 0xffffffffU && hash >= cfg->follow_threshold)
+        return 0;
+    host_wide_count(HOST_WIDE_CONNS_FOLLOWED);
+    return 1;
+}
