@@ -38,6 +38,7 @@ def _register() -> None:
     from inferprobe.cli.doctor import doctor
     from inferprobe.cli.export import export
     from inferprobe.cli.flamegraph import flamegraph
+    from inferprobe.cli.gpu_attach import gpu_attach
     from inferprobe.cli.record import record
     from inferprobe.cli.report import report
     from inferprobe.cli.top import top
@@ -49,6 +50,7 @@ def _register() -> None:
     cli.add_command(report)
     cli.add_command(top)
     cli.add_command(flamegraph)
+    cli.add_command(gpu_attach)
 
 
 _register()
