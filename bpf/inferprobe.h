@@ -75,6 +75,11 @@ enum event_type {
     EVENT_H2_HEADER_PIECE = 97, /* a piece of a header block: h2_header_pieces ring only, never recorded */
     EVENT_H2_HEADERS = 98,   /* a header block's listed fields, decoded in user space (h2_headers_event) */
     EVENT_TRACE_CONTEXT = 8, /* a request's W3C traceparent / tracestate header values (trace_context_event) */
+    EVENT_GPU_API = 52,      /* CUPTI shim: a launch/copy/memset API call entered, with its correlation id */
+    EVENT_GPU_ACTIVITY = 53, /* CUPTI shim: one kernel, copy or memset as the GPU ran it (gpu_activity_event) */
+    EVENT_GPU_CLOCK = 54,    /* CUPTI shim: a CUPTI timestamp paired with CLOCK_MONOTONIC */
+    EVENT_GPU_KERNEL_NAME = 55, /* CUPTI shim: a kernel name id's name */
+    EVENT_GPU_SHIM_STATUS = 56, /* CUPTI shim: what it is doing (collecting, no device, ...), one sentence */
 };
 
 /* The USDT probes of provider "inferprobe" (probes/, docs/usdt-probes.md).
@@ -688,6 +693,72 @@ struct h2_headers_event {
     __u8 pad;
     char path[PATH_MAX_BYTES];         /* :path without the query string */
     char traceparent[H2_TRACEPARENT_BYTES + 1];
+};
+
+/* ------------------------------------------------------------ CUPTI shim
+ * The records of probes/cupti/inferprobe_cupti.c (USDT provider
+ * "inferprobe_gpu"), read by bpf/gpu.bpf.c; docs/gpu.md has the probes. */
+
+enum gpu_activity_kind {
+    GPU_ACTIVITY_KERNEL = 1,
+    GPU_ACTIVITY_MEMCPY = 2,
+    GPU_ACTIVITY_MEMSET = 3,
+};
+
+/* The shim's status codes (inferprobe_cupti_start()'s return value). */
+enum gpu_shim_status {
+    GPU_SHIM_NOT_STARTED = 0,
+    GPU_SHIM_COLLECTING = 1,
+    GPU_SHIM_NO_DEVICE = 2,
+    GPU_SHIM_CUPTI_ERROR = 3,
+    GPU_SHIM_STOPPED = 4,
+};
+
+#define GPU_KERNEL_NAME_BYTES 192
+#define GPU_SHIM_STATUS_BYTES 256
+/* The shim names at most 4096 kernels; later ones share this id. */
+#define GPU_OTHER_KERNEL_NAME_ID 0xffff
+
+struct gpu_api_event {
+    struct event_header hdr;  /* type EVENT_GPU_API; tid, ts_ns: the launching thread at the call's entry */
+    __u64 correlation_id;     /* CUPTI's id of the call, also in its work's gpu_activity_event */
+    __u32 cbid;               /* CUPTI callback id (cupti_runtime_cbid.h / cupti_driver_cbid.h) */
+    __u32 domain;             /* CUpti_CallbackDomain: 1 driver API, 2 runtime API */
+};
+
+struct gpu_activity_event {
+    struct event_header hdr;  /* type EVENT_GPU_ACTIVITY; ts_ns: when the shim handed the record over */
+    __u64 gpu_start;          /* CUPTI clock (gpu_clock_event maps it to CLOCK_MONOTONIC) */
+    __u64 gpu_end;
+    __u64 correlation_id;
+    __u64 shape;              /* kernels: grid x | y << 21 | z << 42; copies and memsets: bytes */
+    __u32 device;
+    __u32 stream;
+    __u32 kind;               /* enum gpu_activity_kind */
+    __u32 name_id;            /* kernels: gpu_kernel_name_event id; copies: CUpti_ActivityMemcpyKind */
+};
+
+struct gpu_clock_event {
+    struct event_header hdr;  /* type EVENT_GPU_CLOCK */
+    __u64 cupti_ns;           /* cuptiGetTimestamp() */
+    __u64 mono_before_ns;     /* CLOCK_MONOTONIC right before it */
+    __u64 mono_after_ns;      /* and right after */
+};
+
+struct gpu_kernel_name_event {
+    struct event_header hdr;  /* type EVENT_GPU_KERNEL_NAME */
+    __u32 name_id;
+    __u32 len;                /* bytes of name, without its NUL */
+    char name[GPU_KERNEL_NAME_BYTES];  /* demangled where the process has libstdc++, cut to fit */
+};
+
+struct gpu_shim_status_event {
+    struct event_header hdr;  /* type EVENT_GPU_SHIM_STATUS */
+    __s32 status;             /* enum gpu_shim_status */
+    __s32 cupti_result;       /* CUptiResult of the failing call, 0 otherwise */
+    __u32 len;
+    __u32 pad;
+    char text[GPU_SHIM_STATUS_BYTES];  /* one sentence */
 };
 
 #endif /* INFERPROBE_H */

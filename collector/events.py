@@ -52,14 +52,21 @@ from inferprobe.collector.layout_generated import (
     EventType,
     FutexWaitEvent,
     FutexWaitFlag,
+    GpuActivityEvent,
+    GpuActivityKind,
+    GpuApiEvent,
     GpuCallEvent,
+    GpuClockEvent,
     GpuCopyKind,
     GpuDrmEvent,
     GpuDrmWhat,
     GpuFenceEvent,
     GpuFlushReason,
     GpuFunction,
+    GpuKernelNameEvent,
     GpuLaunchesEvent,
+    GpuShimStatus,
+    GpuShimStatusEvent,
     HttpFlag,
     HttpKind,
     HttpMethod,
@@ -95,14 +102,17 @@ __all__ = [
     "ConnEvent", "ConnRole", "Counter", "EventHeader", "EventType", "FutexWaitEvent", "FutexWaitFlag",
     "GpuCallEvent",
     "GpuCopyKind", "GpuDrmEvent", "GpuDrmWhat", "GpuFenceEvent", "GpuFlushReason", "GpuFunction",
-    "GpuLaunchesEvent", "HttpFlag", "HttpKind", "HttpMethod", "IoEvent", "LockCounter", "NetAckEvent",
+    "GpuLaunchesEvent", "GpuActivityEvent", "GpuActivityKind", "GpuApiEvent", "GpuClockEvent",
+    "GpuKernelNameEvent", "GpuShimStatus", "GpuShimStatusEvent",
+    "HttpFlag", "HttpKind", "HttpMethod", "IoEvent", "LockCounter", "NetAckEvent",
     "NetFlag", "NetRetransmitEvent", "NetVia", "NetXmitEvent", "OffcpuEvent", "OffcpuReason",
     "OffcpuValue", "StackCounter", "StackFlag", "StackKey", "StackSampleEvent", "TraceContextEvent",
     "TraceContextFlag", "Transport", "UsdtEvent",
     "UsdtProbe",
     # decoding
     "DECODERS", "ConnRecord", "DecodeError", "Event", "FutexWaitRecord", "GpuCallRecord", "GpuDrmRecord",
-    "LlamaRunRecord", "LlamaStepRecord",
+    "LlamaRunRecord", "LlamaStepRecord", "GpuActivityRecord", "GpuApiRecord", "GpuClockRecord",
+    "GpuKernelNameRecord", "GpuShimRecord", "GpuShimStatusRecord",
     "GpuFenceRecord", "GpuLaunchesRecord", "GpuRecord", "IoRecord", "NetAckRecord", "NetRecord",
     "NetRetransmitRecord", "NetXmitRecord", "OffcpuRecord", "StackSampleRecord", "TraceContextRecord", "UsdtRecord",
     "decode",
@@ -362,7 +372,77 @@ class GpuDrmRecord:
     what: GpuDrmWhat
 
 
-GpuRecord = GpuCallRecord | GpuLaunchesRecord | GpuFenceRecord | GpuDrmRecord
+@dataclass(frozen=True, slots=True)
+class GpuApiRecord:
+    """CUPTI shim: a launch, copy or memset API call entered on this thread (ts_ns, CLOCK_MONOTONIC)."""
+
+    type: EventType
+    pid: int
+    tid: int
+    ts_ns: int
+    correlation_id: int
+    cbid: int
+    domain: int
+
+
+@dataclass(frozen=True, slots=True)
+class GpuActivityRecord:
+    """CUPTI shim: one kernel, copy or memset as the GPU ran it. gpu_start/gpu_end are in CUPTI's
+    clock; analyzers/gpu.py maps them to CLOCK_MONOTONIC with the GpuClockRecords."""
+
+    type: EventType
+    pid: int
+    tid: int
+    ts_ns: int  # when the shim handed the record over (after the work ended)
+    kind: GpuActivityKind
+    gpu_start: int
+    gpu_end: int
+    correlation_id: int
+    device: int
+    stream: int
+    shape: int  # kernels: packed grid; copies and memsets: bytes
+    name_id: int  # kernels: name id; copies: CUpti_ActivityMemcpyKind
+
+    @property
+    def grid(self) -> tuple[int, int, int]:
+        mask = (1 << 21) - 1
+        return (self.shape & mask, (self.shape >> 21) & mask, (self.shape >> 42) & mask)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuClockRecord:
+    type: EventType
+    pid: int
+    tid: int
+    ts_ns: int
+    cupti_ns: int
+    mono_before_ns: int
+    mono_after_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class GpuKernelNameRecord:
+    type: EventType
+    pid: int
+    tid: int
+    ts_ns: int
+    name_id: int
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class GpuShimStatusRecord:
+    type: EventType
+    pid: int
+    tid: int
+    ts_ns: int
+    status: GpuShimStatus
+    cupti_result: int
+    text: str
+
+
+GpuShimRecord = GpuApiRecord | GpuActivityRecord | GpuClockRecord | GpuKernelNameRecord | GpuShimStatusRecord
+GpuRecord = GpuCallRecord | GpuLaunchesRecord | GpuFenceRecord | GpuDrmRecord | GpuShimRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -538,6 +618,43 @@ def _gpu_drm(etype: EventType, ev: Any) -> GpuDrmRecord:
                         what=member(GpuDrmWhat, ev.what, "DRM event"))
 
 
+def _gpu_api(etype: EventType, ev: Any) -> GpuApiRecord:
+    hdr = ev.hdr
+    return GpuApiRecord(type=etype, pid=hdr.pid, tid=hdr.tid, ts_ns=hdr.ts_ns,
+                        correlation_id=ev.correlation_id, cbid=ev.cbid, domain=ev.domain)
+
+
+def _gpu_activity(etype: EventType, ev: Any) -> GpuActivityRecord:
+    hdr = ev.hdr
+    return GpuActivityRecord(type=etype, pid=hdr.pid, tid=hdr.tid, ts_ns=hdr.ts_ns,
+                             kind=member(GpuActivityKind, ev.kind, "GPU activity kind"),
+                             gpu_start=ev.gpu_start, gpu_end=ev.gpu_end, correlation_id=ev.correlation_id,
+                             device=ev.device, stream=ev.stream, shape=ev.shape, name_id=ev.name_id)
+
+
+def _gpu_clock(etype: EventType, ev: Any) -> GpuClockRecord:
+    hdr = ev.hdr
+    return GpuClockRecord(type=etype, pid=hdr.pid, tid=hdr.tid, ts_ns=hdr.ts_ns, cupti_ns=ev.cupti_ns,
+                          mono_before_ns=ev.mono_before_ns, mono_after_ns=ev.mono_after_ns)
+
+
+def _text(buf: Any, length: int) -> str:
+    return bytes(buf[: min(length, len(buf))]).split(b"\0", 1)[0].decode("utf-8", "replace")
+
+
+def _gpu_kernel_name(etype: EventType, ev: Any) -> GpuKernelNameRecord:
+    hdr = ev.hdr
+    return GpuKernelNameRecord(type=etype, pid=hdr.pid, tid=hdr.tid, ts_ns=hdr.ts_ns, name_id=ev.name_id,
+                               name=_text(ev.name, ev.len))
+
+
+def _gpu_shim_status(etype: EventType, ev: Any) -> GpuShimStatusRecord:
+    hdr = ev.hdr
+    return GpuShimStatusRecord(type=etype, pid=hdr.pid, tid=hdr.tid, ts_ns=hdr.ts_ns,
+                               status=member(GpuShimStatus, ev.status, "CUPTI shim status"),
+                               cupti_result=ev.cupti_result, text=_text(ev.text, ev.len))
+
+
 def _llama_step(etype: EventType, ev: Any) -> LlamaStepRecord:
     hdr = ev.hdr
     n = min(ev.n_runs, len(ev.runs))
@@ -591,6 +708,11 @@ DECODERS: dict[EventType, Decoder] = {
     EventType.GPU_LAUNCHES: Decoder(GpuLaunchesEvent, _gpu_launches),
     EventType.GPU_FENCE_WAIT: Decoder(GpuFenceEvent, _gpu_fence),
     EventType.GPU_DRM_JOB: Decoder(GpuDrmEvent, _gpu_drm),
+    EventType.GPU_API: Decoder(GpuApiEvent, _gpu_api),
+    EventType.GPU_ACTIVITY: Decoder(GpuActivityEvent, _gpu_activity),
+    EventType.GPU_CLOCK: Decoder(GpuClockEvent, _gpu_clock),
+    EventType.GPU_KERNEL_NAME: Decoder(GpuKernelNameEvent, _gpu_kernel_name),
+    EventType.GPU_SHIM_STATUS: Decoder(GpuShimStatusEvent, _gpu_shim_status),
     EventType.LLAMA_STEP: Decoder(LlamaStepEvent, _llama_step),
     EventType.TRACE_CONTEXT: Decoder(TraceContextEvent, _trace_context),
 }

@@ -38,6 +38,9 @@ TRACE_HEADER_BYTES = 16384
 H2_FRAMES_PER_EVENT = 16
 H2_HEADER_PIECE_BYTES = 4096
 H2_TRACEPARENT_BYTES = 55
+GPU_KERNEL_NAME_BYTES = 192
+GPU_SHIM_STATUS_BYTES = 256
+GPU_OTHER_KERNEL_NAME_ID = 65535
 
 
 class EventType(enum.IntEnum):
@@ -66,6 +69,11 @@ class EventType(enum.IntEnum):
     H2_HEADER_PIECE = 97
     H2_HEADERS = 98
     TRACE_CONTEXT = 8
+    GPU_API = 52
+    GPU_ACTIVITY = 53
+    GPU_CLOCK = 54
+    GPU_KERNEL_NAME = 55
+    GPU_SHIM_STATUS = 56
 
 
 class UsdtProbe(enum.IntEnum):
@@ -291,6 +299,24 @@ class H2Content(enum.IntEnum):
     OTHER = 5
 
 
+class GpuActivityKind(enum.IntEnum):
+    """enum gpu_activity_kind"""
+
+    KERNEL = 1
+    MEMCPY = 2
+    MEMSET = 3
+
+
+class GpuShimStatus(enum.IntEnum):
+    """enum gpu_shim_status"""
+
+    NOT_STARTED = 0
+    COLLECTING = 1
+    NO_DEVICE = 2
+    CUPTI_ERROR = 3
+    STOPPED = 4
+
+
 class HttpFlag(enum.IntFlag):
     """HTTP_FLAG_* (#define)"""
 
@@ -403,6 +429,8 @@ C_PREFIXES: dict[str, str] = {
     "LlamaStepPhase": "LLAMA_STEP_",
     "H2FrameType": "H2_FRAME_",
     "H2Content": "H2_CONTENT_",
+    "GpuActivityKind": "GPU_ACTIVITY_",
+    "GpuShimStatus": "GPU_SHIM_",
     "HttpFlag": "HTTP_FLAG_",
     "StackFlag": "STACK_FLAG_",
     "NetFlag": "NET_FLAG_",
@@ -779,4 +807,66 @@ class H2HeadersEvent(ctypes.Structure):
         ("pad", ctypes.c_uint8),                            # offset 63, 1 byte
         ("path", ctypes.c_char * 64),                       # offset 64, 64 bytes
         ("traceparent", ctypes.c_char * 56),                # offset 128, 56 bytes
+    ]
+
+
+class GpuApiEvent(ctypes.Structure):
+    """struct gpu_api_event: 40 bytes"""
+
+    _fields_ = [
+        ("hdr", EventHeader),                               # offset 0, 24 bytes
+        ("correlation_id", ctypes.c_uint64),                # offset 24, 8 bytes
+        ("cbid", ctypes.c_uint32),                          # offset 32, 4 bytes
+        ("domain", ctypes.c_uint32),                        # offset 36, 4 bytes
+    ]
+
+
+class GpuActivityEvent(ctypes.Structure):
+    """struct gpu_activity_event: 72 bytes"""
+
+    _fields_ = [
+        ("hdr", EventHeader),                               # offset 0, 24 bytes
+        ("gpu_start", ctypes.c_uint64),                     # offset 24, 8 bytes
+        ("gpu_end", ctypes.c_uint64),                       # offset 32, 8 bytes
+        ("correlation_id", ctypes.c_uint64),                # offset 40, 8 bytes
+        ("shape", ctypes.c_uint64),                         # offset 48, 8 bytes
+        ("device", ctypes.c_uint32),                        # offset 56, 4 bytes
+        ("stream", ctypes.c_uint32),                        # offset 60, 4 bytes
+        ("kind", ctypes.c_uint32),                          # offset 64, 4 bytes
+        ("name_id", ctypes.c_uint32),                       # offset 68, 4 bytes
+    ]
+
+
+class GpuClockEvent(ctypes.Structure):
+    """struct gpu_clock_event: 48 bytes"""
+
+    _fields_ = [
+        ("hdr", EventHeader),                               # offset 0, 24 bytes
+        ("cupti_ns", ctypes.c_uint64),                      # offset 24, 8 bytes
+        ("mono_before_ns", ctypes.c_uint64),                # offset 32, 8 bytes
+        ("mono_after_ns", ctypes.c_uint64),                 # offset 40, 8 bytes
+    ]
+
+
+class GpuKernelNameEvent(ctypes.Structure):
+    """struct gpu_kernel_name_event: 224 bytes"""
+
+    _fields_ = [
+        ("hdr", EventHeader),                               # offset 0, 24 bytes
+        ("name_id", ctypes.c_uint32),                       # offset 24, 4 bytes
+        ("len", ctypes.c_uint32),                           # offset 28, 4 bytes
+        ("name", ctypes.c_char * 192),                      # offset 32, 192 bytes
+    ]
+
+
+class GpuShimStatusEvent(ctypes.Structure):
+    """struct gpu_shim_status_event: 296 bytes"""
+
+    _fields_ = [
+        ("hdr", EventHeader),                               # offset 0, 24 bytes
+        ("status", ctypes.c_int32),                         # offset 24, 4 bytes
+        ("cupti_result", ctypes.c_int32),                   # offset 28, 4 bytes
+        ("len", ctypes.c_uint32),                           # offset 32, 4 bytes
+        ("pad", ctypes.c_uint32),                           # offset 36, 4 bytes
+        ("text", ctypes.c_char * 256),                      # offset 40, 256 bytes
     ]
