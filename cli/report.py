@@ -25,6 +25,7 @@ Examples:
   inferprobe report run.ipr -o report.html       # one self-contained HTML file
   inferprobe report run.ipr --format md -o report.md
   inferprobe report run.ipr --format json -o r.json
+  inferprobe report --last 5m                    # from the agent's ring (--ring DIR)
 """
 
 
@@ -37,7 +38,11 @@ def _format_for(fmt: str | None, output: str | None) -> str:
 
 
 @click.command(epilog=EXAMPLES)
-@click.argument("recording", type=click.Path(dir_okay=False))
+@click.argument("recording", type=click.Path(dir_okay=False), required=False)
+@click.option("--last", default=None, metavar="SPAN",
+              help="Instead of a recording: the agent's ring segments of the last SPAN (90s, 5m, 1h).")
+@click.option("--ring", "ring_dir", type=click.Path(file_okay=False), default="/var/lib/inferprobe/ring",
+              show_default=True, envvar="INFERPROBE_RING", help="With --last: the agent's ring directory.")
 @click.option("--format", "fmt", type=click.Choice(["text", "html", "md", "json"]), default=None,
               help="Output format (default: from the -o file's extension, else text).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), default=None,
@@ -45,10 +50,12 @@ def _format_for(fmt: str | None, output: str | None) -> str:
 @click.option("--mutex-threshold", type=click.FloatRange(0, 1), default=MUTEX_WAIT_THRESHOLD,
               show_default=True,
               help="Flag requests whose mutex.wait.ratio is above this (recordings made with --locks).")
-def report(recording, fmt, output, mutex_threshold) -> None:
+def report(recording, last, ring_dir, fmt, output, mutex_threshold) -> None:
     """Summarise a recording: requests, TTFT, inter-token and end-to-end latency."""
     fmt = _format_for(fmt, output)
-    data = build(read_recording(recording), mutex_threshold=mutex_threshold)
+    data = build(_recording(recording, last, ring_dir), mutex_threshold=mutex_threshold)
+    if (note := sampling_note(data.recording.final)) is not None:
+        click.echo(f"inferprobe: {note}", err=True)
     if data.recording.problem:
         click.echo(f"inferprobe: warning: {recording}: {data.recording.problem}", err=True)
     if fmt == "html":
@@ -69,6 +76,32 @@ def report(recording, fmt, output, mutex_threshold) -> None:
     finally:
         if output:
             out.close()
+
+
+def _recording(path: str | None, last: str | None, ring_dir: str):
+    if (path is None) == (last is None):
+        raise click.UsageError("give a recording file or --last SPAN (the agent's ring), one of the two")
+    if path is not None:
+        return read_recording(path)
+    from pathlib import Path
+
+    from inferprobe.collector.segment_ring import parse_span, read_window
+
+    try:
+        span = parse_span(last)
+    except ValueError as err:
+        raise click.BadParameter(str(err), param_hint="--last") from None
+    return read_window(Path(ring_dir), span)
+
+
+def sampling_note(final: dict | None) -> str | None:
+    """The agent's connection sampling, when it followed fewer than all connections."""
+    sampling = (final or {}).get("sampling") or {}
+    accepted, followed = sampling.get("conns_accepted", 0), sampling.get("conns_followed", 0)
+    if not accepted or followed >= accepted:
+        return None
+    return (f"sampled: {followed} of {accepted} connections ({followed / accepted:.1%}) followed in full "
+            f"under the CPU budget; request counts and latencies are of those")
 
 
 def _render_html_with_progress(data: ReportData) -> str:

@@ -1,0 +1,194 @@
+"""`inferprobe agent`: `record --all` for days, with live export and a ring on disk.
+
+One loop: poll the ring buffer, hand chunks to the current ring segment and
+to the live export (OTLP, Prometheus), and every BUDGET_INTERVAL_S measure
+what tracing costs and move the connection sampling ratio (collector/
+cpu_budget.py). SIGHUP closes the current segment and opens a new one (log
+rotation: a moved or deleted file is not written to again); SIGTERM or
+SIGINT drains, closes the segment, flushes the exporters and detaches.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from inferprobe.cli.export_options import otlp_options
+from inferprobe.cli.host_wide_options import host_wide_filters, host_wide_options, listening_now
+from inferprobe.cli.options import apply_kernel_headers, duration_option, kernel_headers_option
+from inferprobe.cli.record import _meta, _own_rss_kb, _Stop
+from inferprobe.collector import cpu_budget, segment_ring
+
+EXAMPLES = """
+\b
+Examples:
+  sudo inferprobe agent --prometheus 0.0.0.0:9464 --otlp --otlp-endpoint http://collector:4318/v1/traces
+  sudo inferprobe agent --keep 1h --max-cpu 2% --port 8000 --ring /var/lib/inferprobe/ring
+  inferprobe report --last 5m --ring /var/lib/inferprobe/ring
+"""
+
+BUDGET_INTERVAL_S = 2.0
+DEFAULT_RING = "/var/lib/inferprobe/ring"
+
+
+def _span(_ctx, param, value):
+    try:
+        return segment_ring.parse_span(value)
+    except ValueError as err:
+        raise click.BadParameter(str(err), param_hint=f"--{param.name}") from None
+
+
+def _share(_ctx, param, value):
+    if value is None:
+        return None
+    try:
+        return cpu_budget.parse_share(value)
+    except ValueError as err:
+        raise click.BadParameter(str(err), param_hint="--max-cpu") from None
+
+
+class _Reopen:
+    def __init__(self) -> None:
+        self.asked = False
+
+    def __call__(self, _signum, _frame) -> None:
+        self.asked = True
+
+
+@click.command(epilog=EXAMPLES)
+@host_wide_options
+@click.option("--ring", "ring_dir", type=click.Path(file_okay=False), default=DEFAULT_RING,
+              show_default=True, envvar="INFERPROBE_RING",
+              help="Directory of the ring of recent recordings (env INFERPROBE_RING).")
+@click.option("--keep", default="15m", show_default=True, callback=_span,
+              help="How much recent recording the ring keeps (90s, 15m, 2h, 1d).")
+@click.option("--segment", default="1m", show_default=True, callback=_span,
+              help="Length of one ring segment file; the oldest are deleted whole.")
+@click.option("--max-cpu", default=None, callback=_share, metavar="SHARE",
+              help="CPU budget for tracing (BPF programs + agent), e.g. 2% (100% = one CPU). Above it, "
+              "a sample of new connections is followed in full; the ratio is in the metrics and reports.")
+@click.option("--otlp", is_flag=True, help="Export each request as an OTLP trace.")
+@otlp_options
+@click.option("--prometheus", default=None, metavar="HOST:PORT",
+              help="Serve Prometheus metrics, e.g. 0.0.0.0:9464 in a pod.")
+@click.option("--ringbuf-mb", type=click.IntRange(1, 512), default=8, show_default=True,
+              help="Kernel ring buffer size (rounded down to a power of two).")
+@duration_option
+@kernel_headers_option
+def agent(all_hosts, ports, comm, cgroup, ring_dir, keep, segment, max_cpu, otlp, prometheus, ringbuf_mb,
+          duration, kernel_headers, **otlp_opts) -> None:
+    """Trace every HTTP server on the host, continuously (the DaemonSet's command).
+
+    The always-on form of `record --all` (--all is implied; --port, --comm
+    and --cgroup narrow it): exports live over OTLP and Prometheus, keeps
+    the last --keep of recordings in --ring for `inferprobe report --last`,
+    and holds tracing under --max-cpu by sampling connections.
+    """
+    from inferprobe.collector.loader import load_tracer
+    from inferprobe.collector.ringbuf import RingBufferReader
+    from inferprobe.exporters.agent_metrics import AgentMetrics
+    from inferprobe.exporters.setup import bind_prometheus, start_live_export
+
+    filters = host_wide_filters((), True, ports, comm, cgroup)
+    if segment > keep:
+        raise click.BadParameter("a segment cannot be longer than what the ring keeps",
+                                 param_hint="--segment")
+    apply_kernel_headers(kernel_headers)
+    metrics = bind_prometheus(prometheus)
+    agent_metrics = AgentMetrics(metrics) if metrics is not None else None
+    pages = 1 << ((ringbuf_mb * 256).bit_length() - 1)
+    tracer = load_tracer(listening_now(filters), sets=("sockets", "tls", "usdt", "host_wide"),
+                         ringbuf_pages=pages, options={"host_wide": {"filters": filters}, "tls": "auto"})
+    host = tracer.active["host_wide"]
+    budget = cpu_budget.CpuBudget(max_cpu)
+    ring = reader = live = None
+    stop, reopen = _Stop(), _Reopen()
+    last_sample: dict = {}
+    try:
+        stats_on = budget.start()
+        meta = _meta(tracer, sys.argv)
+        meta["host_wide"] = {"filters": filters.as_dict()}
+        meta["agent"] = {"max_cpu_share": max_cpu, "keep_s": keep, "segment_s": segment,
+                         "bpf_stats": stats_on}
+        started = time.monotonic()
+
+        def closing_stats() -> dict:
+            counters = tracer.counters()
+            return {"duration_s": time.monotonic() - started, "lost_events": counters["events_lost"],
+                    "events_received": reader.events if reader else 0, "rss_kb": _own_rss_kb(),
+                    "sampling": {**last_sample, **host.counters(tracer.bpf)}, **counters}
+
+        ring = segment_ring.SegmentRing(Path(ring_dir), meta, keep, segment, closing_stats)
+        live = start_live_export(meta, metrics, otlp, otlp_opts)
+
+        def to_ring(chunk: bytes) -> None:
+            ring.writer.add_ring_chunk(chunk)   # the current segment, whichever it is now
+
+        reader = RingBufferReader(tracer, tracer.tap(to_ring if live is None else live.tee(to_ring)))
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
+        signal.signal(signal.SIGHUP, reopen)
+        click.echo(f"inferprobe: attached host-wide ({len(tracer.pids)} process(es) serving now), "
+                   f"ring {ring_dir} keeping {keep:g} s, CPU budget "
+                   f"{'none' if max_cpu is None else f'{max_cpu:.2%} of a CPU'}"
+                   f"{'' if stats_on else ' (BPF run-time statistics refused: agent CPU only)'}")
+        sys.stdout.flush()
+        next_flush = started + 1.0
+        next_budget = started + BUDGET_INTERVAL_S
+        end_reason = "duration"
+        lost = 0
+        while True:
+            reader.poll(100)
+            now = time.monotonic()
+            if live is not None:
+                live.tick(lost)
+            if stop.reason:
+                end_reason = stop.reason
+                break
+            if duration is not None and now - started >= duration:
+                break
+            if reopen.asked or ring.due():
+                reopen.asked = False
+                ring.rotate(tracer.snapshots())
+            if now >= next_budget:
+                next_budget = now + BUDGET_INTERVAL_S
+                last_sample = budget.sample().as_dict()
+                if max_cpu is not None and last_sample["follow_ratio"] != host.follow_ratio:
+                    host.set_follow_ratio(tracer.bpf, last_sample["follow_ratio"])
+                if agent_metrics is not None:
+                    agent_metrics.update(last_sample, host.counters(tracer.bpf), len(host.target_names()),
+                                         ring.bytes_on_disk(), max_cpu)
+            if now >= next_flush:
+                next_flush = now + 1.0
+                for note in tracer.refresh():
+                    click.echo(f"inferprobe: {note}")
+                sys.stdout.flush()
+                if live is not None and live.metrics is not None:
+                    live.metrics.set_targets(host.target_names())
+                stats = closing_stats()
+                lost = stats["lost_events"]
+                ring.writer.flush(stats={"t": now - started, **stats})
+        reader.drain()
+        final = {**closing_stats(), "end_reason": end_reason}
+        if live is not None:
+            final["export"] = live.close(final["lost_events"])
+        ring.close(final, tracer.snapshots())
+        click.echo(f"inferprobe: agent stopped ({end_reason}): {final['requests']} requests, "
+                   f"{final['events_received']} events, {final['lost_events']} lost, "
+                   f"ring {ring_dir}")
+    finally:
+        budget.close()
+        if reader is not None:
+            reader.close()
+        tracer.close()
+        if metrics is not None:
+            metrics.close()
+        if ring is not None and not ring.writer.closed:
+            ring.writer.flush()
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
