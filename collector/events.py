@@ -67,6 +67,13 @@ from inferprobe.collector.layout_generated import (
     GpuLaunchesEvent,
     GpuShimStatus,
     GpuShimStatusEvent,
+    H2Content,
+    H2Flag,
+    H2FrameType,
+    H2FramesEvent,
+    H2HeadersEvent,
+    H2HeadersFlag,
+    H2PartFlag,
     HttpFlag,
     HttpKind,
     HttpMethod,
@@ -104,6 +111,7 @@ __all__ = [
     "GpuCopyKind", "GpuDrmEvent", "GpuDrmWhat", "GpuFenceEvent", "GpuFlushReason", "GpuFunction",
     "GpuLaunchesEvent", "GpuActivityEvent", "GpuActivityKind", "GpuApiEvent", "GpuClockEvent",
     "GpuKernelNameEvent", "GpuShimStatus", "GpuShimStatusEvent",
+    "H2Content", "H2Flag", "H2FrameType", "H2FramesEvent", "H2HeadersEvent", "H2HeadersFlag", "H2PartFlag",
     "HttpFlag", "HttpKind", "HttpMethod", "IoEvent", "LockCounter", "NetAckEvent",
     "NetFlag", "NetRetransmitEvent", "NetVia", "NetXmitEvent", "OffcpuEvent", "OffcpuReason",
     "OffcpuValue", "StackCounter", "StackFlag", "StackKey", "StackSampleEvent", "TraceContextEvent",
@@ -469,9 +477,68 @@ class LlamaStepRecord:
     ctx: int
 
 
+@dataclass(frozen=True, slots=True)
+class H2FramePart:
+    """What one syscall carried of one HTTP/2 frame (bpf/http2.bpf.h)."""
+
+    stream_id: int
+    length: int  # the frame's payload length
+    value: int  # RST_STREAM: error code; GOAWAY: last stream id; DATA: payload bytes in this part
+    frame_type: int  # an H2FrameType value, or an extension frame's type
+    flags: int  # the frame's flags as sent (END_STREAM 0x1, END_HEADERS 0x4, ...)
+    part: H2PartFlag
+    messages: int  # DATA of gRPC: messages this part completes
+
+    @property
+    def ends_stream(self) -> bool:
+        return bool(self.flags & 0x1) and H2PartFlag.ENDS in self.part and self.frame_type in (0, 1)
+
+
+@dataclass(frozen=True, slots=True)
+class H2FramesRecord:
+    type: EventType
+    pid: int
+    tid: int
+    ts_ns: int
+    exit_ns: int
+    conn_id: int
+    fd: int
+    bytes: int
+    flags: H2Flag
+    transport: Transport
+    role: ConnRole
+    is_read: bool
+    wire_ns: int | None
+    frames: tuple[H2FramePart, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class H2HeadersRecord:
+    """A header block's listed fields, decoded in user space (collector/h2_header_blocks.py)."""
+
+    type: EventType
+    pid: int
+    tid: int
+    ts_ns: int
+    exit_ns: int
+    conn_id: int
+    stream_id: int
+    flags: H2HeadersFlag
+    status: int | None
+    grpc_status: int | None
+    grpc_message_len: int
+    method: str | None
+    path: str | None
+    content: H2Content
+    is_read: bool
+    role: ConnRole
+    transport: Transport
+    traceparent: str | None
+
+
 Event = (ConnRecord | IoRecord | UsdtRecord | StackSampleRecord | NetXmitRecord | NetAckRecord
          | NetRetransmitRecord | FutexWaitRecord | OffcpuRecord | GpuRecord | LlamaStepRecord
-         | TraceContextRecord)
+         | TraceContextRecord | H2FramesRecord | H2HeadersRecord)
 
 
 E = TypeVar("E", bound=IntEnum)
@@ -638,21 +705,21 @@ def _gpu_clock(etype: EventType, ev: Any) -> GpuClockRecord:
                           mono_before_ns=ev.mono_before_ns, mono_after_ns=ev.mono_after_ns)
 
 
-def _text(buf: Any, length: int) -> str:
+def _c_string(buf: Any, length: int) -> str:
     return bytes(buf[: min(length, len(buf))]).split(b"\0", 1)[0].decode("utf-8", "replace")
 
 
 def _gpu_kernel_name(etype: EventType, ev: Any) -> GpuKernelNameRecord:
     hdr = ev.hdr
     return GpuKernelNameRecord(type=etype, pid=hdr.pid, tid=hdr.tid, ts_ns=hdr.ts_ns, name_id=ev.name_id,
-                               name=_text(ev.name, ev.len))
+                               name=_c_string(ev.name, ev.len))
 
 
 def _gpu_shim_status(etype: EventType, ev: Any) -> GpuShimStatusRecord:
     hdr = ev.hdr
     return GpuShimStatusRecord(type=etype, pid=hdr.pid, tid=hdr.tid, ts_ns=hdr.ts_ns,
                                status=member(GpuShimStatus, ev.status, "CUPTI shim status"),
-                               cupti_result=ev.cupti_result, text=_text(ev.text, ev.len))
+                               cupti_result=ev.cupti_result, text=_c_string(ev.text, ev.len))
 
 
 def _llama_step(etype: EventType, ev: Any) -> LlamaStepRecord:
@@ -678,12 +745,46 @@ def _trace_context(etype: EventType, ev: Any) -> TraceContextRecord:
         tracestate=state if TraceContextFlag.TRACESTATE in flags else None)
 
 
+def _h2_frames(etype: EventType, ev: Any) -> H2FramesRecord:
+    hdr = ev.hdr
+    n = min(ev.n_frames, len(ev.frames))
+    return H2FramesRecord(
+        type=etype, pid=hdr.pid, tid=hdr.tid, ts_ns=hdr.ts_ns, exit_ns=ev.exit_ns, conn_id=ev.conn_id,
+        fd=ev.fd, bytes=ev.bytes, flags=H2Flag(ev.flags), transport=member(Transport, ev.transport, "transport"),
+        role=member(ConnRole, ev.role, "connection role"), is_read=ev.dir == 0, wire_ns=ev.wire_ns or None,
+        frames=tuple(H2FramePart(f.stream_id, f.length, f.value, f.type, f.flags, H2PartFlag(f.part), f.messages)
+                     for f in ev.frames[:n]),
+    )
+
+
+def _h2_headers(etype: EventType, ev: Any) -> H2HeadersRecord:
+    hdr = ev.hdr
+    flags = H2HeadersFlag(ev.flags)
+    return H2HeadersRecord(
+        type=etype, pid=hdr.pid, tid=hdr.tid, ts_ns=hdr.ts_ns, exit_ns=ev.exit_ns, conn_id=ev.conn_id,
+        stream_id=ev.stream_id, flags=flags,
+        status=ev.status if H2HeadersFlag.HAS_STATUS in flags else None,
+        grpc_status=ev.grpc_status if H2HeadersFlag.GRPC_STATUS in flags else None,
+        grpc_message_len=ev.grpc_message_len,
+        method=member(HttpMethod, ev.method, "HTTP method").name if ev.method else None,
+        path=ev.path[: ev.path_len].decode("latin-1") if ev.path_len else None,
+        content=member(H2Content, ev.content, "HTTP/2 content"),
+        is_read=ev.dir == 0, role=member(ConnRole, ev.role, "connection role"),
+        transport=member(Transport, ev.transport, "transport"),
+        traceparent=ev.traceparent[: ev.traceparent_len].decode("ascii", "replace") if ev.traceparent_len else None,
+    )
+
+
 @dataclass(frozen=True)
 class Decoder:
-    """How one event type is read: the struct the kernel wrote, and its record."""
+    """How one event type is read: the struct the kernel wrote, and its record.
+
+    min_size: an event the kernel sends only in part (its trailing array
+    filled as far as used, h2_frames_event) is zero-extended to the struct."""
 
     struct: type[ctypes.Structure]
     record: Callable[[EventType, Any], Event]
+    min_size: int | None = None
 
 
 # Which struct each event type carries and how it becomes a record. A new
@@ -715,7 +816,14 @@ DECODERS: dict[EventType, Decoder] = {
     EventType.GPU_SHIM_STATUS: Decoder(GpuShimStatusEvent, _gpu_shim_status),
     EventType.LLAMA_STEP: Decoder(LlamaStepEvent, _llama_step),
     EventType.TRACE_CONTEXT: Decoder(TraceContextEvent, _trace_context),
+    EventType.H2_FRAMES: Decoder(H2FramesEvent, _h2_frames, min_size=H2FramesEvent.frames.offset),
+    EventType.H2_HEADERS: Decoder(H2HeadersEvent, _h2_headers),
 }
+
+
+# Types that never reach decode(): the HTTP/2 header pieces are read from a
+# ring of their own and decoded at once (collector/h2_header_blocks.py).
+UNRECORDED_TYPES = frozenset({EventType.H2_HEADER_PIECE})
 
 
 def event_type_of(raw: bytes) -> EventType:
@@ -729,6 +837,7 @@ def decode(raw: bytes) -> Event:
     etype = event_type_of(raw)
     decoder = DECODERS[etype]
     size = ctypes.sizeof(decoder.struct)
-    if len(raw) < size:
-        raise DecodeError(f"{etype.name} event has {len(raw)} bytes, expected {size}")
-    return decoder.record(etype, decoder.struct.from_buffer_copy(raw[:size]))
+    needed = decoder.min_size or size
+    if len(raw) < needed:
+        raise DecodeError(f"{etype.name} event has {len(raw)} bytes, expected {needed}")
+    return decoder.record(etype, decoder.struct.from_buffer_copy(raw[:size].ljust(size, b"\0")))

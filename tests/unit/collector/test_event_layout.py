@@ -93,7 +93,7 @@ def test_enum_values_match(c_layout, name):
 
 
 def test_every_event_type_has_a_decoder_of_a_struct_opening_with_the_header():
-    assert set(events.DECODERS) == set(events.EventType)
+    assert set(events.DECODERS) == set(events.EventType) - events.UNRECORDED_TYPES
     for decoder in events.DECODERS.values():
         assert decoder.struct._fields_[0] == ("hdr", events.EventHeader)
 
