@@ -159,11 +159,21 @@ def _socket_inodes(pid: int) -> set[int]:
     return found
 
 
+def own_host_pid() -> int:
+    """This process's pid as /proc (and so the kernel's pid_tgid, with a host /proc) names it:
+    inside a pid namespace that keeps the host's /proc mounted, os.getpid() is the
+    namespace's number, not the one the BPF programs see."""
+    try:
+        return int(os.readlink(PROC / "self"))
+    except (OSError, ValueError):
+        return os.getpid()
+
+
 @dataclass
 class ListenerScan:
     """Finds the processes holding listening stream sockets, scan after scan."""
 
-    self_pid: int = field(default_factory=os.getpid)
+    self_pid: int = field(default_factory=own_host_pid)
     owners: dict[int, set[int]] = field(default_factory=dict)   # listening inode -> pids holding it
     ports: dict[int, int] = field(default_factory=dict)          # listening inode -> port
     scans: int = 0

@@ -74,15 +74,14 @@ class HostWideProbes(ProbeSet):
     def after_load(self, bpf, ctx: TargetContext) -> None:
         table = bpf[b"host_wide_config"]
         cfg = table.Leaf()
-        cfg.self_tgid = os.getpid()
+        cfg.self_tgid = host_wide.own_host_pid()
         cfg.n_ports = len(self.filters.ports)
         for i, port in enumerate(self.filters.ports):
             cfg.ports[i] = port
         if self.filters.comm is not None:
             raw = self.filters.comm.encode()
             cfg.comm_len = len(raw)
-            for i, byte in enumerate(raw):
-                cfg.comm[i] = byte
+            cfg.comm = raw   # a char[16]: bcc's ctypes field takes bytes, zero-padded
         if self.filters.cgroup is not None:
             cfg.cgroup_id = self.filters.cgroup.id
             cfg.cgroup_level = self.filters.cgroup.level
