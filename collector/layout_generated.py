@@ -271,6 +271,7 @@ class LlamaStepPhase(enum.IntEnum):
 
     ENTER = 1
     RETURN = 2
+    SYNC = 3
 
 
 class H2FrameType(enum.IntEnum):
