@@ -385,3 +385,97 @@ TRACEPOINT_PROBE(gpu_scheduler, drm_sched_process_job)
     return 0;
 }
 #endif
+
+/* ------------------------------------------------------------ CUPTI shim
+ *
+ * The USDT probes of probes/cupti/inferprobe_cupti.c (provider
+ * "inferprobe_gpu"), compiled when a target maps the shim
+ * (-DGPU_HAVE_CUPTI_SHIM). One event per probe: the shim already batches
+ * (CUPTI hands it buffers of records) and the records are what the GPU ran,
+ * so there is nothing left to aggregate here. The api probe fires on the
+ * launching thread: its tid and timestamp are what joins a GPU record (by
+ * correlation id) to the launch uprobes above. A USDT attach is per process,
+ * so no target check. */
+#ifdef GPU_HAVE_CUPTI_SHIM
+static __always_inline void gpu_shim_read(int rc)
+{
+    if (rc != 0)
+        count(COUNTER_USDT_BAD_ARGS);
+}
+
+int gpu_shim_api(struct pt_regs *ctx)
+{
+    struct gpu_api_event ev = {};
+    fill_header(&ev.hdr, EVENT_GPU_API, bpf_ktime_get_ns(), bpf_get_current_pid_tgid());
+    u64 cbid = 0, domain = 0;
+    gpu_shim_read(bpf_usdt_readarg(1, ctx, &ev.correlation_id));
+    gpu_shim_read(bpf_usdt_readarg(2, ctx, &cbid));
+    gpu_shim_read(bpf_usdt_readarg(3, ctx, &domain));
+    ev.cbid = cbid;
+    ev.domain = domain;
+    return send_event(&ev, sizeof(ev));
+}
+
+int gpu_shim_activity(struct pt_regs *ctx)
+{
+    struct gpu_activity_event ev = {};
+    fill_header(&ev.hdr, EVENT_GPU_ACTIVITY, bpf_ktime_get_ns(), bpf_get_current_pid_tgid());
+    u64 kind = 0, device = 0, stream = 0, name_id = 0;
+    gpu_shim_read(bpf_usdt_readarg(1, ctx, &kind));
+    gpu_shim_read(bpf_usdt_readarg(2, ctx, &ev.gpu_start));
+    gpu_shim_read(bpf_usdt_readarg(3, ctx, &ev.gpu_end));
+    gpu_shim_read(bpf_usdt_readarg(4, ctx, &ev.correlation_id));
+    gpu_shim_read(bpf_usdt_readarg(5, ctx, &device));
+    gpu_shim_read(bpf_usdt_readarg(6, ctx, &stream));
+    gpu_shim_read(bpf_usdt_readarg(7, ctx, &ev.shape));
+    gpu_shim_read(bpf_usdt_readarg(8, ctx, &name_id));
+    /* A kind user space does not know would make it drop the event: count it instead. */
+    if (kind < GPU_ACTIVITY_KERNEL || kind > GPU_ACTIVITY_MEMSET) {
+        count(COUNTER_USDT_BAD_ARGS);
+        return 0;
+    }
+    ev.kind = kind;
+    ev.device = device;
+    ev.stream = stream;
+    ev.name_id = name_id;
+    return send_event(&ev, sizeof(ev));
+}
+
+int gpu_shim_clock(struct pt_regs *ctx)
+{
+    struct gpu_clock_event ev = {};
+    fill_header(&ev.hdr, EVENT_GPU_CLOCK, bpf_ktime_get_ns(), bpf_get_current_pid_tgid());
+    gpu_shim_read(bpf_usdt_readarg(1, ctx, &ev.cupti_ns));
+    gpu_shim_read(bpf_usdt_readarg(2, ctx, &ev.mono_before_ns));
+    gpu_shim_read(bpf_usdt_readarg(3, ctx, &ev.mono_after_ns));
+    return send_event(&ev, sizeof(ev));
+}
+
+int gpu_shim_kernel_name(struct pt_regs *ctx)
+{
+    struct gpu_kernel_name_event ev = {};
+    fill_header(&ev.hdr, EVENT_GPU_KERNEL_NAME, bpf_ktime_get_ns(), bpf_get_current_pid_tgid());
+    u64 id = 0, name = 0;
+    gpu_shim_read(bpf_usdt_readarg(1, ctx, &id));
+    gpu_shim_read(bpf_usdt_readarg(2, ctx, &name));
+    ev.name_id = id;
+    long n = bpf_probe_read_user_str(ev.name, sizeof(ev.name), (void *)name);
+    ev.len = n > 0 ? n - 1 : 0;
+    return send_event(&ev, sizeof(ev));
+}
+
+int gpu_shim_status(struct pt_regs *ctx)
+{
+    struct gpu_shim_status_event ev = {};
+    fill_header(&ev.hdr, EVENT_GPU_SHIM_STATUS, bpf_ktime_get_ns(), bpf_get_current_pid_tgid());
+    u64 status = 0, result = 0, text = 0;
+    gpu_shim_read(bpf_usdt_readarg(1, ctx, &status));
+    gpu_shim_read(bpf_usdt_readarg(2, ctx, &result));
+    gpu_shim_read(bpf_usdt_readarg(3, ctx, &text));
+    ev.status = status <= GPU_SHIM_STOPPED ? status : GPU_SHIM_CUPTI_ERROR;
+    ev.cupti_result = result;
+    long n = bpf_probe_read_user_str(ev.text, sizeof(ev.text), (void *)text);
+    ev.len = n > 0 ? n - 1 : 0;
+    return send_event(&ev, sizeof(ev));
+}
+#endif

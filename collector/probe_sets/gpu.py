@@ -13,17 +13,24 @@ process, so other processes using the same library file pay nothing.
 
 DRM: dma_fence and gpu_scheduler tracepoints are compiled in when the
 running kernel has them.
+
+CUPTI: a target that maps inferprobe's CUPTI shim (loaded by `inferprobe
+gpu-attach` or CUDA_INJECTION64_PATH, collector/cupti_shim.py) has its USDT
+probes attached too: what the GPU ran, by correlation id. bcc generates USDT
+argument readers when it compiles, so a shim loaded after `record` started is
+only noted; the next recording reads it.
 """
 
 from __future__ import annotations
 
 import ctypes
+import gc
 import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from inferprobe.collector import gpu_catalog
+from inferprobe.collector import cupti_shim, gpu_catalog
 from inferprobe.collector import targets as target_procs
 from inferprobe.collector.events import GpuFunction
 from inferprobe.collector.gpu_catalog import Category, Library
@@ -43,6 +50,7 @@ DRM_TRACEPOINTS = {
 }
 DRM_COUNT_NAMES = ("drm_sched_job_by_targets", "drm_run_job_host", "drm_sched_process_job_host")
 HIST_SLOTS = 32
+SHIM_PROBES = ("api", "activity", "clock", "kernel_name", "status")
 
 
 @dataclass(frozen=True)
@@ -123,6 +131,9 @@ class GpuProbes(ProbeSet):
         self._done: set[tuple[int, tuple[int, int]]] = set()  # (pid, file) attached or failed
         self._symbols: dict[tuple[int, int], list[HookedSymbol]] = {}
         self._pending: list[MappedLibrary] = []
+        self.shim_pids: dict[int, str] = {}  # pid -> the CUPTI shim's path as it maps it
+        self._shim_noted: set[int] = set()
+        self._shim_contexts: list = []
 
     def prepare(self, ctx: TargetContext) -> str | None:
         self.mode = ctx.options.get("gpu", "auto")
@@ -130,6 +141,7 @@ class GpuProbes(ProbeSet):
         self.run_max_ns = int(ctx.options.get("gpu_run_max_ns", DEFAULT_RUN_MAX_NS))
         self._pending = [lib for pid in ctx.pids for lib in cuda_libraries(pid)]
         self.drm = drm_tracepoints()
+        self.shim_pids = {pid: path for pid in ctx.pids if (path := cupti_shim.mapped_shim(pid))}
         if not self._pending and self.mode != "on":
             return ("no target maps a CUDA library (libcuda.so, libcudart.so); "
                     "record --gpu watches for one loaded later")
@@ -143,12 +155,32 @@ class GpuProbes(ProbeSet):
         drm = ", ".join(sorted(self.drm)) or "none in this kernel"
         launches = ("every launch streamed" if self.run_max_launches == 1 else
                     f"launches summed in the kernel per run of up to {self.run_max_launches}")
-        return f"CUDA calls via {uprobes}; {launches}; DRM tracepoints: {drm}"
+        shim = (f"CUPTI shim in pid {', '.join(map(str, sorted(self.shim_pids)))}" if self.shim_pids
+                else "no CUPTI shim (GPU execution times: inferprobe gpu-attach)")
+        return f"CUDA calls via {uprobes}; {launches}; DRM tracepoints: {drm}; {shim}"
 
     def cflags(self) -> list[str]:
         return [f"-DGPU_RUN_MAX_LAUNCHES={self.run_max_launches}",
                 f"-DGPU_RUN_MAX_NS={self.run_max_ns}ULL",
-                *(f"-D{flag}" for flag in sorted(set(self.drm.values())))]
+                *(f"-D{flag}" for flag in sorted(set(self.drm.values()))),
+                *(["-DGPU_HAVE_CUPTI_SHIM"] if self.shim_pids else [])]
+
+    def usdt_contexts(self) -> list:
+        from bcc import USDT
+
+        if not self._shim_contexts:
+            for pid in sorted(self.shim_pids):
+                context = USDT(pid=pid)
+                for name in SHIM_PROBES:
+                    context.enable_probe(probe=f"{cupti_shim.PROVIDER}:{name}", fn_name=f"gpu_shim_{name}")
+                self._shim_contexts.append(context)
+        return self._shim_contexts
+
+    def release(self) -> None:
+        # As in the usdt set: free bcc's USDT contexts before BPF.cleanup() (a
+        # double close in bcc 0.26), which also lowers the shim's semaphores.
+        self._shim_contexts.clear()
+        gc.collect()
 
     def after_load(self, bpf, ctx: TargetContext) -> None:
         for mapped in self._pending:
@@ -165,6 +197,10 @@ class GpuProbes(ProbeSet):
                 att = self._attach(bpf, mapped)
                 notes.append(f"gpu: attached to {len(att.symbols)} functions of {mapped.path} "
                              f"in pid {pid}")
+            if pid not in self.shim_pids and pid not in self._shim_noted and cupti_shim.mapped_shim(pid):
+                self._shim_noted.add(pid)
+                notes.append(f"gpu: pid {pid} loaded the CUPTI shim after recording began; its GPU "
+                             "times are read by the next recording (run gpu-attach before record)")
         return notes
 
     def _attach(self, bpf, mapped: MappedLibrary) -> Attachment:
@@ -202,6 +238,7 @@ class GpuProbes(ProbeSet):
             "run_max_launches": self.run_max_launches,
             "run_max_ns": self.run_max_ns,
             "drm_tracepoints": sorted(self.drm),
+            "cupti_shim": {str(pid): path for pid, path in sorted(self.shim_pids.items())},
             "attachments": [vars(a) for a in self.attachments],
             "functions": self._function_stats(bpf),
             "open_runs": self._open_runs(bpf),

@@ -28,13 +28,20 @@
  *
  * Every probe has a semaphore: while no tracer is attached the records are
  * still consumed (CUPTI's buffers must be returned) but nothing is fired. A
- * poller thread notices a tracer attaching and re-sends the status, the
- * name table and a clock pairing, so a recorder started after the shim
- * still sees them; it also flushes CUPTI's buffers so records arrive within
+ * poller thread re-sends, while a tracer is attached, the status and a clock
+ * pairing every second and the name table every five seconds (and all three
+ * when a tracer appears), so a recorder started after the shim still sees
+ * them. Not only once: bcc raises the semaphores before its programs are
+ * attached (it compiles in between), so what is sent at the rise alone can
+ * be lost. The poller also flushes CUPTI's buffers, so records arrive within
  * a poll period instead of when a buffer fills.
  */
 #define _GNU_SOURCE
 #define _SDT_HAS_SEMAPHORES 1
+/* Every probe argument in a register: sdt.h's default also allows memory
+ * operands such as "-4@status_code(%rip)", which bcc cannot read in a shared
+ * library. */
+#define STAP_SDT_ARG_CONSTRAINT r
 #include <sys/sdt.h>
 
 #include <cupti.h>
@@ -67,6 +74,9 @@ enum activity_kind { ACT_KERNEL = 1, ACT_MEMCPY = 2, ACT_MEMSET = 3 };
     __attribute__((section(".probes"), visibility("hidden"), used))            \
     volatile unsigned short inferprobe_gpu_##name##_semaphore = 0;
 PROBES(DEFINE_SEMAPHORE)
+/* Every argument goes out as 8 bytes: bcc's argument readers insist that the
+ * BPF side reads exactly the size the note declares, and gpu.bpf.c reads u64s. */
+#define U64(v) ((uint64_t)(uintptr_t)(v))
 #define TRACED(name) __builtin_expect(inferprobe_gpu_##name##_semaphore != 0, 0)
 
 /* Bounded name table: ids 1..MAX_NAMES; every later name shares OTHER_NAME_ID,
@@ -76,7 +86,8 @@ PROBES(DEFINE_SEMAPHORE)
 #define OTHER_NAME_ID 0xffff
 #define BUFFER_BYTES (4u << 20)
 #define POLL_MS 200
-#define CLOCK_EVERY_POLLS 5
+#define STATUS_EVERY_POLLS 5
+#define NAMES_EVERY_POLLS 25
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static int status_code = SHIM_NOT_STARTED;
@@ -103,7 +114,7 @@ static uint64_t monotonic_ns(void)
 static void fire_status(void)
 {
     if (TRACED(status))
-        STAP_PROBE3(inferprobe_gpu, status, status_code, status_result, status_text);
+        STAP_PROBE3(inferprobe_gpu, status, U64(status_code), U64(status_result), U64(status_text));
 }
 
 static void set_status(int code, int result, const char *fmt, ...)
@@ -127,7 +138,7 @@ static void fire_clock(void)
     uint64_t before = monotonic_ns();
     cuptiGetTimestamp(&cupti_ns);
     uint64_t after = monotonic_ns();
-    STAP_PROBE3(inferprobe_gpu, clock, cupti_ns, before, after);
+    STAP_PROBE3(inferprobe_gpu, clock, U64(cupti_ns), U64(before), U64(after));
 }
 
 /* C++ kernel names come mangled; demangled they are shorter and readable.
@@ -184,7 +195,7 @@ static unsigned name_id(const char *raw)
     names[id] = readable;
     name_keys[id] = raw;
     if (TRACED(kernel_name))
-        STAP_PROBE2(inferprobe_gpu, kernel_name, id, names[id]);
+        STAP_PROBE2(inferprobe_gpu, kernel_name, U64(id), U64(names[id]));
     return id;
 }
 
@@ -193,7 +204,7 @@ static void resend_names(void)
     if (!TRACED(kernel_name))
         return;
     for (unsigned i = 1; i <= name_count; i++)
-        STAP_PROBE2(inferprobe_gpu, kernel_name, i, names[i]);
+        STAP_PROBE2(inferprobe_gpu, kernel_name, U64(i), U64(names[i]));
 }
 
 static uint64_t grid_shape(int32_t x, int32_t y, int32_t z)
@@ -212,21 +223,21 @@ static void emit_record(CUpti_Activity *record)
     case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
         CUpti_ActivityKernel9 *k = (CUpti_ActivityKernel9 *)record;
         unsigned id = name_id(k->name);
-        STAP_PROBE8(inferprobe_gpu, activity, ACT_KERNEL, k->start, k->end, k->correlationId,
-                    k->deviceId, k->streamId, grid_shape(k->gridX, k->gridY, k->gridZ), id);
+        STAP_PROBE8(inferprobe_gpu, activity, U64(ACT_KERNEL), U64(k->start), U64(k->end), U64(k->correlationId), U64(k->deviceId), U64(k->streamId), U64(grid_shape(k->gridX, k->gridY, k->gridZ)), U64(id));
         break;
     }
     case CUPTI_ACTIVITY_KIND_MEMCPY: {
         CUpti_ActivityMemcpy6 *m = (CUpti_ActivityMemcpy6 *)record;
-        /* name_id carries the copy kind (CUpti_ActivityMemcpyKind) for copies. */
-        STAP_PROBE8(inferprobe_gpu, activity, ACT_MEMCPY, m->start, m->end, m->correlationId,
-                    m->deviceId, m->streamId, m->bytes, m->copyKind);
+        /* name_id carries the copy kind (CUpti_ActivityMemcpyKind) for copies. A copy's
+         * correlationId is the driver call's; a cudaMemcpy* also has the runtime call's,
+         * which is the one the api probe saw (runtime callbacks are enabled for copies). */
+        uint32_t correlation = m->runtimeCorrelationId ? m->runtimeCorrelationId : m->correlationId;
+        STAP_PROBE8(inferprobe_gpu, activity, U64(ACT_MEMCPY), U64(m->start), U64(m->end), U64(correlation), U64(m->deviceId), U64(m->streamId), U64(m->bytes), U64(m->copyKind));
         break;
     }
     case CUPTI_ACTIVITY_KIND_MEMSET: {
         CUpti_ActivityMemset4 *m = (CUpti_ActivityMemset4 *)record;
-        STAP_PROBE8(inferprobe_gpu, activity, ACT_MEMSET, m->start, m->end, m->correlationId,
-                    m->deviceId, m->streamId, m->bytes, 0);
+        STAP_PROBE8(inferprobe_gpu, activity, U64(ACT_MEMSET), U64(m->start), U64(m->end), U64(m->correlationId), U64(m->deviceId), U64(m->streamId), U64(m->bytes), U64(0));
         break;
     }
     default:
@@ -265,7 +276,7 @@ static void CUPTIAPI on_api(void *userdata, CUpti_CallbackDomain domain, CUpti_C
     (void)userdata;
     const CUpti_CallbackData *info = data;
     if (info->callbackSite == CUPTI_API_ENTER && TRACED(api))
-        STAP_PROBE3(inferprobe_gpu, api, info->correlationId, cbid, domain);
+        STAP_PROBE3(inferprobe_gpu, api, U64(info->correlationId), U64(cbid), U64(domain));
 }
 
 static const CUpti_CallbackId RUNTIME_CBIDS[] = {
@@ -330,14 +341,18 @@ static void *poll_loop(void *unused)
         struct timespec ts = {0, POLL_MS * 1000000L};
         nanosleep(&ts, NULL);
         int traced = inferprobe_gpu_status_semaphore || inferprobe_gpu_activity_semaphore;
-        if (traced && !was_traced) {
+        if (traced && !was_traced)
+            polls = 0;
+        if (traced) {
             pthread_mutex_lock(&lock);
-            fire_status();
-            resend_names();
+            if (polls % STATUS_EVERY_POLLS == 0)
+                fire_status();
+            if (polls % NAMES_EVERY_POLLS == 0)
+                resend_names();
             pthread_mutex_unlock(&lock);
-            fire_clock();
-        } else if (traced && ++polls % CLOCK_EVERY_POLLS == 0) {
-            fire_clock();
+            if (polls % STATUS_EVERY_POLLS == 0)
+                fire_clock();
+            polls++;
         }
         was_traced = traced;
         if (traced && status_code == SHIM_COLLECTING)
@@ -423,6 +438,55 @@ EXPORT int inferprobe_cupti_stop(void)
 EXPORT const char *inferprobe_cupti_status(void)
 {
     return status_text;
+}
+
+/* Sends one constructed record of each kind through the same code as CUPTI's
+ * (emit_record, on_api), so that a host without a GPU can check the whole
+ * path to a recording, field offsets included (tests/integration/gpu). The
+ * values are fixed; docs/gpu.md lists them. Returns the records sent. */
+EXPORT int inferprobe_cupti_selftest(void)
+{
+    static const char name[] = "inferprobe_selftest_kernel";
+    CUpti_ActivityKernel9 kernel;
+    memset(&kernel, 0, sizeof(kernel));
+    kernel.kind = CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
+    kernel.start = 1000000;
+    kernel.end = 1250000;
+    kernel.correlationId = 41;
+    kernel.deviceId = 0;
+    kernel.streamId = 7;
+    kernel.gridX = 128;
+    kernel.gridY = 2;
+    kernel.gridZ = 1;
+    kernel.name = name;
+    CUpti_ActivityMemcpy6 copy;
+    memset(&copy, 0, sizeof(copy));
+    copy.kind = CUPTI_ACTIVITY_KIND_MEMCPY;
+    copy.copyKind = CUPTI_ACTIVITY_MEMCPY_KIND_DTOH;
+    copy.bytes = 4096;
+    copy.start = 1300000;
+    copy.end = 1310000;
+    copy.correlationId = 42;
+    copy.streamId = 7;
+    CUpti_ActivityMemset4 set;
+    memset(&set, 0, sizeof(set));
+    set.kind = CUPTI_ACTIVITY_KIND_MEMSET;
+    set.bytes = 512;
+    set.start = 1320000;
+    set.end = 1321000;
+    set.correlationId = 43;
+    set.streamId = 7;
+    CUpti_CallbackData call;
+    memset(&call, 0, sizeof(call));
+    call.callbackSite = CUPTI_API_ENTER;
+    call.correlationId = 41;
+    on_api(NULL, CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000, &call);
+    pthread_mutex_lock(&lock);
+    emit_record((CUpti_Activity *)&kernel);
+    emit_record((CUpti_Activity *)&copy);
+    emit_record((CUpti_Activity *)&set);
+    pthread_mutex_unlock(&lock);
+    return 4;
 }
 
 /* CUDA_INJECTION64_PATH entry point: the driver calls it once, in cuInit. */

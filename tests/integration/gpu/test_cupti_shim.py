@@ -1,0 +1,242 @@
+"""The CUPTI shim in a real process on a host without a GPU, and `gpu-attach`'s refusals.
+
+tests/programs/cuda_calls.py maps the real libcudart (nvidia-cuda-runtime
+wheel). `inferprobe gpu-attach` loads the real shim, built against
+NVIDIA's CUPTI headers and linked to the real libcupti, into it through gdb;
+CUPTI there finds no device (no driver on this host) and the shim says so in
+one sentence, which must come back twice: from gpu-attach (read through gdb
+from the process) and through the shim's USDT status probe, bpf/gpu.bpf.c
+and a recording. The shim's self-test (inferprobe_cupti_selftest(), called
+through gdb while recording) sends one constructed kernel, copy and memset
+record and one API call through the same code CUPTI's records take: every
+field must arrive in the recording as the shim's source set it. Checked
+from the shim's ELF notes: the probes and their argument counts that
+gpu.bpf.c reads.
+
+What needs a GPU (activity records, the clock pairing against real GPU
+timestamps, the correlation join on real launches) is skipped here with its
+reason; benchmarks/gpu_check.py runs it on a GPU machine (docs/gpu.md).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.support.kernel import needs_root
+from tests.support.paths import REPO
+from tests.support.processes import Recorder, inferprobe_cmd
+
+pytest.importorskip(
+    "nvidia.cuda_runtime",
+    reason="the nvidia-cuda-runtime-cu12 wheel is not installed (pip install -e '.[test]')",
+)
+
+from inferprobe.collector import cupti_attach, cupti_shim  # noqa: E402
+from inferprobe.collector.events import (  # noqa: E402
+    GpuActivityKind,
+    GpuActivityRecord,
+    GpuApiRecord,
+    GpuKernelNameRecord,
+    GpuShimStatus,
+    GpuShimStatusRecord,
+    decode,
+)
+from inferprobe.collector.recording import read_recording  # noqa: E402
+
+PROGRAM = REPO / "tests" / "programs" / "cuda_calls.py"
+SHIM = cupti_shim.built_shim()
+needs_shim = pytest.mark.skipif(SHIM is None, reason=f"the CUPTI shim is not built: {cupti_shim.BUILD_HINT}")
+needs_gdb = pytest.mark.skipif(not os.path.exists("/usr/bin/gdb"),
+                               reason="gdb is not installed (/usr/bin/gdb)")
+NO_DEVICE = re.compile(
+    r"^CUPTI found no CUDA device in pid (\d+)\b.*\(cuptiActivityEnable: CUPTI_ERROR_\w+\)$")
+
+
+def host_has_gpu() -> bool:
+    return any(Path("/dev").glob("nvidia[0-9]*"))
+
+
+class CudaProgram:
+    """cuda_calls.py, idle after loading libcudart (it has made no call yet)."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen([sys.executable, str(PROGRAM), "--steps", "1", "--launches", "1"],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline()
+        assert line.startswith("READY"), line
+        self.pid = int(line.split()[1])
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.stdin.write("exit\n")
+            self.proc.stdin.flush()
+            self.proc.wait(timeout=10)
+
+
+def gpu_attach(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(inferprobe_cmd("gpu-attach", *args), capture_output=True, text=True, timeout=120)
+
+
+def one_sentence(stderr: str) -> str:
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith("inferprobe: "), stderr
+    return lines[0].removeprefix("inferprobe: ")
+
+
+@pytest.fixture
+def program():
+    prog = CudaProgram()
+    yield prog
+    prog.close()
+
+
+def test_the_shim_carries_the_probes_gpu_bpf_reads():
+    if SHIM is None:
+        pytest.skip(f"the CUPTI shim is not built: {cupti_shim.BUILD_HINT}")
+    notes = subprocess.run(["readelf", "-n", str(SHIM)], capture_output=True, text=True, check=True).stdout
+    found: dict[str, set[int]] = {}
+    for provider, name, args in re.findall(r"Provider: (\S+)\n\s+Name: (\S+)\n.*?\n\s+Arguments: ([^\n]*)",
+                                           notes, re.S):
+        assert provider == cupti_shim.PROVIDER
+        found.setdefault(name, set()).add(len(args.split()))
+    # gpu.bpf.c's gpu_shim_<name> reads exactly these many arguments.
+    assert found == {"api": {3}, "activity": {8}, "clock": {3}, "kernel_name": {2}, "status": {3}}
+    # Semaphores: the untraced shim fires nothing.
+    assert notes.count("Semaphore: 0x0000000000000000") == 0
+
+
+@needs_shim
+@needs_gdb
+@needs_root
+@pytest.mark.skipif(host_has_gpu(), reason="this host has a GPU: benchmarks/gpu_check.py is the check there")
+def test_gpu_attach_loads_the_shim_and_cupti_says_there_is_no_device(program):
+    done = gpu_attach("-p", str(program.pid))
+    assert done.returncode == 4, (done.stdout, done.stderr)
+    sentence = one_sentence(done.stderr)
+    match = NO_DEVICE.match(sentence)
+    assert match, sentence
+    assert int(match.group(1)) == program.pid  # the process itself wrote it: its getpid()
+    maps = Path(f"/proc/{program.pid}/maps").read_text()
+    assert str(SHIM) in maps and "libcupti.so" in maps
+    # The process still runs normally after the debugger left.
+    program.proc.stdin.write("go\n")
+    program.proc.stdin.flush()
+    assert program.proc.stdout.readline().startswith("CALLS")
+    # A second attach finds the shim loaded and gets the same verdict.
+    again = gpu_attach("-p", str(program.pid))
+    assert again.returncode == 4 and NO_DEVICE.match(one_sentence(again.stderr))
+    # Detaching what never collected says so.
+    off = gpu_attach("-p", str(program.pid), "--detach")
+    assert off.returncode == 4
+    assert one_sentence(off.stderr).startswith(f"CUPTI was not collecting in pid {program.pid}: ")
+
+
+@needs_shim
+@needs_gdb
+@needs_root
+@pytest.mark.bpf
+@pytest.mark.skipif(host_has_gpu(), reason="this host has a GPU: benchmarks/gpu_check.py is the check there")
+def test_the_no_device_sentence_reaches_a_recording_through_usdt_and_bpf(program, tmp_path):
+    done = gpu_attach("-p", str(program.pid))
+    sentence = one_sentence(done.stderr)
+    assert NO_DEVICE.match(sentence), sentence
+    # Recording starts after the shim reported: its poller sees the status
+    # probe's semaphore rise and sends the sentence again for the recorder.
+    t_before = time.monotonic_ns()
+    rec = Recorder([program.pid], tmp_path / "shim.ipr", "--no-listen-check")
+    time.sleep(1.0)  # five poll periods of the shim
+    out, err = rec.stop()
+    recording = read_recording(tmp_path / "shim.ipr")
+    statuses = [e for e in map(decode, recording.events) if isinstance(e, GpuShimStatusRecord)]
+    assert statuses, (out, err)
+    assert {s.text for s in statuses} == {sentence}
+    assert all(s.status == GpuShimStatus.NO_DEVICE and s.pid == program.pid for s in statuses)
+    assert all(s.cupti_result != 0 and s.ts_ns > t_before for s in statuses)
+    assert recording.snapshots["gpu"]["cupti_shim"] == {str(program.pid): cupti_shim.mapped_shim(program.pid)}
+
+
+@needs_shim
+@needs_gdb
+@needs_root
+@pytest.mark.bpf
+def test_every_field_of_the_shims_records_reaches_a_recording(program, tmp_path):
+    gpu_attach("-p", str(program.pid))
+    rec = Recorder([program.pid], tmp_path / "selftest.ipr", "--no-listen-check")
+    time.sleep(0.5)
+    t_before = time.monotonic_ns()
+    shim = cupti_shim.mapped_shim(program.pid)
+    out = cupti_attach._run_gdb(program.pid, cupti_attach._gdb_script(
+        shim, cupti_attach.RTLD_NOW | cupti_attach.RTLD_NOLOAD, "inferprobe_cupti_selftest"), 60)
+    t_after = time.monotonic_ns()
+    assert "inferprobe-status 4 " in out, out
+    time.sleep(0.3)
+    rec.stop()
+    events = list(map(decode, read_recording(tmp_path / "selftest.ipr").events))
+    api = [e for e in events if isinstance(e, GpuApiRecord)]
+    activity = sorted((e for e in events if isinstance(e, GpuActivityRecord)), key=lambda e: e.correlation_id)
+    names = {e.name_id: e.name for e in events if isinstance(e, GpuKernelNameRecord)}
+    # The API call fired on the thread gdb called into (the main thread), during the call.
+    assert [(a.correlation_id, a.cbid, a.domain, a.tid) for a in api] == [(41, 211, 2, program.pid)]
+    assert t_before < api[0].ts_ns < t_after
+    kernel, copy, memset = activity
+    assert (kernel.kind, kernel.gpu_start, kernel.gpu_end, kernel.correlation_id, kernel.device,
+            kernel.stream, kernel.grid) == (GpuActivityKind.KERNEL, 1_000_000, 1_250_000, 41, 0, 7,
+                                            (128, 2, 1))
+    assert names[kernel.name_id] == "inferprobe_selftest_kernel"
+    assert (copy.kind, copy.gpu_start, copy.gpu_end, copy.correlation_id, copy.shape, copy.name_id) == (
+        GpuActivityKind.MEMCPY, 1_300_000, 1_310_000, 42, 4096, 2)  # 2: CUPTI_ACTIVITY_MEMCPY_KIND_DTOH
+    assert (memset.kind, memset.gpu_start, memset.gpu_end, memset.correlation_id, memset.shape) == (
+        GpuActivityKind.MEMSET, 1_320_000, 1_321_000, 43, 512)
+    assert all(e.pid == program.pid and t_before < e.ts_ns < t_after for e in activity)
+
+
+@needs_shim
+@needs_gdb
+@needs_root
+def test_gpu_attach_refuses_a_process_without_cuda():
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        done = gpu_attach("-p", str(sleeper.pid))
+        assert done.returncode == 4
+        assert one_sentence(done.stderr) == (
+            f"pid {sleeper.pid} has no CUDA library mapped (libcudart, libcuda): it has not used CUDA, "
+            "so there is nothing for CUPTI to trace")
+        assert str(SHIM) not in Path(f"/proc/{sleeper.pid}/maps").read_text()
+    finally:
+        sleeper.send_signal(signal.SIGKILL)
+        sleeper.wait()
+
+
+def test_gpu_attach_refuses_a_dead_pid():
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    done = gpu_attach("-p", str(dead.pid))
+    assert done.returncode == 4
+    assert one_sentence(done.stderr) == f"no process with pid {dead.pid} (has it exited?)"
+
+
+def test_gpu_attach_refuses_when_the_shim_is_not_built(program, tmp_path):
+    env = {**os.environ, "INFERPROBE_CUPTI_SHIM": str(tmp_path / "missing.so")}
+    done = subprocess.run(inferprobe_cmd("gpu-attach", "-p", str(program.pid)), capture_output=True,
+                          text=True, timeout=60, env=env)
+    assert done.returncode == 3
+    assert one_sentence(done.stderr) == f"the CUPTI shim is not built: {cupti_shim.BUILD_HINT}"
+
+
+@pytest.mark.skipif(not host_has_gpu(), reason="needs an NVIDIA GPU: CUPTI records what a GPU ran, and this "
+                    "host has none (benchmarks/gpu_check.py is the prepared check, docs/gpu.md)")
+@needs_shim
+@needs_root
+def test_activity_records_of_a_real_gpu_agree_with_torch_profiler():
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu_check.py"), "--shim"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
