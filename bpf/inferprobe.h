@@ -510,7 +510,7 @@ enum counter_index {
 enum llama_step_phase {
     LLAMA_STEP_ENTER = 1,  /* llama_decode() was called: runs hold the batch */
     LLAMA_STEP_RETURN = 2, /* llama_decode() returned: ret holds its result */
-    LLAMA_STEP_SYNC = 3,   /* llama_synchronize(ctx) returned: ctx set; the step before ends here */
+    LLAMA_STEP_SYNC = 3,   /* llama_synchronize(ctx) returned: ctx set, ret = ns it waited */
 };
 
 struct llama_run {
