@@ -15,6 +15,10 @@ Vocabulary:
   shape of one decode step when the server has no USDT probes to say where
   its steps are.
 
+GPU execution (what the GPU ran, not what the CPU asked for) comes from the
+CUPTI shim's records when a target had it loaded: analyzers/gpu_execution.py,
+kept in GpuSummary.execution.
+
 Attribution to requests: with USDT decode steps, the calls on the step's
 thread during the request's prefill and the decode steps it took part in
 (a batched step's wait is shared by every request of the batch, so
@@ -33,6 +37,7 @@ from typing import TypedDict
 
 from inferprobe.analyzers.cadence import Distribution, percentile
 from inferprobe.analyzers.findings import Finding
+from inferprobe.analyzers.gpu_execution import GpuExecutionSummary, summarize_execution
 from inferprobe.collector import gpu_catalog
 from inferprobe.collector.events import (
     EventType,
@@ -131,6 +136,7 @@ class GpuSummary:
     steps: list[StepGpu]
     fence_waits: Distribution
     findings: list[Finding] = field(default_factory=list)  # kinds: see findings()
+    execution: GpuExecutionSummary | None = None  # the CUPTI shim's records; None without the shim
 
     @property
     def step_wait_share(self) -> float | None:
@@ -503,6 +509,8 @@ def summarize_gpu(events: list[GpuRecord], snapshot: dict | None, requests: list
         step_list = gpu_cycles(calls, runs)
         steps_from = "gpu_cycles" if step_list else None
     fences = [e.exit_ns - e.ts_ns for e in events if isinstance(e, GpuFenceRecord)]
+    step_windows = [(s.pid, s.tid, s.t_start_ns, s.t_start_ns + s.duration_ns) for s in step_list]
+    execution = summarize_execution(events, requests, step_windows)
     return GpuSummary(
         sources={
             "description": sources,
@@ -513,6 +521,7 @@ def summarize_gpu(events: list[GpuRecord], snapshot: dict | None, requests: list
                            "failed": a["failed"]} for a in snapshot.get("attachments", [])],
             "drm_tracepoints": snapshot.get("drm_tracepoints", []),
             "drm_counts": snapshot.get("drm_counts", {}),
+            "cupti_shim": snapshot.get("cupti_shim", {}),
         },
         functions=functions,
         processes=processes,
@@ -521,4 +530,5 @@ def summarize_gpu(events: list[GpuRecord], snapshot: dict | None, requests: list
         steps=step_list,
         fence_waits=Distribution.of(fences),
         findings=findings(step_list, steps_from, functions, processes, calls),
+        execution=execution,
     )
