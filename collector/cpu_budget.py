@@ -45,6 +45,14 @@ def enable_bpf_stats() -> int | None:
     return fd if fd >= 0 else None
 
 
+def sysctl_stats_on(path: str = "/proc/sys/kernel/bpf_stats_enabled") -> bool:
+    try:
+        with open(path) as f:
+            return f.read().strip() == "1"
+    except OSError:
+        return False
+
+
 def bpf_run_time(pid: str = "self") -> tuple[int, int]:
     """(run_time_ns, run_cnt) summed over the BPF programs pid holds open."""
     total_ns = runs = 0
@@ -93,10 +101,13 @@ class CpuBudget:
     _last: tuple[int, int, int] = field(default=(0, 0, 0))  # wall, bpf, collector ns
 
     def start(self) -> bool:
-        """Turns the kernel's statistics on; False when they stay off (cost then excludes BPF)."""
+        """Turns the kernel's statistics on; False when they stay off (cost then excludes BPF).
+
+        BPF_ENABLE_STATS needs CAP_SYS_ADMIN; without it the statistics count
+        only where the host already turned them on (sysctl kernel.bpf_stats_enabled=1)."""
         self._stats_fd = enable_bpf_stats()
         self._last = self._now()
-        return self._stats_fd is not None
+        return self._stats_fd is not None or sysctl_stats_on()
 
     def _now(self) -> tuple[int, int, int]:
         return time.monotonic_ns(), bpf_run_time()[0], time.process_time_ns()

@@ -57,8 +57,14 @@ def cgroup2_root(mountinfo: Path = PROC / "self/mountinfo") -> Path | None:
 
 
 def resolve_cgroup(path: str, root: Path | None = None) -> CgroupFilter:
-    """A --cgroup value (relative to the cgroup2 root, or a path under its mount)."""
-    root = root or cgroup2_root()
+    """A --cgroup value (relative to the cgroup2 root, or a path under its mount).
+
+    In a container the cgroup2 mount is usually the container's own subtree
+    (a cgroup namespace): INFERPROBE_CGROUP_ROOT names a mount of the host's
+    whole tree instead (the DaemonSet mounts it at /host/sys/fs/cgroup), so
+    that the depth compared in the kernel counts from the real root."""
+    env_root = os.environ.get("INFERPROBE_CGROUP_ROOT")
+    root = root or (Path(env_root) if env_root else cgroup2_root())
     if root is None:
         raise TargetProblem("--cgroup needs cgroup v2, and no cgroup2 file system is mounted on this host")
     given = Path(path)
