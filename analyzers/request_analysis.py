@@ -34,6 +34,11 @@ class RequestAnalysis:
     # None: the probe set was off, so the waits are unknown; () : it was on and saw none.
     lock_waits: tuple[WaitInterval, ...] | None = None  # locks set: lock and GIL waits, by start
     gpu_waits: tuple[WaitInterval, ...] | None = None  # gpu set: sync calls and synchronous copies
+    # CUPTI shim (analyzers/gpu_execution.py): GPU execution of the work its steps launched. None: no shim
+    # records for it; gpu_execution: the GPU's busy intervals (kind "gpu_execution"), by start.
+    gpu_busy_ns: int | None = None
+    gpu_idle_ns: int | None = None
+    gpu_execution: tuple[WaitInterval, ...] | None = None
     client: Attempt | None = None  # an outbound call's attempt: call, number, connection (client_calls.py)
 
 
@@ -44,8 +49,10 @@ def per_request(requests: Sequence[Request], locks: LockAnalysis | None,
                 gpu: GpuSummary | None, attempts: dict[int, Attempt] | None = None) -> list[RequestAnalysis]:
     """One RequestAnalysis per request, in the order of `requests`."""
     gpu_waits = {g.index: g.wait_intervals for g in gpu.requests} if gpu is not None else {}
+    executed = {x.index: x for x in gpu.execution.requests} if gpu is not None and gpu.execution else {}
     out = []
     for i, r in enumerate(requests):
+        x = executed.get(i)
         span = locks.of(r) if locks is not None else None
         lock_waits = None
         if locks is not None and locks.enabled:
@@ -57,6 +64,10 @@ def per_request(requests: Sequence[Request], locks: LockAnalysis | None,
             mutex_wait_ratio=span.ratio if span is not None else None,
             lock_waits=lock_waits,
             gpu_waits=gpu_waits.get(i),
+            gpu_busy_ns=x.gpu.busy_ns if x else None,
+            gpu_idle_ns=x.gpu.idle_ns if x else None,
+            gpu_execution=tuple(WaitInterval(a, b, "gpu_execution", "GPU busy") for a, b in x.gpu.busy)
+            if x else None,
             client=(attempts or {}).get(id(r)),
         ))
     return out

@@ -99,6 +99,12 @@ class Metrics:
         self.mutex_ratio = Histogram("inferprobe_mutex_wait_ratio",
                                      "Share of a request's time its threads waited on locks.",
                                      LABELS, buckets=RATIO_BUCKETS, registry=r)
+        self.gpu_busy = Histogram("inferprobe_request_gpu_busy_seconds",
+                                  "GPU execution time of the work a request's steps launched (CUPTI shim).",
+                                  LABELS, buckets=DURATION_BUCKETS, registry=r)
+        self.gpu_idle = Histogram("inferprobe_request_gpu_idle_seconds",
+                                  "Gaps in which the GPU waited for a request's next work (CUPTI shim).",
+                                  LABELS, buckets=DURATION_BUCKETS, registry=r)
         self.requests = Counter("inferprobe_requests", "Requests finished.", LABELS, registry=r)
         self.token_chunks = Counter("inferprobe_token_chunks", "Token chunks (writes with SSE data).",
                                     LABELS, registry=r)
@@ -205,6 +211,9 @@ class Metrics:
             self.phase.labels(*labels, name).observe((end - start) / 1e9)
         if analysis.mutex_wait_ratio is not None:
             self.mutex_ratio.labels(*labels).observe(float(analysis.mutex_wait_ratio))
+        if analysis.gpu_busy_ns is not None and analysis.gpu_idle_ns is not None:
+            self.gpu_busy.labels(*labels).observe(analysis.gpu_busy_ns / 1e9)
+            self.gpu_idle.labels(*labels).observe(analysis.gpu_idle_ns / 1e9)
 
     # -- kernel and exporter counters ------------------------------------------------
     def set_totals(self, lost_events: int, otlp_dropped: int) -> None:

@@ -32,6 +32,7 @@ DEFAULT_MAX_TOKEN_EVENTS = 256
 MAX_WAIT_SPANS = 32  # per kind and request: the longest, then a count on the root
 LOCK_WAIT_SPAN = "lock wait"
 GPU_WAIT_SPAN = "gpu wait"
+GPU_EXECUTION_SPAN = "gpu execution"  # the GPU running the request's work (CUPTI shim), not a CPU wait
 TOKEN_EVENT = "inferprobe.token_chunk"
 TOKEN_SUMMARY_EVENT = "inferprobe.token_chunks.truncated"
 
@@ -197,7 +198,8 @@ def wait_spans(name: str, intervals: Sequence[WaitInterval] | None,
     if not intervals:
         return [], 0
     longest = sorted(intervals, key=lambda w: (w.start_ns - w.end_ns, w.start_ns))[:bound]
-    attr = "inferprobe.cuda.function" if name == GPU_WAIT_SPAN else "inferprobe.futex.address"
+    attr = {GPU_WAIT_SPAN: "inferprobe.cuda.function",
+            GPU_EXECUTION_SPAN: "inferprobe.gpu.what"}.get(name, "inferprobe.futex.address")
     spans = [SpanShape(name=name, start_ns=w.start_ns, end_ns=w.end_ns, kind="internal",
                        attributes={"inferprobe.wait.kind": w.kind, attr: w.what})
              for w in sorted(longest)]
@@ -238,13 +240,17 @@ def request_trace(req: Request, server: ServerInfo | None = None,
                      for name, s, e, attrs in phases(req)]
     # Lock and GPU waits (recordings only: the report model's analysis has them), after the phases
     for name, intervals, key in ((LOCK_WAIT_SPAN, analysis.lock_waits, "lock_waits"),
-                                 (GPU_WAIT_SPAN, analysis.gpu_waits, "gpu_waits")):
+                                 (GPU_WAIT_SPAN, analysis.gpu_waits, "gpu_waits"),
+                                 (GPU_EXECUTION_SPAN, analysis.gpu_execution, "gpu_execution")):
         spans, left_out = wait_spans(name, intervals, max_wait_spans)
         root.children += spans
         if intervals is not None:
             root.attributes[f"inferprobe.{key}"] = len(intervals)
         if left_out:
             root.attributes[f"inferprobe.{key}.not_shown"] = left_out
+    if analysis.gpu_busy_ns is not None and analysis.gpu_idle_ns is not None:
+        root.attributes["inferprobe.gpu.busy_s"] = analysis.gpu_busy_ns / 1e9
+        root.attributes["inferprobe.gpu.idle_s"] = analysis.gpu_idle_ns / 1e9
     return root
 
 

@@ -6,6 +6,7 @@ from rich.console import Console
 from rich.table import Table
 
 from inferprobe.analyzers.gpu import GpuSummary
+from inferprobe.analyzers.gpu_execution import GpuExecutionSummary
 from inferprobe.analyzers.units import ms
 
 
@@ -39,5 +40,42 @@ def render_gpu(g: GpuSummary | None, console: Console) -> None:
                       "waiting on the GPU")
     if g.requests:
         console.print(f"{len(g.requests)} requests with GPU work attributed to them")
+    if g.execution is not None:
+        render_execution(g.execution, console)
     for finding in g.findings:
         console.print(f"[yellow]GPU finding:[/yellow] {finding.sentence}")
+
+
+KERNEL_ROWS_SHOWN = 10
+
+
+def render_execution(x: GpuExecutionSummary, console: Console) -> None:
+    """What the GPU ran (CUPTI shim), beside the CPU-side calls above."""
+    for pid, text in x.shim.items():
+        console.print(f"CUPTI shim in pid {pid}: {text}")
+    if not x.records:
+        return
+    console.print(f"GPU execution: {x.records} kernels, copies and memsets, busy {ms(x.busy_ns)} ms; "
+                  f"{x.joined} joined to their launch, {x.without_launch} launched before the shim saw the "
+                  f"call, {x.without_clock} without a clock pairing (not placed)")
+    if x.kernels:
+        table = Table(title="GPU time by kernel (CUPTI; µs)", title_justify="left")
+        for col in ("name", "kind", "count", "total", "mean", "max"):
+            table.add_column(col, justify="left" if col in ("name", "kind") else "right")
+        for k in x.kernels[:KERNEL_ROWS_SHOWN]:
+            table.add_row(k.name, k.kind, str(k.count), _us(k.total_ns), _us(k.mean_ns), _us(k.max_ns))
+        console.print(table)
+    if x.requests:
+        table = Table(title="GPU execution per request (ms)", title_justify="left")
+        for col in ("request", "by", "busy", "idle", "largest gap", "first launch→GPU", "GPU→first token",
+                    "batched with"):
+            table.add_column(col, justify="right")
+        for r in x.requests:
+            table.add_row(str(r.index), r.attributed_by, ms(r.gpu.busy_ns), ms(r.gpu.idle_ns),
+                          ms(r.gpu.largest_gap_ns), ms(r.launch_queue_ns),
+                          ms(r.last_gpu_end_to_first_token_ns), str(r.concurrent))
+        console.print(table)
+    shares = [s.gpu_busy_share for s in x.steps if s.gpu_busy_share is not None]
+    if shares:
+        console.print(f"{len(shares)} steps: the GPU was busy {100 * sum(shares) / len(shares):.0f} % of "
+                      "their time on average (the rest: the GPU waiting on the CPU)")
