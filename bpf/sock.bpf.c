@@ -38,6 +38,7 @@
 #include "chunk_framing.bpf.h"  /* chunk framing known from iovec lengths */
 #include "gather.bpf.h"         /* a syscall's bytes into the head: buffer or iovecs */
 #include "body_windows.bpf.h"   /* a long write, a window at a time */
+#include "trace_context.bpf.h"  /* W3C traceparent / tracestate values of a request */
 
 /* Where the reads need no entry program (read_exit): the pending state in
  * task storage, the saved user registers readable (x86-64: the first
@@ -688,15 +689,16 @@ enum classify_prog {
     PROG_GATHER_IOVECS = 4,
     PROG_GATHER_WINDOW = 5,
     PROG_SCAN_FIELDS = 6,
+    PROG_SCAN_TRACE_CONTEXT = 7,
 };
-BPF_PROG_ARRAY(classifiers, 7);
+BPF_PROG_ARRAY(classifiers, 8);
 
 #ifdef TLS_PROBES
 /* The same chain for the TLS probes' plaintext: uprobes are kprobe-type
  * programs, and the kernel lets a program tail-call only programs of its
  * own type, so each chain program is loaded twice (CHAIN_PROGRAM below)
  * and each copy calls on through the array of its kind. */
-BPF_PROG_ARRAY(classifiers_tls, 7);
+BPF_PROG_ARRAY(classifiers_tls, 8);
 
 /* A TLS session of a target process: the library's handle for it (SSL *,
  * Go's *tls.Conn) and the connection state the classifier keeps, as socks
@@ -1102,7 +1104,8 @@ static __always_inline int chain_classify_request(void *ctx, int tls)
     if (request_line(s, method, after)) {
         chain_call(ctx, tls, PROG_SCAN_HEADER_BLOCK);
     } else if (s->http_seen) {
-        chain_call(ctx, tls, PROG_SCAN_FIELDS);   /* a request body read apart from its headers */
+        /* a request body read apart from its headers, or more of them (scan_trace_context) */
+        chain_call(ctx, tls, PROG_SCAN_TRACE_CONTEXT);
     }
     return submit(s);
 }
@@ -1164,7 +1167,7 @@ static __always_inline int chain_scan_header_block(void *ctx, int tls)
     } else {
         if (!(s->ev.flags & HTTP_FLAG_HEADERS_END))
             s->body_start = s->n;   /* headers run past the window: only the read's end is body */
-        chain_call(ctx, tls, PROG_SCAN_FIELDS);
+        chain_call(ctx, tls, PROG_SCAN_TRACE_CONTEXT);
     }
     return submit(s);
 }
@@ -1253,6 +1256,120 @@ static __always_inline int chain_scan_fields(void *ctx, int tls)
     return finish_body(ctx, tls, s);
 }
 CHAIN_PROGRAM(scan_fields)
+
+/* ---------------------------------------------------------------- W3C trace context
+ *
+ * The request side's header block looked through for traceparent and
+ * tracestate (trace_context.bpf.h), one window per call of this program,
+ * between scan_header_block (or classify_request, for a later read or write
+ * of a header block left open) and scan_fields, which it hands on to. A
+ * request without a long header block costs one window over the head; a
+ * body read on a connection costs one lookup in trace_headers_open. */
+BPF_PERCPU_ARRAY(trace_scan_area, struct trace_scan, 1);
+BPF_TABLE("lru_hash", u64, struct trace_open, trace_headers_open, 16384);
+
+/* The first window of a syscall: the head, after the byte that ended the
+ * last syscall when this one goes on with an open header block. 0: nothing to scan. */
+static __always_inline int trace_first_window(struct scratch *s, struct trace_scan *t)
+{
+    u64 conn_id = s->ev.conn_id;
+    u32 shift = 0, before = 0;
+    if (s->ev.kind != HTTP_KIND_REQUEST) {
+        struct trace_open *open = trace_headers_open.lookup(&conn_id);
+        if (!open)
+            return 0;
+        before = open->scanned;
+        t->buf[0] = open->ended_line ? '\n' : ' ';
+        shift = 1;
+    }
+    __builtin_memset(&t->ev, 0, sizeof(t->ev));
+    t->ev.hdr = s->ev.hdr;
+    t->ev.hdr.type = EVENT_TRACE_CONTEXT;
+    t->ev.conn_id = conn_id;
+    t->ev.exit_ns = s->ev.exit_ns;
+    t->ev.role = s->ev.role;
+    t->io_exit_ns = s->ev.exit_ns;
+    t->scanned_before = before;
+    t->windows = 0;
+    t->ended = 0;
+    t->parent_at = t->parent_end = t->state_at = t->state_end = 0;
+    t->start = -(s32)shift;
+    u32 n = s->n > SCAN_HEAD_BYTES - shift ? SCAN_HEAD_BYTES - shift : s->n;
+    u64 size = trace_bounded(n, 2 * SCAN_HEAD_BYTES - 1);
+    if (size > 0 && size <= SCAN_HEAD_BYTES)
+        bpf_probe_read_kernel(&t->buf[shift & 1], size, s->head);
+    t->n = n + shift;
+    /* Plain I/O: the whole syscall, as far as TRACE_HEADER_BYTES allows;
+     * vectored: what the head gathered. */
+    u64 len = s->ev.flags & HTTP_FLAG_VECTORED ? s->n : (u64)s->ev.bytes;
+    u32 room = before < TRACE_HEADER_BYTES ? TRACE_HEADER_BYTES - before : 0;
+    t->len = len < room ? (u32)len : room;
+    return 1;
+}
+
+/* After the last window of a syscall: the event, and whether the header
+ * block goes on in the connection's next read (write). */
+static __always_inline void trace_finish(struct scratch *s, struct trace_scan *t, u64 user_base)
+{
+    u64 conn_id = s->ev.conn_id;
+    trace_values(t, user_base);
+    struct trace_context_event *ev = &t->ev;
+    if (t->ended)
+        ev->flags |= TRACE_CONTEXT_FLAG_HEADERS_END;
+    if (s->ev.kind != HTTP_KIND_REQUEST)
+        ev->flags |= TRACE_CONTEXT_FLAG_LATER_IO;
+    if (ev->flags & (TRACE_CONTEXT_FLAG_TRACEPARENT | TRACE_CONTEXT_FLAG_TRACESTATE |
+                     TRACE_CONTEXT_FLAG_TRACEPARENT_CUT | TRACE_CONTEXT_FLAG_TRACESTATE_CUT))
+        send_event(ev, sizeof(*ev));
+    s32 seen = t->start + (s32)t->n;
+    u64 bytes = s->ev.flags & HTTP_FLAG_VECTORED ? s->n : (u64)s->ev.bytes;
+    u32 scanned = t->scanned_before + (seen > 0 ? (u32)seen : 0);
+    /* Open only while every byte so far was looked at and the block has not ended. */
+    if (t->ended || seen < 0 || (u64)seen < bytes || scanned >= TRACE_HEADER_BYTES) {
+        if (s->ev.kind != HTTP_KIND_REQUEST || !(s->ev.flags & HTTP_FLAG_HEADERS_END) || t->scanned_before)
+            trace_headers_open.delete(&conn_id);
+        return;
+    }
+    struct trace_open open = {.scanned = scanned,
+                              .ended_line = t->buf[(t->n - 1) & SCRATCH_MASK] == '\n'};
+    trace_headers_open.update(&conn_id, &open);
+}
+
+static __always_inline int chain_scan_trace_context(void *ctx, int tls)
+{
+    struct scratch *s = get_scratch();
+    u32 zero = 0;
+    struct trace_scan *t = trace_scan_area.lookup(&zero);
+    if (!s || !t)
+        return 0;
+    u64 user_base = s->ev.flags & HTTP_FLAG_VECTORED ? 0 : s->last_base;
+    if (t->io_exit_ns != s->ev.exit_ns || t->ev.conn_id != s->ev.conn_id) {
+        if (!trace_first_window(s, t)) {
+            chain_call(ctx, tls, PROG_SCAN_FIELDS);
+            return submit(s);
+        }
+    } else {
+        /* A further window of a plain buffer, from TRACE_WINDOW_OVERLAP before the last one's end. */
+        s32 from = t->start + (s32)t->n - TRACE_WINDOW_OVERLAP;
+        u32 left = from >= 0 && (u32)from < t->len ? t->len - (u32)from : 0;
+        u32 n = left > SCAN_HEAD_BYTES ? SCAN_HEAD_BYTES : left;
+        u64 size = trace_bounded(n, 2 * SCAN_HEAD_BYTES - 1);
+        if (size > 0 && size <= SCAN_HEAD_BYTES)
+            bpf_probe_read_user(t->buf, size, (void *)(user_base + (u32)from));
+        t->start = from;
+        t->n = n;
+    }
+    trace_scan_window(t);
+    t->windows++;
+    s32 seen = t->start + (s32)t->n;
+    int both = t->parent_end && t->state_end;
+    if (!t->ended && !both && user_base && seen > 0 && (u32)seen < t->len && t->windows < MAX_TRACE_WINDOWS)
+        chain_call(ctx, tls, PROG_SCAN_TRACE_CONTEXT);
+    trace_finish(s, t, user_base);
+    chain_call(ctx, tls, PROG_SCAN_FIELDS);
+    return submit(s);
+}
+CHAIN_PROGRAM(scan_trace_context)
 
 #ifndef READS_AT_EXIT
 TRACEPOINT_PROBE(syscalls, sys_enter_read) { return io_enter(args->fd, (u64)args->buf, 0, DIR_READ, 0); }

@@ -21,6 +21,7 @@ CLASSIFIER_PROGRAMS = [
     "gather_iovecs",
     "gather_window",
     "scan_fields",
+    "scan_trace_context",
 ]
 
 
