@@ -8,6 +8,11 @@
 #   build_cupti_shim.sh          build if the cache lacks this version and source; print the .so's path
 #   build_cupti_shim.sh --path   print the built .so's path, build nothing (exit 1 when not built)
 #
+# Offline, against a CUDA already installed (a GPU machine with no registry,
+# benchmarks/gpu_check.py): CUPTI_INCLUDE=<dir of cupti.h> CUPTI_LIB=<dir of
+# libcupti.so.N> CUDA_INCLUDE=<dir of cuda.h and crt/> build_cupti_shim.sh
+# builds against those (cache key "local-..."), downloading nothing.
+#
 # The result: $CUPTI_CACHE/<cuda version>-<source hash>/libinferprobe_cupti.so
 # with libcupti.so.12 beside it, found through an $ORIGIN rpath, so the folder
 # can move. `inferprobe gpu-attach` and the tests find it the same way
@@ -22,8 +27,14 @@ SRC="$ROOT/probes/cupti/inferprobe_cupti.c"
 PIP="${PIP:-$ROOT/.venv/bin/python -m pip}"
 PYTHON="${PYTHON:-python3}"
 
+LOCAL=0
+[[ -n "${CUPTI_INCLUDE:-}" || -n "${CUPTI_LIB:-}" || -n "${CUDA_INCLUDE:-}" ]] && LOCAL=1
 # The cache key holds the source's hash: an edited shim is rebuilt, not reused.
-key="$CUDA_WHEEL_VERSION-$(sha256sum "$SRC" | cut -c1-12)"
+if ((LOCAL)); then
+    key="local-$(cat "$SRC" "${CUPTI_INCLUDE:-}/cupti_version.h" 2>/dev/null | sha256sum | cut -c1-12)"
+else
+    key="$CUDA_WHEEL_VERSION-$(sha256sum "$SRC" | cut -c1-12)"
+fi
 OUT="$CUPTI_CACHE/$key"
 SO="$OUT/libinferprobe_cupti.so"
 
@@ -45,6 +56,26 @@ printf '#include <sys/sdt.h>\n' | cc -E -x c - >/dev/null 2>&1 || { printf 'cupt
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
+if ((LOCAL)); then
+    for var in CUPTI_INCLUDE CUPTI_LIB CUDA_INCLUDE; do
+        [[ -d "${!var:-}" ]] || { printf 'cupti-shim: error: %s must name a directory (got %q)\n' "$var" "${!var:-}" >&2; exit 1; }
+    done
+    lib="$(find "$CUPTI_LIB" -maxdepth 1 -name 'libcupti.so.[0-9]*' | sort | head -n 1)"
+    [[ -n "$lib" ]] || { printf 'cupti-shim: error: no libcupti.so.N in %s\n' "$CUPTI_LIB" >&2; exit 1; }
+    say "building against the CUPTI in $CUPTI_INCLUDE and $lib into $OUT"
+    rm -rf "$OUT.tmp"
+    mkdir -p "$OUT.tmp"
+    soname="$(basename "$lib" | grep -o '^libcupti\.so\.[0-9]*')"
+    cp -L "$lib" "$OUT.tmp/$soname"
+    cc -O2 -g -fPIC -shared -fvisibility=hidden -Wall -Wextra -Werror \
+        -I "$CUPTI_INCLUDE" -I "$CUDA_INCLUDE" -o "$OUT.tmp/libinferprobe_cupti.so" "$SRC" \
+        "$OUT.tmp/$soname" -Wl,-rpath,'$ORIGIN' -Wl,--no-as-needed -lpthread -ldl
+    printf '%s\n' "$key" >"$OUT.tmp/.built"
+    rm -rf "$OUT"
+    mv "$OUT.tmp" "$OUT"
+    say "built $SO"
+    exit 0
+fi
 say "building against nvidia-cuda-cupti-cu12 and nvidia-cuda-runtime-cu12 $CUDA_WHEEL_VERSION into $OUT"
 $PIP download -q --no-deps -d "$work/wheels" \
     "nvidia-cuda-cupti-cu12==$CUDA_WHEEL_VERSION" "nvidia-cuda-runtime-cu12==$CUDA_WHEEL_VERSION"

@@ -35,6 +35,12 @@
  * attached (it compiles in between), so what is sent at the rise alone can
  * be lost. The poller also flushes CUPTI's buffers, so records arrive within
  * a poll period instead of when a buffer fills.
+ *
+ * INFERPROBE_CUPTI_DUMP=<file> (read at start) also writes every probe's
+ * arguments to that file, one line each (the api line with the calling
+ * thread's tid and CLOCK_MONOTONIC, what BPF would stamp). It is for hosts
+ * without BPF tooling, where benchmarks/gpu_check.py compares the shim's
+ * records with torch.profiler's; a recording never needs it.
  */
 #define _GNU_SOURCE
 #define _SDT_HAS_SEMAPHORES 1
@@ -101,6 +107,9 @@ static pthread_t poller;
 static char *names[MAX_NAMES + 1];  /* by id; [0] unused */
 static unsigned name_count = 0;
 
+static FILE *dump = NULL;
+static pthread_mutex_t dump_lock = PTHREAD_MUTEX_INITIALIZER;
+
 static uint64_t records_seen = 0;
 static uint64_t records_dropped = 0;
 
@@ -111,10 +120,24 @@ static uint64_t monotonic_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+static void dump_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void dump_line(const char *fmt, ...)
+{
+    if (!dump)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    pthread_mutex_lock(&dump_lock);
+    vfprintf(dump, fmt, ap);
+    pthread_mutex_unlock(&dump_lock);
+    va_end(ap);
+}
+
 static void fire_status(void)
 {
     if (TRACED(status))
         STAP_PROBE3(inferprobe_gpu, status, U64(status_code), U64(status_result), U64(status_text));
+    dump_line("status %d %d %s\n", status_code, status_result, status_text);
 }
 
 static void set_status(int code, int result, const char *fmt, ...)
@@ -132,13 +155,15 @@ static void set_status(int code, int result, const char *fmt, ...)
 
 static void fire_clock(void)
 {
-    if (!TRACED(clock))
+    if (!TRACED(clock) && !dump)
         return;
     uint64_t cupti_ns = 0;
     uint64_t before = monotonic_ns();
     cuptiGetTimestamp(&cupti_ns);
     uint64_t after = monotonic_ns();
     STAP_PROBE3(inferprobe_gpu, clock, U64(cupti_ns), U64(before), U64(after));
+    dump_line("clock %llu %llu %llu\n", (unsigned long long)cupti_ns, (unsigned long long)before,
+              (unsigned long long)after);
 }
 
 /* C++ kernel names come mangled; demangled they are shorter and readable.
@@ -196,6 +221,7 @@ static unsigned name_id(const char *raw)
     name_keys[id] = raw;
     if (TRACED(kernel_name))
         STAP_PROBE2(inferprobe_gpu, kernel_name, U64(id), U64(names[id]));
+    dump_line("name %u %s\n", id, names[id]);
     return id;
 }
 
@@ -216,14 +242,20 @@ static uint64_t grid_shape(int32_t x, int32_t y, int32_t z)
 static void emit_record(CUpti_Activity *record)
 {
     records_seen++;
-    if (!TRACED(activity))
+    if (!TRACED(activity) && !dump)
         return;
+    /* An untraced STAP_PROBE is a nop: with only the dump on, it costs nothing more. */
     switch (record->kind) {
     case CUPTI_ACTIVITY_KIND_KERNEL:
     case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
         CUpti_ActivityKernel9 *k = (CUpti_ActivityKernel9 *)record;
         unsigned id = name_id(k->name);
-        STAP_PROBE8(inferprobe_gpu, activity, U64(ACT_KERNEL), U64(k->start), U64(k->end), U64(k->correlationId), U64(k->deviceId), U64(k->streamId), U64(grid_shape(k->gridX, k->gridY, k->gridZ)), U64(id));
+        uint64_t grid = grid_shape(k->gridX, k->gridY, k->gridZ);
+        STAP_PROBE8(inferprobe_gpu, activity, U64(ACT_KERNEL), U64(k->start), U64(k->end), U64(k->correlationId),
+                    U64(k->deviceId), U64(k->streamId), U64(grid), U64(id));
+        dump_line("activity %d %llu %llu %u %u %u %llu %u\n", ACT_KERNEL, (unsigned long long)k->start,
+                  (unsigned long long)k->end, k->correlationId, k->deviceId, k->streamId,
+                  (unsigned long long)grid, id);
         break;
     }
     case CUPTI_ACTIVITY_KIND_MEMCPY: {
@@ -232,12 +264,20 @@ static void emit_record(CUpti_Activity *record)
          * correlationId is the driver call's; a cudaMemcpy* also has the runtime call's,
          * which is the one the api probe saw (runtime callbacks are enabled for copies). */
         uint32_t correlation = m->runtimeCorrelationId ? m->runtimeCorrelationId : m->correlationId;
-        STAP_PROBE8(inferprobe_gpu, activity, U64(ACT_MEMCPY), U64(m->start), U64(m->end), U64(correlation), U64(m->deviceId), U64(m->streamId), U64(m->bytes), U64(m->copyKind));
+        STAP_PROBE8(inferprobe_gpu, activity, U64(ACT_MEMCPY), U64(m->start), U64(m->end), U64(correlation),
+                    U64(m->deviceId), U64(m->streamId), U64(m->bytes), U64(m->copyKind));
+        dump_line("activity %d %llu %llu %u %u %u %llu %u\n", ACT_MEMCPY, (unsigned long long)m->start,
+                  (unsigned long long)m->end, correlation, m->deviceId, m->streamId,
+                  (unsigned long long)m->bytes, (unsigned)m->copyKind);
         break;
     }
     case CUPTI_ACTIVITY_KIND_MEMSET: {
         CUpti_ActivityMemset4 *m = (CUpti_ActivityMemset4 *)record;
-        STAP_PROBE8(inferprobe_gpu, activity, U64(ACT_MEMSET), U64(m->start), U64(m->end), U64(m->correlationId), U64(m->deviceId), U64(m->streamId), U64(m->bytes), U64(0));
+        STAP_PROBE8(inferprobe_gpu, activity, U64(ACT_MEMSET), U64(m->start), U64(m->end), U64(m->correlationId),
+                    U64(m->deviceId), U64(m->streamId), U64(m->bytes), U64(0));
+        dump_line("activity %d %llu %llu %u %u %u %llu 0\n", ACT_MEMSET, (unsigned long long)m->start,
+                  (unsigned long long)m->end, m->correlationId, m->deviceId, m->streamId,
+                  (unsigned long long)m->bytes);
         break;
     }
     default:
@@ -275,8 +315,13 @@ static void CUPTIAPI on_api(void *userdata, CUpti_CallbackDomain domain, CUpti_C
 {
     (void)userdata;
     const CUpti_CallbackData *info = data;
-    if (info->callbackSite == CUPTI_API_ENTER && TRACED(api))
+    if (info->callbackSite != CUPTI_API_ENTER)
+        return;
+    if (TRACED(api))
         STAP_PROBE3(inferprobe_gpu, api, U64(info->correlationId), U64(cbid), U64(domain));
+    if (dump)
+        dump_line("api %u %u %u %ld %llu\n", info->correlationId, (unsigned)cbid, (unsigned)domain,
+                  (long)gettid(), (unsigned long long)monotonic_ns());
 }
 
 static const CUpti_CallbackId RUNTIME_CBIDS[] = {
@@ -340,7 +385,7 @@ static void *poll_loop(void *unused)
     while (poller_running) {
         struct timespec ts = {0, POLL_MS * 1000000L};
         nanosleep(&ts, NULL);
-        int traced = inferprobe_gpu_status_semaphore || inferprobe_gpu_activity_semaphore;
+        int traced = inferprobe_gpu_status_semaphore || inferprobe_gpu_activity_semaphore || dump;
         if (traced && !was_traced)
             polls = 0;
         if (traced) {
@@ -373,6 +418,14 @@ static void start_poller(void)
 static const CUpti_ActivityKind KINDS[] = {
     CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET,
 };
+
+static void flush_at_exit(void)
+{
+    if (status_code == SHIM_COLLECTING)
+        cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    if (dump)
+        fflush(dump);
+}
 
 static int start_collecting(void)
 {
@@ -408,6 +461,12 @@ EXPORT int inferprobe_cupti_start(void)
 {
     if (status_code == SHIM_COLLECTING)
         return status_code;
+    const char *path = getenv("INFERPROBE_CUPTI_DUMP");
+    if (path && *path && !dump) {
+        dump = fopen(path, "a");
+        if (dump)
+            atexit(flush_at_exit);  /* records still in CUPTI's buffers at exit */
+    }
     start_collecting();
     /* Also after a failure: the poller re-sends the status sentence to a
      * recorder that attaches later, which is how it learns why. */
@@ -427,6 +486,8 @@ EXPORT int inferprobe_cupti_stop(void)
             cuptiUnsubscribe(subscriber);
             subscribed = 0;
         }
+        if (dump)
+            fflush(dump);
         set_status(SHIM_STOPPED, 0,
                    "CUPTI activity collection stopped in pid %d after %llu records (%llu dropped by CUPTI)",
                    getpid(), (unsigned long long)records_seen, (unsigned long long)records_dropped);
