@@ -39,11 +39,12 @@ pytest.importorskip(
     reason="the nvidia-cuda-runtime-cu12 wheel is not installed (pip install -e '.[test]')",
 )
 
-from inferprobe.collector import cupti_attach, cupti_shim  # noqa: E402
+from inferprobe.collector import cupti_attach, cupti_dump, cupti_shim  # noqa: E402
 from inferprobe.collector.events import (  # noqa: E402
     GpuActivityKind,
     GpuActivityRecord,
     GpuApiRecord,
+    GpuClockRecord,
     GpuKernelNameRecord,
     GpuShimStatus,
     GpuShimStatusRecord,
@@ -197,6 +198,33 @@ def test_every_field_of_the_shims_records_reaches_a_recording(program, tmp_path)
     assert (memset.kind, memset.gpu_start, memset.gpu_end, memset.correlation_id, memset.shape) == (
         GpuActivityKind.MEMSET, 1_320_000, 1_321_000, 43, 512)
     assert all(e.pid == program.pid and t_before < e.ts_ns < t_after for e in activity)
+
+
+@needs_shim
+def test_the_dump_file_carries_the_records_the_probes_carry(tmp_path):
+    """INFERPROBE_CUPTI_DUMP (for GPU hosts without BPF, benchmarks/gpu_check.py): the shim's own
+    self-test records, read back through collector/cupti_dump.py, equal what the probes carry."""
+    dump = tmp_path / "shim.dump"
+    code = (f"import ctypes, os, time; lib = ctypes.CDLL({str(SHIM)!r}); "
+            "print(lib.inferprobe_cupti_start()); lib.inferprobe_cupti_selftest(); time.sleep(1.3); "
+            "print(os.getpid())")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "INFERPROBE_CUPTI_DUMP": str(dump)})
+    status_code, pid = map(int, done.stdout.split())
+    assert status_code == GpuShimStatus.NO_DEVICE
+    records = cupti_dump.read_dump(dump, pid)
+    (api,) = [r for r in records if isinstance(r, GpuApiRecord)]
+    assert (api.correlation_id, api.cbid, api.domain, api.tid) == (41, 211, 2, pid)
+    kinds = sorted((a.kind, a.gpu_start, a.gpu_end, a.correlation_id, a.shape)
+                   for a in records if isinstance(a, GpuActivityRecord))
+    assert kinds == [(GpuActivityKind.KERNEL, 1_000_000, 1_250_000, 41, 128 | 2 << 21 | 1 << 42),
+                     (GpuActivityKind.MEMCPY, 1_300_000, 1_310_000, 42, 4096),
+                     (GpuActivityKind.MEMSET, 1_320_000, 1_321_000, 43, 512)]
+    assert {r.name for r in records if isinstance(r, GpuKernelNameRecord)} == {"inferprobe_selftest_kernel"}
+    statuses = {r.text for r in records if isinstance(r, GpuShimStatusRecord)}
+    assert len(statuses) == 1 and NO_DEVICE.match(statuses.pop())
+    clocks = [r for r in records if isinstance(r, GpuClockRecord)]
+    assert clocks and all(c.mono_before_ns <= c.mono_after_ns for c in clocks)
 
 
 @needs_shim
