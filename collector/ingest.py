@@ -23,6 +23,7 @@ from inferprobe.collector.events import (
     Event,
     IoRecord,
     LlamaStepRecord,
+    TraceContextRecord,
     UsdtRecord,
     decode,
 )
@@ -76,7 +77,7 @@ def merge_views(usdt: ServerView, engine: ServerView) -> ServerView:
 
 def ingest(raw_events: Iterable[bytes]) -> Ingested:
     events, undecodable = decode_all(raw_events)
-    session = sessionize(ev for ev in events if isinstance(ev, ConnRecord | IoRecord))
+    session = sessionize(ev for ev in events if isinstance(ev, ConnRecord | IoRecord | TraceContextRecord))
     requests = sorted(session.requests, key=lambda r: r.t_ingress_ns)
     server = build_server_view(ev for ev in events if isinstance(ev, UsdtRecord))
     correlated = correlate(requests, session.connections, server)

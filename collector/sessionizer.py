@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 from inferprobe.collector.events import ConnRecord, ConnRole, Event, EventType, HttpFlag, HttpKind, IoRecord
 from inferprobe.collector.timeline import Connection, Outcome, Request, SessionStats, StreamEvent
+from inferprobe.collector.trace_context import TraceContextJoiner
 
 
 @dataclass(slots=True)
@@ -100,6 +101,7 @@ class Sessionizer:
         self.requests: list[Request] = []
         self.connections: dict[int, Connection] = {}
         self.stats = SessionStats()
+        self._trace = TraceContextJoiner(self.stats)  # W3C traceparent / tracestate onto requests
 
     # -- feeding ---------------------------------------------------------------
     def feed_all(self, events: Iterable[Event]) -> None:
@@ -107,6 +109,8 @@ class Sessionizer:
             self.feed(ev)
 
     def feed(self, ev: Event) -> None:
+        if self._trace.feed(ev):
+            return
         if not isinstance(ev, ConnRecord | IoRecord):
             return  # USDT and stack-sample events belong to other analyzers
         if isinstance(ev, ConnRecord):
@@ -171,11 +175,13 @@ class Sessionizer:
             self.stats.requests += 1
             conn.waiting.append(req)
             conn.reading = req
+            self._trace.saw_request_io(ev.conn_id, ev.exit_ns, req)
         elif ev.kind == HttpKind.DATA and ev.bytes > 0:
             if conn.reading is not None:
                 conn.reading.bytes_in += ev.bytes
                 if conn.reading.model is None:
                     conn.reading.model = ev.model
+                self._trace.saw_request_io(ev.conn_id, ev.exit_ns, conn.reading)
         elif ev.kind == HttpKind.EOF:
             conn.reading = None
 
@@ -307,6 +313,7 @@ class Sessionizer:
 
     # -- close -----------------------------------------------------------------
     def _on_close(self, conn_id: int, ts: int, reason: str) -> None:
+        self._trace.on_close(conn_id)
         conn = self._conns.pop(conn_id, None)
         if conn is None:
             return

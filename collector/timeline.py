@@ -74,6 +74,15 @@ class Request:
     role: str = "server"
     retry_count: int | None = None  # the request's x-stainless-retry-count header, where it was read
     peer: str | None = None  # the other end, "address:port" (a client's server, a server's client)
+    # W3C trace context of the request (docs/trace-context.md): its traceparent's
+    # trace-id and parent-id (32 and 16 lower-case hex digits) and flags, where a
+    # valid one was read (HTTP/1: bpf/trace_context.bpf.h; HTTP/2: HPACK), and its
+    # tracestate as sent (whole list members, at most TRACESTATE_MAX_BYTES).
+    # A server request's caller, or the context a client wrote into its own call.
+    trace_id: str | None = None
+    parent_span_id: str | None = None
+    trace_flags: int | None = None
+    tracestate: str | None = None
     # Filled in when the server has inferprobe USDT probes (collector/correlate.py):
     server: ServerRequest | None = None
     correlated_by: str | None = None  # "conn_fd", "thread" or "time"
@@ -149,6 +158,7 @@ class SessionStats:
     requests: int = 0
     responses_without_request: int = 0  # e.g. connections already mid-response at start
     writes_without_response: int = 0
+    trace_context_invalid: int = 0  # traceparent values read but not valid (collector/trace_context.py)
 
 
 # -- the server's own view, from its inferprobe USDT probes ---------------------
