@@ -258,7 +258,7 @@ def request_windows(r: Request) -> tuple[str, list[LaunchWindow]]:
     USDT probes say, else its whole window (ingress to end) in its process."""
     s = r.server
     if s is not None and (s.steps or s.t_prefill_start_ns is not None):
-        engine_tids = sorted({st.tid for st in s.steps}) or ([s.tid] if s.tid is not None else [None])
+        engine_tids: list[int | None] = [*sorted({st.tid for st in s.steps})] or [s.tid]  # None: any thread
         windows = []
         if s.t_prefill_start_ns is not None and s.t_prefill_end_ns is not None:
             windows += [LaunchWindow(s.pid, tid, s.t_prefill_start_ns, s.t_prefill_end_ns)

@@ -44,8 +44,8 @@ def parse_lines(lines: Iterable[str], pid: int) -> list[GpuShimRecord]:
                 cupti, before, after = map(int, rest.split())
                 out.append(GpuClockRecord(EventType.GPU_CLOCK, pid, 0, before, cupti, before, after))
             elif kind == "name":
-                name_id, _, name = rest.partition(" ")
-                out.append(GpuKernelNameRecord(EventType.GPU_KERNEL_NAME, pid, 0, 0, int(name_id), name))
+                number, _, name = rest.partition(" ")
+                out.append(GpuKernelNameRecord(EventType.GPU_KERNEL_NAME, pid, 0, 0, int(number), name))
             elif kind == "status":
                 code, result, text = rest.split(" ", 2)
                 out.append(GpuShimStatusRecord(EventType.GPU_SHIM_STATUS, pid, 0, 0, GpuShimStatus(int(code)),
