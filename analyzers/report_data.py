@@ -14,6 +14,7 @@ from inferprobe.analyzers import client_calls, no_requests, unread_traffic, verd
 from inferprobe.analyzers import locks as lock_analysis
 from inferprobe.analyzers import network as network_analysis
 from inferprobe.analyzers.breakdown import Breakdown, break_down
+from inferprobe.analyzers.by_container import CgroupGroup, attach_identities, by_cgroup
 from inferprobe.analyzers.cadence import CadenceSummary, by_endpoint, by_model, summarize
 from inferprobe.analyzers.engine_metrics import EngineMetricsSummary
 from inferprobe.analyzers.engine_metrics_section import summary_of as engine_metrics_of
@@ -29,6 +30,7 @@ from inferprobe.analyzers.ttft_percentiles import (
     decomposition,
     requests_at_ttft_percentiles,
 )
+from inferprobe.collector.containers import ProcessIdentities
 from inferprobe.collector.events import GpuRecord, UsdtRecord
 from inferprobe.collector.ingest import ingest
 from inferprobe.collector.recording import Recording
@@ -67,6 +69,7 @@ class ReportData:
     # The targets' outbound calls, their attempts grouped (analyzers/client_calls.py).
     client_calls: list[client_calls.ClientCall] = field(default_factory=list)
     engine_metrics: EngineMetricsSummary | None = None  # the engine's own /metrics (record --engine-metrics)
+    cgroups: list[CgroupGroup] = field(default_factory=list)  # requests by their process's cgroup
 
     @property
     def probe_sets(self) -> dict:
@@ -129,6 +132,8 @@ def build(recording: Recording, mutex_threshold: float = lock_analysis.DEFAULT_M
     engine_metrics = engine_metrics_of(recording)
     if engine_metrics is not None:  # the recorder's own scrapes are no traffic of the server's
         requests = without_scrapes(requests, ingested.connections, engine_metrics)
+    # Where each request's process ran, as the recorder read it (collector/containers.py).
+    attach_identities(requests, ProcessIdentities.from_snapshot(recording.snapshots.get("processes")))
     usdt = [ev for ev in decoded if isinstance(ev, UsdtRecord)]
     scheduler = summarize_scheduler(server)
     locks = lock_analysis.analyze(requests, decoded, recording.snapshots.get("locks"), mutex_threshold,
@@ -166,6 +171,7 @@ def build(recording: Recording, mutex_threshold: float = lock_analysis.DEFAULT_M
         overall=summarize(requests),
         endpoints={ep: summarize(reqs) for ep, reqs in by_endpoint(requests).items()},
         models={m: summarize(reqs) for m, reqs in by_model(requests).items()},
+        cgroups=by_cgroup(requests),
         no_requests=no_requests.explain(recording, requests, list(ingested.connections.values())),
         unread_connections=unread_traffic.unread_connections(recording),
         unread_traffic=unread_traffic.sentence(recording),

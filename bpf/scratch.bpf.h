@@ -23,6 +23,7 @@
  * line, data, CRLF), so two token chunks it queued and wrote at once, or a
  * token, [DONE] and the last chunk, take six or seven. */
 #define MAX_IOVECS 8
+#define H2_NO_PART 0xff
 
 /* User-space ABI layouts (stable, unlike kernel-internal structs). */
 struct user_iovec {
@@ -84,6 +85,19 @@ struct scratch {
     u32 model_pass;     /* request body: 0 the head, 1 the read's last bytes */
     u32 tail_read;      /* bytes of the write's end read into tail[] */
     u32 tail_pass;      /* scan_fields is reading the tail, copied into the head */
+    /* HTTP/2 (http2.bpf.h): the syscall's bytes as the frame walk sees them
+     * (its buffer or iovec array, left as classify_io found them), the
+     * segment it is in, and the event it fills. */
+    u64 h2_buf;
+    u64 h2_total;
+    u64 h2_seg_base;
+    u32 h2_vlen;
+    u32 h2_seg_len;
+    u32 h2_seg_off;
+    u32 h2_skip;        /* bytes to step over first: the preface */
+    u32 h2_runs;        /* runs of the h2_frames program for this syscall */
+    u32 h2_part;        /* the current frame's part in h2ev.frames, H2_NO_PART if none yet */
+    struct h2_frames_event h2ev;
     struct user_iovec iovs[MAX_IOVECS];   /* copy_iovecs: the next iovecs, read at once */
     u64 frame_word[MAX_IOVECS];           /* find_framing: a framing buffer's bytes, 0: read it */
     u8 frame_role[MAX_IOVECS];            /* enum frame_role, for framing_chains */

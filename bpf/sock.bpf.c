@@ -38,6 +38,7 @@
 #include "chunk_framing.bpf.h"  /* chunk framing known from iovec lengths */
 #include "gather.bpf.h"         /* a syscall's bytes into the head: buffer or iovecs */
 #include "body_windows.bpf.h"   /* a long write, a window at a time */
+#include "http2.bpf.h"          /* HTTP/2 frames, across syscalls and iovecs */
 #include "trace_context.bpf.h"  /* W3C traceparent / tracestate values of a request */
 
 /* Where the reads need no entry program (read_exit): the pending state in
@@ -65,6 +66,7 @@ struct conn_state {
     u32 tls;         /* a TLS session runs over it: its bytes are ciphertext, read at the library */
     u32 unrecognised; /* it moved bytes the classifier did not recognise (counted at close) */
     u32 client;      /* enum conn_role: connect()ed by the target (it sends requests) or accepted */
+    u32 h2;          /* it began with the HTTP/2 preface: its bytes are frames (h2_frames) */
 };
 
 enum io_dir { DIR_READ = 0, DIR_WRITE = 1, DIR_HANDSHAKE = 2 /* a TLS call that moves no plaintext */ };
@@ -82,6 +84,8 @@ struct pending_io {
     u32 client;
     u64 session;     /* TLS: the library's session (SSL *, Go *tls.Conn); 0 for a socket syscall */
     u64 wire_ns;     /* TLS: when the first socket syscall inside the library call began */
+    u32 h2;
+    u32 pad_h2;
 };
 
 BPF_TABLE("lru_hash", struct sock_key, struct conn_state, socks, 65536);
@@ -136,6 +140,7 @@ static __always_inline void fill_pending(struct pending_io *io, u64 ts_ns, u64 b
     io->http_seen = conn->http_seen;
     io->chunked = conn->chunked;
     io->client = conn->client;
+    io->h2 = conn->h2;
     io->session = 0;
     io->wire_ns = 0;
 }
@@ -185,6 +190,7 @@ struct cached_conn {
     u32 chunked;
     u32 tls;
     u32 client;
+    u32 h2;
     u32 filled;
     u32 tracked;     /* 0: socks has no entry for this fd */
 };
@@ -234,6 +240,7 @@ static __always_inline int lookup_conn(struct pending_io *slot, u32 tgid, s32 fd
         out->chunked = cached->chunked;
         out->tls = cached->tls;
         out->client = cached->client;
+        out->h2 = cached->h2;
         return cached->tracked;
     }
     struct sock_key key = {.pid = tgid, .fd = fd};
@@ -250,6 +257,7 @@ static __always_inline int lookup_conn(struct pending_io *slot, u32 tgid, s32 fd
     cached->chunked = out->chunked;
     cached->tls = out->tls;
     cached->client = out->client;
+    cached->h2 = out->h2;
     return 1;
 }
 
@@ -690,15 +698,16 @@ enum classify_prog {
     PROG_GATHER_WINDOW = 5,
     PROG_SCAN_FIELDS = 6,
     PROG_SCAN_TRACE_CONTEXT = 7,
+    PROG_H2_FRAMES = 8,
 };
-BPF_PROG_ARRAY(classifiers, 8);
+BPF_PROG_ARRAY(classifiers, 9);
 
 #ifdef TLS_PROBES
 /* The same chain for the TLS probes' plaintext: uprobes are kprobe-type
  * programs, and the kernel lets a program tail-call only programs of its
  * own type, so each chain program is loaded twice (CHAIN_PROGRAM below)
  * and each copy calls on through the array of its kind. */
-BPF_PROG_ARRAY(classifiers_tls, 8);
+BPF_PROG_ARRAY(classifiers_tls, 9);
 
 /* A TLS session of a target process: the library's handle for it (SSL *,
  * Go's *tls.Conn) and the connection state the classifier keeps, as socks
@@ -849,6 +858,267 @@ static __always_inline struct scratch *get_scratch(void)
     return scratch_area.lookup(&zero);
 }
 
+/* ---------------------------------------------------------------- HTTP/2 frames
+ *
+ * A connection whose first request-half bytes are the HTTP/2 preface is
+ * marked h2 (conn_state); from then on each of its syscalls (or TLS calls)
+ * goes from classify_io straight to h2_frames, which walks its frames where
+ * they lie in user memory (http2.bpf.h) and sends one h2_frames_event:
+ * frame headers and derived counts only. Header blocks go to user space
+ * through h2_header_pieces, a ring nothing records: HPACK's dynamic table
+ * needs every block of the connection, in order, and cannot be kept in the
+ * kernel; collector/h2_header_blocks.py decodes them at once and keeps only
+ * the fields docs/http2.md lists. A connection begun before attach shows
+ * no preface: it stays unrecognised traffic, never guessed at. */
+BPF_TABLE("lru_hash", u64, struct h2_conn, h2_conns, 16384);                 /* conn_id -> walk state */
+BPF_TABLE("lru_hash", struct h2_stream_key, struct h2_stream_state, h2_streams, 65536);
+BPF_RINGBUF_OUTPUT(h2_header_pieces, 64);
+
+/* A fresh h2_frames_event for this syscall in the scratch area. */
+static __always_inline void h2_begin_event(struct scratch *s, u16 dir, u16 flags)
+{
+    struct h2_frames_event *h = &s->h2ev;
+    h->hdr = s->ev.hdr;
+    h->hdr.type = EVENT_H2_FRAMES;
+    h->conn_id = s->ev.conn_id;
+    h->exit_ns = s->ev.exit_ns;
+    h->bytes = s->ev.bytes;
+    h->fd = s->ev.fd;
+    h->flags = flags | (s->ev.flags & HTTP_FLAG_BEGAN_UNSEEN ? H2_FLAG_BEGAN_UNSEEN : 0);
+    h->transport = s->ev.transport;
+    h->role = s->ev.role;
+    h->dir = dir == DIR_WRITE;
+    h->n_frames = 0;
+    h->wire_ns = s->ev.wire_ns;
+    s->h2_runs = 0;
+    s->h2_part = H2_NO_PART;
+}
+
+/* Sends the frames listed so far (only the parts filled: most writes carry one). */
+static __always_inline void h2_send_event(struct scratch *s, u16 more)
+{
+    struct h2_frames_event *h = &s->h2ev;
+    u32 n = h->n_frames;
+    if (n > H2_FRAMES_PER_EVENT)
+        n = H2_FRAMES_PER_EVENT;
+    if (more)
+        h->flags |= H2_FLAG_MORE;
+    u32 size = sizeof(*h) - sizeof(h->frames) + n * sizeof(struct h2_frame);
+    if (size <= sizeof(*h))
+        send_event(h, size);
+    h->flags &= ~(H2_FLAG_MORE | H2_FLAG_PREFACE);
+    h->n_frames = 0;
+    s->h2_part = H2_NO_PART;
+}
+
+/* The part of the current frame in this event, added if it has none yet
+ * (a frame begun in an earlier syscall, or before the event filled up). */
+static __always_inline struct h2_frame *h2_part_of(struct scratch *s, struct h2_dir *d, u8 continued)
+{
+    struct h2_frames_event *h = &s->h2ev;
+    if (s->h2_part < H2_FRAMES_PER_EVENT)
+        return &h->frames[s->h2_part & (H2_FRAMES_PER_EVENT - 1)];
+    if (h->n_frames >= H2_FRAMES_PER_EVENT)
+        h2_send_event(s, 1);
+    u32 i = h->n_frames & (H2_FRAMES_PER_EVENT - 1);
+    struct h2_frame *part = &h->frames[i];
+    part->stream_id = d->stream_id;
+    part->length = d->frame_len;
+    part->value = 0;
+    part->type = d->type;
+    part->flags = d->flags;
+    part->part = continued ? H2_PART_FLAG_CONTINUED : 0;
+    part->messages = 0;
+    h->n_frames = i + 1;
+    s->h2_part = i;
+    return part;
+}
+
+/* A piece of a header block, to user space for HPACK. */
+static __always_inline void h2_send_header_piece(struct scratch *s, struct h2_dir *d, u64 at, u32 take)
+{
+    struct h2_header_piece *piece = h2_header_pieces.ringbuf_reserve(sizeof(struct h2_header_piece));
+    if (!piece) {
+        count(COUNTER_H2_PIECES_LOST);
+        return;
+    }
+    piece->hdr = s->h2ev.hdr;
+    piece->hdr.type = EVENT_H2_HEADER_PIECE;
+    piece->conn_id = s->h2ev.conn_id;
+    piece->exit_ns = s->h2ev.exit_ns;
+    piece->stream_id = d->stream_id;
+    piece->frame_length = d->frame_len;
+    piece->offset = d->frame_len - d->frame_left;
+    piece->frame_type = d->type;
+    piece->frame_flags = d->flags;
+    piece->dir = s->h2ev.dir;
+    piece->role = s->h2ev.role;
+    piece->transport = s->h2ev.transport;
+    /* Masked so that the verifier sees the bound: a piece of 4096 bytes or
+     * more is cut (and its table then lost in user space). */
+    u32 n = take;
+    piece->truncated = n >= H2_HEADER_PIECE_BYTES;
+    if (n >= H2_HEADER_PIECE_BYTES)
+        n = H2_HEADER_PIECE_BYTES - 1;
+    n &= H2_HEADER_PIECE_BYTES - 1;
+    piece->len = n;
+    if (n == 0 || bpf_probe_read_user(piece->bytes, n, (void *)at))
+        piece->truncated = 1;
+    h2_header_pieces.ringbuf_submit(piece, 0);
+}
+
+/* A DATA frame's header was read: its stream's message state joins the walk. */
+static __always_inline void h2_data_frame_begins(struct scratch *s, struct h2_dir *d)
+{
+    struct h2_stream_key key = {.conn_id = s->h2ev.conn_id, .stream_id = d->stream_id, .dir = s->h2ev.dir};
+    struct h2_stream_state *st = h2_streams.lookup(&key);
+    d->msg_left = st ? st->msg_left : 0;
+    d->shape = st ? st->shape : H2_SHAPE_UNKNOWN;
+    d->prefix_have = st ? st->prefix_have : 0;
+    if (st)
+        __builtin_memcpy(d->prefix, st->prefix, sizeof(st->prefix));
+    d->padded = (d->flags & H2_FRAME_FLAG_PADDED) != 0;
+}
+
+/* The current frame's last byte was walked. */
+static __always_inline void h2_frame_ends(struct scratch *s, struct h2_dir *d)
+{
+    struct h2_frame *part = h2_part_of(s, d, 1);
+    part->part |= H2_PART_FLAG_ENDS;
+    s->h2_part = H2_NO_PART;
+    if (d->type != H2_FRAME_DATA)
+        return;
+    struct h2_stream_key key = {.conn_id = s->h2ev.conn_id, .stream_id = d->stream_id, .dir = s->h2ev.dir};
+    if (d->flags & H2_FRAME_FLAG_END_STREAM) {
+        h2_streams.delete(&key);
+        return;
+    }
+    struct h2_stream_state st = {.msg_left = d->msg_left, .shape = d->shape, .prefix_have = d->prefix_have};
+    __builtin_memcpy(st.prefix, d->prefix, sizeof(st.prefix));
+    h2_streams.update(&key, &st);
+}
+
+/* One step over a frame header's bytes. */
+static __always_inline void h2_header_step(struct scratch *s, struct h2_dir *d, u64 at, u32 avail)
+{
+    u32 have = d->hdr_have;
+    if (have > 8) {
+        d->lost = 1;
+        return;
+    }
+    u32 got = h2_take_bytes(d->hdr, have, 9 - have, at, avail);
+    if (!got) {
+        d->lost = 1;
+        return;
+    }
+    s->h2_seg_off += got;
+    have += got;
+    d->hdr_have = have;
+    if (have < 9)
+        return;   /* the header goes on in the next segment */
+    d->hdr_have = 0;
+    d->frame_len = h2_be24(d->hdr);
+    d->frame_left = d->frame_len;
+    d->type = d->hdr[3];
+    d->flags = d->hdr[4];
+    d->stream_id = h2_be32(d->hdr + 5) & 0x7fffffff;
+    s->h2_part = H2_NO_PART;
+    h2_part_of(s, d, 0);
+    if (d->type == H2_FRAME_DATA)
+        h2_data_frame_begins(s, d);
+    if (!d->frame_left)
+        h2_frame_ends(s, d);
+}
+
+/* One step over a payload: a gRPC message's prefix or body, or all of a
+ * payload this segment holds (header block pieces go to user space). */
+static __always_inline void h2_payload_step(struct scratch *s, struct h2_dir *d, u64 at, u32 avail)
+{
+    u32 take = d->frame_left < avail ? d->frame_left : avail;
+    struct h2_frame *part = h2_part_of(s, d, 1);
+    u32 at_start = d->frame_left == d->frame_len;
+    if (d->type == H2_FRAME_DATA) {
+        if (d->shape == H2_SHAPE_UNKNOWN && !d->padded) {
+            /* The stream's first DATA byte: a gRPC message's compressed flag, or text. */
+            u8 first = 0xff;
+            bpf_probe_read_user(&first, 1, (void *)at);
+            d->shape = first <= 1 ? H2_SHAPE_GRPC : H2_SHAPE_TEXT;
+        }
+        if (d->shape == H2_SHAPE_GRPC && !d->padded) {
+            part->part |= H2_PART_FLAG_GRPC;
+            if (d->msg_left) {
+                take = d->msg_left < take ? d->msg_left : take;
+                d->msg_left -= take;
+                if (!d->msg_left && part->messages < 255)
+                    part->messages++;
+            } else {
+                u32 have = d->prefix_have;
+                take = h2_take_bytes(d->prefix, have, 5 - (have > 4 ? 4 : have), at, take);
+                if (!take) {
+                    d->lost = 1;
+                    return;
+                }
+                have += take;
+                d->prefix_have = have;
+                if (have >= 5) {
+                    d->prefix_have = 0;
+                    d->msg_left = h2_be32(d->prefix + 1);
+                    if (!d->msg_left && part->messages < 255)
+                        part->messages++;   /* an empty message is whole at its prefix */
+                }
+            }
+        } else {
+            if (d->padded)
+                part->part |= H2_PART_FLAG_UNWALKED;
+            else if (at_start && h2_starts_sse_data(at, take))
+                part->part |= H2_PART_FLAG_SSE_DATA;
+        }
+        part->value += take;
+    } else if (d->type == H2_FRAME_HEADERS || d->type == H2_FRAME_CONTINUATION ||
+               d->type == H2_FRAME_PUSH_PROMISE) {
+        h2_send_header_piece(s, d, at, take);
+    } else if ((d->type == H2_FRAME_RST_STREAM || d->type == H2_FRAME_GOAWAY) && at_start && take >= 4) {
+        /* RST_STREAM: the error code; GOAWAY: the last stream the peer will handle. */
+        u8 word[4] = {};
+        bpf_probe_read_user(word, 4, (void *)at);
+        part->value = h2_be32(word) & (d->type == H2_FRAME_GOAWAY ? 0x7fffffff : 0xffffffff);
+    }
+    s->h2_seg_off += take;
+    d->frame_left -= take;
+    if (!d->frame_left)
+        h2_frame_ends(s, d);
+}
+
+/* The walk gives up on this direction of the connection (a syscall with
+ * more frames than the step budget, an unreadable header): said once, in
+ * the event and the counters, and never guessed past. */
+static __always_inline void h2_give_up(struct scratch *s, struct h2_dir *d)
+{
+    d->lost = 1;
+    s->h2ev.flags |= H2_FLAG_LOST_SYNC;
+    count(COUNTER_H2_LOST_SYNC);
+}
+
+/* The preface, read (a server) or written (a client): the connection is
+ * HTTP/2 from here on; the rest of the syscall is frames. */
+static __always_inline int h2_connection_begins(void *ctx, int tls, struct scratch *s)
+{
+    struct conn_state *state = event_conn(s);
+    if (!state)
+        return 0;
+    state->h2 = 1;
+    state->http_seen = 1;
+    conn_changed(s);
+    struct h2_conn fresh = {};
+    h2_conns.update(&s->ev.conn_id, &fresh);
+    h2_begin_event(s, s->ev.hdr.type == EVENT_SOCK_WRITE ? DIR_WRITE : DIR_READ, H2_FLAG_PREFACE);
+    h2_walk_begin(s, H2_PREFACE_BYTES);
+    s->h2_runs = 1;
+    chain_call(ctx, tls, PROG_H2_FRAMES);
+    h2_send_event(s, 0);   /* the tail call failed: at least say the connection is HTTP/2 */
+    return 0;
+}
+
 static __always_inline int classify_io(void *ctx, u64 id, struct pending_io io, long ret, u64 now, int tls);
 
 static __always_inline int io_exit(void *ctx, long ret, u16 dir, u16 vectored, u16 is_msghdr)
@@ -991,6 +1261,18 @@ static __always_inline int classify_io(void *ctx, u64 id, struct pending_io io, 
     s->named_events = 0;
     s->head[SCRATCH_BYTES - 1] = 0;   /* what a line end at 0 finds before it (stream_fields.bpf.h) */
 
+    s->h2_buf = io.buf;
+    s->h2_vlen = io.vlen;
+    s->h2_total = ret > 0 ? (u64)ret : 0;
+    if (io.h2) {
+        /* An HTTP/2 connection: its bytes are frames, walked where they lie
+         * (nothing is copied into the head). No bytes, no frames. */
+        if (ret <= 0)
+            return 0;
+        h2_begin_event(s, io.dir, 0);
+        chain_call(ctx, tls, PROG_H2_FRAMES);
+        return 0;
+    }
     if (ret < 0) {
         ev->kind = HTTP_KIND_ERROR;
         return submit(s);
@@ -1096,6 +1378,8 @@ static __always_inline int chain_classify_request(void *ctx, int tls)
     struct scratch *s = get_scratch();
     if (!s)
         return 0;
+    if (h2_is_preface(s))
+        return h2_connection_begins(ctx, tls, s);
     u32 after = 0;
     u64 first8 = first_bytes(s);
     u8 method = parse_method(first8, &after);
@@ -1256,6 +1540,58 @@ static __always_inline int chain_scan_fields(void *ctx, int tls)
     return finish_body(ctx, tls, s);
 }
 CHAIN_PROGRAM(scan_fields)
+
+/* The frames of an HTTP/2 connection's syscall, H2_STEPS steps a run; a
+ * syscall that needs more runs the program again (a tail call), up to
+ * H2_MAX_RUNS. The first run of a syscall starts the walk at its first
+ * byte (h2_runs 0: classify_io; the preface's run is set up by
+ * h2_connection_begins). */
+static __always_inline int chain_h2_frames(void *ctx, int tls)
+{
+    struct scratch *s = get_scratch();
+    if (!s)
+        return 0;
+    u64 conn_id = s->h2ev.conn_id;
+    struct h2_conn *conn = h2_conns.lookup(&conn_id);
+    if (!conn)
+        return 0;   /* its walk state was evicted (16384 HTTP/2 connections at once) */
+    struct h2_dir *d = &conn->dir[s->h2ev.dir & 1];
+    if (d->lost)
+        return 0;
+    if (!s->h2_runs)
+        h2_walk_begin(s, 0);
+    s->h2_runs++;
+    for (u32 i = 0; i < H2_STEPS; i++) {
+        if (s->h2_seg_off >= s->h2_seg_len) {
+            if (!h2_next_segment(s))
+                break;
+            continue;
+        }
+        u32 avail = s->h2_seg_len - s->h2_seg_off;
+        u64 at = s->h2_seg_base + s->h2_seg_off;
+        if (s->h2_skip) {
+            u32 step = s->h2_skip < avail ? s->h2_skip : avail;
+            s->h2_skip -= step;
+            s->h2_seg_off += step;
+        } else if (d->frame_left) {
+            h2_payload_step(s, d, at, avail);
+        } else {
+            h2_header_step(s, d, at, avail);
+        }
+        if (d->lost)
+            break;
+    }
+    if (d->lost) {
+        h2_give_up(s, d);
+    } else if (h2_bytes_remain(s)) {
+        if (s->h2_runs < H2_MAX_RUNS)
+            chain_call(ctx, tls, PROG_H2_FRAMES);
+        h2_give_up(s, d);   /* out of runs (or the tail call failed) */
+    }
+    h2_send_event(s, 0);
+    return 0;
+}
+CHAIN_PROGRAM(h2_frames)
 
 /* ---------------------------------------------------------------- W3C trace context
  *

@@ -24,6 +24,7 @@ from inferprobe.cli.options import (
 )
 from inferprobe.cli.stack_options import STACK_FLAGS, stack_options, stack_set_options, stack_sets
 from inferprobe.collector import targets as target_procs
+from inferprobe.collector.containers import ProcessIdentities, any_in_container
 from inferprobe.collector.engine_scrape import Scraper
 from inferprobe.collector.events import LAYOUT_VERSION
 from inferprobe.collector.probe_sets import OPT_IN_FLAGS
@@ -222,6 +223,7 @@ def record(pids, all_hosts, ports, comm, cgroup, duration, output, ringbuf_mb,
     probe is in place; Ctrl-C or SIGTERM stops and still writes a complete
     recording.
     """
+    from inferprobe.collector.h2_header_blocks import HeaderPieceReader
     from inferprobe.collector.loader import load_tracer
     from inferprobe.collector.ringbuf import RingBufferReader
     from inferprobe.exporters.clock import measure_offset
@@ -229,7 +231,8 @@ def record(pids, all_hosts, ports, comm, cgroup, duration, output, ringbuf_mb,
 
     filters = host_wide_filters(pids, all_hosts, ports, comm, cgroup)
     apply_kernel_headers(kernel_headers)
-    metrics = bind_prometheus(prometheus)
+    # Request metrics split by container where containers are traced (docs/containers.md).
+    metrics = bind_prometheus(prometheus, container_label=filters is not None or any_in_container(pids))
     pids = list(dict.fromkeys(pids)) if filters is None else listening_now(filters)
     pages = 1 << ((ringbuf_mb * 256).bit_length() - 1)
     sets = (("sockets",) + (() if tls is False else ("tls",)) + (() if no_usdt else ("usdt",))
@@ -251,11 +254,15 @@ def record(pids, all_hosts, ports, comm, cgroup, duration, output, ringbuf_mb,
     # Before attaching, so that looking for /metrics is not recorded as the server's traffic.
     engine = engine_metrics_source(pids, engine_metrics_url, no_engine_metrics)
     tracer = load_tracer(pids, sets=sets, ringbuf_pages=pages, options=options)
+    # Where each traced process runs (cgroup, pid in its namespace, container): read once each.
+    identities = ProcessIdentities()
+    identities.note(target_procs.with_descendants(tracer.pids))
     for name, flag in OPT_IN_FLAGS.items():  # so every report can say why they were off
         if name not in sets:
             tracer.inactive.setdefault(name, f"not requested (record {flag})")
     writer = None
     reader = None
+    header_pieces = None
     live = None
     scraper = None
     try:
@@ -265,9 +272,11 @@ def record(pids, all_hosts, ports, comm, cgroup, duration, output, ringbuf_mb,
         if engine is not None:
             meta["engine_metrics"] = {"url": engine[0], "found": engine[1]}
         writer = RecordingWriter(Path(output), meta)
-        live = start_live_export(meta, metrics, otlp, otlp_opts)
+        live = start_live_export(meta, metrics, otlp, otlp_opts, identities)
         sink = writer.add_ring_chunk if live is None else live.tee(writer.add_ring_chunk)
         reader = RingBufferReader(tracer, tracer.tap(sink))
+        # HTTP/2 header blocks: decoded as they come, only their listed fields recorded.
+        header_pieces = HeaderPieceReader(tracer, sink) if tracer.has_map(b"h2_header_pieces") else None
         if engine is not None:
             scraper = Scraper(engine[0])
             scraper.start()
@@ -293,6 +302,8 @@ def record(pids, all_hosts, ports, comm, cgroup, duration, output, ringbuf_mb,
         lost = 0
         while True:
             reader.poll(100)
+            if header_pieces is not None:
+                header_pieces.drain()
             if scraper is not None:
                 for scrape in scraper.take():
                     writer.add_engine_scrape(scrape)
@@ -319,6 +330,7 @@ def record(pids, all_hosts, ports, comm, cgroup, duration, output, ringbuf_mb,
                          "clock": measure_offset().as_dict(), "rss_kb": _own_rss_kb(), **counters}
                 if now >= next_map_count:
                     next_map_count = now + MAP_COUNT_INTERVAL_S
+                    identities.note(target_procs.with_descendants(tracer.pids))  # forked since
                     stats["map_entries"] = tracer.map_entries()
                 writer.flush(stats=stats)
                 if status_line:
@@ -333,10 +345,13 @@ def record(pids, all_hosts, ports, comm, cgroup, duration, output, ringbuf_mb,
                     end_reason = "targets exited"
                     break
         reader.drain()
+        if header_pieces is not None:
+            header_pieces.drain()
         if scraper is not None:
             for scrape in scraper.stop():
                 writer.add_engine_scrape(scrape)
         map_entries = tracer.map_entries()
+        writer.add_snapshot("processes", identities.snapshot())
         for name, data in tracer.snapshots().items():
             writer.add_snapshot(name, data)
         counters = tracer.counters()
@@ -368,6 +383,8 @@ def record(pids, all_hosts, ports, comm, cgroup, duration, output, ringbuf_mb,
             scraper.stop()
         if reader is not None:
             reader.close()
+        if header_pieces is not None:
+            header_pieces.close()
         tracer.close()
         if metrics is not None:
             metrics.close()

@@ -171,3 +171,8 @@ class ProcessIdentities:
             identity = ProcessIdentity.from_json(entry)
             ids._known[identity.pid] = identity
         return ids
+
+
+def any_in_container(pids: Iterable[int], proc: Path = PROC) -> bool:
+    """Whether one of pids runs in a container (or a Kubernetes pod) now."""
+    return any((i := read_identity(pid, proc)) is not None and i.container is not None for pid in pids)

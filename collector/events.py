@@ -750,10 +750,11 @@ def _h2_frames(etype: EventType, ev: Any) -> H2FramesRecord:
     n = min(ev.n_frames, len(ev.frames))
     return H2FramesRecord(
         type=etype, pid=hdr.pid, tid=hdr.tid, ts_ns=hdr.ts_ns, exit_ns=ev.exit_ns, conn_id=ev.conn_id,
-        fd=ev.fd, bytes=ev.bytes, flags=H2Flag(ev.flags), transport=member(Transport, ev.transport, "transport"),
+        fd=ev.fd, bytes=ev.bytes, flags=H2Flag(ev.flags),
+        transport=member(Transport, ev.transport, "transport"),
         role=member(ConnRole, ev.role, "connection role"), is_read=ev.dir == 0, wire_ns=ev.wire_ns or None,
-        frames=tuple(H2FramePart(f.stream_id, f.length, f.value, f.type, f.flags, H2PartFlag(f.part), f.messages)
-                     for f in ev.frames[:n]),
+        frames=tuple(H2FramePart(f.stream_id, f.length, f.value, f.type, f.flags, H2PartFlag(f.part),
+                                 f.messages) for f in ev.frames[:n]),
     )
 
 
@@ -771,7 +772,8 @@ def _h2_headers(etype: EventType, ev: Any) -> H2HeadersRecord:
         content=member(H2Content, ev.content, "HTTP/2 content"),
         is_read=ev.dir == 0, role=member(ConnRole, ev.role, "connection role"),
         transport=member(Transport, ev.transport, "transport"),
-        traceparent=ev.traceparent[: ev.traceparent_len].decode("ascii", "replace") if ev.traceparent_len else None,
+        traceparent=(ev.traceparent[: ev.traceparent_len].decode("ascii", "replace")
+                     if ev.traceparent_len else None),
     )
 
 

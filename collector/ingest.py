@@ -21,6 +21,8 @@ from inferprobe.collector.events import (
     ConnRecord,
     DecodeError,
     Event,
+    H2FramesRecord,
+    H2HeadersRecord,
     IoRecord,
     LlamaStepRecord,
     TraceContextRecord,
@@ -75,9 +77,13 @@ def merge_views(usdt: ServerView, engine: ServerView) -> ServerView:
     return usdt
 
 
+# What the sessionizer reads: connections, HTTP/1 I/O, trace context, HTTP/2 frames and header blocks.
+SESSION_RECORDS = (ConnRecord, IoRecord, TraceContextRecord, H2FramesRecord, H2HeadersRecord)
+
+
 def ingest(raw_events: Iterable[bytes]) -> Ingested:
     events, undecodable = decode_all(raw_events)
-    session = sessionize(ev for ev in events if isinstance(ev, ConnRecord | IoRecord | TraceContextRecord))
+    session = sessionize(ev for ev in events if isinstance(ev, SESSION_RECORDS))
     requests = sorted(session.requests, key=lambda r: r.t_ingress_ns)
     server = build_server_view(ev for ev in events if isinstance(ev, UsdtRecord))
     correlated = correlate(requests, session.connections, server)

@@ -168,6 +168,14 @@ class LoadedTracer:
             totals[counter.name.lower()] = int(sum(per_cpu))
         return totals
 
+    def has_map(self, name: bytes) -> bool:
+        """Whether the loaded programs define this map (a probe set's own ring, say)."""
+        try:
+            self.bpf.get_table(name)
+        except KeyError:
+            return False
+        return True
+
     def map_entries(self) -> dict[str, int]:
         """Entries in every active set's in-flight state maps (a walk of the
         keys: call it every few seconds, not per poll)."""

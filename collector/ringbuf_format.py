@@ -37,3 +37,13 @@ def iter_ring_records(chunk: bytes | memoryview) -> Iterator[bytes]:
         offset += record_span(header)
     if offset != end:
         raise ValueError("trailing bytes after the last ring buffer record")
+
+
+def frame_records(events: list[bytes]) -> bytes:
+    """Events in the ring buffer's framing: how events made in user space
+    (collector/h2_header_blocks.py) join the kernel's in a recording and
+    the live exporters."""
+    out = bytearray()
+    for raw in events:
+        out += U32.pack(len(raw)) + bytes(4) + raw + bytes(-len(raw) % 8)
+    return bytes(out)

@@ -29,7 +29,18 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from inferprobe.collector.events import ConnRecord, ConnRole, Event, EventType, HttpFlag, HttpKind, IoRecord
+from inferprobe.collector.events import (
+    ConnRecord,
+    ConnRole,
+    Event,
+    EventType,
+    H2FramesRecord,
+    H2HeadersRecord,
+    HttpFlag,
+    HttpKind,
+    IoRecord,
+)
+from inferprobe.collector.h2_streams import H2Streams
 from inferprobe.collector.timeline import Connection, Outcome, Request, SessionStats, StreamEvent
 from inferprobe.collector.trace_context import TraceContextJoiner
 
@@ -86,13 +97,19 @@ def is_request_side(ev: IoRecord) -> bool:
     return ev.is_read != (ev.role == ConnRole.CLIENT)
 
 
-def completion_order(ev: Event) -> int:
+def completion_order(ev: Event) -> tuple[int, int]:
     """The time an event took effect, the order the sessionizer is fed in.
 
     Data moved on the socket when the syscall returned: order by exit for
-    I/O so a request read is always before the writes that answer it.
+    I/O so a request read is always before the writes that answer it. An
+    HTTP/2 syscall's decoded header blocks (user space made them from a ring
+    of their own) go before its frames, which they name the streams of.
     """
-    return ev.exit_ns if isinstance(ev, IoRecord) else ev.ts_ns
+    if isinstance(ev, IoRecord | H2FramesRecord):
+        return ev.exit_ns, 1
+    if isinstance(ev, H2HeadersRecord):
+        return ev.exit_ns, 0
+    return ev.ts_ns, 1
 
 
 class Sessionizer:
@@ -102,6 +119,7 @@ class Sessionizer:
         self.connections: dict[int, Connection] = {}
         self.stats = SessionStats()
         self._trace = TraceContextJoiner(self.stats)  # W3C traceparent / tracestate onto requests
+        self._h2 = H2Streams(self.requests, self.stats, self._peer)
 
     # -- feeding ---------------------------------------------------------------
     def feed_all(self, events: Iterable[Event]) -> None:
@@ -111,6 +129,10 @@ class Sessionizer:
     def feed(self, ev: Event) -> None:
         if self._trace.feed(ev):
             return
+        if isinstance(ev, H2FramesRecord | H2HeadersRecord):
+            self._known_by_first_io(ev)
+            self._h2.feed(ev)
+            return
         if not isinstance(ev, ConnRecord | IoRecord):
             return  # USDT and stack-sample events belong to other analyzers
         if isinstance(ev, ConnRecord):
@@ -118,6 +140,7 @@ class Sessionizer:
                 if ev.conn_id in self.connections:
                     self.connections[ev.conn_id].t_close_ns = ev.ts_ns
                 self._on_close(ev.conn_id, ev.ts_ns, "close")
+                self._h2.on_close(ev.conn_id, ev.ts_ns)
             elif ev.type == EventType.CONN_CONNECTED:
                 if ev.conn_id in self.connections:
                     self.connections[ev.conn_id].t_connect_end_ns = ev.ts_ns
@@ -131,19 +154,24 @@ class Sessionizer:
                 # unique); a fresh state is all an open needs.
                 self._conns.setdefault(ev.conn_id, _Conn())
             return
-        if ev.conn_id not in self.connections:
-            # open before the recording started: known only by its first I/O
-            self.connections[ev.conn_id] = Connection(
-                conn_id=ev.conn_id, pid=ev.pid, fd=ev.fd, family="unknown", peer=None,
-                peer_port=None, t_open_ns=None, role=ev.role.name.lower())
+        self._known_by_first_io(ev)
         conn = self._conns.setdefault(ev.conn_id, _Conn())
         if is_request_side(ev):
             self._on_request_bytes(conn, ev)
         else:
             self._on_response_bytes(conn, ev)
 
+    def _known_by_first_io(self, ev: IoRecord | H2FramesRecord | H2HeadersRecord) -> None:
+        if ev.conn_id not in self.connections:
+            # open before the recording started: known only by its first I/O
+            fd = ev.fd if isinstance(ev, IoRecord | H2FramesRecord) else -1
+            self.connections[ev.conn_id] = Connection(
+                conn_id=ev.conn_id, pid=ev.pid, fd=fd, family="unknown", peer=None,
+                peer_port=None, t_open_ns=None, role=ev.role.name.lower())
+
     def finish(self) -> list[Request]:
         """Ends the recording: whatever is still open is incomplete."""
+        self._h2.finish()
         for conn in self._conns.values():
             if conn.responding is not None:
                 conn.responding.request.outcome = Outcome.INCOMPLETE

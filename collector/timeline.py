@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import NamedTuple
 
+from inferprobe.collector.containers import ProcessIdentity
+
 
 class Outcome(StrEnum):
     COMPLETE = "complete"  # the response ended as its framing says
@@ -83,6 +85,17 @@ class Request:
     parent_span_id: str | None = None
     trace_flags: int | None = None
     tracestate: str | None = None
+    # Where the process that served (or sent) it runs: its cgroup v2 path, its pid in
+    # its own pid namespace, the container and pod that path names (collector/containers.py).
+    process: ProcessIdentity | None = None
+    # HTTP/2 (collector/h2_streams.py): "h2" and the stream's id; a gRPC call's
+    # service and method (from :path /package.Service/Method) and its grpc-status.
+    # token_ns are then the writes carrying DATA frames that complete messages.
+    protocol: str = "http/1.1"
+    h2_stream: int | None = None
+    rpc_service: str | None = None
+    rpc_method: str | None = None
+    grpc_status: int | None = None
     # Filled in when the server has inferprobe USDT probes (collector/correlate.py):
     server: ServerRequest | None = None
     correlated_by: str | None = None  # "conn_fd", "thread" or "time"
@@ -159,6 +172,8 @@ class SessionStats:
     responses_without_request: int = 0  # e.g. connections already mid-response at start
     writes_without_response: int = 0
     trace_context_invalid: int = 0  # traceparent values read but not valid (collector/trace_context.py)
+    h2_tables_lost: int = 0  # HTTP/2 header blocks whose HPACK table could not be followed
+    h2_connections_lost: int = 0  # HTTP/2 connections whose frames could no longer be followed
 
 
 # -- the server's own view, from its inferprobe USDT probes ---------------------

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from inferprobe.collector.containers import ProcessIdentities
 from inferprobe.collector.events import LlamaStepRecord, UsdtRecord
 from inferprobe.collector.ingest import LiveIngest
 from inferprobe.collector.ringbuf_format import iter_ring_records
@@ -34,8 +35,11 @@ class LiveStats:
 
 
 class LiveExport:
-    def __init__(self, clock: WallClock, shipper: SpanShipper | None = None, metrics: Metrics | None = None):
+    def __init__(self, clock: WallClock, shipper: SpanShipper | None = None, metrics: Metrics | None = None,
+                 identities: ProcessIdentities | None = None):
         self.clock = clock
+        # Where each request's process runs (container.id, k8s.pod.uid, the container_id label)
+        self.identities = identities if identities is not None else ProcessIdentities()
         self.shipper = shipper
         self.metrics = metrics
         self.ingest = LiveIngest()
@@ -93,6 +97,8 @@ class LiveExport:
 
     def _export(self, req: Request, finished: bool = True) -> None:
         self.stats.finished += 1
+        if req.process is None:
+            req.process = self.identities.get(req.pid)
         if self.shipper is not None:
             self.shipper.submit(req)
         if self.metrics is not None and finished:

@@ -50,6 +50,10 @@ LABELS = ("endpoint", "model", "status_class", "target")
 # attempts end one by one (a retried call's are grouped in the report: analyzers/client_calls.py).
 CLIENT_LABELS = ("server_address", "endpoint", "model", "status_class", "target")
 MAX_PEERS = 64
+# Where containers are traced (record --all, or a target in one): each request's
+# container id (collector/containers.py; "" for a process in none), capped too.
+CONTAINER_LABEL = "container_id"
+MAX_CONTAINERS = 256
 
 
 class PortBusy(InferprobeError):
@@ -75,43 +79,47 @@ def capped(value: str, seen: set[str], limit: int) -> str:
 class Metrics:
     """Owns one registry; observe_*() are called from the recording thread."""
 
-    def __init__(self, targets: dict[int, str]):
+    def __init__(self, targets: dict[int, str], container_label: bool = False):
         self.registry = CollectorRegistry(auto_describe=True)
         self._targets = targets  # pid -> process name
         self._endpoints: set[str] = set()
         self._models: set[str] = set()
+        self._containers: set[str] = set()
+        self._container_label = container_label
+        extra = (CONTAINER_LABEL,) if container_label else ()
+        labels, client_labels = (*LABELS, *extra), (*CLIENT_LABELS, *extra)
         r = self.registry
         self.ttft = Histogram("gen_ai_server_time_to_first_token_seconds",
                               "Time from the request read to the first token chunk written.",
-                              LABELS, buckets=TTFT_BUCKETS, registry=r)
+                              labels, buckets=TTFT_BUCKETS, registry=r)
         self.tpot = Histogram("gen_ai_server_time_per_output_token_seconds",
                               "Per request: (last - first token time) / (output tokens - 1).",
-                              LABELS, buckets=TPOT_BUCKETS, registry=r)
+                              labels, buckets=TPOT_BUCKETS, registry=r)
         self.duration = Histogram("gen_ai_server_request_duration_seconds",
                                   "Time from the request read to the end of the response.",
-                                  LABELS, buckets=DURATION_BUCKETS, registry=r)
+                                  labels, buckets=DURATION_BUCKETS, registry=r)
         self.itl = Histogram("inferprobe_inter_token_latency_seconds",
                              "Gap between consecutive token chunk writes.",
-                             LABELS, buckets=ITL_BUCKETS, registry=r)
+                             labels, buckets=ITL_BUCKETS, registry=r)
         self.phase = Histogram("inferprobe_phase_duration_seconds",
                                "Time spent in each request phase.",
-                               (*LABELS, "phase"), buckets=DURATION_BUCKETS, registry=r)
+                               (*labels, "phase"), buckets=DURATION_BUCKETS, registry=r)
         self.mutex_ratio = Histogram("inferprobe_mutex_wait_ratio",
                                      "Share of a request's time its threads waited on locks.",
-                                     LABELS, buckets=RATIO_BUCKETS, registry=r)
+                                     labels, buckets=RATIO_BUCKETS, registry=r)
         self.gpu_busy = Histogram("inferprobe_request_gpu_busy_seconds",
                                   "GPU execution time of the work a request's steps launched (CUPTI shim).",
-                                  LABELS, buckets=DURATION_BUCKETS, registry=r)
+                                  labels, buckets=DURATION_BUCKETS, registry=r)
         self.gpu_idle = Histogram("inferprobe_request_gpu_idle_seconds",
                                   "Gaps in which the GPU waited for a request's next work (CUPTI shim).",
-                                  LABELS, buckets=DURATION_BUCKETS, registry=r)
-        self.requests = Counter("inferprobe_requests", "Requests finished.", LABELS, registry=r)
+                                  labels, buckets=DURATION_BUCKETS, registry=r)
+        self.requests = Counter("inferprobe_requests", "Requests finished.", labels, registry=r)
         self.token_chunks = Counter("inferprobe_token_chunks", "Token chunks (writes with SSE data).",
-                                    LABELS, registry=r)
+                                    labels, registry=r)
         self.tokens = Counter("inferprobe_output_tokens",
                               "Output tokens as counted by the server (USDT) or stated by the stream "
                               "(usage fields).",
-                              LABELS, registry=r)
+                              labels, registry=r)
         self.in_flight = Gauge("inferprobe_in_flight_requests", "Requests read but not yet finished.",
                                ("target",), registry=r)
         self.lost_events = Counter("inferprobe_lost_events",
@@ -133,15 +141,15 @@ class Metrics:
         self.client_duration = Histogram(
             "gen_ai_client_operation_duration_seconds",
             "Outbound call attempt: from its first request byte written to the end of the response read.",
-            CLIENT_LABELS, buckets=DURATION_BUCKETS, registry=r)
+            client_labels, buckets=DURATION_BUCKETS, registry=r)
         self.client_ttfc = Histogram(
             "gen_ai_client_operation_time_to_first_chunk_seconds",
             "Outbound call attempt: from its first request byte written to the first token chunk read.",
-            CLIENT_LABELS, buckets=TTFT_BUCKETS, registry=r)
+            client_labels, buckets=TTFT_BUCKETS, registry=r)
         self.client_tpoc = Histogram(
             "gen_ai_client_operation_time_per_output_chunk_seconds",
             "Outbound call attempt: the gap between consecutive token chunks read.",
-            CLIENT_LABELS, buckets=ITL_BUCKETS, registry=r)
+            client_labels, buckets=ITL_BUCKETS, registry=r)
         self._peers: set[str] = set()
         self._lost_seen = 0
         self._dropped_seen = 0
@@ -164,6 +172,14 @@ class Metrics:
     def _model(self, req: Request) -> str:
         return capped(req.model, self._models, MAX_MODELS) if req.model else ""
 
+    def _container(self, req: Request) -> tuple[str, ...]:
+        """The container_id label's value, when the label is on."""
+        if not self._container_label:
+            return ()
+        p = req.process
+        cid = p.container.container_id if p is not None and p.container is not None else None
+        return (capped(cid, self._containers, MAX_CONTAINERS) if cid else "",)
+
     # -- requests ---------------------------------------------------------------
     def request_started(self, pid: int) -> None:
         self.in_flight.labels(self.target(pid)).inc()
@@ -173,7 +189,7 @@ class Metrics:
 
     def _client_attempt_finished(self, req: Request) -> None:
         labels = (self._peer(req), self._endpoint(req), self._model(req), status_class(req),
-                  self.target(req.pid))
+                  self.target(req.pid), *self._container(req))
         end = req.t_end_ns if req.t_end_ns is not None else (req.token_ns[-1] if req.token_ns else None)
         if end is not None:
             self.client_duration.labels(*labels).observe((end - req.t_ingress_ns) / 1e9)
@@ -190,7 +206,7 @@ class Metrics:
         if req.role == "client":
             self._client_attempt_finished(req)
             return
-        labels = (self._endpoint(req), self._model(req), status_class(req), target)
+        labels = (self._endpoint(req), self._model(req), status_class(req), target, *self._container(req))
         self.requests.labels(*labels).inc()
         if req.ttft_ns is not None:
             self.ttft.labels(*labels).observe(req.ttft_ns / 1e9)

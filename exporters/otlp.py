@@ -193,12 +193,23 @@ def to_readable_spans(shape: SpanShape, clock: WallClock, resource, scope, id_ge
     from opentelemetry.sdk.trace import Event, ReadableSpan
     from opentelemetry.trace import SpanKind, Status, StatusCode
 
-    trace_id = id_generator.generate_trace_id()
     flags = trace_api.TraceFlags(trace_api.TraceFlags.SAMPLED)
+    # A request that carried the caller's traceparent joins the caller's trace, its
+    # root a child of the caller's span (docs/trace-context.md); else a trace of its own.
+    remote, state = None, None
+    if shape.parent is not None:
+        trace_id = int(shape.parent.trace_id, 16)
+        if shape.parent.tracestate:
+            state = trace_api.TraceState.from_header([shape.parent.tracestate])
+        remote = trace_api.SpanContext(trace_id, int(shape.parent.span_id, 16), is_remote=True,
+                                       trace_flags=trace_api.TraceFlags(shape.parent.trace_flags),
+                                       trace_state=state)
+    else:
+        trace_id = id_generator.generate_trace_id()
 
     def build(s: SpanShape, parent) -> list:
         ctx = trace_api.SpanContext(trace_id, id_generator.generate_span_id(), is_remote=False,
-                                    trace_flags=flags)
+                                    trace_flags=flags, trace_state=state)
         span = ReadableSpan(
             name=s.name,
             context=ctx,
@@ -217,7 +228,7 @@ def to_readable_spans(shape: SpanShape, clock: WallClock, resource, scope, id_ge
             out.extend(build(child, ctx))
         return out
 
-    return build(shape, None)
+    return build(shape, remote)
 
 
 @dataclass

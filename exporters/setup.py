@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from inferprobe.collector.containers import ProcessIdentities
 from inferprobe.collector.errors import InferprobeError
 from inferprobe.exporters.clock import WallClock
 from inferprobe.exporters.metrics import Metrics
@@ -52,17 +53,20 @@ def make_metrics(meta: dict) -> Metrics:
     return Metrics(target_names(meta))
 
 
-def bind_prometheus(address: str | None) -> Metrics | None:
-    """Serves /metrics at once, so a busy port fails before any BPF is compiled."""
+def bind_prometheus(address: str | None, container_label: bool = False) -> Metrics | None:
+    """Serves /metrics at once, so a busy port fails before any BPF is compiled.
+    container_label: the request metrics get a container_id label (exporters/metrics.py)."""
     if not address:
         return None
-    metrics = Metrics({})
+    metrics = Metrics({}, container_label=container_label)
     metrics.serve(address)
     return metrics
 
 
-def start_live_export(meta: dict, metrics: Metrics | None, otlp: bool, opts: dict):
-    """The LiveExport for `record`, or None when neither --otlp nor --prometheus was given."""
+def start_live_export(meta: dict, metrics: Metrics | None, otlp: bool, opts: dict,
+                      identities: ProcessIdentities | None = None):
+    """The LiveExport for `record`, or None when neither --otlp nor --prometheus was given.
+    identities: where each process runs (the recorder's, shared so each is read once)."""
     from inferprobe.exporters.live import LiveExport
 
     if metrics is None and not otlp:
@@ -71,4 +75,4 @@ def start_live_export(meta: dict, metrics: Metrics | None, otlp: bool, opts: dic
     if metrics is not None:
         metrics.set_targets(target_names(meta))
     shipper = make_shipper(meta, clock, opts, live=True)[0] if otlp else None
-    return LiveExport(clock, shipper=shipper, metrics=metrics)
+    return LiveExport(clock, shipper=shipper, metrics=metrics, identities=identities)

@@ -59,6 +59,46 @@ class SpanShape:
     events: list[SpanEvent] = field(default_factory=list)
     children: list[SpanShape] = field(default_factory=list)
     error: bool = False
+    # A root's remote parent, the caller's span (W3C trace context): the trace
+    # is then the caller's (32 hex digits) and the root a child of that span (16).
+    parent: RemoteParent | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteParent:
+    trace_id: str
+    span_id: str
+    trace_flags: int
+    tracestate: str | None = None
+
+
+def remote_parent(req: Request) -> RemoteParent | None:
+    """The caller's span a request's trace joins: from the traceparent it carried
+    (for a client, the one it wrote into its own call). None without one."""
+    if req.trace_id is None or req.parent_span_id is None:
+        return None
+    return RemoteParent(req.trace_id, req.parent_span_id, req.trace_flags or 0, req.tracestate)
+
+
+def process_attributes(req: Request) -> Attributes:
+    """Where the process ran (collector/containers.py): OpenTelemetry's container.id and
+    k8s.pod.uid, and inferprobe's cgroup and in-namespace pid, where known."""
+    p = req.process
+    if p is None:
+        return {}
+    attrs: Attributes = {}
+    if p.cgroup is not None:
+        attrs["inferprobe.cgroup"] = p.cgroup
+    if p.ns_pid is not None:
+        attrs["inferprobe.ns_pid"] = p.ns_pid
+    if p.container is not None:
+        if p.container.container_id is not None:
+            attrs["container.id"] = p.container.container_id
+        if p.container.pod_uid is not None:
+            attrs["k8s.pod.uid"] = p.container.pod_uid
+        if p.container.qos_class is not None:
+            attrs["inferprobe.k8s.qos_class"] = p.container.qos_class
+    return attrs
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +209,7 @@ def root_attributes(req: Request, server: ServerInfo, analysis: RequestAnalysis 
         "inferprobe.bytes_out": req.bytes_out,
         "inferprobe.token_chunks": len(req.token_ns),
         "inferprobe.sse_events": sum(req.token_events),
+        **process_attributes(req),
     })
     if req.end_reason:
         attrs["inferprobe.end_reason"] = req.end_reason
@@ -235,6 +276,7 @@ def request_trace(req: Request, server: ServerInfo | None = None,
         attributes=root_attributes(req, server, analysis),
         events=token_events(req, max_token_events),
         error=error_type(req) is not None,
+        parent=remote_parent(req),
     )
     root.children = [SpanShape(name=name, start_ns=s, end_ns=e, kind="internal", attributes=attrs)
                      for name, s, e, attrs in phases(req)]
@@ -271,7 +313,8 @@ def call_trace(call: ClientCall, analyses: Sequence[RequestAnalysis],
     if err is not None:
         attrs["error.type"] = err
     root = SpanShape(name=root_name(first), start_ns=call.t_start_ns, end_ns=call.t_end_ns, kind="client",
-                     attributes=attrs, error=err is not None)
+                     attributes={**attrs, **process_attributes(first)}, error=err is not None,
+                     parent=remote_parent(first))
     root.children = [request_trace(a.request, None, max_token_events, analysis=an)
                      for a, an in zip(call.attempts, analyses, strict=True)]
     return root

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from inferprobe.analyzers.breakdown import ItlBreakdown
+from inferprobe.analyzers.by_container import CgroupGroup
 from inferprobe.analyzers.cadence import CadenceSummary
 from inferprobe.analyzers.client_calls import Attempt, ClientCall
 from inferprobe.analyzers.engine_metrics import EngineMetricsSummary
@@ -69,6 +70,8 @@ def request_json(r: Request, analysis: RequestAnalysis, stall_ns: dict[tuple[int
         "transport": r.transport,
         "role": r.role,
         "peer": r.peer,
+        **trace_context_fields(r),
+        **process_fields(r),
         **client_fields(analysis.client),
         "token_ns": list(r.token_ns),
         "token_chunk_events": list(r.token_events),
@@ -82,6 +85,30 @@ def request_json(r: Request, analysis: RequestAnalysis, stall_ns: dict[tuple[int
         "itl_phases_ns": analysis.itl_phases_ns,
         **server_json(r, analysis, stall_ns or {}),
     }
+
+
+def trace_context_fields(r: Request) -> dict:
+    """The caller's W3C trace context (docs/trace-context.md); None where the request had no valid one."""
+    return {"trace_id": r.trace_id, "parent_span_id": r.parent_span_id, "trace_flags": r.trace_flags,
+            "tracestate": r.tracestate}
+
+
+def process_fields(r: Request) -> dict:
+    """Where the request's process ran (docs/containers.md); None where it was not read."""
+    p = r.process
+    c = p.container if p is not None else None
+    return {"ns_pid": p.ns_pid if p else None, "cgroup": p.cgroup if p else None,
+            "container_id": c.container_id if c else None, "pod_uid": c.pod_uid if c else None,
+            "qos_class": c.qos_class if c else None}
+
+
+def cgroup_json(g: CgroupGroup) -> dict:
+    c = g.container
+    return {"cgroup": g.cgroup, "container_id": c.container_id if c else None,
+            "runtime": c.runtime if c else None, "pod_uid": c.pod_uid if c else None,
+            "qos_class": c.qos_class if c else None, "pids": g.pids,
+            "ns_pids": {str(pid): ns for pid, ns in g.ns_pids.items()},
+            "summary": summary_json(g.summary) if g.summary is not None else None}
 
 
 def client_fields(attempt: Attempt | None) -> dict:
@@ -198,6 +225,9 @@ def to_json(data: ReportData) -> dict:
         "unrecognised_connections": data.unread_connections,
         "endpoints": {ep: summary_json(s) for ep, s in data.endpoints.items()},
         "models": {m: summary_json(s) for m, s in data.models.items()},
+        "cgroups": [cgroup_json(g) for g in data.cgroups],
+        "trace_context": {"requests": sum(r.trace_id is not None for r in data.requests),
+                          "invalid_traceparents": data.session.trace_context_invalid},
         "probe_sets": data.probe_sets,
         "latency_decomposition": decomposition_json(data),
         "itl_phase_split": itl_split_json(data.breakdown.itl if data.breakdown is not None else ()),

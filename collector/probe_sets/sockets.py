@@ -22,6 +22,7 @@ CLASSIFIER_PROGRAMS = [
     "gather_window",
     "scan_fields",
     "scan_trace_context",
+    "h2_frames",
 ]
 
 
