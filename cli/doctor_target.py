@@ -61,9 +61,12 @@ def engine_lines(pid: int) -> list[TargetLine]:
 
     lines = []
     found = llama_targets(pid)
-    for mapped, _address in found:
+    for mapped, api in found:
+        if api.refusal:
+            lines.append(TargetLine("llama.cpp", False, api.refusal))
+            continue
         lines.append(TargetLine("llama.cpp", True,
-                                f"llama_decode in {mapped.path}: hooks it (uprobes): engine steps, "
+                                f"{api.kind} in {mapped.path}: hooks it (uprobes): engine steps, "
                                 "per-request queue, prefill and decode, batch sizes"))
     url = discover(targets.listening_sockets([pid]))
     if url is not None:

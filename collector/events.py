@@ -473,7 +473,7 @@ class LlamaStepRecord:
     n_tokens: int
     runs: tuple[LlamaRunRecord, ...]  # entry only
     truncated: bool
-    ret: int  # return only
+    ret: int  # return: the call's result; sync: the ns llama_synchronize waited
     ctx: int
 
 

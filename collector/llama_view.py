@@ -2,10 +2,11 @@
 ServerRequest, DecodeStep and gauges the USDT probes make, so every analyzer
 reads them unchanged.
 
-What a step says. Each llama_decode() call is one engine step, its batch
-summarised as runs: one slot's tokens each (llama-server passes the slot id
-as seq_id), with the run's first position and whether the step samples a
-token for that slot (logits on its last token).
+What a step says. Each llama_decode() call (llama_process() in later
+builds, bpf/llama.bpf.c) is one engine step, its batch summarised as runs:
+one slot's tokens each (llama-server passes the slot id as seq_id), with the
+run's first position and whether the step samples a token for that slot
+(logits on its last token).
 
 Sequences. A slot's run whose first position is not past the slot's last
 one (positions went back: a new prompt, its cached prefix skipped), or a
@@ -42,7 +43,7 @@ from inferprobe.collector.server_view import ServerView
 from inferprobe.collector.timeline import Connection, DecodeStep, ProbeSpan, Request, ServerRequest
 
 SOURCE = "engine_uprobes"
-PROBE_NAME = "llama_decode"
+PROBE_NAME = "llama_decode"  # the probe's name in the view, for either API (llama_decode, llama_process)
 # llama-server endpoints that never reach llama_decode (tools/server/server.cpp's routes).
 NON_GENERATING = ("/tokenize", "/detokenize", "/apply-template", "/slots", "/props", "/lora-adapters",
                   "/health", "/metrics", "/models", "/v1/models")
@@ -55,6 +56,7 @@ class Step:
     t_start_ns: int
     t_end_ns: int | None
     record: LlamaStepRecord
+    synced: bool = False  # its end is a llama_synchronize's return that waited for its compute
 
 
 @dataclass
@@ -78,20 +80,42 @@ class Sequence:
         return self.t_prefill_end_ns is not None
 
 
+# A llama_synchronize that took less than this found no compute to wait for
+# (its own two uprobes cost a few microseconds).
+SYNC_WAITED_NS = 20_000
+
+
 def pair_steps(records: Iterable[LlamaStepRecord]) -> list[Step]:
     """Entry and return events -> steps, by thread, in time order (a return
-    lost with a full ring buffer leaves its step without an end)."""
+    lost with a full ring buffer leaves its step without an end).
+
+    A step's compute may outlast its call on a GPU backend (the call queues
+    the graph and returns): llama-server then calls llama_synchronize(ctx)
+    before it samples. The first sync on the step's thread and context after
+    it returned, before the next step, ends the step at the sync's return
+    when the sync waited; one that did not wait (the CPU backend computes
+    inside the call; an idle-time sync) leaves the step's end at its return."""
     steps: list[Step] = []
     open_: dict[int, Step] = {}
+    ended: dict[int, Step] = {}  # thread -> its last step, returned, no sync seen yet
     for ev in sorted(records, key=lambda e: e.ts_ns):
         if ev.phase == LlamaStepPhase.ENTER:
             step = Step(ev.pid, ev.tid, ev.ts_ns, None, ev)
             open_[ev.tid] = step
+            ended.pop(ev.tid, None)
             steps.append(step)
-        else:
-            ended = open_.pop(ev.tid, None)
-            if ended is not None:
-                ended.t_end_ns = ev.ts_ns
+        elif ev.phase == LlamaStepPhase.RETURN:
+            step_ = open_.pop(ev.tid, None)
+            if step_ is not None:
+                step_.t_end_ns = ev.ts_ns
+                ended[ev.tid] = step_
+        elif ev.phase == LlamaStepPhase.SYNC:
+            last = ended.get(ev.tid)
+            if last is not None and last.record.ctx == ev.ctx:
+                del ended[ev.tid]
+                if ev.ret >= SYNC_WAITED_NS:
+                    last.t_end_ns = ev.ts_ns
+                    last.synced = True
     return steps
 
 

@@ -1,6 +1,8 @@
-"""bpf/llama.bpf.c against a program exporting llama.cpp's llama_decode with
-known batches: what the kernel read (runs, positions, sampled flags, the
-step's entry and return times) against what the program passed and timed
+"""bpf/llama.bpf.c against programs exporting llama.cpp's C API with known
+batches: llama_decode by value (fake_llama.c), and llama_process with its
+batch read through llama_batch_allocr (fake_llama_process.c). What the
+kernel read (runs, positions, sampled flags, the step's entry and return
+times, llama_synchronize's wait) against what the program passed and timed
 itself on the same CLOCK_MONOTONIC."""
 
 from __future__ import annotations
@@ -8,6 +10,7 @@ from __future__ import annotations
 import subprocess
 
 from inferprobe.collector.events import LlamaRunRecord, LlamaStepPhase, LlamaStepRecord
+from inferprobe.collector.llama_view import pair_steps
 
 from tests.programs.build import build
 from tests.support.kernel import KernelCapture, needs_root
@@ -52,6 +55,56 @@ def test_each_decode_call_is_one_step_with_its_batch_as_runs(tmp_path):
     assert counters["events_lost"] == 0
 
 
+def test_llama_process_steps_are_read_where_llama_batch_allocr_built_the_batch(tmp_path):
+    exe = build("fake_llama_process", tmp_path)
+    proc = subprocess.Popen([str(exe)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdin is not None
+        assert proc.stdout.readline().startswith("READY")
+        with KernelCapture(proc.pid, sets=("llama",)) as cap:
+            assert "llama" in cap.tracer.active, cap.tracer.inactive
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+            out, _ = proc.communicate(timeout=20)
+            events, counters = cap.finish()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    lines = [line.split() for line in out.splitlines()]
+    calls = [line for line in lines if line[0] == "call"]
+    syncs = [line for line in lines if line[0] == "sync"]
+    assert [c[1] for c in calls] == ["process", "process", "decode", "process"]
+    assert calls[-1][5] == "-1"  # the empty batch: init refused it
+    steps = [e for e in events if isinstance(e, LlamaStepRecord)]
+    enters = [e for e in steps if e.phase == LlamaStepPhase.ENTER]
+    returns = [e for e in steps if e.phase == LlamaStepPhase.RETURN]
+    synced = [e for e in steps if e.phase == LlamaStepPhase.SYNC]
+    # three steps: the failed call sends nothing; the llama_decode caller is one step, not two
+    assert len(enters) == len(returns) == 3, steps
+    expected = [
+        (LlamaRunRecord(0, 0, 37, True),),
+        (LlamaRunRecord(0, 37, 1, True), LlamaRunRecord(1, 0, 1500, False)),
+        (LlamaRunRecord(0, 38, 1, True), LlamaRunRecord(1, 1500, 12, True), LlamaRunRecord(2, 5, 3, True)),
+    ]
+    for enter, ret, call, runs in zip(enters, returns, calls[:3], expected, strict=True):
+        n_tokens, t_call, t_back = int(call[2]), int(call[3]), int(call[4])
+        assert enter.n_tokens == n_tokens and enter.runs == runs and not enter.truncated
+        assert enter.ctx == 0x1234
+        # the entry event carries the public call's entry time, though sent from inside it
+        assert t_call <= enter.ts_ns <= ret.ts_ns <= t_back
+        assert ret.ret == 0
+        assert ret.ts_ns - enter.ts_ns >= 2_000_000
+    assert len(synced) == len(syncs) == 2
+    for ev, (_, t0, t1) in zip(synced, syncs, strict=True):
+        assert ev.ctx == 0x1234 and int(t0) <= ev.ts_ns - ev.ret and ev.ts_ns <= int(t1)
+    assert synced[0].ret < 1_000_000 and synced[1].ret >= 5_000_000
+    # the view: the sync that waited ends the second step at its return; the one that did not, nothing
+    paired = pair_steps(steps)
+    assert [s.synced for s in paired] == [False, True, False]
+    assert paired[0].t_end_ns == returns[0].ts_ns and paired[1].t_end_ns == synced[1].ts_ns
+    assert counters["events_lost"] == 0
+
+
 def test_a_process_without_llama_decode_leaves_the_set_off(tmp_path):
     exe = build("burn", tmp_path)
     proc = subprocess.Popen([str(exe), "1"], stdout=subprocess.PIPE, text=True)
@@ -76,3 +129,17 @@ def test_doctor_says_llama_cpp_was_found_and_is_hooked(tmp_path):
         proc.kill()
         proc.wait()
     assert f"llama.cpp: llama_decode in {exe}: hooks it" in " ".join(out.split())
+
+
+def test_doctor_names_the_llama_process_api(tmp_path):
+    from tests.support.cli import run_doctor
+
+    exe = build("fake_llama_process", tmp_path)
+    proc = subprocess.Popen([str(exe)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().startswith("READY")
+        out = run_doctor("-p", str(proc.pid)).stdout
+    finally:
+        proc.kill()
+        proc.wait()
+    assert f"llama.cpp: llama_process in {exe}: hooks it" in " ".join(out.split())

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from inferprobe.collector.events import EventType, LlamaRunRecord, LlamaStepPhase, LlamaStepRecord
-from inferprobe.collector.llama_view import build_llama_view, phase_source
+from inferprobe.collector.llama_view import build_llama_view, pair_steps, phase_source
 from inferprobe.collector.timeline import Outcome, Request
 
 MS = 1_000_000
@@ -84,3 +84,25 @@ def test_a_sequence_with_no_open_request_is_not_tied():
     done_before = _request(1, 10, end_ms=20)  # ended before the engine began: not its request
     view, tied = build_llama_view(e.events, [done_before])
     assert tied == 0 and done_before.server is None and len(view.requests) == 1
+
+
+def _sync(ts_ns: int, waited_ns: int, ctx: int = 0xC0, tid: int = 8) -> LlamaStepRecord:
+    return LlamaStepRecord(EventType.LLAMA_STEP, 7, tid, ts_ns, LlamaStepPhase.SYNC, 0, (), False,
+                           waited_ns, ctx)
+
+
+def test_a_sync_that_waited_ends_the_step_before_it_and_no_other():
+    e = Engine()
+    s0 = e.step((0, 0, 30, True))
+    s1 = e.step((0, 30, 1, True))
+    s2 = e.step((0, 31, 1, True))
+    us = MS // 1000  # steps are 1 ms apart: each sync returns before the next step
+    e.events += [
+        _sync(s0[1] + 800 * us, 700 * us),           # the GPU still computing step 0: it ends here
+        _sync(s1[1] + 300 * us, 200 * us, ctx=0xD0),  # a draft model's context: not step 1's
+        _sync(s1[1] + 500 * us, 5 * us),              # waited for nothing: step 1 ends at its return
+        _sync(s2[1] + 500 * us, 400 * us, tid=9),     # another thread's wait
+    ]
+    steps = pair_steps(e.events)
+    ends = [(s.t_end_ns, s.synced) for s in steps]
+    assert ends == [(s0[1] + 800 * us, True), (s1[1], False), (s2[1], False)]
