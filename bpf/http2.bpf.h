@@ -158,14 +158,19 @@ static __always_inline u32 h2_take_bytes(u8 *into, u32 have, u32 want, u64 at, u
     return (u32)got;
 }
 
-/* "data:" at a payload's start: an SSE event's first line. */
-static __always_inline int h2_starts_sse_data(u64 at, u32 avail)
+/* What an SSE payload starts with: a "data:" line (H2_PART_FLAG_SSE_DATA),
+ * and whether that is the end marker "data: [DONE]" (H2_PART_FLAG_SSE_DONE). */
+static __always_inline u8 h2_sse_start(u64 at, u32 avail)
 {
     if (avail < 5)
         return 0;
-    u64 word = 0;
-    bpf_probe_read_user(&word, 5, (void *)at);
-    return word == 0x3a61746164ULL;   /* "data:" little-endian */
+    u64 word[2] = {};
+    bpf_probe_read_user(word, avail < 16 ? (avail & 15) : 16, (void *)at);
+    if ((word[0] & 0xffffffffffULL) != 0x3a61746164ULL)   /* "data:" little-endian */
+        return 0;
+    int done = (word[0] == 0x445b203a61746164ULL && (word[1] & 0xffffffff) == 0x5d454e4fULL) ||  /* "data: [D" "ONE]" */
+               (word[0] == 0x4f445b3a61746164ULL && (word[1] & 0xffffff) == 0x5d454eULL);        /* "data:[DO" "NE]" */
+    return done ? H2_PART_FLAG_SSE_DATA | H2_PART_FLAG_SSE_DONE : H2_PART_FLAG_SSE_DATA;
 }
 
 #endif /* INFERPROBE_HTTP2_BPF_H */

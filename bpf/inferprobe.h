@@ -601,6 +601,7 @@ enum h2_frame_type {
 #define H2_PART_FLAG_GRPC      0x04  /* DATA of a stream whose payload is gRPC length-prefixed messages */
 #define H2_PART_FLAG_SSE_DATA  0x08  /* DATA whose payload starts with an SSE "data:" line */
 #define H2_PART_FLAG_UNWALKED  0x10  /* DATA whose messages were not followed (padded, or framing lost) */
+#define H2_PART_FLAG_SSE_DONE  0x20  /* DATA whose payload starts with "data: [DONE]": the end marker, no token */
 
 struct h2_frame {
     __u32 stream_id;

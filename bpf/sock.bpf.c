@@ -1070,8 +1070,8 @@ static __always_inline void h2_payload_step(struct scratch *s, struct h2_dir *d,
         } else {
             if (d->padded)
                 part->part |= H2_PART_FLAG_UNWALKED;
-            else if (at_start && h2_starts_sse_data(at, take))
-                part->part |= H2_PART_FLAG_SSE_DATA;
+            else if (at_start)
+                part->part |= h2_sse_start(at, take);
         }
         part->value += take;
     } else if (d->type == H2_FRAME_HEADERS || d->type == H2_FRAME_CONTINUATION ||

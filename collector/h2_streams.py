@@ -11,7 +11,9 @@ and gRPC over HTTP/2):
 - on the response half, each syscall whose DATA frames complete one or more
   gRPC messages is one token chunk (how many messages it completed is kept,
   as SSE events are for HTTP/1); for SSE over HTTP/2, each DATA frame that
-  starts with a "data:" line; for NDJSON, each non-empty DATA frame;
+  starts with a "data:" line other than "data: [DONE]" (one event each: the
+  events after the first in a frame are not counted yet); for NDJSON, each
+  non-empty DATA frame;
 - END_STREAM on the response half (DATA or trailers) completes it;
   RST_STREAM on either half aborts it; GOAWAY aborts the streams above the
   last one the peer said it would handle; a close aborts what is open.
@@ -174,6 +176,8 @@ class H2Streams:
                 continue
             req.bytes_out += part.value
             req.write_tids.add(ev.tid)
+            if H2PartFlag.SSE_DONE in part.part and req.t_done_ns is None:
+                req.t_done_ns = t
             events = self._token_events(req, part)
             if events:
                 chunks[part.stream_id] = chunks.get(part.stream_id, 0) + events
@@ -200,7 +204,7 @@ class H2Streams:
         if req.stream_format == "grpc" or H2PartFlag.GRPC in part.part:
             return part.messages
         if req.stream_format == "sse":
-            return 1 if H2PartFlag.SSE_DATA in part.part else 0
+            return 1 if H2PartFlag.SSE_DATA in part.part and H2PartFlag.SSE_DONE not in part.part else 0
         if req.stream_format == "ndjson":
             return 1 if part.value and H2PartFlag.CONTINUED not in part.part else 0
         return 0

@@ -389,6 +389,7 @@ class H2PartFlag(enum.IntFlag):
     GRPC = 0x0004
     SSE_DATA = 0x0008
     UNWALKED = 0x0010
+    SSE_DONE = 0x0020
 
 
 class H2Flag(enum.IntFlag):

@@ -161,7 +161,21 @@ def error_type(req: Request) -> str | None:
         return "aborted"
     if req.status is not None and req.status >= 500:
         return str(req.status)
+    if req.grpc_status:  # a gRPC call that failed says so in its trailers, under HTTP 200
+        return f"grpc {req.grpc_status}"
     return None
+
+
+def rpc_attributes(req: Request) -> Attributes:
+    """An HTTP/2 request's protocol and, for gRPC, its service and method (OTel RPC conventions)."""
+    if req.protocol != "h2":
+        return {}
+    attrs: Attributes = {"network.protocol.name": "http", "network.protocol.version": "2"}
+    if req.rpc_service is not None and req.rpc_method is not None:
+        attrs.update({"rpc.system": "grpc", "rpc.service": req.rpc_service, "rpc.method": req.rpc_method})
+        if req.grpc_status is not None:
+            attrs["rpc.grpc.status_code"] = req.grpc_status
+    return attrs
 
 
 def root_attributes(req: Request, server: ServerInfo, analysis: RequestAnalysis = NONE) -> Attributes:
@@ -195,6 +209,7 @@ def root_attributes(req: Request, server: ServerInfo, analysis: RequestAnalysis 
         attrs["url.path"] = req.path
     if req.status is not None:
         attrs["http.response.status_code"] = req.status
+    attrs.update(rpc_attributes(req))
     err = error_type(req)
     if err is not None:
         attrs["error.type"] = err
@@ -259,7 +274,11 @@ def peer_attributes(peer: str | None) -> Attributes:
 
 def root_name(req: Request) -> str:
     op = operation_name(req.path)
-    return op if op is not None else f"{req.method or 'HTTP'} {req.path or '/'}"
+    if op is not None:
+        return op
+    if req.rpc_service is not None and req.rpc_method is not None:
+        return f"{req.rpc_service}/{req.rpc_method}"  # the RPC conventions' span name
+    return f"{req.method or 'HTTP'} {req.path or '/'}"
 
 
 def request_trace(req: Request, server: ServerInfo | None = None,
