@@ -1,0 +1,285 @@
+"""End to end: requests attributed to the process, namespace pid and cgroup that
+served them, and the caller's W3C trace context carried into the report and
+into the spans a real Phoenix stores.
+
+Four servers on two stacks (uvicorn and Go's net/http, tests/servers/stream_shapes_*):
+on each stack one runs on the host, one in a pid namespace of its own and a
+cgroup2 group of its own, both made here with `unshare` and a directory under
+the cgroup2 mount (this host mounts it as the hybrid `unified` hierarchy).
+One recorder follows all four. Each server gets requests whose traceparent
+stands early, past the first 512 bytes (behind a long header), past them in a
+second write of the headers (the server reads the block in two), none, and an
+invalid one; each valid one names a trace and a parent of its own.
+
+Ground truth: the host pid and NSpid the test reads from /proc for each
+server, the cgroup it made, and the ids it sent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from inferprobe.collector.events import TraceContextFlag, TraceContextRecord, decode
+from inferprobe.collector.recording import read_recording
+
+from tests.support.go import build_go_program
+from tests.support.kernel import needs_root
+from tests.support.paths import SERVERS
+from tests.support.processes import Recorder, inferprobe_cmd, stop_process
+
+pytestmark = [needs_root, pytest.mark.bpf]
+
+PAYLOADS = SERVERS / "stream_shapes_payloads.json"
+PATH = "/v1/chat/completions"
+FILLER = 1500  # bytes of a header before the traceparent: it starts past the classifier's 512
+# The request shapes each server gets, in order: where the traceparent stands.
+SHAPES = ("early", "past_512", "past_512_split", "none", "invalid")
+
+
+def cgroup2_root() -> Path:
+    """Where cgroup2 is mounted: /sys/fs/cgroup (unified hosts) or /sys/fs/cgroup/unified (hybrid)."""
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        fields = line.split()
+        if fields[2] == "cgroup2":
+            return Path(fields[1])
+    pytest.skip("no cgroup2 hierarchy is mounted on this host")
+
+
+def own_cgroup(pid: int) -> str:
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        if line.startswith("0::"):
+            return line[3:]
+    raise AssertionError(f"pid {pid} has no cgroup v2 line")
+
+
+def ns_pids(pid: int) -> list[int]:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("NSpid:"):
+            return [int(p) for p in line.split()[1:]]
+    raise AssertionError("no NSpid line")
+
+
+class Server:
+    """A test server on the host, or (contained) in a pid namespace and cgroup2 group of its own."""
+
+    def __init__(self, name: str, argv: list[str], contained: bool, tmp_path: Path):
+        self.name, self.contained = name, contained
+        self.cgroup_dir: Path | None = None
+        if contained:
+            self.cgroup_dir = cgroup2_root() / f"inferprobe-test-{name}-{uuid.uuid4().hex[:8]}"
+            self.cgroup_dir.mkdir()
+            # The shell joins the group, then unshare forks the server as pid 1 of a new pid namespace.
+            argv = ["sh", "-c", f'echo $$ > {self.cgroup_dir}/cgroup.procs && exec unshare --pid --fork '
+                    '--mount-proc --kill-child "$@"', "sh", *argv]
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, cwd=tmp_path)
+        line = self.proc.stdout.readline()
+        if not line.strip().isdigit():
+            self.stop()
+            raise RuntimeError(f"{name} did not start: {line!r}")
+        self.port = int(line)
+        self.pid = self._server_pid()
+
+    def _server_pid(self) -> int:
+        """The host pid of the process that listens: unshare's child when contained."""
+        if not self.contained:
+            return self.proc.pid
+        children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text().split()
+        assert len(children) == 1, children
+        return int(children[0])
+
+    @property
+    def cgroup(self) -> str:
+        return "/" + self.cgroup_dir.name if self.cgroup_dir else own_cgroup(os.getpid())
+
+    def stop(self) -> None:
+        stop_process(self.proc)
+        if self.cgroup_dir is not None:
+            for _ in range(50):  # the group empties as its processes are reaped
+                try:
+                    self.cgroup_dir.rmdir()
+                    break
+                except OSError:
+                    time.sleep(0.1)
+
+
+def trace_ids(server_index: int, k: int) -> tuple[str, str]:
+    """A trace id and parent span id of their own for request k of a server."""
+    trace = uuid.UUID(int=(server_index + 1) << 64 | (k + 1)).hex
+    return trace, f"{(server_index + 1) << 32 | (k + 7):016x}"
+
+
+def send(port: int, shape: str, trace: str, parent: str) -> int:
+    """One request on its own connection, laid out as `shape` says; the status it got."""
+    body = json.dumps({"model": "m", "tokens": 3, "prompt": "hello", "interval_ms": 1}).encode()
+    if shape == "invalid":
+        context = f"traceparent: 00-{'0' * 32}-{parent}-01\r\n"
+    elif shape == "none":
+        context = ""
+    else:
+        context = f"traceparent: 00-{trace}-{parent}-01\r\ntracestate: inferprobe=t{parent[-4:]},other=1\r\n"
+    filler = f"x-filler: {'f' * FILLER}\r\n" if shape.startswith("past_512") else ""
+    head = (f"POST {PATH} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+            f"{filler}{context}Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
+    if shape.startswith("past_512"):
+        assert head.index(b"traceparent") > 512
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        if shape == "past_512_split":
+            # The header block in two writes, cut inside the filler: the server reads it in two.
+            sock.sendall(head[:FILLER // 2])
+            time.sleep(0.1)
+            sock.sendall(head[FILLER // 2:] + body)
+        else:
+            sock.sendall(head + body)
+        reply = b""
+        while chunk := sock.recv(65536):
+            reply += chunk
+    return int(reply.split(b" ", 2)[1])
+
+
+@pytest.fixture(scope="module")
+def traced(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("containers")
+    try:
+        import fastapi  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError:
+        pytest.skip("FastAPI/uvicorn are not installed (the test extra installs them)")
+    go = build_go_program(SERVERS / "stream_shapes.go", tmp_path)
+    stacks = {"uvicorn": lambda log: [sys.executable, str(SERVERS / "stream_shapes_fastapi.py"), str(log)],
+              "go": lambda log: [str(go), str(PAYLOADS), str(log)]}
+    servers: list[Server] = []
+    try:
+        for stack, argv in stacks.items():
+            for contained in (False, True):
+                name = f"{stack}-{'ns' if contained else 'host'}"
+                servers.append(Server(name, argv(tmp_path / f"{name}.log"), contained, tmp_path))
+        truth = {s.name: {"pid": s.pid, "ns_pids": ns_pids(s.pid), "cgroup": s.cgroup} for s in servers}
+        recording = tmp_path / "run.ipr"
+        args: list[str] = []
+        for s in servers:
+            args += ["-p", str(s.pid)]
+        rec = Recorder([], recording, *args, "--duration", "120")
+        sent = {}
+        for i, s in enumerate(servers):
+            sent[s.name] = []
+            for k, shape in enumerate(SHAPES):
+                trace, parent = trace_ids(i, k)
+                assert send(s.port, shape, trace, parent) == 200
+                sent[s.name].append((shape, trace, parent))
+        time.sleep(0.3)
+        rec.stop()
+    finally:
+        for s in servers:
+            s.stop()
+    report = subprocess.run(inferprobe_cmd("report", str(recording), "--format", "json"),
+                            capture_output=True, text=True, check=True).stdout
+    return {"report": json.loads(report), "truth": truth, "sent": sent, "recording": recording}
+
+
+def requests_of(traced: dict, name: str) -> list[dict]:
+    pid = traced["truth"][name]["pid"]
+    mine = [r for r in traced["report"]["requests"] if r["pid"] == pid]
+    return sorted(mine, key=lambda r: r["t_ingress_ns"])
+
+
+def test_each_request_is_attributed_to_its_process_namespace_pid_and_cgroup(traced):
+    for name, truth in traced["truth"].items():
+        reqs = requests_of(traced, name)
+        assert len(reqs) == len(SHAPES), name
+        contained = name.endswith("-ns")
+        assert (len(truth["ns_pids"]) > 1) == contained  # the test's own ground truth
+        want_ns = truth["ns_pids"][-1] if contained else None
+        assert {(r["ns_pid"], r["cgroup"]) for r in reqs} == {(want_ns, truth["cgroup"])}, name
+        if contained:
+            assert truth["cgroup"].startswith("/inferprobe-test-") and want_ns != truth["pid"]
+    groups = {g["cgroup"]: g for g in traced["report"]["cgroups"]}
+    for name, truth in traced["truth"].items():
+        if name.endswith("-ns"):
+            g = groups[truth["cgroup"]]
+            assert g["pids"] == [truth["pid"]] and g["summary"]["requests"] == len(SHAPES)
+            assert g["ns_pids"] == {str(truth["pid"]): truth["ns_pids"][-1]}
+            assert g["container_id"] is None  # a cgroup named by no container runtime
+
+
+def test_report_carries_the_callers_trace_context_wherever_the_header_stood(traced):
+    for name in traced["truth"]:
+        for (shape, trace, parent), r in zip(traced["sent"][name], requests_of(traced, name), strict=True):
+            got = (r["trace_id"], r["parent_span_id"], r["trace_flags"], r["tracestate"])
+            if shape in ("none", "invalid"):
+                assert got == (None, None, None, None), (name, shape)
+            else:
+                assert got == (trace, parent, 1, f"inferprobe=t{parent[-4:]},other=1"), (name, shape)
+    assert traced["report"]["trace_context"] == {
+        "requests": 3 * len(traced["truth"]), "invalid_traceparents": len(traced["truth"])}
+
+
+def test_a_header_block_read_in_two_is_followed_into_the_second_read(traced):
+    """The split requests' traceparent came in the server's second read of the block."""
+    records = [ev for ev in map(decode, read_recording(traced["recording"]).events)
+               if isinstance(ev, TraceContextRecord)]
+    split = {trace for sent in traced["sent"].values() for shape, trace, _parent in sent
+             if shape == "past_512_split"}
+    later = {ev.traceparent.split("-")[1] for ev in records
+             if ev.traceparent and TraceContextFlag.LATER_IO in ev.flags}
+    assert split <= later
+    # and the others in the read of their request line, one record each
+    others = [ev for ev in records if ev.traceparent and ev.traceparent.split("-")[1] not in split]
+    assert len(others) == 3 * len(traced["truth"]) and not any(TraceContextFlag.LATER_IO in ev.flags
+                                                                for ev in others)
+
+
+def test_no_other_header_value_leaves_the_kernel(traced):
+    raw = traced["recording"].read_bytes()
+    assert b"f" * 64 not in raw  # the filler header's value
+    assert b"application/json" not in raw
+
+
+@pytest.fixture(scope="module")
+def phoenix(tmp_path_factory):
+    from tests.support.backends import PHOENIX_PYTHON, Phoenix
+
+    if not PHOENIX_PYTHON.exists():
+        pytest.skip(f"Arize Phoenix is not installed ({PHOENIX_PYTHON}): run sudo make setup")
+    server = Phoenix(tmp_path_factory.mktemp("phoenix-tc"))
+    yield server
+    server.stop()
+
+
+def test_spans_in_phoenix_are_children_of_the_callers_spans(traced, phoenix):
+    done = subprocess.run(inferprobe_cmd("export", str(traced["recording"]), "--otlp", "--protocol",
+                                         "http/protobuf", "--endpoint", phoenix.http_url),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    want = {(trace, parent) for sent in traced["sent"].values() for shape, trace, parent in sent
+            if shape not in ("none", "invalid")}
+    deadline = time.monotonic() + 30
+    while True:
+        spans = phoenix.spans()
+        roots = {(s["context"]["trace_id"], s["parent_id"]): s for s in spans
+                 if (s["context"]["trace_id"], s["parent_id"]) in want}
+        if len(roots) == len(want) or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert set(roots) == want
+    by_trace: dict[str, list[dict]] = {}
+    for s in spans:
+        by_trace.setdefault(s["context"]["trace_id"], []).append(s)
+    for (trace, _parent), root in roots.items():
+        # the phases are children of the root, in the caller's trace
+        kids = [s for s in by_trace[trace] if s is not root]
+        assert kids and all(k["parent_id"] == root["context"]["span_id"] for k in kids)
+    contained = {t["pid"]: t for n, t in traced["truth"].items() if n.endswith("-ns")}
+    for root in roots.values():
+        attrs = root["attributes"]
+        if attrs["inferprobe.pid"] in contained:
+            assert attrs["inferprobe.cgroup"] == contained[attrs["inferprobe.pid"]]["cgroup"]
+            assert attrs["inferprobe.ns_pid"] == contained[attrs["inferprobe.pid"]]["ns_pids"][-1]
