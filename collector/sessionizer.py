@@ -363,7 +363,7 @@ class Sessionizer:
             req.end_reason = "closed before a response"
 
 
-def sessionize(events: Iterable[ConnRecord | IoRecord]) -> Sessionizer:
+def sessionize(events: Iterable[Event]) -> Sessionizer:
     """Feeds every event and finishes: read .requests, .connections, .stats."""
     s = Sessionizer()
     s.feed_all(events)
