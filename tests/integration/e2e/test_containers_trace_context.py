@@ -283,3 +283,74 @@ def test_spans_in_phoenix_are_children_of_the_callers_spans(traced, phoenix):
         if attrs["inferprobe.pid"] in contained:
             assert attrs["inferprobe.cgroup"] == contained[attrs["inferprobe.pid"]]["cgroup"]
             assert attrs["inferprobe.ns_pid"] == contained[attrs["inferprobe.pid"]]["ns_pids"][-1]
+
+
+# The client side: a traced process's own outbound calls carry the traceparent it wrote.
+CLIENT = r"""
+import socket, sys, time
+port, traces = int(sys.argv[1]), sys.argv[2:]
+sys.stdin.readline()  # the recorder has attached
+for k, pair in enumerate(traces):
+    trace, parent = pair.split(":")
+    body = b'{"model": "m", "tokens": 3, "prompt": "hello", "interval_ms": 1}'
+    head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nx-filler: {'f' * 1500}\r\n"
+            f"traceparent: 00-{trace}-{parent}-01\r\nContent-Length: {len(body)}\r\n"
+            "Connection: close\r\n\r\n").encode()
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        if k % 2:  # the header block in two writes
+            sock.sendall(head[:700]); time.sleep(0.05); sock.sendall(head[700:] + body)
+        else:
+            sock.sendall(head + body)
+        while sock.recv(65536):
+            pass
+print("done", flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def client_traced(tmp_path_factory):
+    pytest.importorskip("uvicorn", reason="uvicorn is not installed (the test extra installs it)")
+    tmp_path = tmp_path_factory.mktemp("client-tc")
+    server = Server("uvicorn-untraced", [sys.executable, str(SERVERS / "stream_shapes_fastapi.py"),
+                                          str(tmp_path / "server.log")], False, tmp_path)
+    sent = [trace_ids(9, k) for k in range(2)]
+    argv = [sys.executable, "-c", CLIENT, str(server.port), *(f"{t}:{p}" for t, p in sent)]
+    client = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    recording = tmp_path / "client.ipr"
+    try:
+        rec = Recorder([client.pid], recording, "--duration", "60")
+        client.stdin.write("go\n")
+        client.stdin.flush()
+        assert client.stdout.readline().strip() == "done"
+        time.sleep(0.3)
+        rec.stop()
+    finally:
+        stop_process(client)
+        server.stop()
+    report = subprocess.run(inferprobe_cmd("report", str(recording), "--format", "json"),
+                            capture_output=True, text=True, check=True).stdout
+    return {"report": json.loads(report), "sent": sent, "recording": recording, "pid": client.pid}
+
+
+def test_a_clients_call_carries_the_trace_context_it_wrote(client_traced):
+    calls = sorted((r for r in client_traced["report"]["requests"] if r["role"] == "client"),
+                   key=lambda r: r["t_ingress_ns"])
+    assert [(r["trace_id"], r["parent_span_id"]) for r in calls] == client_traced["sent"]
+
+
+def test_the_clients_call_span_is_a_child_of_the_span_it_named(client_traced, phoenix):
+    done = subprocess.run(inferprobe_cmd("export", str(client_traced["recording"]), "--otlp", "--protocol",
+                                         "http/protobuf", "--endpoint", phoenix.http_url),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    want = set(client_traced["sent"])
+    deadline = time.monotonic() + 30
+    while True:
+        found = {(s["context"]["trace_id"], s["parent_id"]): s for s in phoenix.spans()
+                 if (s["context"]["trace_id"], s["parent_id"]) in want}
+        if len(found) == len(want) or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert set(found) == want
+    # each is the logical call's span (call_trace: its attempts are its children)
+    assert all(s["attributes"]["inferprobe.attempts"] == 1 for s in found.values())
