@@ -1,0 +1,67 @@
+"""collector/h2_header_blocks.py: pieces as the kernel sends them, to the fields kept."""
+
+from __future__ import annotations
+
+from hpack import Encoder
+
+from inferprobe.collector.events import H2Content, H2HeadersFlag, decode
+from inferprobe.collector.h2_header_blocks import HeaderBlocks, fragment
+from inferprobe.collector.layout_generated import H2HeaderPiece
+
+HEADERS, CONTINUATION = 1, 9
+END_STREAM, END_HEADERS, PADDED, PRIORITY = 0x1, 0x4, 0x8, 0x20
+
+
+def piece(payload: bytes, frame_length: int, offset: int = 0, frame_type: int = HEADERS,
+          flags: int = END_HEADERS,
+          stream_id: int = 1, direction: int = 0, truncated: bool = False) -> H2HeaderPiece:
+    p = H2HeaderPiece()
+    p.hdr.pid, p.hdr.tid, p.hdr.ts_ns = 10, 11, 1000
+    p.conn_id, p.exit_ns, p.stream_id = 7, 2000, stream_id
+    p.frame_length, p.offset, p.len = frame_length, offset, len(payload)
+    p.frame_type, p.frame_flags, p.dir, p.truncated = frame_type, flags, direction, truncated
+    p.bytes[: len(payload)] = payload
+    return p
+
+
+def request_block() -> bytes:
+    return Encoder().encode([(":method", "POST"), (":path", "/llm.Generator/Stream?q=secret"),
+                             ("content-type", "application/grpc+proto"), ("authorization", "Bearer X"),
+                             ("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")])
+
+
+def test_a_block_split_across_syscalls_and_continuation_frames_decodes_whole():
+    block = request_block()
+    a, b = block[:10], block[10:]
+    blocks = HeaderBlocks()
+    assert blocks.feed(piece(a[:4], len(a), 0, flags=0)) is None  # HEADERS, its payload cut by the syscall
+    assert blocks.feed(piece(a[4:], len(a), 4, flags=0)) is None
+    raw = blocks.feed(piece(b, len(b), 0, frame_type=CONTINUATION, flags=END_HEADERS))
+    ev = decode(raw)
+    assert ev.method == "POST" and ev.path == "/llm.Generator/Stream" and ev.stream_id == 1
+    assert ev.content == H2Content.GRPC and ev.is_read
+    assert ev.traceparent == "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    assert b"Bearer" not in raw and b"secret" not in raw
+
+
+def test_padding_and_priority_are_stripped():
+    block = request_block()
+    payload = bytes([3]) + bytes(5) + block + b"\0\0\0"
+    assert fragment(True, HEADERS, PADDED | PRIORITY, payload) == block
+
+
+def test_a_missing_piece_loses_the_table_and_says_so():
+    block = request_block()
+    blocks = HeaderBlocks()
+    raw = blocks.feed(piece(block[8:], len(block), 8))  # its first 8 bytes never came
+    ev = decode(raw)
+    assert H2HeadersFlag.TABLE_LOST in ev.flags and ev.path is None and ev.method is None
+    later = decode(blocks.feed(piece(block, len(block), stream_id=3)))
+    assert H2HeadersFlag.TABLE_LOST in later.flags and later.path is None
+
+
+def test_trailers_carry_grpc_status_and_the_end_of_the_stream():
+    block = Encoder().encode([("grpc-status", "13"), ("grpc-message", "model crashed on prompt X")])
+    ev = decode(HeaderBlocks().feed(piece(block, len(block), flags=END_HEADERS | END_STREAM, direction=1)))
+    assert ev.grpc_status == 13 and ev.grpc_message_len == len("model crashed on prompt X")
+    assert H2HeadersFlag.END_STREAM in ev.flags and not ev.is_read
