@@ -1,5 +1,5 @@
 """Where each request's phases came from: the server's USDT probes, the
-engine's own code through uprobes (llama.cpp's llama_decode), or the
+engine's own code through uprobes (llama.cpp's engine steps), or the
 sockets only; and where the scheduler gauges came from (those two, or the
 engine's /metrics endpoint). A reader needs it to know how far to trust a
 queue or prefill figure: USDT is what the server says, engine uprobes are
@@ -18,8 +18,8 @@ from inferprobe.collector.llama_view import phase_source
 ANCHOR = "analyzer-phase-sources"
 WHAT = {
     "usdt": "queue, schedule, prefill, first token, decode steps: as the server's probes fired them",
-    "engine_uprobes": "queue wait, prefill, decode steps and batch sizes: llama_decode calls, tied first in, "
-                      "first out",
+    "engine_uprobes": "queue wait, prefill, decode steps and batch sizes: llama.cpp's engine steps "
+                      "(llama_decode or llama_process calls), tied first in, first out",
     "sockets only": "response headers, first token chunk, decode, finish: on the wire only",
 }
 

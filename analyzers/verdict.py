@@ -63,10 +63,10 @@ PHASE_MEANING = {
     "queue": "from request_queued to request_scheduled",
     "schedule": "from request_scheduled to its prefill_start",
 }
-# The same phases measured inside llama.cpp through its llama_decode calls
+# The same phases measured inside llama.cpp through its engine steps (llama_decode, llama_process)
 # (collector/llama_view.py), where there is no request_queued probe.
 ENGINE_UPROBE_PHASE_MEANING = {
-    "queue": "from the request's read to its sequence's first llama_decode step",
+    "queue": "from the request's read to its sequence's first llama.cpp engine step",
 }
 # The queue phase while the engine's waiting-queue gauge stays at 0: the
 # request waited to be taken in, not for room in the batch.

@@ -48,4 +48,4 @@ def test_the_verdict_names_the_queue_phase_as_the_engine_uprobes_measure_it():
     decomp = break_down([req], requests_at_ttft_percentiles([req]))
     finding = ttft_phase_finding(decomp, None, {"llama": "", "sockets": ""})
     assert finding is not None and "queue phase" in finding.sentence
-    assert "to its sequence's first llama_decode step" in finding.sentence
+    assert "to its sequence's first llama.cpp engine step" in finding.sentence
