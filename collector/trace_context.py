@@ -113,16 +113,29 @@ class TraceContextJoiner:
 
 
 def apply_trace_context(req: Request, ev: TraceContextRecord, stats: SessionStats) -> None:
-    """Fills req's trace fields from one record; an invalid traceparent is counted and ignored."""
-    if ev.traceparent is not None or TraceContextFlag.TRACEPARENT_CUT in ev.flags:
-        parent = None
-        if ev.traceparent is not None and TraceContextFlag.TRACEPARENT_CUT not in ev.flags:
-            parent = parse_traceparent(ev.traceparent)
+    """Fills req's trace fields from one kernel record (HTTP/1)."""
+    parent_cut = TraceContextFlag.TRACEPARENT_CUT in ev.flags
+    set_trace_context(req, ev.traceparent, ev.tracestate, stats,
+                      traceparent_seen=ev.traceparent is not None or parent_cut, traceparent_cut=parent_cut,
+                      tracestate_cut=TraceContextFlag.TRACESTATE_CUT in ev.flags)
+
+
+def set_trace_context(req: Request, traceparent: str | None, tracestate: str | None, stats: SessionStats,
+                      traceparent_seen: bool | None = None, traceparent_cut: bool = False,
+                      tracestate_cut: bool = False) -> None:
+    """Fills req's trace fields from the header values as read (HTTP/1 here; HTTP/2
+    from HPACK): a valid traceparent sets trace_id, parent_span_id and trace_flags
+    (the first one a request carries wins); an invalid or cut one is counted in
+    stats.trace_context_invalid and ignored."""
+    if traceparent_seen is None:
+        traceparent_seen = traceparent is not None
+    if traceparent_seen:
+        parent = parse_traceparent(traceparent) if traceparent is not None and not traceparent_cut else None
         if parent is None:
             stats.trace_context_invalid += 1
-        elif req.trace_id is None:  # the first traceparent of a request is its context
+        elif req.trace_id is None:
             req.trace_id = parent.trace_id
             req.parent_span_id = parent.parent_span_id
             req.trace_flags = parent.trace_flags
-    if ev.tracestate is not None and req.tracestate is None:
-        req.tracestate = clean_tracestate(ev.tracestate, TraceContextFlag.TRACESTATE_CUT in ev.flags)
+    if tracestate is not None and req.tracestate is None:
+        req.tracestate = clean_tracestate(tracestate, tracestate_cut)
