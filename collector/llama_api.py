@@ -7,8 +7,8 @@ Two APIs, told apart by the symbols the file exports (docs/engines.md):
   call's entry from the stack (bpf/llama.bpf.c).
 - "llama_process": llama_process(ctx, type, struct llama_batch_ext *), what
   later builds call, with an opaque C++ batch. Its step is read where
-  llama_batch_allocr::init(const llama_batch_ext &, const llama_vocab &,
-  bool) has converted that batch into a plain struct llama_batch, a member
+  llama_batch_allocr::init(const llama_batch_ext &, ...) has converted
+  that batch into a plain struct llama_batch, a member
   of the allocator. Where that member lies is not guessed: it is read from
   the machine code of llama_batch_allocr::get_batch() const, whose whole
   body in a Release build is `return batch;`, i.e. `mov rax, rdi` (offset 0)
@@ -33,11 +33,13 @@ from elftools.elf.elffile import ELFFile
 DECODE = "llama_decode"
 PROCESS = "llama_process"
 SYNCHRONIZE = "llama_synchronize"
-# llama_batch_allocr::init(llama_batch_ext const&, llama_vocab const&, bool), src/llama-batch.h
-ALLOCR_INIT = "_ZN18llama_batch_allocr4initERK15llama_batch_extRK11llama_vocabb"
+# llama_batch_allocr::init(llama_batch_ext const&, ...), src/llama-batch.h: 11434's is
+# init(const llama_batch_ext &, const llama_vocab &, bool). Any overload whose first parameter is
+# the opaque batch will do: only `this` at its entry and its bool result are read.
+ALLOCR_INIT_PREFIX = "_ZN18llama_batch_allocr4initERK15llama_batch_ext"
 # llama_batch_allocr::get_batch() const
 GET_BATCH = "_ZNK18llama_batch_allocr9get_batchEv"
-SYMBOLS = (DECODE, PROCESS, SYNCHRONIZE, ALLOCR_INIT, GET_BATCH)
+EXACT_SYMBOLS = (DECODE, PROCESS, SYNCHRONIZE, GET_BATCH)
 
 
 @dataclass(frozen=True)
@@ -54,12 +56,18 @@ class LlamaApi:
         """The public calls one engine step is."""
         return [DECODE] if self.kind == DECODE else [f for f in (PROCESS, DECODE) if f in self.addresses]
 
+    @property
+    def init_functions(self) -> list[str]:
+        """The llama_batch_allocr::init overloads that take the opaque batch (mangled names)."""
+        return sorted(name for name in self.addresses if name.startswith(ALLOCR_INIT_PREFIX))
+
 
 def exported_functions(path: str) -> dict[str, int]:
-    """SYMBOLS' addresses in the ELF file at path (absent ones left out)."""
+    """The addresses of the symbols named above in the ELF file at path (absent ones left out)."""
     from bcc import BPF
 
-    pattern = "^(" + "|".join(re.escape(s) for s in SYMBOLS) + ")$"
+    names = [re.escape(s) for s in EXACT_SYMBOLS] + [ALLOCR_INIT_PREFIX + "[A-Za-z0-9_]*"]
+    pattern = "^(" + "|".join(names) + ")$"
     try:
         found = BPF.get_user_functions_and_addresses(path, pattern)
     except Exception:  # bcc raises bare Exception for a file that is no ELF it can read
@@ -121,10 +129,10 @@ def find_api(path: str) -> LlamaApi | None:
 
 
 def _process_api(path: str, addresses: dict[str, int]) -> LlamaApi:
-    if ALLOCR_INIT not in addresses or GET_BATCH not in addresses:
+    if GET_BATCH not in addresses or not any(name.startswith(ALLOCR_INIT_PREFIX) for name in addresses):
         return LlamaApi(PROCESS, addresses, refusal=(
-            f"{path} exports llama_process but not llama_batch_allocr::init(const llama_batch_ext &, "
-            "const llama_vocab &, bool) and get_batch(), where its batches are read: engine steps not read"))
+            f"{path} exports llama_process but not llama_batch_allocr::init(const llama_batch_ext &, ...) "
+            "and get_batch(), where its batches are read: engine steps not read"))
     # 32 bytes: endbr64 (4) + lea (7) + ret (1) with room to spare
     offset = member_offset_of_getter(code_at(path, addresses[GET_BATCH], 32), addresses[GET_BATCH])
     if offset is None:

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 
 from inferprobe.collector import targets as target_procs
-from inferprobe.collector.llama_api import ALLOCR_INIT, DECODE, SYNCHRONIZE, LlamaApi, find_api
+from inferprobe.collector.llama_api import DECODE, SYNCHRONIZE, LlamaApi, find_api
 from inferprobe.collector.probe_sets import ProbeSet, TargetContext
 from inferprobe.collector.proc_maps import MappedFile, executable_files
 from inferprobe.collector.uprobe_attach import Probe, attach_functions
@@ -66,10 +66,10 @@ def probes_for(api: LlamaApi) -> list[tuple[str, list[Probe]]]:
         functions = [(name, [Probe(at[name], "llama_enter_step"),
                              Probe(at[name], "llama_return_step", on_return=True)])
                      for name in api.step_functions]
-        # init before the step functions' probes would be as good: it sends nothing outside a step
-        functions.append(("llama_batch_allocr::init", [
-            Probe(at[ALLOCR_INIT], "llama_enter_allocr_init"),
-            Probe(at[ALLOCR_INIT], "llama_return_allocr_init", on_return=True)]))
+        # (init's probes send nothing outside a step: training's opt_epoch calls it too)
+        functions += [(name, [Probe(at[name], "llama_enter_allocr_init"),
+                              Probe(at[name], "llama_return_allocr_init", on_return=True)])
+                      for name in api.init_functions]
     if SYNCHRONIZE in at:
         functions.append((SYNCHRONIZE, [Probe(at[SYNCHRONIZE], "llama_enter_sync"),
                                         Probe(at[SYNCHRONIZE], "llama_return_sync", on_return=True)]))

@@ -6,7 +6,10 @@ from __future__ import annotations
 import pytest
 
 from inferprobe.collector import llama_api
-from inferprobe.collector.llama_api import ALLOCR_INIT, DECODE, GET_BATCH, PROCESS, member_offset_of_getter
+from inferprobe.collector.llama_api import DECODE, GET_BATCH, PROCESS, member_offset_of_getter
+
+# 11434's llama_batch_allocr::init(const llama_batch_ext &, const llama_vocab &, bool)
+ALLOCR_INIT = "_ZN18llama_batch_allocr4initERK15llama_batch_extRK11llama_vocabb"
 
 
 @pytest.mark.parametrize(("code", "offset"), [
@@ -33,11 +36,13 @@ def test_llama_process_with_its_allocator_is_read_and_llama_decode_goes_with_it(
     _exports(monkeypatch, [DECODE, PROCESS, ALLOCR_INIT, GET_BATCH])
     api = llama_api.find_api("libllama.so")
     assert api is not None and api.kind == PROCESS and api.batch_offset == 0 and api.refusal is None
-    assert api.step_functions == [PROCESS, DECODE]
+    assert api.step_functions == [PROCESS, DECODE] and api.init_functions == [ALLOCR_INIT]
 
 
 def test_only_llama_decode_is_the_old_api(monkeypatch):
-    _exports(monkeypatch, [DECODE, GET_BATCH])
+    # 10930 also exports get_batch() and an init(const llama_batch &, ...): llama_decode is read by value
+    old_init = "_ZN18llama_batch_allocr4initERK11llama_batchRK11llama_vocabPK14llama_memory_ijjb"
+    _exports(monkeypatch, [DECODE, GET_BATCH, old_init])
     api = llama_api.find_api("libllama.so")
     assert api is not None and api.kind == DECODE and api.step_functions == [DECODE]
 
