@@ -1,14 +1,17 @@
-// Streams --calls SSE requests at once over one HTTP/2 connection (h2c) and
+// Streams CALLS SSE requests at once over one HTTP/2 connection (h2c, or
+// with "tls" h2 over TLS, the test's self-signed certificate accepted) and
 // prints one JSON line per call with its own CLOCK_MONOTONIC times: when the
 // call began, when each "data:" event (not [DONE]) arrived, when it ended.
 //
-//   node h2_sse_client.js PORT CALLS TOKENS SECRET
+//   node h2_sse_client.js PORT CALLS TOKENS SECRET [tls]
 "use strict";
 const http2 = require("http2");
-const [port, calls, ntokens, secret] = process.argv.slice(2);
+const [port, calls, ntokens, secret, tls] = process.argv.slice(2);
 const now = () => process.hrtime.bigint().toString();  // CLOCK_MONOTONIC on Linux
 
-const session = http2.connect(`http://127.0.0.1:${port}`);
+const session = tls === "tls"
+  ? http2.connect(`https://127.0.0.1:${port}`, { rejectUnauthorized: false })
+  : http2.connect(`http://127.0.0.1:${port}`);
 let left = Number(calls);
 for (let c = 0; c < Number(calls); c++) {
   const began = now();

@@ -1,13 +1,15 @@
-"""End to end, HTTP/2: gRPC and SSE streams on two stacks, against the clients' own clocks.
+"""End to end, HTTP/2: gRPC and SSE streams on three stacks, against the clients' own clocks.
 
 Servers: a grpcio service (Python over gRPC's C core, which writes with
-sendmsg and many iovecs: tests/servers/grpc_token_server.py) and Node's own
+sendmsg and many iovecs: tests/servers/grpc_token_server.py), Node's own
 http2 module (nghttp2: hand-framed gRPC and SSE over h2c,
-tests/servers/h2_token_server.js). Clients: grpcio's, making three
+tests/servers/h2_token_server.js), and Go's net/http serving SSE over h2 on
+TLS (ALPN; read through the crypto/tls uprobes:
+tests/servers/h2_tls_token_server.go). Clients: grpcio's, making three
 server-streaming calls at once over one channel (multiplexed on one
 connection) and two unary calls, and Node's http2 client making three SSE
-calls at once on one connection. Every client records with CLOCK_MONOTONIC
-when each message or event reached it.
+calls at once on one connection, over h2c or TLS. Every client records with
+CLOCK_MONOTONIC when each message or event reached it.
 
 Tolerances: chunk counts exact; every traced chunk write before its
 receipt, the median gap under 2 ms (the issue's bound; on loopback it is
@@ -21,9 +23,12 @@ import json
 import statistics
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+from tests.integration.e2e.test_stream_shapes import self_signed_certificate
+from tests.support.go import build_go_program
 from tests.support.kernel import needs_root
 from tests.support.paths import PROGRAMS, SERVERS
 from tests.support.processes import Recorder, inferprobe_cmd, stop_process
@@ -31,16 +36,22 @@ from tests.support.processes import Recorder, inferprobe_cmd, stop_process
 pytestmark = [needs_root, pytest.mark.bpf]
 
 SECRET = "sk-H2-SECRET-4f1a7c"
+GRPC_SERVERS = ("grpcio", "node")
+SSE_SERVERS = ("node", "go-tls")
 CALLS, TOKENS, UNARY = 3, 8, 2
 MEDIAN_GAP_NS = 2_000_000
 
 
-def start_server(kind: str) -> tuple[subprocess.Popen, int]:
+def start_server(kind: str, tmp: Path) -> tuple[subprocess.Popen, int]:
     if kind == "grpcio":
         pytest.importorskip("grpc", reason="grpcio is not installed (the test extra installs it)")
         argv = [sys.executable, str(SERVERS / "grpc_token_server.py")]
-    else:
+    elif kind == "node":
         argv = ["node", str(SERVERS / "h2_token_server.js")]
+    else:
+        tls = self_signed_certificate(tmp)
+        argv = [str(build_go_program(SERVERS / "h2_tls_token_server.go", tmp)),
+                tls["STREAM_SHAPES_TLS_CERT"], tls["STREAM_SHAPES_TLS_KEY"]]
     server = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
     line = server.stdout.readline().split()
     if len(line) != 2 or line[0].lower() != "listening":
@@ -51,13 +62,15 @@ def start_server(kind: str) -> tuple[subprocess.Popen, int]:
 
 def run_clients(kind: str, port: int) -> list[dict]:
     calls = []
-    grpc = subprocess.run([sys.executable, str(PROGRAMS / "grpc_token_client.py"), "--port", str(port),
-                           "--calls", str(CALLS), "--tokens", str(TOKENS), "--unary", str(UNARY),
-                           "--secret", SECRET], capture_output=True, text=True, timeout=60, check=True)
-    calls += [json.loads(line) for line in grpc.stdout.splitlines()]
-    if kind == "node":
+    if kind in GRPC_SERVERS:
+        grpc = subprocess.run([sys.executable, str(PROGRAMS / "grpc_token_client.py"), "--port", str(port),
+                               "--calls", str(CALLS), "--tokens", str(TOKENS), "--unary", str(UNARY),
+                               "--secret", SECRET], capture_output=True, text=True, timeout=60, check=True)
+        calls += [json.loads(line) for line in grpc.stdout.splitlines()]
+    if kind in SSE_SERVERS:
         sse = subprocess.run(["node", str(PROGRAMS / "h2_sse_client.js"), str(port), str(CALLS), str(TOKENS),
-                              SECRET], capture_output=True, text=True, timeout=60, check=True)
+                              SECRET, "tls" if kind == "go-tls" else "h2c"],
+                             capture_output=True, text=True, timeout=60, check=True)
         calls += [json.loads(line) for line in sse.stdout.splitlines()]
     for call in calls:  # Node prints its nanoseconds as strings (BigInt)
         call["start_ns"], call["end_ns"] = int(call["start_ns"]), int(call["end_ns"])
@@ -73,7 +86,7 @@ def recorded(kind: str, tmp_path_factory) -> dict:
     if kind in _RECORDED:
         return _RECORDED[kind]
     tmp = tmp_path_factory.mktemp(f"h2-{kind}")
-    server, port = start_server(kind)
+    server, port = start_server(kind, tmp)
     try:
         recording = tmp / "run.ipr"
         rec = Recorder([server.pid], recording, "--duration", "60")
@@ -90,15 +103,19 @@ def recorded(kind: str, tmp_path_factory) -> dict:
     return _RECORDED[kind]
 
 
-@pytest.fixture(scope="module", params=["grpcio", "node"])
+@pytest.fixture(scope="module", params=["grpcio", "node", "go-tls"])
 def traced(request, tmp_path_factory):
     return recorded(request.param, tmp_path_factory)
 
 
-@pytest.fixture(scope="module")
-def node_traced(tmp_path_factory):
-    """Node's server: it also serves SSE over h2c (grpcio speaks gRPC only)."""
-    return recorded("node", tmp_path_factory)
+@pytest.fixture(scope="module", params=GRPC_SERVERS)
+def grpc_traced(request, tmp_path_factory):
+    return recorded(request.param, tmp_path_factory)
+
+
+@pytest.fixture(scope="module", params=SSE_SERVERS)
+def sse_traced(request, tmp_path_factory):
+    return recorded(request.param, tmp_path_factory)
 
 
 def traced_calls(report: dict, path: str) -> list[dict]:
@@ -119,8 +136,8 @@ def matched(traced_requests: list[dict], app_calls: list[dict]) -> list[tuple[di
     return pairs
 
 
-def test_every_grpc_call_is_a_request_with_exact_message_counts(traced):
-    report = traced["report"]
+def test_every_grpc_call_is_a_request_with_exact_message_counts(grpc_traced):
+    report = grpc_traced["report"]
     streams = traced_calls(report, "/llm.Generator/Stream")
     unary = traced_calls(report, "/llm.Generator/Complete")
     assert len(streams) == CALLS and len(unary) == UNARY
@@ -153,11 +170,15 @@ def test_each_message_was_written_before_the_client_received_it(traced):
     assert statistics.median(gaps) < MEDIAN_GAP_NS, statistics.median(gaps)
 
 
-def test_sse_over_http2_counts_events_and_not_the_end_marker(node_traced):
-    sse = traced_calls(node_traced["report"], "/v1/chat/completions")
+def test_sse_over_http2_counts_events_and_not_the_end_marker(sse_traced):
+    sse = traced_calls(sse_traced["report"], "/v1/chat/completions")
     assert len(sse) == CALLS
+    assert len({r["conn"] for r in sse}) == 1  # multiplexed on one connection
     for req in sse:
         assert req["protocol"] == "h2" and req["stream_format"] == "sse" and req["rpc"] is None
+        assert req["transport"] == ("tls" if sse_traced["kind"] == "go-tls" else "socket")
+        if sse_traced["kind"] == "go-tls":  # the TLS session tied to its socket, accepted with an address
+            assert req["peer"] is not None and req["peer"].startswith("127.0.0.1:")
         assert sum(req["token_chunk_events"]) == TOKENS
         assert req["t_done_ns"] is not None and req["t_done_ns"] >= req["token_ns"][-1]
 
@@ -168,12 +189,12 @@ def test_no_header_value_or_body_reaches_the_recording_or_the_reports(traced):
         assert b"Bearer" not in blob
 
 
-def test_spans_name_the_grpc_service_and_method(traced):
+def test_spans_name_the_grpc_service_and_method(grpc_traced):
     from inferprobe.collector.ingest import ingest
     from inferprobe.collector.recording import read_recording
     from inferprobe.exporters.spans import ServerInfo, root_attributes, root_name
 
-    requests = ingest(read_recording(traced["recording"]).events).requests
+    requests = ingest(read_recording(grpc_traced["recording"]).events).requests
     streams = [r for r in requests if r.path == "/llm.Generator/Stream"]
     assert len(streams) == CALLS
     for req in streams:
