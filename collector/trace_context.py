@@ -73,6 +73,11 @@ def clean_tracestate(value: str, cut: bool = False) -> str | None:
     return ",".join(members)
 
 
+# Records kept waiting for their io_event: it follows at once unless the ring buffer
+# dropped it, so a bound keeps a long live run's memory flat.
+MAX_WAITING = 4096
+
+
 class TraceContextJoiner:
     """Puts each TraceContextRecord on the request whose header block it came from.
 
@@ -98,6 +103,8 @@ class TraceContextJoiner:
             apply_trace_context(last[1], ev, self._stats)
         else:
             self._waiting[(ev.conn_id, ev.exit_ns)] = ev
+            if len(self._waiting) > MAX_WAITING:  # its io_event was lost: forget the oldest
+                del self._waiting[next(iter(self._waiting))]
         return True
 
     def saw_request_io(self, conn_id: int, exit_ns: int, req: Request) -> None:

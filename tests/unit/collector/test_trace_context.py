@@ -102,3 +102,13 @@ def test_an_invalid_or_cut_traceparent_is_ignored_and_counted():
         request(2, ts=100), trace_record(2, 110, VALID[:30], flags=ev.TraceContextFlag.TRACEPARENT_CUT)))
     assert all(r.trace_id is None for r in s.requests)
     assert s.stats.trace_context_invalid == 2
+
+
+def test_records_whose_io_never_came_are_bounded():
+    from inferprobe.collector.timeline import SessionStats
+    from inferprobe.collector.trace_context import MAX_WAITING, TraceContextJoiner
+
+    joiner = TraceContextJoiner(SessionStats())
+    for k in range(MAX_WAITING + 10):
+        joiner.feed(ev.decode(trace_record(k, 1000 + k)))
+    assert len(joiner._waiting) == MAX_WAITING
