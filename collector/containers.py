@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 PROC = Path("/proc")
+MAX_PROCESSES = 65536  # identities kept; the oldest read goes first
 
 _ID = r"[0-9a-f]{64}"
 # A runtime's scope unit (systemd driver) or a bare id directory (cgroupfs driver).
@@ -154,6 +155,8 @@ class ProcessIdentities:
         for pid in pids:
             if pid not in self._known:
                 self._known[pid] = read_identity(pid, self._proc)
+                if len(self._known) > MAX_PROCESSES:  # an agent's days of short-lived processes
+                    del self._known[next(iter(self._known))]
 
     def get(self, pid: int) -> ProcessIdentity | None:
         self.note([pid])
