@@ -120,6 +120,8 @@ def _distributions(data: ReportData, progress: Progress) -> str:
     parts.append(render_table(tables.endpoint_table(data)))
     if (models := tables.model_table(data)) is not None:
         parts.append(render_table(models))
+    if (cgroups := tables.cgroup_table(data)) is not None:
+        parts.append(render_table(cgroups))
     parts.append("</section>")
     return "".join(parts)
 

@@ -74,6 +74,8 @@ def render_markdown(data: ReportData) -> str:
     out.extend(render_table(tables.endpoint_table(data)))
     if (models := tables.model_table(data)) is not None:
         out.extend(render_table(models))
+    if (cgroups := tables.cgroup_table(data)) is not None:
+        out.extend(render_table(cgroups))
 
     s = data.series
     if s is not None and data.requests:

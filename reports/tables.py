@@ -55,6 +55,28 @@ def model_table(data: ReportData) -> Table | None:
                  rows=rows)
 
 
+def cgroup_table(data: ReportData) -> Table | None:
+    """Per cgroup (a container is one; docs/containers.md), where the requests ran in more
+    than one or in a container: the split a host running several servers needs."""
+    groups = data.cgroups
+    if len(groups) < 2 and not any(g.container is not None for g in groups):
+        return None
+    rows = []
+    for g in groups:
+        c = g.container
+        where = (c.container_id[:12] if c is not None and c.container_id else "-")
+        pod = (f"{c.pod_uid} ({c.qos_class})" if c is not None and c.pod_uid else "-")
+        pids = ", ".join(f"{p} (ns {g.ns_pids[p]})" if p in g.ns_pids else str(p) for p in g.pids)
+        s = g.summary
+        rows.append((g.cgroup, where, pod, pids, str(s.requests if s else 0), str(s.errors if s else 0),
+                     ms(s.ttft_ns.p50) if s else "-", ms(s.ttft_ns.p99) if s else "-",
+                     ms(s.e2e_ns.p50) if s else "-", ms(s.e2e_ns.p99) if s else "-"))
+    return Table(caption="Per cgroup (ms): where each server process ran, with its pid in its own namespace",
+                 columns=("cgroup", "container", "pod (QoS)", "pids", "requests", "errors", "TTFT p50",
+                          "TTFT p99", "E2E p50", "E2E p99"),
+                 rows=tuple(rows))
+
+
 def decomposition_source_text(source: str | None) -> str:
     if source == SOURCE_USDT:
         return "Phases from the server's own USDT probes."

@@ -79,6 +79,8 @@ def render_text(data: ReportData, console: Console) -> None:
     console.print(rich_table(tables.endpoint_table(data)))
     if (models := tables.model_table(data)) is not None:
         console.print(rich_table(models))
+    if (cgroups := tables.cgroup_table(data)) is not None:
+        console.print(rich_table(cgroups))
     console.print(
         "Times in ms. A token chunk is one write carrying token events (SSE data, NDJSON "
         "lines); a chunk can hold more than one token."

@@ -354,3 +354,18 @@ def test_the_clients_call_span_is_a_child_of_the_span_it_named(client_traced, ph
     assert set(found) == want
     # each is the logical call's span (call_trace: its attempts are its children)
     assert all(s["attributes"]["inferprobe.attempts"] == 1 for s in found.values())
+
+
+@pytest.mark.parametrize("fmt", ["text", "md", "html"])
+def test_the_report_splits_requests_by_cgroup(traced, fmt, tmp_path):
+    out = tmp_path / f"report.{fmt}"
+    subprocess.run(inferprobe_cmd("report", str(traced["recording"]), "--format", fmt, "-o", str(out)),
+                   capture_output=True, text=True, check=True)
+    text = out.read_text()
+    assert "Per cgroup" in text
+    if fmt == "text":
+        return  # a terminal table wraps long cells: the other two hold them whole
+    for name, truth in traced["truth"].items():
+        assert truth["cgroup"] in text
+        if name.endswith("-ns"):
+            assert f"{truth['pid']} (ns {truth['ns_pids'][-1]})" in text
