@@ -53,7 +53,7 @@ struct h2_dir {
     u8 shape;            /* enum h2_data_shape */
     u8 prefix_have;      /* bytes of the next message prefix seen so far (0..4) */
     u8 padded;           /* the frame is PADDED: its messages are not followed */
-    u8 pad;
+    u8 stored_clean;     /* h2_streams holds the stream's shape and no partial message */
     u8 hdr[32];          /* the frame header being assembled (room for a masked copy) */
     u8 prefix[32];       /* the gRPC message prefix being assembled (room for a masked copy) */
 };
@@ -94,6 +94,8 @@ static __always_inline void h2_walk_begin(struct scratch *s, u32 skip)
 {
     s->h2_skip = skip;
     s->h2_seg_off = 0;
+    s->h2_iov_at = 0;
+    s->h2_iov_cached = 0;
     if (s->h2_vlen) {
         s->iov_next = s->h2_buf;
         s->iovs_left = s->h2_vlen;
@@ -108,14 +110,24 @@ static __always_inline void h2_walk_begin(struct scratch *s, u32 skip)
     }
 }
 
-/* The next iovec as the segment being walked; 0 when none is left. */
+/* The next iovec as the segment being walked; 0 when none is left. The
+ * iovec array is read MAX_IOVECS at a time into s->iovs: gRPC writes a
+ * message as several iovecs (frame header, prefix, message), and one read
+ * per iovec cost more than the walk itself. */
 static __always_inline int h2_next_segment(struct scratch *s)
 {
     if (!s->iovs_left || !s->bytes_left)
         return 0;
-    struct user_iovec iov = {};
-    if (bpf_probe_read_user(&iov, sizeof(iov), (void *)s->iov_next))
-        return 0;
+    if (s->h2_iov_at >= s->h2_iov_cached) {
+        u32 n = s->iovs_left < MAX_IOVECS ? s->iovs_left : MAX_IOVECS;
+        if (n == 0 || n > MAX_IOVECS ||
+            bpf_probe_read_user(s->iovs, n * sizeof(struct user_iovec), (void *)s->iov_next))
+            return 0;
+        s->h2_iov_at = 0;
+        s->h2_iov_cached = n;
+    }
+    struct user_iovec iov = s->iovs[s->h2_iov_at & (MAX_IOVECS - 1)];
+    s->h2_iov_at++;
     s->iov_next += sizeof(iov);
     s->iovs_left--;
     u64 len = iov.len < s->bytes_left ? iov.len : s->bytes_left;

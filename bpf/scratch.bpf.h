@@ -97,6 +97,8 @@ struct scratch {
     u32 h2_skip;        /* bytes to step over first: the preface */
     u32 h2_runs;        /* runs of the h2_frames program for this syscall */
     u32 h2_part;        /* the current frame's part in h2ev.frames, H2_NO_PART if none yet */
+    u32 h2_iov_at;      /* the next of the iovecs read into iovs[] */
+    u32 h2_iov_cached;  /* how many iovs[] holds */
     struct h2_frames_event h2ev;
     struct user_iovec iovs[MAX_IOVECS];   /* copy_iovecs: the next iovecs, read at once */
     u64 frame_word[MAX_IOVECS];           /* find_framing: a framing buffer's bytes, 0: read it */

@@ -872,7 +872,10 @@ static __always_inline struct scratch *get_scratch(void)
  * no preface: it stays unrecognised traffic, never guessed at. */
 BPF_TABLE("lru_hash", u64, struct h2_conn, h2_conns, 16384);                 /* conn_id -> walk state */
 BPF_TABLE("lru_hash", struct h2_stream_key, struct h2_stream_state, h2_streams, 65536);
-BPF_RINGBUF_OUTPUT(h2_header_pieces, 64);
+/* 2 MiB: a busy gRPC server's header blocks come as many small pieces (grpc
+ * writes each field of a block as an iovec), each sent only as long as it is. */
+BPF_RINGBUF_OUTPUT(h2_header_pieces, 512);
+BPF_PERCPU_ARRAY(h2_piece_area, struct h2_header_piece, 1);
 
 /* A fresh h2_frames_event for this syscall in the scratch area. */
 static __always_inline void h2_begin_event(struct scratch *s, u16 dir, u16 flags)
@@ -937,11 +940,10 @@ static __always_inline struct h2_frame *h2_part_of(struct scratch *s, struct h2_
 /* A piece of a header block, to user space for HPACK. */
 static __always_inline void h2_send_header_piece(struct scratch *s, struct h2_dir *d, u64 at, u32 take)
 {
-    struct h2_header_piece *piece = h2_header_pieces.ringbuf_reserve(sizeof(struct h2_header_piece));
-    if (!piece) {
-        count(COUNTER_H2_PIECES_LOST);
+    u32 zero = 0;
+    struct h2_header_piece *piece = h2_piece_area.lookup(&zero);
+    if (!piece)
         return;
-    }
     piece->hdr = s->h2ev.hdr;
     piece->hdr.type = EVENT_H2_HEADER_PIECE;
     piece->conn_id = s->h2ev.conn_id;
@@ -964,7 +966,11 @@ static __always_inline void h2_send_header_piece(struct scratch *s, struct h2_di
     piece->len = n;
     if (n == 0 || bpf_probe_read_user(piece->bytes, n, (void *)at))
         piece->truncated = 1;
-    h2_header_pieces.ringbuf_submit(piece, 0);
+    /* Built in a per-CPU area and sent as long as it is: a piece is often a
+     * few bytes, and a reserved record would be 4 KiB. */
+    u32 size = sizeof(*piece) - H2_HEADER_PIECE_BYTES + n;
+    if (size > sizeof(*piece) || h2_header_pieces.ringbuf_output(piece, size, 0) != 0)
+        count(COUNTER_H2_PIECES_LOST);
 }
 
 /* A DATA frame's header was read: its stream's message state joins the walk. */
@@ -978,6 +984,7 @@ static __always_inline void h2_data_frame_begins(struct scratch *s, struct h2_di
     if (st)
         __builtin_memcpy(d->prefix, st->prefix, sizeof(st->prefix));
     d->padded = (d->flags & H2_FRAME_FLAG_PADDED) != 0;
+    d->stored_clean = st && st->shape != H2_SHAPE_UNKNOWN && !st->msg_left && !st->prefix_have;
 }
 
 /* The current frame's last byte was walked. */
@@ -993,6 +1000,10 @@ static __always_inline void h2_frame_ends(struct scratch *s, struct h2_dir *d)
         h2_streams.delete(&key);
         return;
     }
+    /* Most DATA frames end with a message (gRPC frames each write): the map
+     * already says so, and an update costs more than the rest of the walk. */
+    if (d->stored_clean && !d->msg_left && !d->prefix_have)
+        return;
     struct h2_stream_state st = {.msg_left = d->msg_left, .shape = d->shape, .prefix_have = d->prefix_have};
     __builtin_memcpy(st.prefix, d->prefix, sizeof(st.prefix));
     h2_streams.update(&key, &st);
