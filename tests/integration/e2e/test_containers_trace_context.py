@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 
@@ -71,11 +73,13 @@ def ns_pids(pid: int) -> list[int]:
 class Server:
     """A test server on the host, or (contained) in a pid namespace and cgroup2 group of its own."""
 
-    def __init__(self, name: str, argv: list[str], contained: bool, tmp_path: Path):
+    def __init__(self, name: str, argv: list[str], contained: bool, tmp_path: Path,
+                 cgroup_name: str | None = None):
         self.name, self.contained = name, contained
         self.cgroup_dir: Path | None = None
         if contained:
-            self.cgroup_dir = cgroup2_root() / f"inferprobe-test-{name}-{uuid.uuid4().hex[:8]}"
+            cgroup_name = cgroup_name or f"inferprobe-test-{name}-{uuid.uuid4().hex[:8]}"
+            self.cgroup_dir = cgroup2_root() / cgroup_name
             self.cgroup_dir.mkdir()
             # The shell joins the group, then unshare forks the server as pid 1 of a new pid namespace.
             argv = ["sh", "-c", f'echo $$ > {self.cgroup_dir}/cgroup.procs && exec unshare --pid --fork '
@@ -87,6 +91,7 @@ class Server:
             raise RuntimeError(f"{name} did not start: {line!r}")
         self.port = int(line)
         self.pid = self._server_pid()
+        self.ns_pid = ns_pids(self.pid)[-1]
 
     def _server_pid(self) -> int:
         """The host pid of the process that listens: unshare's child when contained."""
@@ -369,3 +374,45 @@ def test_the_report_splits_requests_by_cgroup(traced, fmt, tmp_path):
         assert truth["cgroup"] in text
         if name.endswith("-ns"):
             assert f"{truth['pid']} (ns {truth['ns_pids'][-1]})" in text
+
+
+def test_live_export_from_a_container_joins_the_callers_trace_and_labels_its_metrics(tmp_path, phoenix):
+    """Live (`record --otlp --prometheus`): a server in a cgroup named as docker's systemd
+    driver names a container's (docker-<id>.scope) and in its own pid namespace."""
+    pytest.importorskip("uvicorn", reason="uvicorn is not installed (the test extra installs it)")
+    from tests.support.backends import free_port
+
+    cid = uuid.uuid4().hex * 2
+    server = Server("live", [sys.executable, str(SERVERS / "stream_shapes_fastapi.py"),
+                             str(tmp_path / "server.log")], True, tmp_path,
+                    cgroup_name=f"docker-{cid}.scope")
+    metrics_port = free_port()
+    sent = [trace_ids(20, k) for k in range(2)]
+    try:
+        rec = Recorder([server.pid], tmp_path / "live.ipr", "--duration", "60", "--otlp", "--protocol",
+                       "grpc", "--endpoint", phoenix.grpc_url, "--prometheus", f"127.0.0.1:{metrics_port}")
+        for shape, (trace, parent) in zip(("early", "past_512"), sent, strict=True):
+            assert send(server.port, shape, trace, parent) == 200
+        deadline = time.monotonic() + 30
+        while True:
+            with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5) as resp:
+                scrape = resp.read().decode()
+            if f'container_id="{cid}"' in scrape and "inferprobe_requests_total" in scrape:
+                break
+            assert time.monotonic() < deadline, scrape[-3000:]
+            time.sleep(0.5)
+        counted = rf'inferprobe_requests_total{{[^}}]*container_id="{cid}"[^}}]*}} 2\.0'
+        assert re.search(counted, scrape), scrape
+        while True:
+            found = {(s["context"]["trace_id"], s["parent_id"]): s for s in phoenix.spans()
+                     if (s["context"]["trace_id"], s["parent_id"]) in set(sent)}
+            if len(found) == len(sent) or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        rec.stop()
+    finally:
+        server.stop()
+    assert set(found) == set(sent)
+    for span in found.values():
+        assert span["attributes"]["container.id"] == cid
+        assert span["attributes"]["inferprobe.ns_pid"] == server.ns_pid != server.pid
