@@ -1,7 +1,7 @@
 """Why a recording holds no request: one sentence, with what to try.
 
 A report that only says "requests 0" leaves the user guessing between the
-wrong pid, an idle server and traffic inferprobe cannot read (TLS, HTTP/2).
+wrong pid, an idle server and traffic inferprobe cannot read (TLS, HTTP/2 begun before attach).
 The recording tells them apart: whether the targets listened, which ancestor
 did, how many connections were accepted, and how many reads and writes the
 kernel dropped because no connection carried an HTTP/1.x request line.
@@ -36,7 +36,9 @@ def explain(recording: Recording, requests: Sequence[Request],
         why = (f"encrypted (TLS) traffic through {', '.join(libraries)}, which inferprobe does not read"
                if libraries else
                "encrypted (TLS) traffic through a library inferprobe does not hook (it reads OpenSSL and "
-               "Go's crypto/tls: `inferprobe doctor -p PID` says what it found), HTTP/2 or gRPC, or not HTTP")
+               "Go's crypto/tls: `inferprobe doctor -p PID` says what it found), HTTP/2 or gRPC connections "
+               "opened before the recorder attached (their preface went unseen: reconnect the clients), "
+               "or not HTTP")
         return (f"No HTTP/1.x request recognised, though {len(connections)} connection(s) were accepted, "
                 f"{unread_traffic.unread_connections(recording)} moved bytes nothing recognised, and "
                 f"{skipped} reads and writes on connections without a request line were dropped in "

@@ -1,11 +1,12 @@
 """Connections that moved bytes inferprobe could not read, said in one sentence.
 
-A connection that never carried an HTTP/1.x request line, on a socket or in
-the plaintext of a hooked TLS library, is skipped in the kernel; the socket
-probes count those that moved bytes anyway (at close, COUNTER_CONNS_UNRECOGNISED,
-and at the stop for those still open). They are usually TLS through a
-library inferprobe does not hook, or HTTP/2 and gRPC: the report names them
-rather than leave a silent gap.
+A connection that never carried an HTTP/1.x request line nor the HTTP/2
+preface, on a socket or in the plaintext of a hooked TLS library, is skipped
+in the kernel; the socket probes count those that moved bytes anyway (at
+close, COUNTER_CONNS_UNRECOGNISED, and at the stop for those still open).
+They are usually TLS through a library inferprobe does not hook, or HTTP/2
+and gRPC connections opened before the recorder attached (their preface was
+before it): the report names them rather than leave a silent gap.
 """
 
 from __future__ import annotations
@@ -31,5 +32,5 @@ def sentence(recording: Recording) -> str | None:
         return None
     libraries = unhooked_tls(recording)
     hint = (f"TLS through {', '.join(libraries)}, which inferprobe does not read" if libraries
-            else "TLS in a library not hooked? HTTP/2 or gRPC? not HTTP?")
+            else "TLS in a library not hooked? HTTP/2 or gRPC connections opened before attach? not HTTP?")
     return f"{count} connection(s) carried encrypted or unrecognised traffic ({hint})."

@@ -19,6 +19,7 @@ bodies never reaches the recording or a report.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import statistics
 import subprocess
@@ -203,3 +204,39 @@ def test_spans_name_the_grpc_service_and_method(grpc_traced):
         assert attrs["rpc.system"] == "grpc" and attrs["rpc.service"] == "llm.Generator"
         assert attrs["rpc.method"] == "Stream" and attrs["rpc.grpc.status_code"] == 0
         assert attrs["network.protocol.version"] == "2"
+
+
+def test_a_connection_begun_before_attach_is_counted_unread_not_guessed(tmp_path):
+    """Its preface and first header blocks went by unseen: no frame boundary nor HPACK
+    table can be trusted, so its later streams are counted as unrecognised traffic."""
+    import socket
+    import time
+
+    from hpack import Encoder
+
+    server, port = start_server("node", tmp_path)
+    try:
+        with socket.create_connection(("127.0.0.1", port)) as conn:
+            conn.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0]))
+            time.sleep(0.2)
+            rec = Recorder([server.pid], tmp_path / "run.ipr", "--duration", "60")
+            block = Encoder().encode([(":method", "POST"), (":scheme", "http"), (":authority", "x"),
+                                      (":path", "/v1/chat/completions")])
+            body = json.dumps({"tokens": 2, "gap_ms": 1}).encode()
+            conn.sendall(len(block).to_bytes(3, "big") + bytes([1, 4]) + (1).to_bytes(4, "big") + block
+                         + len(body).to_bytes(3, "big") + bytes([0, 1]) + (1).to_bytes(4, "big") + body)
+            conn.settimeout(2)
+            seen = b""
+            with contextlib.suppress(TimeoutError):
+                while b"[DONE]" not in seen:
+                    seen += conn.recv(65536)
+            assert b"[DONE]" in seen  # the server answered the stream
+        time.sleep(0.3)
+        rec.stop()
+    finally:
+        stop_process(server)
+    out = subprocess.run(inferprobe_cmd("report", str(tmp_path / "run.ipr"), "--format", "json"),
+                         capture_output=True, text=True, check=True).stdout
+    report = json.loads(out)
+    assert report["requests"] == []
+    assert report["unrecognised_connections"] == 1

@@ -10,7 +10,7 @@
    libssl is mapped late, found by the re-scan, and its blocking ssl sockets
    (a socket BIO: OpenSSL writes the socket itself) give each first token the
    socket write that carried it.
-3. A connection that sends an HTTP/2 preface to a plain HTTP/1.1 server moves
+3. A connection that sends a TLS ClientHello to a plain HTTP/1.1 server moves
    bytes nothing recognises: the report counts and names it.
 """
 
@@ -173,9 +173,10 @@ def test_unrecognised_traffic_is_counted_and_named(tmp_path):
         port = int(server.stdout.readline())
         recording = tmp_path / "run.ipr"
         rec = Recorder([server.pid], recording, "--duration", "60")
-        # An HTTP/2 client with prior knowledge: the preface and a SETTINGS frame, no request line.
+        # A TLS client at a plain HTTP port: the start of a ClientHello record, no request line
+        # (the HTTP/2 preface would now be recognised: tests/integration/e2e/test_http2.py).
         with socket.create_connection(("127.0.0.1", port)) as conn:
-            conn.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0]))
+            conn.sendall(bytes([0x16, 0x03, 0x01, 0x00, 0x2f, 0x01, 0x00, 0x00, 0x2b, 0x03, 0x03]) + bytes(32))
             conn.settimeout(5)
             try:
                 while conn.recv(4096):
