@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import threading
 import time
 
@@ -24,7 +25,12 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=12)
     parser.add_argument("--unary", type=int, default=2)
     parser.add_argument("--secret", default="")
+    parser.add_argument("--wait", action="store_true",
+                        help="print ready, then wait for a line on stdin before connecting")
     args = parser.parse_args()
+    if args.wait:
+        print("ready", flush=True)
+        sys.stdin.readline()
     channel = grpc.insecure_channel(f"127.0.0.1:{args.port}")
     grpc.channel_ready_future(channel).result(timeout=10)
     stream = channel.unary_stream("/llm.Generator/Stream")

@@ -240,3 +240,42 @@ def test_a_connection_begun_before_attach_is_counted_unread_not_guessed(tmp_path
     report = json.loads(out)
     assert report["requests"] == []
     assert report["unrecognised_connections"] == 1
+
+
+def test_the_client_side_of_grpc_calls(tmp_path):
+    """The grpcio client traced instead of the server: its calls are client requests on one
+    connection, with exact message counts, each message read before the client got it."""
+    server, port = start_server("grpcio", tmp_path)
+    client = subprocess.Popen([sys.executable, str(PROGRAMS / "grpc_token_client.py"), "--port", str(port),
+                               "--calls", str(CALLS), "--tokens", str(TOKENS), "--unary", str(UNARY),
+                               "--secret", SECRET, "--wait"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert client.stdout.readline().strip() == "ready"
+        rec = Recorder([client.pid], tmp_path / "run.ipr", "--duration", "60")  # no listening socket
+        client.stdin.write("go\n")
+        client.stdin.flush()
+        calls = [json.loads(line) for line in client.stdout.read().splitlines()]
+        assert client.wait(timeout=60) == 0
+        rec.stop()
+    finally:
+        if client.poll() is None:
+            client.kill()
+        stop_process(server)
+    recording = (tmp_path / "run.ipr").read_bytes()
+    assert SECRET.encode() not in recording
+    out = subprocess.run(inferprobe_cmd("report", str(tmp_path / "run.ipr"), "--format", "json"),
+                         capture_output=True, text=True, check=True).stdout
+    report = json.loads(out)
+    assert {r["role"] for r in report["requests"]} == {"client"}
+    assert len({r["conn"] for r in report["requests"]}) == 1
+    gaps = []
+    for path, kind in (("/llm.Generator/Stream", "stream"), ("/llm.Generator/Complete", "unary")):
+        app = [c for c in calls if c["kind"] == kind]
+        traced = traced_calls(report, path)
+        assert len(traced) == len(app)
+        for req, call in matched(traced, app):
+            assert req["outcome"] == "complete" and req["rpc"]["grpc_status"] == 0
+            assert len(req["token_ns"]) == len(call["received_ns"])
+            gaps += [got - read for got, read in zip(call["received_ns"], req["token_ns"], strict=True)]
+    assert min(gaps) > 0 and statistics.median(gaps) < MEDIAN_GAP_NS
