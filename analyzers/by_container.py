@@ -36,7 +36,7 @@ def attach_identities(requests: Sequence[Request], identities: ProcessIdentities
 
 
 def by_cgroup(requests: Sequence[Request]) -> list[CgroupGroup]:
-    """One group per cgroup, the one with most requests first."""
+    """One group per cgroup, the one with most requests first, UNKNOWN_CGROUP last."""
     groups: dict[str, list[Request]] = {}
     for r in requests:
         key = r.process.cgroup if r.process is not None and r.process.cgroup is not None else UNKNOWN_CGROUP
@@ -49,4 +49,5 @@ def by_cgroup(requests: Sequence[Request]) -> list[CgroupGroup]:
                                ns_pids={pid: p.ns_pid for pid, p in procs.items()
                                         if p is not None and p.ns_pid is not None},
                                summary=summarize(reqs)))
-    return sorted(out, key=lambda g: (-g.summary.requests if g.summary else 0, g.cgroup))
+    return sorted(out, key=lambda g: (g.cgroup == UNKNOWN_CGROUP, -g.summary.requests if g.summary else 0,
+                                      g.cgroup))
