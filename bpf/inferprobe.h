@@ -695,6 +695,10 @@ struct h2_headers_event {
     __u8 pad;
     char path[PATH_MAX_BYTES];         /* :path without the query string */
     char traceparent[H2_TRACEPARENT_BYTES + 1];
+    __u16 tracestate_len;
+    __u16 pad_tracestate;
+    char tracestate[TRACESTATE_MAX_BYTES];  /* W3C tracestate as sent, cut at TRACESTATE_MAX_BYTES */
+    __u32 tracestate_cut;                   /* 1: it was longer */
 };
 
 /* ------------------------------------------------------------ CUPTI shim

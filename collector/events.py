@@ -69,8 +69,8 @@ from inferprobe.collector.layout_generated import (
     GpuShimStatusEvent,
     H2Content,
     H2Flag,
-    H2FrameType,
     H2FramesEvent,
+    H2FrameType,
     H2HeadersEvent,
     H2HeadersFlag,
     H2PartFlag,
@@ -122,7 +122,8 @@ __all__ = [
     "LlamaRunRecord", "LlamaStepRecord", "GpuActivityRecord", "GpuApiRecord", "GpuClockRecord",
     "GpuKernelNameRecord", "GpuShimRecord", "GpuShimStatusRecord",
     "GpuFenceRecord", "GpuLaunchesRecord", "GpuRecord", "IoRecord", "NetAckRecord", "NetRecord",
-    "NetRetransmitRecord", "NetXmitRecord", "OffcpuRecord", "StackSampleRecord", "TraceContextRecord", "UsdtRecord",
+    "NetRetransmitRecord", "NetXmitRecord", "OffcpuRecord", "StackSampleRecord", "TraceContextRecord",
+    "UsdtRecord",
     "decode",
     "event_type_of",
 ]
@@ -534,6 +535,8 @@ class H2HeadersRecord:
     role: ConnRole
     transport: Transport
     traceparent: str | None
+    tracestate: str | None = None
+    tracestate_cut: bool = False
 
 
 Event = (ConnRecord | IoRecord | UsdtRecord | StackSampleRecord | NetXmitRecord | NetAckRecord
@@ -774,6 +777,9 @@ def _h2_headers(etype: EventType, ev: Any) -> H2HeadersRecord:
         transport=member(Transport, ev.transport, "transport"),
         traceparent=(ev.traceparent[: ev.traceparent_len].decode("ascii", "replace")
                      if ev.traceparent_len else None),
+        tracestate=(ev.tracestate[: ev.tracestate_len].decode("ascii", "replace")
+                    if ev.tracestate_len else None),
+        tracestate_cut=bool(ev.tracestate_cut),
     )
 
 

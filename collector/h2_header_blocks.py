@@ -8,7 +8,7 @@ across CONTINUATION frames), padding and priority fields are stripped, and
 the block is decoded with that direction's HPACK table
 (collector/hpack_fields.py). What comes out is one h2_headers_event per
 block: :method, :path without its query, :status, the content-type's kind,
-grpc-status, grpc-message's length and traceparent. The block's bytes are
+grpc-status, grpc-message's length, traceparent and tracestate. The block's bytes are
 dropped as soon as it is decoded.
 
 A piece that is missing (the ring was full: COUNTER_H2_PIECES_LOST) or cut
@@ -33,7 +33,7 @@ from inferprobe.collector.events import (
     HttpMethod,
 )
 from inferprobe.collector.hpack_fields import FieldDecoder, HpackError
-from inferprobe.collector.layout_generated import H2_TRACEPARENT_BYTES, H2HeaderPiece
+from inferprobe.collector.layout_generated import H2_TRACEPARENT_BYTES, TRACESTATE_MAX_BYTES, H2HeaderPiece
 from inferprobe.collector.ringbuf_format import frame_records
 
 END_STREAM, END_HEADERS, PADDED, PRIORITY = 0x1, 0x4, 0x8, 0x20
@@ -172,6 +172,12 @@ def encode_event(last: H2HeaderPiece, first: H2HeaderPiece, fields: dict[bytes, 
     if traceparent is not None and len(traceparent) <= H2_TRACEPARENT_BYTES:
         ev.traceparent = traceparent
         ev.traceparent_len = len(traceparent)
+    tracestate = fields.get(b"tracestate")
+    if tracestate is not None:
+        ev.tracestate_cut = len(tracestate) > TRACESTATE_MAX_BYTES
+        tracestate = tracestate[:TRACESTATE_MAX_BYTES]
+        ev.tracestate = tracestate
+        ev.tracestate_len = len(tracestate)
     ev.flags = flags
     return bytes(ev)
 

@@ -34,6 +34,7 @@ from inferprobe.collector.events import (
     H2PartFlag,
 )
 from inferprobe.collector.timeline import Outcome, Request, SessionStats
+from inferprobe.collector.trace_context import set_trace_context
 
 # RFC 9113 section 7, for end reasons a person can read.
 ERROR_CODES = {0x0: "NO_ERROR", 0x1: "PROTOCOL_ERROR", 0x2: "INTERNAL_ERROR", 0x3: "FLOW_CONTROL_ERROR",
@@ -123,6 +124,8 @@ class H2Streams:
                           peer=self._peer_of(ev.conn_id), protocol="h2", h2_stream=ev.stream_id)
             if ev.content == H2Content.GRPC and (names := grpc_method(ev.path)) is not None:
                 req.rpc_service, req.rpc_method = names
+            set_trace_context(req, ev.traceparent, ev.tracestate, self._stats,
+                              tracestate_cut=ev.tracestate_cut)
             self._requests.append(req)
             self._stats.requests += 1
             conn.streams[ev.stream_id] = _Stream(req)

@@ -26,7 +26,7 @@ from hpack.table import HeaderTable
 # The fields whose values may leave decoding (docs/http2.md). grpc-message's
 # value is kept only for its length (it may quote a request).
 KEPT = frozenset({b":method", b":path", b":status", b"content-type", b"grpc-status", b"grpc-message",
-                  b"traceparent"})
+                  b"traceparent", b"tracestate"})
 STATIC_TABLE: tuple[tuple[bytes, bytes], ...] = HeaderTable.STATIC_TABLE
 ENTRY_OVERHEAD = 32  # section 4.1
 DEFAULT_TABLE_SIZE = 4096  # SETTINGS_HEADER_TABLE_SIZE's initial value

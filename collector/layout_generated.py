@@ -788,7 +788,7 @@ class H2HeaderPiece(ctypes.Structure):
 
 
 class H2HeadersEvent(ctypes.Structure):
-    """struct h2_headers_event: 184 bytes"""
+    """struct h2_headers_event: 448 bytes"""
 
     _fields_ = [
         ("hdr", EventHeader),                               # offset 0, 24 bytes
@@ -809,6 +809,10 @@ class H2HeadersEvent(ctypes.Structure):
         ("pad", ctypes.c_uint8),                            # offset 63, 1 byte
         ("path", ctypes.c_char * 64),                       # offset 64, 64 bytes
         ("traceparent", ctypes.c_char * 56),                # offset 128, 56 bytes
+        ("tracestate_len", ctypes.c_uint16),                # offset 184, 2 bytes
+        ("pad_tracestate", ctypes.c_uint16),                # offset 186, 2 bytes
+        ("tracestate", ctypes.c_char * 256),                # offset 188, 256 bytes
+        ("tracestate_cut", ctypes.c_uint32),                # offset 444, 4 bytes
     ]
 
 

@@ -25,6 +25,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=12)
     parser.add_argument("--unary", type=int, default=2)
     parser.add_argument("--secret", default="")
+    parser.add_argument("--traceparent", default="")
     parser.add_argument("--wait", action="store_true",
                         help="print ready, then wait for a line on stdin before connecting")
     args = parser.parse_args()
@@ -36,6 +37,8 @@ def main() -> None:
     stream = channel.unary_stream("/llm.Generator/Stream")
     complete = channel.unary_unary("/llm.Generator/Complete")
     metadata = (("authorization", f"Bearer {args.secret}"),) if args.secret else ()
+    if args.traceparent:  # the caller's W3C trace context, as an instrumented client sends it
+        metadata += (("traceparent", args.traceparent), ("tracestate", "inferprobe=test,other=1"))
     out: list[dict] = []
     lock = threading.Lock()
 

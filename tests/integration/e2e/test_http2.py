@@ -37,6 +37,8 @@ from tests.support.processes import Recorder, inferprobe_cmd, stop_process
 pytestmark = [needs_root, pytest.mark.bpf]
 
 SECRET = "sk-H2-SECRET-4f1a7c"
+TRACE_ID, PARENT_ID = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+TRACEPARENT = f"00-{TRACE_ID}-{PARENT_ID}-01"
 GRPC_SERVERS = ("grpcio", "node")
 SSE_SERVERS = ("node", "go-tls")
 CALLS, TOKENS, UNARY = 3, 8, 2
@@ -66,7 +68,8 @@ def run_clients(kind: str, port: int) -> list[dict]:
     if kind in GRPC_SERVERS:
         grpc = subprocess.run([sys.executable, str(PROGRAMS / "grpc_token_client.py"), "--port", str(port),
                                "--calls", str(CALLS), "--tokens", str(TOKENS), "--unary", str(UNARY),
-                               "--secret", SECRET], capture_output=True, text=True, timeout=60, check=True)
+                               "--secret", SECRET, "--traceparent", TRACEPARENT],
+                              capture_output=True, text=True, timeout=60, check=True)
         calls += [json.loads(line) for line in grpc.stdout.splitlines()]
     if kind in SSE_SERVERS:
         sse = subprocess.run(["node", str(PROGRAMS / "h2_sse_client.js"), str(port), str(CALLS), str(TOKENS),
@@ -150,6 +153,10 @@ def test_every_grpc_call_is_a_request_with_exact_message_counts(grpc_traced):
         assert req["stream_format"] == "grpc"
     assert [sum(r["token_chunk_events"]) for r in streams] == [TOKENS] * CALLS
     assert [sum(r["token_chunk_events"]) for r in unary] == [1] * UNARY
+    # The caller's W3C trace context, read from HPACK: the spans join the caller's trace.
+    for req in streams + unary:
+        assert (req["trace_id"], req["parent_span_id"], req["trace_flags"]) == (TRACE_ID, PARENT_ID, 1)
+        assert req["tracestate"] == "inferprobe=test,other=1"
     # Multiplexed: the streaming calls shared one connection, on streams of their own.
     assert len({r["conn"] for r in streams}) == 1
     assert len({r["h2_stream"] for r in streams}) == CALLS

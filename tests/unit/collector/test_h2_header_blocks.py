@@ -27,7 +27,8 @@ def piece(payload: bytes, frame_length: int, offset: int = 0, frame_type: int = 
 def request_block() -> bytes:
     return Encoder().encode([(":method", "POST"), (":path", "/llm.Generator/Stream?q=secret"),
                              ("content-type", "application/grpc+proto"), ("authorization", "Bearer X"),
-                             ("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")])
+                             ("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
+                             ("tracestate", "congo=t61rcWkgMzE")])
 
 
 def test_a_block_split_across_syscalls_and_continuation_frames_decodes_whole():
@@ -41,6 +42,7 @@ def test_a_block_split_across_syscalls_and_continuation_frames_decodes_whole():
     assert ev.method == "POST" and ev.path == "/llm.Generator/Stream" and ev.stream_id == 1
     assert ev.content == H2Content.GRPC and ev.is_read
     assert ev.traceparent == "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    assert ev.tracestate == "congo=t61rcWkgMzE" and not ev.tracestate_cut
     assert b"Bearer" not in raw and b"secret" not in raw
 
 
