@@ -824,6 +824,29 @@ static __always_inline void conn_changed(struct scratch *s)
         socks_changed(s->ev.hdr.pid, s->ev.fd);
 }
 
+/* A connection the target connect()ed (a socket, not TLS plaintext) whose
+ * first request-half bytes are neither a request line, nor the HTTP/2
+ * preface, nor a TLS record (whose plaintext the TLS probes may yet read):
+ * a call to a database, a cache, an RPC backend. It is dropped from socks
+ * and counted as unrecognised now, so that each of its later syscalls costs
+ * a thread-cache hit instead of the classifier (benchmarks/
+ * bench_backend_calls.py). Accepted connections keep being read: a proxy's
+ * PROXY-protocol line, say, may come before keep-alive requests. */
+static __always_inline int gives_up_on(struct scratch *s)
+{
+    if (!s->request_side || s->tls_session || s->ev.role != CONN_ROLE_CLIENT)
+        return 0;
+    u8 first = s->head[0], second = s->n > 1 ? s->head[1] : 0;
+    if (first >= 0x14 && first <= 0x17 && second == 0x03)
+        return 0;   /* a TLS record: handshake, alert, change cipher spec or data */
+    struct sock_key key = {.pid = s->ev.hdr.pid, .fd = s->ev.fd};
+    if (socks.delete(&key) != 0)
+        return 0;
+    socks_changed(key.pid, key.fd);
+    count(COUNTER_CONNS_UNRECOGNISED);
+    return 1;
+}
+
 /* The last step of every chain: until a connection has carried a request
  * line its traffic is not HTTP we can use (database clients, IPC sockets),
  * so it is dropped here; otherwise the event goes to the ring buffer. */
@@ -833,6 +856,8 @@ static __always_inline int submit(struct scratch *s)
     if (!s->http_seen) {
         if (ev->kind != HTTP_KIND_REQUEST) {
             count(COUNTER_IO_SKIPPED);
+            if (ev->bytes > 0 && gives_up_on(s))
+                return 0;
             /* Bytes nothing recognised: close() counts the connection
              * (COUNTER_CONNS_UNRECOGNISED) unless TLS plaintext or a request
              * line turns up on it later. */
@@ -1646,9 +1671,19 @@ static __always_inline int trace_first_window(struct scratch *s, struct trace_sc
     if (size > 0 && size <= SCAN_HEAD_BYTES)
         bpf_probe_read_kernel(&t->buf[shift & 1], size, s->head);
     t->n = n + shift;
-    /* Plain I/O: the whole syscall, as far as TRACE_HEADER_BYTES allows;
-     * vectored: what the head gathered. */
-    u64 len = s->ev.flags & HTTP_FLAG_VECTORED ? s->n : (u64)s->ev.bytes;
+    /* Where the bytes past the head lie: a plain buffer; for vectored I/O the
+     * first iovec when the head came from it alone (Node's http client writes a
+     * request's headers and body as one iovec); else the head is all there is. */
+    u64 bytes = (u64)s->ev.bytes, len = s->n;
+    t->user_base = 0;
+    if (!(s->ev.flags & HTTP_FLAG_VECTORED)) {
+        t->user_base = s->last_base;
+        len = bytes;
+    } else if (s->n == SCAN_HEAD_BYTES && s->iovs[0].len >= SCAN_HEAD_BYTES) {
+        t->user_base = s->iovs[0].base;
+        len = s->iovs[0].len < bytes ? s->iovs[0].len : bytes;
+    }
+    t->whole = len >= bytes;
     u32 room = before < TRACE_HEADER_BYTES ? TRACE_HEADER_BYTES - before : 0;
     t->len = len < room ? (u32)len : room;
     return 1;
@@ -1656,10 +1691,10 @@ static __always_inline int trace_first_window(struct scratch *s, struct trace_sc
 
 /* After the last window of a syscall: the event, and whether the header
  * block goes on in the connection's next read (write). */
-static __always_inline void trace_finish(struct scratch *s, struct trace_scan *t, u64 user_base)
+static __always_inline void trace_finish(struct scratch *s, struct trace_scan *t)
 {
     u64 conn_id = s->ev.conn_id;
-    trace_values(t, user_base);
+    trace_values(t, t->user_base);
     struct trace_context_event *ev = &t->ev;
     if (t->ended)
         ev->flags |= TRACE_CONTEXT_FLAG_HEADERS_END;
@@ -1669,10 +1704,9 @@ static __always_inline void trace_finish(struct scratch *s, struct trace_scan *t
                      TRACE_CONTEXT_FLAG_TRACEPARENT_CUT | TRACE_CONTEXT_FLAG_TRACESTATE_CUT))
         send_event(ev, sizeof(*ev));
     s32 seen = t->start + (s32)t->n;
-    u64 bytes = s->ev.flags & HTTP_FLAG_VECTORED ? s->n : (u64)s->ev.bytes;
     u32 scanned = t->scanned_before + (seen > 0 ? (u32)seen : 0);
     /* Open only while every byte so far was looked at and the block has not ended. */
-    if (t->ended || seen < 0 || (u64)seen < bytes || scanned >= TRACE_HEADER_BYTES) {
+    if (t->ended || seen < 0 || !t->whole || (u64)seen < (u64)s->ev.bytes || scanned >= TRACE_HEADER_BYTES) {
         if (s->ev.kind != HTTP_KIND_REQUEST || !(s->ev.flags & HTTP_FLAG_HEADERS_END) || t->scanned_before)
             trace_headers_open.delete(&conn_id);
         return;
@@ -1689,20 +1723,19 @@ static __always_inline int chain_scan_trace_context(void *ctx, int tls)
     struct trace_scan *t = trace_scan_area.lookup(&zero);
     if (!s || !t)
         return 0;
-    u64 user_base = s->ev.flags & HTTP_FLAG_VECTORED ? 0 : s->last_base;
     if (t->io_exit_ns != s->ev.exit_ns || t->ev.conn_id != s->ev.conn_id) {
         if (!trace_first_window(s, t)) {
             chain_call(ctx, tls, PROG_SCAN_FIELDS);
             return submit(s);
         }
     } else {
-        /* A further window of a plain buffer, from TRACE_WINDOW_OVERLAP before the last one's end. */
+        /* A further window of the user buffer, from TRACE_WINDOW_OVERLAP before the last one's end. */
         s32 from = t->start + (s32)t->n - TRACE_WINDOW_OVERLAP;
         u32 left = from >= 0 && (u32)from < t->len ? t->len - (u32)from : 0;
         u32 n = left > SCAN_HEAD_BYTES ? SCAN_HEAD_BYTES : left;
         u64 size = trace_bounded(n, 2 * SCAN_HEAD_BYTES - 1);
         if (size > 0 && size <= SCAN_HEAD_BYTES)
-            bpf_probe_read_user(t->buf, size, (void *)(user_base + (u32)from));
+            bpf_probe_read_user(t->buf, size, (void *)(t->user_base + (u32)from));
         t->start = from;
         t->n = n;
     }
@@ -1710,9 +1743,9 @@ static __always_inline int chain_scan_trace_context(void *ctx, int tls)
     t->windows++;
     s32 seen = t->start + (s32)t->n;
     int both = t->parent_end && t->state_end;
-    if (!t->ended && !both && user_base && seen > 0 && (u32)seen < t->len && t->windows < MAX_TRACE_WINDOWS)
+    if (!t->ended && !both && t->user_base && seen > 0 && (u32)seen < t->len && t->windows < MAX_TRACE_WINDOWS)
         chain_call(ctx, tls, PROG_SCAN_TRACE_CONTEXT);
-    trace_finish(s, t, user_base);
+    trace_finish(s, t);
     chain_call(ctx, tls, PROG_SCAN_FIELDS);
     return submit(s);
 }

@@ -10,8 +10,9 @@
  * (each window starting TRACE_WINDOW_OVERLAP before the last one ended, so
  * that a header name cut by a window's end is whole in the next), then the
  * request's following reads or writes while its header block is open, up to
- * TRACE_HEADER_BYTES in all. Vectored I/O is scanned as far as the head
- * gathered it (the iovecs past it are not walked for this).
+ * TRACE_HEADER_BYTES in all. Vectored I/O: its first iovec when the head
+ * came from it alone (Node's http client writes a request as one iovec),
+ * else as far as the head gathered it (the iovecs past it are not walked).
  *
  * What leaves the kernel: the two values only, each from after its name's
  * colon to its line's end (never a byte of the next line), at most
@@ -43,6 +44,9 @@ struct trace_scan {
     u8 buf[SCRATCH_BYTES];
     struct trace_context_event ev;
     u64 io_exit_ns;     /* the syscall this state is about */
+    u64 user_base;      /* where its bytes lie in user memory, 0: only the head (in buf) */
+    u32 whole;          /* user_base (or the head) holds every byte the syscall moved */
+    u32 pad_whole;
     s32 start;
     u32 n;              /* bytes in buf */
     u32 len;            /* bytes of the syscall the scan may look at */

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -35,7 +36,7 @@ from inferprobe.collector.recording import read_recording
 
 from tests.support.go import build_go_program
 from tests.support.kernel import needs_root
-from tests.support.paths import SERVERS
+from tests.support.paths import PROGRAMS, SERVERS
 from tests.support.processes import Recorder, inferprobe_cmd, stop_process
 
 pytestmark = [needs_root, pytest.mark.bpf]
@@ -416,3 +417,32 @@ def test_live_export_from_a_container_joins_the_callers_trace_and_labels_its_met
     for span in found.values():
         assert span["attributes"]["container.id"] == cid
         assert span["attributes"]["inferprobe.ns_pid"] == server.ns_pid != server.pid
+
+
+def test_a_node_clients_vectored_request_is_read_past_512_bytes(tmp_path):
+    """Node's http client writes its request as one writev() iovec of 1.7 KB: the scan
+    follows that iovec past the head."""
+    pytest.importorskip("uvicorn", reason="uvicorn is not installed (the test extra installs it)")
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("Node is not installed (Debian's nodejs; make setup installs it)")
+    server = Server("node-untraced", [sys.executable, str(SERVERS / "stream_shapes_fastapi.py"),
+                                      str(tmp_path / "server.log")], False, tmp_path)
+    trace, parent = trace_ids(30, 0)
+    argv = [node, str(PROGRAMS / "traceparent_node_client.js"), str(server.port), trace, parent]
+    client = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    recording = tmp_path / "node.ipr"
+    try:
+        rec = Recorder([client.pid], recording, "--duration", "60")
+        client.stdin.write("go\n")
+        client.stdin.flush()
+        assert client.stdout.readline().strip() == "done"
+        time.sleep(0.3)
+        rec.stop()
+    finally:
+        stop_process(client)
+        server.stop()
+    report = json.loads(subprocess.run(inferprobe_cmd("report", str(recording), "--format", "json"),
+                                       capture_output=True, text=True, check=True).stdout)
+    (call,) = [r for r in report["requests"] if r["role"] == "client"]
+    assert (call["trace_id"], call["parent_span_id"]) == (trace, parent)
