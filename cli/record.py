@@ -223,9 +223,8 @@ def record(pids, all_hosts, ports, comm, cgroup, duration, output, ringbuf_mb,
     probe is in place; Ctrl-C or SIGTERM stops and still writes a complete
     recording.
     """
-    from inferprobe.collector.h2_header_blocks import HeaderPieceReader
+    from inferprobe.collector.event_stream import EventStream
     from inferprobe.collector.loader import load_tracer
-    from inferprobe.collector.ringbuf import RingBufferReader
     from inferprobe.exporters.clock import measure_offset
     from inferprobe.exporters.setup import bind_prometheus, start_live_export
 
@@ -262,7 +261,6 @@ def record(pids, all_hosts, ports, comm, cgroup, duration, output, ringbuf_mb,
             tracer.inactive.setdefault(name, f"not requested (record {flag})")
     writer = None
     reader = None
-    header_pieces = None
     live = None
     scraper = None
     try:
@@ -274,9 +272,7 @@ def record(pids, all_hosts, ports, comm, cgroup, duration, output, ringbuf_mb,
         writer = RecordingWriter(Path(output), meta)
         live = start_live_export(meta, metrics, otlp, otlp_opts, identities)
         sink = writer.add_ring_chunk if live is None else live.tee(writer.add_ring_chunk)
-        reader = RingBufferReader(tracer, tracer.tap(sink))
-        # HTTP/2 header blocks: decoded as they come, only their listed fields recorded.
-        header_pieces = HeaderPieceReader(tracer, sink) if tracer.has_map(b"h2_header_pieces") else None
+        reader = EventStream(tracer, tracer.tap(sink))
         if engine is not None:
             scraper = Scraper(engine[0])
             scraper.start()
@@ -302,8 +298,6 @@ def record(pids, all_hosts, ports, comm, cgroup, duration, output, ringbuf_mb,
         lost = 0
         while True:
             reader.poll(100)
-            if header_pieces is not None:
-                header_pieces.drain()
             if scraper is not None:
                 for scrape in scraper.take():
                     writer.add_engine_scrape(scrape)
@@ -345,8 +339,6 @@ def record(pids, all_hosts, ports, comm, cgroup, duration, output, ringbuf_mb,
                     end_reason = "targets exited"
                     break
         reader.drain()
-        if header_pieces is not None:
-            header_pieces.drain()
         if scraper is not None:
             for scrape in scraper.stop():
                 writer.add_engine_scrape(scrape)
@@ -383,8 +375,6 @@ def record(pids, all_hosts, ports, comm, cgroup, duration, output, ringbuf_mb,
             scraper.stop()
         if reader is not None:
             reader.close()
-        if header_pieces is not None:
-            header_pieces.close()
         tracer.close()
         if metrics is not None:
             metrics.close()

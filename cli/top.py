@@ -88,9 +88,9 @@ def top(pids, window, interval, no_usdt, locks, mutex_threshold, engine_metrics_
     Attaches like `record` (no change to the server) and shows the last
     --window seconds, refreshed every --interval. q or Ctrl-C detach.
     """
+    from inferprobe.collector.event_stream import EventStream
     from inferprobe.collector.live_symbols import LiveSymbols
     from inferprobe.collector.loader import load_tracer
-    from inferprobe.collector.ringbuf import RingBufferReader
 
     apply_kernel_headers(kernel_headers)
     pids = list(dict.fromkeys(pids))
@@ -116,7 +116,7 @@ def top(pids, window, interval, no_usdt, locks, mutex_threshold, engine_metrics_
         if engine is not None:
             scraper = Scraper(engine[0])
             scraper.start()
-        reader = RingBufferReader(tracer, sink)
+        reader = EventStream(tracer, sink)
         signal.signal(signal.SIGINT, lambda *_: stop.append("interrupt"))
         signal.signal(signal.SIGTERM, lambda *_: stop.append("terminate"))
         started = time.monotonic()
