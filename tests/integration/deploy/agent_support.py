@@ -1,0 +1,113 @@
+"""The agent as a subprocess, and an OTLP/HTTP backend that can be stopped and started again."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+from tests.support.processes import inferprobe_cmd
+
+
+class Agent:
+    """`inferprobe agent ARGS` writing its ring to ring_dir; returns once attached."""
+
+    def __init__(self, ring_dir: Path, *args: str, prefix: list[str] | None = None):
+        self.ring_dir = ring_dir
+        self._prefixed = bool(prefix)
+        argv = [*(prefix or []), *inferprobe_cmd("agent", "--ring", str(ring_dir), *args)]
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.lines: list[str] = []
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                break
+            self.lines.append(line)
+            if line.startswith("inferprobe: attached"):
+                self._drainer = threading.Thread(target=self._drain, daemon=True)
+                self._drainer.start()
+                return
+        raise RuntimeError(f"agent did not attach: {''.join(self.lines)} {self.proc.stderr.read()}")
+
+    def _drain(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.append(line)
+
+    @property
+    def pid(self) -> int:
+        """The agent's own pid: under a prefix that forks (unshare --fork), the prefix's child;
+        one that execs (setpriv) is the agent itself."""
+        if self._prefixed:
+            children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text().split()
+            if children and Path(f"/proc/{self.proc.pid}/comm").read_text().strip() == "unshare":
+                return int(children[0])
+        return self.proc.pid
+
+    def rss_kb(self) -> int:
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+        raise AssertionError("no VmRSS")
+
+    def stop(self, timeout: float = 90) -> tuple[int, str, str]:
+        """SIGTERM to the agent itself (unshare --fork does not pass signals on), its exit status.
+
+        The timeout is long: detaching takes the kernel ~0.25 s per uprobe here, and the
+        TLS set puts 8 on each adopted process that maps libssl (the ring is closed first)."""
+        os.kill(self.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self._drainer.join(timeout=10)   # the last lines, written just before the exit
+        err = self.proc.stderr.read()
+        return self.proc.returncode, "".join(self.lines), err
+
+
+def metric(port: int, name: str) -> float | None:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        for line in resp.read().decode().splitlines():
+            if line.startswith(name + " ") or line.startswith(name + "{"):
+                return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+class OtlpSink:
+    """An OTLP/HTTP traces endpoint on a fixed port that keeps the trace ids it received."""
+
+    def __init__(self, port: int):
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+        sink = self
+        self.trace_ids: set[bytes] = set()
+        self.started = time.monotonic_ns()
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802 - http.server's name
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                request = ExportTraceServiceRequest.FromString(body)
+                for resource_spans in request.resource_spans:
+                    for scope_spans in resource_spans.scope_spans:
+                        sink.trace_ids.update(span.trace_id for span in scope_spans.spans)
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()

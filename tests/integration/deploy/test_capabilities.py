@@ -1,0 +1,74 @@
+"""The DaemonSet's capabilities are enough, and fewer are refused in one sentence.
+
+The agent runs as root with exactly the capabilities the manifest adds
+(`setpriv --bounding-set`: a root process gets no capability outside its
+bounding set), records a request a server answered, and is refused cleanly
+without CAP_BPF.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from inferprobe.collector.recording import read_recording
+from inferprobe.collector.segment_ring import list_segments
+
+from tests.integration.deploy.agent_support import Agent
+from tests.support.kernel import needs_root
+from tests.support.processes import ServerProcess, inferprobe_cmd
+
+pytestmark = [needs_root, pytest.mark.bpf]
+
+DAEMONSET = Path(__file__).resolve().parents[3] / "deploy" / "kubernetes" / "base" / "daemonset.yaml"
+
+
+def _manifest_capabilities() -> list[str]:
+    (container,) = yaml.safe_load(DAEMONSET.read_text())["spec"]["template"]["spec"]["containers"]
+    return container["securityContext"]["capabilities"]["add"]
+
+
+def _bounding(caps: list[str]) -> list[str]:
+    if shutil.which("setpriv") is None:
+        pytest.skip("setpriv (util-linux) is needed to run with a reduced capability set")
+    return ["setpriv", "--bounding-set", "-all," + ",".join("+" + c.lower() for c in caps), "--"]
+
+
+def test_the_manifest_capabilities_are_enough(tmp_path):
+    server = ServerProcess(tmp_path / "server.jsonl")
+    try:
+        agent = Agent(tmp_path / "ring", "--keep", "60s", "--segment", "60s",
+                      prefix=_bounding(_manifest_capabilities()))
+        status = Path(f"/proc/{agent.pid}/status").read_text()
+        effective = int(next(ln for ln in status.splitlines() if ln.startswith("CapEff:")).split()[1], 16)
+        assert effective & (1 << 21) == 0, "CAP_SYS_ADMIN must not be held"
+        time.sleep(1)
+        subprocess.run(["curl", "-s", "-m", "5", f"http://127.0.0.1:{server.port}/health"], check=True,
+                       capture_output=True)
+        time.sleep(1.5)
+        rc, out, err = agent.stop()
+    finally:
+        server.stop()
+    assert rc == 0, err
+    logged = [json.loads(line) for line in (tmp_path / "server.jsonl").read_text().splitlines()]
+    events = read_recording(list_segments(tmp_path / "ring")[-1].path)
+    report = subprocess.run(inferprobe_cmd("report", "--last", "5m", "--ring", str(tmp_path / "ring"),
+                                           "--format", "json"), capture_output=True, text=True, check=True)
+    mine = [r for r in json.loads(report.stdout)["requests"] if r["pid"] == server.pid]
+    assert events.complete and len(mine) == len(logged) == 1
+    assert mine[0]["path"] == "/health" and abs(mine[0]["t_ingress_ns"] - logged[0]["t_received_ns"]) < 5e6
+
+
+def test_without_cap_bpf_the_agent_says_so_in_one_sentence(tmp_path):
+    caps = [c for c in _manifest_capabilities() if c != "BPF"]
+    result = subprocess.run([*_bounding(caps), *inferprobe_cmd("agent", "--ring", str(tmp_path), "-d", "1")],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 3, result.stderr
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "Operation not permitted" in lines[0] and "Traceback" not in result.stderr
