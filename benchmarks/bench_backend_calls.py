@@ -30,8 +30,14 @@ import textwrap
 import threading
 from pathlib import Path
 
-from bench_node_sse import program_names
-from bench_overhead import Recorder, bpf_stats_enabled, per_program, program_times_by_id, read_report
+from bench_overhead import (
+    Recorder,
+    bpf_stats_enabled,
+    per_program,
+    program_names,
+    program_times_by_id,
+    read_report,
+)
 
 # The target: waits for a line on stdin, then makes the round trips and prints their mean in ns.
 TARGET = textwrap.dedent("""

@@ -23,7 +23,6 @@ call says what the tracer cost it.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import statistics
 import subprocess
@@ -32,16 +31,7 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-from bench_node_sse import program_names
-from bench_overhead import (
-    Recorder,
-    bpf_stats_enabled,
-    per_program,
-    proc_cpu_s,
-    program_times_by_id,
-    read_report,
-    stop_process,
-)
+from bench_overhead import proc_cpu_s, read_report, stop_process, traced_run
 
 REPO = Path(__file__).resolve().parent.parent
 SERVER = REPO / "tests" / "servers" / "grpc_token_server.py"
@@ -80,28 +70,13 @@ def run_load(port: int, args: argparse.Namespace, server_pid: int) -> dict:
 def traced_phase(pid: int, port: int, args: argparse.Namespace, workdir: Path, rnd: int,
                  stats: bool = False) -> dict:
     out = workdir / f"r{rnd}.ipr"
-    rec = Recorder(pid, out, workdir / f"r{rnd}.err")
-    try:
-        with bpf_stats_enabled() if stats else contextlib.nullcontext():
-            before = program_times_by_id(rec.proc.pid)
-            recorder_cpu0 = proc_cpu_s(rec.proc.pid)
-            load = run_load(port, args, pid)
-            recorder_cpu = proc_cpu_s(rec.proc.pid) - recorder_cpu0
-            after = program_times_by_id(rec.proc.pid)
-            names = program_names() if stats else {}
-    finally:
-        rec.stop()
+    result = traced_run(pid, out, workdir / f"r{rnd}.err", lambda: run_load(port, args, pid), "calls", stats)
     report = read_report(out)
-    whole = sum(1 for r in report["requests"] if r["outcome"] == "complete"
-                and sum(r["token_chunk_events"]) == args.tokens)
-    result = {**load, "recorded_whole": whole, "lost_events": report.get("lost_events"),
-              "recorder_cpu_us_per_call": round(recorder_cpu * 1e6 / max(load["calls"], 1), 1)}
+    result["recorded_whole"] = sum(1 for r in report["requests"] if r["outcome"] == "complete"
+                                   and sum(r["token_chunk_events"]) == args.tokens)
+    result["lost_events"] = report.get("lost_events")
     if stats:
-        total_ns = sum(ns - before.get(i, (0, 0))[0] for i, (ns, _) in after.items())
-        result["bpf_ns_per_call"] = round(total_ns / max(load["calls"], 1))
-        figures = per_program(before, after, max(load["calls"], 1))
-        result["programs"] = {names.get(prog_id, str(prog_id)).removeprefix("tracepoint__syscalls__"): cost
-                              for prog_id, cost in figures.items()}
+        result["bpf_ns_per_call"] = round(result.pop("bpf_ns_total") / max(result["calls"], 1))
     return result
 
 

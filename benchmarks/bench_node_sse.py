@@ -30,7 +30,6 @@ cost per call beside the syscall programs'.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import re
@@ -41,29 +40,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench_overhead import (
-    EmptyPrograms,
-    Recorder,
-    bpf_stats_enabled,
-    per_program,
-    proc_cpu_s,
-    program_times_by_id,
-    read_report,
-    stop_process,
-)
+from bench_overhead import EmptyPrograms, proc_cpu_s, read_report, stop_process, traced_run
 
 REPO = Path(__file__).resolve().parent.parent
 SERVER = REPO / "benchmarks" / "native" / "node_sse.js"
-
-
-def program_names() -> dict[int, str]:
-    """prog_id -> name, from bpftool (empty without it: totals are still right)."""
-    if shutil.which("bpftool") is None:
-        return {}
-    res = subprocess.run(["bpftool", "prog", "show", "--json"], capture_output=True, text=True)
-    if res.returncode != 0:
-        return {}
-    return {p["id"]: p.get("name", str(p["id"])) for p in json.loads(res.stdout)}
 
 
 def self_signed(directory: Path) -> dict[str, str]:
@@ -115,32 +95,17 @@ def traced_phase(pid: int, port: int, args: argparse.Namespace, workdir: Path, r
     """One recorded phase. With `stats`, the kernel times the programs (which
     costs a little of its own: throughput is measured without)."""
     out = workdir / f"r{rnd}.ipr"
-    rec = Recorder(pid, out, workdir / f"r{rnd}.err")
-    try:
-        with bpf_stats_enabled() if stats else contextlib.nullcontext():
-            before = program_times_by_id(rec.proc.pid)
-            recorder_cpu0 = proc_cpu_s(rec.proc.pid)
-            load = run_wrk(port, args, pid)
-            recorder_cpu = proc_cpu_s(rec.proc.pid) - recorder_cpu0
-            after = program_times_by_id(rec.proc.pid)
-            names = program_names() if stats else {}
-    finally:
-        rec.stop()
+    load = traced_run(pid, out, workdir / f"r{rnd}.err", lambda: run_wrk(port, args, pid), "requests", stats)
     report = read_report(out)
     recorded = report["requests"]
     # complete, with every token chunk (wrk's last requests may be cut off by its stop)
     complete = sum(1 for r in recorded if r["outcome"] == "complete" and r["status"] == 200
                    and len(r["token_ns"]) == args.tokens)
-    programs = {names.get(prog_id, str(prog_id)).removeprefix("tracepoint__syscalls__"): figures
-                for prog_id, figures in per_program(before, after, load["requests"]).items()}
-    total_ns = sum(ns - before.get(i, (0, 0))[0] for i, (ns, _) in after.items())
-    if not stats:
-        programs, total_ns = {}, None
+    total_ns = load.pop("bpf_ns_total", None)
     return {**load, "recorded": len(recorded), "recorded_complete": complete,
-            "recorder_cpu_us_per_request": round(recorder_cpu * 1e6 / load["requests"], 1),
             "lost_events": report.get("lost_events"),
             "bpf_ns_per_request": round(total_ns / load["requests"]) if total_ns is not None else None,
-            "programs": programs}
+            "programs": load.get("programs", {})}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -39,6 +39,7 @@ import contextlib
 import json
 import os
 import resource
+import shutil
 import signal
 import statistics
 import subprocess
@@ -117,6 +118,41 @@ def program_times_by_id(pid: int) -> dict[int, tuple[int, int]]:
         if fields is not None and "prog_id" in fields:
             out[int(fields["prog_id"])] = _times(fields)
     return out
+
+
+def program_names() -> dict[int, str]:
+    """prog_id -> name, from bpftool (empty without it: totals are still right)."""
+    if shutil.which("bpftool") is None:
+        return {}
+    res = subprocess.run(["bpftool", "prog", "show", "--json"], capture_output=True, text=True)
+    if res.returncode != 0:
+        return {}
+    return {p["id"]: p.get("name", str(p["id"])) for p in json.loads(res.stdout)}
+
+
+def traced_run(pid: int, output: Path, stderr_path: Path, load, per: str, stats: bool) -> dict:
+    """`inferprobe record -p pid` around load() (start-up not measured): load's result, the
+    recorder's CPU per unit of load["<per>"] (requests, calls), and with `stats` the kernel's
+    own BPF time (kernel.bpf_stats_enabled), in all and per program (named by bpftool)."""
+    rec = Recorder(pid, output, stderr_path)
+    try:
+        with bpf_stats_enabled() if stats else contextlib.nullcontext():
+            before = program_times_by_id(rec.proc.pid)
+            recorder_cpu0 = proc_cpu_s(rec.proc.pid)
+            result = load()
+            recorder_cpu = proc_cpu_s(rec.proc.pid) - recorder_cpu0
+            after = program_times_by_id(rec.proc.pid)
+            names = program_names() if stats else {}
+    finally:
+        rec.stop()
+    units = max(result[per], 1)
+    result[f"recorder_cpu_us_per_{per.rstrip('s')}"] = round(recorder_cpu * 1e6 / units, 1)
+    if stats:
+        total_ns = sum(ns - before.get(i, (0, 0))[0] for i, (ns, _) in after.items())
+        result["bpf_ns_total"] = total_ns
+        result["programs"] = {names.get(prog_id, str(prog_id)).removeprefix("tracepoint__syscalls__"): cost
+                              for prog_id, cost in per_program(before, after, units).items()}
+    return result
 
 
 def per_program(before: dict, after: dict, n: int) -> dict:

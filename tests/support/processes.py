@@ -26,6 +26,18 @@ def inferprobe_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "inferprobe.cli.main", *args]
 
 
+def report_json_text(recording: Path) -> str:
+    """`inferprobe report RECORDING --format json`, as printed."""
+    return subprocess.run(inferprobe_cmd("report", str(recording), "--format", "json"), capture_output=True,
+                          text=True, check=True).stdout
+
+
+def report_terminal_text(recording: Path) -> str:
+    """`inferprobe report RECORDING`, the terminal report, as printed."""
+    return subprocess.run(inferprobe_cmd("report", str(recording)), capture_output=True, text=True,
+                          check=True).stdout
+
+
 class ServerProcess:
     def __init__(self, log: Path, extra: list[str] | None = None):
         self.log = log

@@ -32,7 +32,7 @@ from tests.integration.e2e.test_stream_shapes import self_signed_certificate
 from tests.support.go import build_go_program
 from tests.support.kernel import needs_root
 from tests.support.paths import PROGRAMS, SERVERS
-from tests.support.processes import Recorder, inferprobe_cmd, stop_process
+from tests.support.processes import Recorder, report_json_text, report_terminal_text, stop_process
 
 pytestmark = [needs_root, pytest.mark.bpf]
 
@@ -98,10 +98,7 @@ def recorded(kind: str, tmp_path_factory) -> dict:
         rec.stop()
     finally:
         stop_process(server)
-    report = subprocess.run(inferprobe_cmd("report", str(recording), "--format", "json"),
-                            capture_output=True, text=True, check=True).stdout
-    text = subprocess.run(inferprobe_cmd("report", str(recording)), capture_output=True, text=True,
-                          check=True).stdout
+    report, text = report_json_text(recording), report_terminal_text(recording)
     _RECORDED[kind] = {"kind": kind, "report": json.loads(report), "json": report, "text": text,
                        "recording": recording, "calls": calls}
     return _RECORDED[kind]
@@ -242,9 +239,7 @@ def test_a_connection_begun_before_attach_is_counted_unread_not_guessed(tmp_path
         rec.stop()
     finally:
         stop_process(server)
-    out = subprocess.run(inferprobe_cmd("report", str(tmp_path / "run.ipr"), "--format", "json"),
-                         capture_output=True, text=True, check=True).stdout
-    report = json.loads(out)
+    report = json.loads(report_json_text(tmp_path / "run.ipr"))
     assert report["requests"] == []
     assert report["unrecognised_connections"] == 1
 
@@ -271,9 +266,7 @@ def test_the_client_side_of_grpc_calls(tmp_path):
         stop_process(server)
     recording = (tmp_path / "run.ipr").read_bytes()
     assert SECRET.encode() not in recording
-    out = subprocess.run(inferprobe_cmd("report", str(tmp_path / "run.ipr"), "--format", "json"),
-                         capture_output=True, text=True, check=True).stdout
-    report = json.loads(out)
+    report = json.loads(report_json_text(tmp_path / "run.ipr"))
     assert {r["role"] for r in report["requests"]} == {"client"}
     assert len({r["conn"] for r in report["requests"]}) == 1
     gaps = []

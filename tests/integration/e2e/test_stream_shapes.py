@@ -40,7 +40,7 @@ import pytest
 from tests.support.go import build_go_program
 from tests.support.kernel import needs_root
 from tests.support.paths import SERVERS
-from tests.support.processes import Recorder, inferprobe_cmd, stop_process
+from tests.support.processes import Recorder, report_json_text, report_terminal_text, stop_process
 
 pytestmark = [needs_root, pytest.mark.bpf]
 
@@ -157,10 +157,7 @@ def traced(request, tmp_path_factory):
         rec.stop()
     finally:
         stop_process(server)
-    report = subprocess.run(inferprobe_cmd("report", str(recording), "--format", "json"),
-                            capture_output=True, text=True, check=True).stdout
-    text = subprocess.run(inferprobe_cmd("report", str(recording)), capture_output=True, text=True,
-                          check=True).stdout
+    report, text = report_json_text(recording), report_terminal_text(recording)
     served = [json.loads(line) for line in log.read_text().splitlines()]
     return {"stack": stack, "tls": tls, "report": json.loads(report), "report_raw": report, "text": text,
             "recording": recording, "asked": asked, "served": served}

@@ -30,7 +30,7 @@ import pytest
 from tests.integration.e2e.test_stream_shapes import self_signed_certificate
 from tests.support.kernel import needs_root
 from tests.support.paths import PROGRAMS, SERVERS
-from tests.support.processes import Recorder, inferprobe_cmd, stop_process
+from tests.support.processes import Recorder, report_json_text, stop_process
 
 pytestmark = [needs_root, pytest.mark.bpf]
 
@@ -41,9 +41,7 @@ CALLS, TOKENS = 6, 7
 
 
 def report_json(recording: Path) -> dict:
-    out = subprocess.run(inferprobe_cmd("report", str(recording), "--format", "json"), capture_output=True,
-                         text=True, check=True).stdout
-    return json.loads(out)
+    return json.loads(report_json_text(recording))
 
 
 def within_tolerance(errors: list[int]) -> None:
@@ -176,7 +174,8 @@ def test_unrecognised_traffic_is_counted_and_named(tmp_path):
         # A TLS client at a plain HTTP port: the start of a ClientHello record, no request line
         # (the HTTP/2 preface would now be recognised: tests/integration/e2e/test_http2.py).
         with socket.create_connection(("127.0.0.1", port)) as conn:
-            conn.sendall(bytes([0x16, 0x03, 0x01, 0x00, 0x2f, 0x01, 0x00, 0x00, 0x2b, 0x03, 0x03]) + bytes(32))
+            client_hello = bytes([0x16, 0x03, 0x01, 0x00, 0x2f, 0x01, 0x00, 0x00, 0x2b, 0x03, 0x03])
+            conn.sendall(client_hello + bytes(32))
             conn.settimeout(5)
             try:
                 while conn.recv(4096):
