@@ -182,6 +182,7 @@ class ListenerScan:
     self_pid: int = field(default_factory=own_host_pid)
     owners: dict[int, set[int]] = field(default_factory=dict)   # listening inode -> pids holding it
     ports: dict[int, int] = field(default_factory=dict)          # listening inode -> port
+    netns: dict[int, str] = field(default_factory=dict)          # pid -> its network namespace
     scans: int = 0
     fd_walks: int = 0
 
@@ -189,14 +190,20 @@ class ListenerScan:
         """pid -> the local ports it listens on (0: a Unix socket), for every process now."""
         self.scans += 1
         by_netns: dict[str, list[int]] = {}
+        alive: dict[int, str] = {}
         for entry in os.scandir(PROC):
             if not entry.name.isdigit():
                 continue
-            try:
-                netns = os.readlink(f"{entry.path}/ns/net")
-            except OSError:
-                continue   # exited, or a kernel thread
-            by_netns.setdefault(netns, []).append(int(entry.name))
+            pid = int(entry.name)
+            netns = self.netns.get(pid)
+            if netns is None:   # a process seen before keeps its namespace (setns() is rare)
+                try:
+                    netns = os.readlink(f"{entry.path}/ns/net")
+                except OSError:
+                    continue   # exited, or a kernel thread
+            alive[pid] = netns
+            by_netns.setdefault(netns, []).append(pid)
+        self.netns = alive
         listening: dict[int, int] = {}
         unattributed: list[int] = []
         for pids in by_netns.values():
