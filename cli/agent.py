@@ -89,11 +89,13 @@ def agent(all_hosts, ports, comm, cgroup, ring_dir, keep, segment, max_cpu, otlp
     and holds tracing under --max-cpu by sampling connections.
     """
     from inferprobe.collector.loader import load_tracer
+    from inferprobe.collector.probe_sets.host_wide import host_wide_set
     from inferprobe.collector.ringbuf import RingBufferReader
     from inferprobe.exporters.agent_metrics import AgentMetrics
     from inferprobe.exporters.setup import bind_prometheus, start_live_export
 
     filters = host_wide_filters((), True, ports, comm, cgroup)
+    assert filters is not None   # --all is implied
     if segment > keep:
         raise click.BadParameter("a segment cannot be longer than what the ring keeps",
                                  param_hint="--segment")
@@ -103,7 +105,7 @@ def agent(all_hosts, ports, comm, cgroup, ring_dir, keep, segment, max_cpu, otlp
     pages = 1 << ((ringbuf_mb * 256).bit_length() - 1)
     tracer = load_tracer(listening_now(filters), sets=("sockets", "tls", "usdt", "host_wide"),
                          ringbuf_pages=pages, options={"host_wide": {"filters": filters}, "tls": "auto"})
-    host = tracer.active["host_wide"]
+    host = host_wide_set(tracer)
     budget = cpu_budget.CpuBudget(max_cpu)
     ring = reader = live = None
     stop, reopen = _Stop(), _Reopen()

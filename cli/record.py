@@ -225,6 +225,7 @@ def record(pids, all_hosts, ports, comm, cgroup, duration, output, ringbuf_mb,
     """
     from inferprobe.collector.event_stream import EventStream
     from inferprobe.collector.loader import load_tracer
+    from inferprobe.collector.probe_sets.host_wide import host_wide_set
     from inferprobe.exporters.clock import measure_offset
     from inferprobe.exporters.setup import bind_prometheus, start_live_export
 
@@ -316,7 +317,7 @@ def record(pids, all_hosts, ports, comm, cgroup, duration, output, ringbuf_mb,
                 for note in tracer.refresh():
                     click.echo(f"inferprobe: {note}")
                 if filters is not None and live is not None and live.metrics is not None:
-                    live.metrics.set_targets(tracer.active["host_wide"].target_names())
+                    live.metrics.set_targets(host_wide_set(tracer).target_names())
                 sys.stdout.flush()
                 counters = tracer.counters()
                 lost = counters["events_lost"]

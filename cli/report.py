@@ -88,7 +88,7 @@ def _recording(path: str | None, last: str | None, ring_dir: str):
     from inferprobe.collector.segment_ring import parse_span, read_window
 
     try:
-        span = parse_span(last)
+        span = parse_span(last or "")
     except ValueError as err:
         raise click.BadParameter(str(err), param_hint="--last") from None
     return read_window(Path(ring_dir), span)

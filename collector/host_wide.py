@@ -227,8 +227,8 @@ class ListenerScan:
                     self.owners[inode].add(pid)
         self.ports = {inode: listening[inode] for inode in self.owners}
         serving: dict[int, set[int]] = {}
-        for inode, pids in self.owners.items():
-            for pid in pids:
+        for inode, holders in self.owners.items():
+            for pid in holders:
                 if pid != self.self_pid:
                     serving.setdefault(pid, set()).add(self.ports[inode])
         return serving

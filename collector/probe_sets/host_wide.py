@@ -193,8 +193,15 @@ class HostWideProbes(ProbeSet):
         }
 
 
+def host_wide_set(tracer) -> HostWideProbes:
+    """The loaded tracer's host-wide set (record --all, agent)."""
+    probe_set = tracer.active["host_wide"]
+    assert isinstance(probe_set, HostWideProbes)
+    return probe_set
+
+
 def _threads(pids: list[int]) -> list[int]:
-    found = []
+    found: list[int] = []
     for pid in pids:
         try:
             found.extend(int(t) for t in os.listdir(f"/proc/{pid}/task") if int(t) != pid)
