@@ -53,10 +53,10 @@ def sysctl_stats_on(path: str = "/proc/sys/kernel/bpf_stats_enabled") -> bool:
         return False
 
 
-def bpf_run_time(pid: str = "self") -> tuple[int, int]:
+def bpf_run_time(pid: str = "self", proc: str = "/proc") -> tuple[int, int]:
     """(run_time_ns, run_cnt) summed over the BPF programs pid holds open."""
     total_ns = runs = 0
-    base = f"/proc/{pid}/fdinfo"
+    base = f"{proc}/{pid}/fdinfo"
     try:
         names = os.listdir(base)
     except OSError:

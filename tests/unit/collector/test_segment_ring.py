@@ -1,0 +1,71 @@
+"""The agent's ring of recordings: rotation, pruning by age, and a window read back as one recording."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from inferprobe.collector.errors import RecordingProblem
+from inferprobe.collector.segment_ring import SegmentRing, list_segments, parse_span, read_window
+
+
+def _ring(tmp_path, keep_s=60.0, segment_s=10.0) -> SegmentRing:
+    return SegmentRing(tmp_path, {"host": "h"}, keep_s, segment_s, lambda: {"lost_events": 0})
+
+
+def test_spans_parse_and_bad_ones_are_refused():
+    assert [parse_span(t) for t in ("90s", "15m", "2h", "1d", "30", "1.5m")] == [90, 900, 7200, 86400, 30, 90]
+    for bad in ("", "5x", "-1m", "0s", "m"):
+        with pytest.raises(ValueError):
+            parse_span(bad)
+
+
+def test_rotation_closes_each_segment_and_prunes_by_age(tmp_path):
+    ring = _ring(tmp_path, keep_s=100)
+    ring.writer.add_event(b"\x01" * 8)
+    ring.rotate()
+    ring.rotate()
+    segments = list_segments(tmp_path)
+    assert [s.seq for s in segments] == [1, 2, 3]
+    old = time.time() - 200
+    os.utime(segments[0].path, (old, old))
+    ring.prune()
+    assert [s.seq for s in list_segments(tmp_path)] == [2, 3] and ring.deleted == 1
+    # The open segment is never deleted, however old it looks.
+    os.utime(ring.writer.path, (old, old))
+    ring.prune()
+    assert ring.writer.path.exists()
+    ring.close({"end_reason": "test"})
+
+
+def test_a_window_reads_the_newest_run_as_one_recording(tmp_path):
+    older = _ring(tmp_path)
+    older.writer.add_event(b"\x07" * 4)
+    older.close({"end_reason": "old run"})
+    time.sleep(1.1)   # run names carry the second they started
+    ring = _ring(tmp_path)
+    ring.writer.add_event(b"\x01" * 4)
+    ring.rotate()
+    ring.writer.add_event(b"\x02" * 4)
+    ring.writer.flush(stats={"t": 1.0, "sampling": {"conns_accepted": 4, "conns_followed": 2}})
+    window = read_window(tmp_path, 60)
+    assert window.events == [b"\x01" * 4, b"\x02" * 4]   # not the older run's
+    assert window.meta["window"]["segments"] == [s.path.name for s in list_segments(tmp_path)
+                                                 if s.run == ring.run]
+    # the open segment has no end record yet: its last stats stand in
+    assert window.final["sampling"] == {"conns_accepted": 4, "conns_followed": 2}
+    ring.close({"end_reason": "test"})
+
+
+def test_an_empty_or_stale_ring_is_one_sentence(tmp_path):
+    with pytest.raises(RecordingProblem, match="no agent recordings"):
+        read_window(tmp_path / "nowhere", 60)
+    ring = _ring(tmp_path)
+    ring.close({})
+    old = time.time() - 3600
+    for s in list_segments(tmp_path):
+        os.utime(s.path, (old, old))
+    with pytest.raises(RecordingProblem, match="within the last 60 s"):
+        read_window(tmp_path, 60)
