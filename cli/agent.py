@@ -21,7 +21,7 @@ from inferprobe.cli.export_options import otlp_options
 from inferprobe.cli.host_wide_options import host_wide_filters, host_wide_options, listening_now
 from inferprobe.cli.options import apply_kernel_headers, duration_option, kernel_headers_option
 from inferprobe.cli.record import _meta, _own_rss_kb, _Stop
-from inferprobe.collector import cpu_budget, segment_ring
+from inferprobe.collector import cpu_budget, host_wide, segment_ring
 
 EXAMPLES = """
 \b
@@ -49,6 +49,33 @@ def _share(_ctx, param, value):
         return cpu_budget.parse_share(value)
     except ValueError as err:
         raise click.BadParameter(str(err), param_hint="--max-cpu") from None
+
+
+LOAD_ATTEMPTS = 3
+
+
+def _load(load_tracer, filters, pages: int):
+    """The tracer on the servers listening now. A server that exits between the scan and the
+    attach fails the attach (its uprobes, its USDT probes): an always-on agent scans again."""
+    from inferprobe.collector.errors import EnvironmentProblem
+
+    sets: tuple[str, ...] = ("sockets", "tls", "usdt", "host_wide")
+    if not host_wide.in_host_pid_namespace():
+        sets = ("sockets", "host_wide")
+        click.echo("inferprobe: note: not in the host's pid namespace (run the pod with hostPID): "
+                   "USDT and TLS uprobes are off, sockets are traced")
+    for attempt in range(1, LOAD_ATTEMPTS + 1):
+        try:
+            return load_tracer(listening_now(filters), sets=sets,
+                               ringbuf_pages=pages,
+                               options={"host_wide": {"filters": filters}, "tls": "auto"})
+        except EnvironmentProblem as err:
+            if attempt == LOAD_ATTEMPTS or "attach" not in str(err):
+                raise
+            click.echo(f"inferprobe: {err}; scanning again (attempt {attempt + 1} of {LOAD_ATTEMPTS})",
+                       err=True)
+            time.sleep(1)
+    raise AssertionError("unreachable")
 
 
 class _Reopen:
@@ -103,8 +130,7 @@ def agent(all_hosts, ports, comm, cgroup, ring_dir, keep, segment, max_cpu, otlp
     metrics = bind_prometheus(prometheus)
     agent_metrics = AgentMetrics(metrics) if metrics is not None else None
     pages = 1 << ((ringbuf_mb * 256).bit_length() - 1)
-    tracer = load_tracer(listening_now(filters), sets=("sockets", "tls", "usdt", "host_wide"),
-                         ringbuf_pages=pages, options={"host_wide": {"filters": filters}, "tls": "auto"})
+    tracer = _load(load_tracer, filters, pages)
     host = host_wide_set(tracer)
     budget = cpu_budget.CpuBudget(max_cpu)
     ring = reader = live = None

@@ -175,6 +175,16 @@ def own_host_pid() -> int:
         return os.getpid()
 
 
+def in_host_pid_namespace() -> bool:
+    """Whether this process shares the pid namespace of the /proc it reads (a hostPID pod does).
+
+    perf_event_open() takes a pid in the caller's own namespace, so per-process
+    uprobes (USDT probes, TLS libraries) of host pids cannot be attached from
+    another one, even with the host's /proc mounted; tracepoints do not care."""
+    # /proc/self names this process by the pid the /proc's namespace gives it; os.getpid() by ours.
+    return own_host_pid() == os.getpid()
+
+
 @dataclass
 class ListenerScan:
     """Finds the processes holding listening stream sockets, scan after scan."""
