@@ -55,8 +55,13 @@ LOAD_ATTEMPTS = 3
 
 
 def _load(load_tracer, filters, pages: int):
-    """The tracer on the servers listening now. A server that exits between the scan and the
-    attach fails the attach (its uprobes, its USDT probes): an always-on agent scans again."""
+    """The tracer on the servers listening now.
+
+    A uprobe attach at start-up can fail for one server: it exited between the
+    scan and the attach, or (seen with bcc 0.26 holding only the DaemonSet's
+    capabilities) the kernel refuses the USDT probes whose semaphores bcc sets.
+    Tracepoints and the other servers must not be lost for it: the agent scans
+    again, and at the last try leaves the USDT set out, saying so."""
     from inferprobe.collector.errors import EnvironmentProblem
 
     sets: tuple[str, ...] = ("sockets", "tls", "usdt", "host_wide")
@@ -66,14 +71,16 @@ def _load(load_tracer, filters, pages: int):
                    "USDT and TLS uprobes are off, sockets are traced")
     for attempt in range(1, LOAD_ATTEMPTS + 1):
         try:
-            return load_tracer(listening_now(filters), sets=sets,
-                               ringbuf_pages=pages,
+            return load_tracer(listening_now(filters), sets=sets, ringbuf_pages=pages,
                                options={"host_wide": {"filters": filters}, "tls": "auto"})
         except EnvironmentProblem as err:
-            if attempt == LOAD_ATTEMPTS or "attach" not in str(err):
+            if attempt == LOAD_ATTEMPTS or "cannot attach" not in str(err):
                 raise
-            click.echo(f"inferprobe: {err}; scanning again (attempt {attempt + 1} of {LOAD_ATTEMPTS})",
-                       err=True)
+            if attempt == LOAD_ATTEMPTS - 1 and "usdt" in sets:
+                sets = tuple(s for s in sets if s != "usdt")
+                click.echo(f"inferprobe: {err}; trying once more without the USDT probe set", err=True)
+            else:
+                click.echo(f"inferprobe: {err}; scanning again (a server may have exited)", err=True)
             time.sleep(1)
     raise AssertionError("unreachable")
 
