@@ -122,9 +122,9 @@ def agent(all_hosts, ports, comm, cgroup, ring_dir, keep, segment, max_cpu, otlp
     the last --keep of recordings in --ring for `inferprobe report --last`,
     and holds tracing under --max-cpu by sampling connections.
     """
+    from inferprobe.collector.event_stream import EventStream
     from inferprobe.collector.loader import load_tracer
     from inferprobe.collector.probe_sets.host_wide import host_wide_set
-    from inferprobe.collector.ringbuf import RingBufferReader
     from inferprobe.exporters.agent_metrics import AgentMetrics
     from inferprobe.exporters.setup import bind_prometheus, start_live_export
 
@@ -163,7 +163,7 @@ def agent(all_hosts, ports, comm, cgroup, ring_dir, keep, segment, max_cpu, otlp
         def to_ring(chunk: bytes) -> None:
             ring.writer.add_ring_chunk(chunk)   # the current segment, whichever it is now
 
-        reader = RingBufferReader(tracer, tracer.tap(to_ring if live is None else live.tee(to_ring)))
+        reader = EventStream(tracer, tracer.tap(to_ring if live is None else live.tee(to_ring)))
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
         signal.signal(signal.SIGHUP, reopen)
