@@ -311,8 +311,22 @@ def load_tracer(
     # A child forked while the first pass rewrote its word may have lost the
     # bit the kernel set for it: a second pass over the live tree restores it.
     add_targets(bpf, target_procs.with_descendants(pids))
+    release_compiler_memory()
     return LoadedTracer(bpf=bpf, pids=all_pids, active=active, ringbuf_pages=ringbuf_pages,
                         inactive=inactive, ctx=ctx)
+
+
+def release_compiler_memory() -> None:
+    """Hands back to the system the heap that compiling the programs used.
+
+    bcc compiles with LLVM in this process; once the programs are loaded that
+    memory is free but stays in the allocator's arenas, tens of MB of a
+    recorder's resident size for the whole recording. glibc's malloc_trim
+    returns it. Elsewhere (another libc) there is nothing to call."""
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 assert COUNTER_MAX >= len(Counter)
