@@ -681,6 +681,8 @@ TRACEPOINT_PROBE(syscalls, sys_enter_close)
  *   sys_exit_* [-> gather_iovecs] -> classify_request  -> scan_header_block -> submit
  *                                 -> classify_response -> scan_header_block -> scan_body -> submit
  *                                                   -> scan_body (no status line) -> submit
+ *              (the HTTP/2 preface) classify_request -> h2_frames [-> h2_frames ...]
+ *   sys_exit_* of an HTTP/2 connection              -> h2_frames [-> h2_frames ...]
  * Code after a scan loop is walked by the verifier once per way out of the
  * loop, so what follows the loops is kept small; and each scan is its own
  * program because verifying one costs ~0.1 s of start-up (inlined into
