@@ -1151,7 +1151,6 @@ static __always_inline int h2_connection_begins(void *ctx, int tls, struct scrat
     h2_conns.update(&s->ev.conn_id, &fresh);
     h2_begin_event(s, s->ev.hdr.type == EVENT_SOCK_WRITE ? DIR_WRITE : DIR_READ, H2_FLAG_PREFACE);
     h2_walk_begin(s, H2_PREFACE_BYTES);
-    s->h2_runs = 1;
     chain_call(ctx, tls, PROG_H2_FRAMES);
     h2_send_event(s, 0);   /* the tail call failed: at least say the connection is HTTP/2 */
     return 0;
@@ -1270,6 +1269,20 @@ static __always_inline int classify_io(void *ctx, u64 id, struct pending_io io, 
     ev->role = io.client ? CONN_ROLE_CLIENT : CONN_ROLE_SERVER;
     ev->wire_ns = io.wire_ns;
     s->tls_session = io.session;
+    s->h2_buf = io.buf;
+    s->h2_vlen = io.vlen;
+    s->h2_total = ret > 0 ? (u64)ret : 0;
+    if (io.h2) {
+        /* An HTTP/2 connection: its bytes are frames, walked where they lie
+         * (nothing is copied into the head, and none of the HTTP/1 scan
+         * state below is needed). No bytes, no frames. */
+        if (ret <= 0)
+            return 0;
+        h2_begin_event(s, io.dir, 0);
+        h2_walk_begin(s, 0);
+        chain_call(ctx, tls, PROG_H2_FRAMES);
+        return 0;
+    }
     /* The request half of the exchange: a server reads it, a client writes it. */
     s->request_side = (io.dir == DIR_READ) != (io.client != 0);
     s->http_seen = io.http_seen;
@@ -1299,18 +1312,6 @@ static __always_inline int classify_io(void *ctx, u64 id, struct pending_io io, 
     s->named_events = 0;
     s->head[SCRATCH_BYTES - 1] = 0;   /* what a line end at 0 finds before it (stream_fields.bpf.h) */
 
-    s->h2_buf = io.buf;
-    s->h2_vlen = io.vlen;
-    s->h2_total = ret > 0 ? (u64)ret : 0;
-    if (io.h2) {
-        /* An HTTP/2 connection: its bytes are frames, walked where they lie
-         * (nothing is copied into the head). No bytes, no frames. */
-        if (ret <= 0)
-            return 0;
-        h2_begin_event(s, io.dir, 0);
-        chain_call(ctx, tls, PROG_H2_FRAMES);
-        return 0;
-    }
     if (ret < 0) {
         ev->kind = HTTP_KIND_ERROR;
         return submit(s);
@@ -1581,9 +1582,9 @@ CHAIN_PROGRAM(scan_fields)
 
 /* The frames of an HTTP/2 connection's syscall, H2_STEPS steps a run; a
  * syscall that needs more runs the program again (a tail call), up to
- * H2_MAX_RUNS. The first run of a syscall starts the walk at its first
- * byte (h2_runs 0: classify_io; the preface's run is set up by
- * h2_connection_begins). */
+ * H2_MAX_RUNS. Whoever calls the first run began the walk (h2_walk_begin:
+ * classify_io at the syscall's first byte, h2_connection_begins after the
+ * preface). */
 static __always_inline int chain_h2_frames(void *ctx, int tls)
 {
     struct scratch *s = get_scratch();
@@ -1596,8 +1597,6 @@ static __always_inline int chain_h2_frames(void *ctx, int tls)
     struct h2_dir *d = &conn->dir[s->h2ev.dir & 1];
     if (d->lost)
         return 0;
-    if (!s->h2_runs)
-        h2_walk_begin(s, 0);
     s->h2_runs++;
     for (u32 i = 0; i < H2_STEPS; i++) {
         if (s->h2_seg_off >= s->h2_seg_len) {
