@@ -69,6 +69,7 @@ from inferprobe.collector.layout_generated import (
     GpuShimStatusEvent,
     H2Content,
     H2Flag,
+    H2FrameFlag,
     H2FramesEvent,
     H2FrameType,
     H2HeadersEvent,
@@ -111,7 +112,8 @@ __all__ = [
     "GpuCopyKind", "GpuDrmEvent", "GpuDrmWhat", "GpuFenceEvent", "GpuFlushReason", "GpuFunction",
     "GpuLaunchesEvent", "GpuActivityEvent", "GpuActivityKind", "GpuApiEvent", "GpuClockEvent",
     "GpuKernelNameEvent", "GpuShimStatus", "GpuShimStatusEvent",
-    "H2Content", "H2Flag", "H2FrameType", "H2FramesEvent", "H2HeadersEvent", "H2HeadersFlag", "H2PartFlag",
+    "H2Content", "H2Flag", "H2FrameFlag", "H2FrameType", "H2FramesEvent", "H2HeadersEvent", "H2HeadersFlag",
+    "H2PartFlag",
     "HttpFlag", "HttpKind", "HttpMethod", "IoEvent", "LockCounter", "NetAckEvent",
     "NetFlag", "NetRetransmitEvent", "NetVia", "NetXmitEvent", "OffcpuEvent", "OffcpuReason",
     "OffcpuValue", "StackCounter", "StackFlag", "StackKey", "StackSampleEvent", "TraceContextEvent",
@@ -492,7 +494,8 @@ class H2FramePart:
 
     @property
     def ends_stream(self) -> bool:
-        return bool(self.flags & 0x1) and H2PartFlag.ENDS in self.part and self.frame_type in (0, 1)
+        return (bool(self.flags & H2FrameFlag.END_STREAM) and H2PartFlag.ENDS in self.part
+                and self.frame_type in (H2FrameType.DATA, H2FrameType.HEADERS))
 
 
 @dataclass(frozen=True, slots=True)

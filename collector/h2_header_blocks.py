@@ -27,6 +27,7 @@ from inferprobe.collector.events import (
     PATH_MAX_BYTES,
     EventType,
     H2Content,
+    H2FrameFlag,
     H2FrameType,
     H2HeadersEvent,
     H2HeadersFlag,
@@ -36,7 +37,6 @@ from inferprobe.collector.hpack_fields import FieldDecoder, HpackError
 from inferprobe.collector.layout_generated import H2_TRACEPARENT_BYTES, TRACESTATE_MAX_BYTES, H2HeaderPiece
 from inferprobe.collector.ringbuf_format import frame_records
 
-END_STREAM, END_HEADERS, PADDED, PRIORITY = 0x1, 0x4, 0x8, 0x20
 NDJSON_TYPES = (b"application/x-ndjson", b"application/ndjson", b"application/jsonl",
                 b"application/x-jsonlines")
 
@@ -70,11 +70,11 @@ def fragment(first_frame: bool, frame_type: int, flags: int, payload: bytes) -> 
     if not first_frame:
         return payload  # CONTINUATION: all fragment
     start, end = 0, len(payload)
-    if flags & PADDED:
+    if flags & H2FrameFlag.PADDED:
         if not payload:
             raise HpackError("padded frame without a pad length")
         start, end = 1, end - payload[0]
-    if frame_type == H2FrameType.HEADERS and flags & PRIORITY:
+    if frame_type == H2FrameType.HEADERS and flags & H2FrameFlag.PRIORITY:
         start += 5
     elif frame_type == H2FrameType.PUSH_PROMISE:
         start += 4  # the promised stream id
@@ -88,10 +88,6 @@ class HeaderBlocks:
 
     def __init__(self) -> None:
         self._dirs: dict[tuple[int, int], _Direction] = {}
-
-    def forget(self, conn_id: int) -> None:
-        for direction in (0, 1):
-            self._dirs.pop((conn_id, direction), None)
 
     def feed(self, piece: H2HeaderPiece) -> bytes | None:
         """The raw h2_headers_event of the block this piece completes, else None."""
@@ -118,7 +114,7 @@ class HeaderBlocks:
         except HpackError:
             d.broken = True
         d.frame.clear()
-        if not piece.frame_flags & END_HEADERS:
+        if not piece.frame_flags & H2FrameFlag.END_HEADERS:
             return None  # CONTINUATION frames follow
         first, block, broken = d.first, bytes(d.block), d.broken
         d.block.clear()
@@ -144,7 +140,7 @@ def encode_event(last: H2HeaderPiece, first: H2HeaderPiece, fields: dict[bytes, 
     ev.conn_id, ev.exit_ns, ev.stream_id = last.conn_id, last.exit_ns, first.stream_id
     ev.dir, ev.role, ev.transport = last.dir, last.role, last.transport
     flags = 0
-    if first.frame_flags & END_STREAM and first.frame_type == H2FrameType.HEADERS:
+    if first.frame_flags & H2FrameFlag.END_STREAM and first.frame_type == H2FrameType.HEADERS:
         flags |= H2HeadersFlag.END_STREAM
     if first.frame_type == H2FrameType.PUSH_PROMISE:
         flags |= H2HeadersFlag.PUSH_PROMISE

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from inferprobe.collector.events import (
     H2Content,
     H2Flag,
+    H2FrameFlag,
     H2FramesRecord,
     H2FrameType,
     H2HeadersFlag,
@@ -43,7 +44,6 @@ ERROR_CODES = {0x0: "NO_ERROR", 0x1: "PROTOCOL_ERROR", 0x2: "INTERNAL_ERROR", 0x
                0xC: "INADEQUATE_SECURITY", 0xD: "HTTP_1_1_REQUIRED"}
 
 HEADER_BLOCK_FRAMES = (H2FrameType.HEADERS, H2FrameType.CONTINUATION, H2FrameType.PUSH_PROMISE)
-END_HEADERS = 0x4
 
 STREAM_FORMATS = {H2Content.GRPC: "grpc", H2Content.EVENT_STREAM: "sse", H2Content.NDJSON: "ndjson"}
 
@@ -154,7 +154,7 @@ class H2Streams:
         chunks: dict[int, int] = {}  # stream -> token events this syscall carried on it
         for part in ev.frames:
             if (part.frame_type in HEADER_BLOCK_FRAMES and H2PartFlag.ENDS in part.part
-                    and part.flags & END_HEADERS):
+                    and part.flags & H2FrameFlag.END_HEADERS):
                 block = self._take_block(conn, ev, part.stream_id)
                 if block is not None:
                     self._flush_chunks(conn, chunks, t, ev)

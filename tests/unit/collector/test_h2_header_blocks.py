@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from hpack import Encoder
 
-from inferprobe.collector.events import H2Content, H2HeadersFlag, decode
+from inferprobe.collector.events import H2Content, H2FrameFlag, H2FrameType, H2HeadersFlag, decode
 from inferprobe.collector.h2_header_blocks import HeaderBlocks, fragment
 from inferprobe.collector.layout_generated import H2HeaderPiece
 
-HEADERS, CONTINUATION = 1, 9
-END_STREAM, END_HEADERS, PADDED, PRIORITY = 0x1, 0x4, 0x8, 0x20
+HEADERS, CONTINUATION = H2FrameType.HEADERS, H2FrameType.CONTINUATION
+END_STREAM, END_HEADERS = H2FrameFlag.END_STREAM, H2FrameFlag.END_HEADERS
+PADDED, PRIORITY = H2FrameFlag.PADDED, H2FrameFlag.PRIORITY
 
 
 def piece(payload: bytes, frame_length: int, offset: int = 0, frame_type: int = HEADERS,
