@@ -8,7 +8,8 @@
 // The body is JSON: {"model", "prompt", "tokens", "interval_ms"}. Prints the
 // port, then appends one JSON line per response to the log named by argv[2]:
 // the client's port, the path, and the CLOCK_MONOTONIC ns (process.hrtime is
-// CLOCK_MONOTONIC on Linux) taken just before each token write.
+// CLOCK_MONOTONIC on Linux) taken just before each token write, and the one
+// taken once that write has gone out (token_written_ns).
 //
 // TLS mode, as for stream_shapes.go: with STREAM_SHAPES_TLS_CERT and
 // STREAM_SHAPES_TLS_KEY set (PEM files), the same handler is served by Node's
@@ -37,15 +38,22 @@ async function stream(req, res, body) {
   const vars = { model: body.model, tokens: body.tokens, prompt_tokens: shape.prompt_tokens };
   res.writeHead(200, { "Content-Type": shape.content_type });
   const tokenNs = [];
+  const writtenNs = [];
   for (const event of shape.before) res.write(fill(event, vars));
   for (let i = 0; i < body.tokens; i++) {
     await sleep(body.interval_ms);
     tokenNs.push(now());
     res.write(fill(shape.token, { ...vars, i, text: `${body.prompt.slice(0, 24)} ${i}` }));
+    // A chunked write is corked and goes out in a nextTick callback queued by res.write; this one,
+    // queued after it, runs once that writev (or SSL_write) has returned: the write's other bound.
+    process.nextTick(() => writtenNs.push(now()));
   }
   for (const event of shape.after) res.write(fill(event, vars));
   res.end();
-  fs.writeSync(log, JSON.stringify({ peer_port: req.socket.remotePort, path: req.url, token_ns: tokenNs }) + "\n");
+  await new Promise((resolve) => setImmediate(resolve));
+  fs.writeSync(log, JSON.stringify({
+    peer_port: req.socket.remotePort, path: req.url, token_ns: tokenNs, token_written_ns: writtenNs,
+  }) + "\n");
 }
 
 const handler = (req, res) => {

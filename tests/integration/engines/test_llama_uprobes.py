@@ -10,7 +10,7 @@ from __future__ import annotations
 import subprocess
 
 from inferprobe.collector.events import LlamaRunRecord, LlamaStepPhase, LlamaStepRecord
-from inferprobe.collector.llama_view import pair_steps
+from inferprobe.collector.llama_view import SYNC_WAITED_NS, pair_steps
 
 from tests.programs.build import build
 from tests.support.kernel import KernelCapture, needs_root
@@ -98,10 +98,15 @@ def test_llama_process_steps_are_read_where_llama_batch_allocr_built_the_batch(t
     for ev, (_, t0, t1) in zip(synced, syncs, strict=True):
         assert ev.ctx == 0x1234 and int(t0) <= ev.ts_ns - ev.ret and ev.ts_ns <= int(t1)
     assert synced[0].ret < 1_000_000 and synced[1].ret >= 5_000_000
-    # the view: the sync that waited ends the second step at its return; the one that did not, nothing
+    # the view: the sync that waited ends the second step at its return. The one with nothing to wait
+    # for is judged by what the kernel measured of it: uprobe, uretprobe and a preemption on a loaded
+    # host can stretch an empty call past SYNC_WAITED_NS (seen at ~30 us in CI), and then the view
+    # rightly ends the first step there too.
     paired = pair_steps(steps)
-    assert [s.synced for s in paired] == [False, True, False]
-    assert paired[0].t_end_ns == returns[0].ts_ns and paired[1].t_end_ns == synced[1].ts_ns
+    first_waited = synced[0].ret >= SYNC_WAITED_NS
+    assert [s.synced for s in paired] == [first_waited, True, False]
+    assert paired[0].t_end_ns == (synced[0].ts_ns if first_waited else returns[0].ts_ns)
+    assert paired[1].t_end_ns == synced[1].ts_ns
     assert counters["events_lost"] == 0
 
 
