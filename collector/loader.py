@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from inferprobe.collector import preflight
+from inferprobe.collector import bcc_uprobes, preflight
 from inferprobe.collector import targets as target_procs
 from inferprobe.collector.errors import EnvironmentProblem, TargetProblem
 from inferprobe.collector.events import COUNTER_MAX, Counter
@@ -41,6 +41,7 @@ def _import_bcc():
             "the bcc Python module is not importable: install python3-bpfcc (apt) and run "
             "inferprobe from a venv made with --system-site-packages (sudo make setup does both)"
         ) from None
+    bcc_uprobes.install()   # its uprobe binding and tracefs event names (bcc_uprobes.py says why)
     return bcc
 
 
@@ -283,12 +284,16 @@ def load_tracer(
     failure: Exception | None
     with preflight.captured_native_output() as compiler_output:
         try:
+            # The USDT argument readers are compiled in, but the probes attached by each set
+            # (attach_usdt): bcc's BPF(usdt_contexts=) would fail the whole load for one process.
             usdt_contexts = [c for s in active.values() for c in s.usdt_contexts()]
             bpf = bcc.BPF(
-                text=_translation_unit(list(active.values())).encode(),
+                text=bcc_uprobes.usdt_argument_readers(usdt_contexts)
+                + _translation_unit(list(active.values())).encode(),
                 cflags=cflags,
-                usdt_contexts=usdt_contexts,
             )
+            for probe_set in active.values():
+                probe_set.attach_usdt(bpf, ctx)
             for probe_set in active.values():
                 probe_set.after_load(bpf, ctx)
         except Exception as err:  # bcc raises bare Exception for compile/load/attach errors

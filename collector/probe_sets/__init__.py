@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from inferprobe.collector.attach_failures import AttachFailures
+
 # The probe sets `record` leaves off unless asked, and the flag that asks:
 # the recorder notes them as off, and the report's verdict names the flag
 # where one of them would explain a finding.
@@ -27,6 +29,8 @@ class TargetContext:
 
     pids: list[int]  # the targets and their descendants
     options: dict = field(default_factory=dict)  # per-set settings from the command line
+    # Per-process attaches that failed: recorded by the sets, said and counted by the recorder.
+    attach_failures: AttachFailures = field(default_factory=AttachFailures)
 
 
 class ProbeSet:
@@ -52,6 +56,12 @@ class ProbeSet:
         """bcc USDT objects; they must exist before compiling (bcc generates
         the argument readers from them)."""
         return []
+
+    def attach_usdt(self, bpf, ctx: TargetContext) -> None:
+        """Attaches the probes of usdt_contexts(), right after the programs loaded. Here any
+        failure fails the load; a set whose targets come and go attaches per process instead."""
+        for context in self.usdt_contexts():
+            context.attach_uprobes(bpf, False)
 
     def after_load(self, bpf, ctx: TargetContext) -> None:
         """Attaches what bcc did not attach by itself and seeds maps."""

@@ -28,6 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from inferprobe.collector import targets as target_procs
+from inferprobe.collector.attach_failures import AttachFailures
 from inferprobe.collector.go_binary import GoTlsTarget, go_tls_targets
 from inferprobe.collector.probe_sets import ProbeSet, TargetContext
 from inferprobe.collector.probe_sets.sockets import CLASSIFIER_PROGRAMS
@@ -71,9 +72,12 @@ class TlsProbes(ProbeSet):
         self._go_done: set[int] = set()  # pids whose executable was looked at for Go crypto/tls
         self._pending: list[TlsLibrary] = []
         self._go_pending: list[GoTlsTarget] = []
+        self.failures = AttachFailures()   # the context's, from prepare() on
+        self._failed_pids: set[int] = set()   # processes whose files could not be read or hooked
 
     def prepare(self, ctx: TargetContext) -> str | None:
         self.mode = ctx.options.get("tls", "auto")
+        self.failures = ctx.attach_failures
         found = [lib for pid in ctx.pids for lib in tls_libraries(pid)]
         self._note_unhooked(found)
         self._pending = [lib for lib in found if lib.hookable]
@@ -106,25 +110,39 @@ class TlsProbes(ProbeSet):
         self._pending, self._go_pending = [], []
 
     def refresh(self, bpf, ctx: TargetContext) -> list[str]:
-        """Attaches to TLS libraries that targets (and new children) mapped since."""
-        notes = []
+        """Attaches to TLS libraries that targets (and new children) mapped since.
+
+        Per process: one whose files cannot be read or hooked (it exited, a file changed
+        under it, the kernel refused) is recorded as a failed attach, and the others go on."""
+        notes: list[str] = []
         for pid in target_procs.with_descendants(ctx.pids):
-            found = tls_libraries(pid)
-            self._note_unhooked(found)
-            for lib in found:
-                if lib.hookable and (pid, lib.file_key) not in self._done:
-                    att = self._attach(bpf, lib)
-                    notes.append(f"tls: attached to {', '.join(att.hooked) or 'nothing'} of {lib.path} "
-                                 f"in pid {pid}")
-            if pid not in self._go_done:
-                go = go_tls_targets(pid)
-                self._note_unhooked_go(go)
-                for target in go:
-                    if target.probes is not None:
-                        att = self._attach_go(bpf, target)
-                        notes.append(f"tls: attached to Go crypto/tls in {target.path} (pid {pid})"
-                                     if not att.failed else f"tls: Go crypto/tls in pid {pid}: {att.failed}")
-                self._go_done.add(pid)
+            if pid in self._failed_pids:
+                continue
+            try:
+                notes.extend(self._refresh_pid(bpf, pid))
+            except Exception as err:  # bcc and ELF readers raise bare Exception; a map may be full
+                self._failed_pids.add(pid)   # not retried (collector/attach_failures.py says why)
+                self.failures.add(pid, self.name, "its TLS libraries", str(err))
+        return notes
+
+    def _refresh_pid(self, bpf, pid: int) -> list[str]:
+        notes = []
+        found = tls_libraries(pid)
+        self._note_unhooked(found)
+        for lib in found:
+            if lib.hookable and (pid, lib.file_key) not in self._done:
+                att = self._attach(bpf, lib)
+                notes.append(f"tls: attached to {', '.join(att.hooked) or 'nothing'} of {lib.path} "
+                             f"in pid {pid}")
+        if pid not in self._go_done:
+            go = go_tls_targets(pid)
+            self._note_unhooked_go(go)
+            for target in go:
+                if target.probes is not None:
+                    att = self._attach_go(bpf, target)
+                    notes.append(f"tls: attached to {', '.join(att.hooked) or 'nothing'} of Go crypto/tls "
+                                 f"in {target.path} (pid {pid})")
+            self._go_done.add(pid)
         return notes
 
     def _note_unhooked_go(self, found: list[GoTlsTarget]) -> None:
@@ -151,6 +169,7 @@ class TlsProbes(ProbeSet):
                              *(Probe(address, "tls_go_return") for address in function.returns)])
             for function, entry in entries])
         att.t_attached_ns = time.monotonic_ns()
+        self.failures.add_functions(target.pid, self.name, f"Go crypto/tls in {target.path}", att.failed)
         return att
 
     def _note_unhooked(self, found: list[TlsLibrary]) -> None:
@@ -163,12 +182,19 @@ class TlsProbes(ProbeSet):
         self._done.add((lib.pid, lib.file_key))
         att = TlsAttachment(pid=lib.pid, path=lib.path, kind=lib.kind)
         self.attachments.append(att)
+        if _file_key(lib.host_path) != lib.file_key:
+            # Replaced on disk since it was mapped: a uprobe on the path would go to the new file.
+            att.failed = {name: "the file changed on disk since the process mapped it"
+                          for name in sorted(lib.functions)}
+            self.failures.add_functions(lib.pid, self.name, lib.path, att.failed)
+            return att
         att.hooked, att.failed = attach_functions(bpf, lib.host_path, lib.pid, [
             (function, [Probe(address, OPENSSL_ENTRY_PROGRAMS[function]),
                         *([Probe(address, OPENSSL_RETURN_PROGRAM, on_return=True)]
                           if function in OPENSSL_RETURN_FUNCTIONS else [])])
             for function, address in sorted(lib.functions.items())])
         att.t_attached_ns = time.monotonic_ns()
+        self.failures.add_functions(lib.pid, self.name, lib.path, att.failed)
         return att
 
     def snapshot(self, bpf) -> dict:
@@ -178,3 +204,11 @@ class TlsProbes(ProbeSet):
             "unhooked": self.unhooked,
             "sessions": sum(1 for _ in bpf[b"tls_sessions"].keys()),
         }
+
+
+def _file_key(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)

@@ -35,7 +35,10 @@ class UsdtProbes(ProbeSet):
 
     def __init__(self) -> None:
         self.by_pid: dict[int, set[str]] = {}
+        self.attached: dict[int, list[str]] = {}   # pid -> the probes attached in it
         self._contexts: list = []
+        self._context_pids: list[int] = []
+        self._failed_early: dict[int, str] = {}   # pid -> why bcc could not read its probes
 
     def prepare(self, ctx: TargetContext) -> str | None:
         self.by_pid = {pid: names for pid in ctx.pids if (names := _probes_in(pid))}
@@ -58,6 +61,7 @@ class UsdtProbes(ProbeSet):
         # module's, right before BPF.cleanup(), keeps the stray close harmless.
         # Freeing them also lowers the probes' semaphores in the target.
         self._contexts.clear()
+        self._context_pids.clear()
         gc.collect()
 
     def usdt_contexts(self) -> list:
@@ -65,8 +69,26 @@ class UsdtProbes(ProbeSet):
 
         if not self._contexts:
             for pid, names in sorted(self.by_pid.items()):
-                context = USDT(pid=pid)
-                for name in sorted(names):
-                    context.enable_probe(probe=name, fn_name=f"usdt_{name}")
+                try:
+                    context = USDT(pid=pid)
+                    for name in sorted(names):
+                        context.enable_probe(probe=name, fn_name=f"usdt_{name}")
+                except Exception as err:  # bcc: bare Exception, e.g. the process exited since prepare()
+                    self._failed_early[pid] = str(err)
+                    continue
                 self._contexts.append(context)
+                self._context_pids.append(pid)
         return self._contexts
+
+    def attach_usdt(self, bpf, ctx: TargetContext) -> None:
+        """Each process's probes on their own: one that cannot be attached (it exited, its file
+        changed, the kernel refused) loses its USDT view, and the others and the load go on."""
+        from inferprobe.collector.bcc_uprobes import attach_usdt_probes
+
+        for pid, error in self._failed_early.items():
+            ctx.attach_failures.add(pid, self.name, f"USDT probes of pid {pid}", error)
+        for pid, context in zip(self._context_pids, self._contexts, strict=True):
+            hooked, failed = attach_usdt_probes(bpf, context)
+            self.attached[pid] = [name.removeprefix("usdt_") for name in hooked]
+            unhooked = {name.removeprefix("usdt_"): why for name, why in failed.items()}
+            ctx.attach_failures.add_functions(pid, self.name, "its USDT probes", unhooked)
