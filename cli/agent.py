@@ -21,7 +21,8 @@ from inferprobe.cli.export_options import otlp_options
 from inferprobe.cli.host_wide_options import host_wide_filters, host_wide_options, listening_now
 from inferprobe.cli.options import apply_kernel_headers, duration_option, kernel_headers_option
 from inferprobe.cli.record import _meta, _own_rss_kb, _Stop
-from inferprobe.collector import cpu_budget, host_wide, segment_ring
+from inferprobe.collector import attach_failures, cpu_budget, host_wide, segment_ring
+from inferprobe.collector import targets as target_procs
 
 EXAMPLES = """
 \b
@@ -57,12 +58,11 @@ LOAD_ATTEMPTS = 3
 def _load(load_tracer, filters, pages: int):
     """The tracer on the servers listening now.
 
-    A uprobe attach at start-up can fail for one server: it exited between the
-    scan and the attach, or (seen with bcc 0.26 holding only the DaemonSet's
-    capabilities) the kernel refuses the USDT probes whose semaphores bcc sets.
-    Tracepoints and the other servers must not be lost for it: the agent scans
-    again, and at the last try leaves the USDT set out, saying so."""
-    from inferprobe.collector.errors import EnvironmentProblem
+    A uprobe attach that fails for one server costs that server those probes
+    only (the probe sets record it in the tracer's attach failures, which the
+    loop below says and counts). A server that exits between the scan and the
+    load is not one to wait for: the agent scans again."""
+    from inferprobe.collector.errors import TargetProblem
 
     sets: tuple[str, ...] = ("sockets", "tls", "usdt", "host_wide")
     if not host_wide.in_host_pid_namespace():
@@ -73,16 +73,20 @@ def _load(load_tracer, filters, pages: int):
         try:
             return load_tracer(listening_now(filters), sets=sets, ringbuf_pages=pages,
                                options={"host_wide": {"filters": filters}, "tls": "auto"})
-        except EnvironmentProblem as err:
-            if attempt == LOAD_ATTEMPTS or "cannot attach" not in str(err):
+        except TargetProblem as err:   # a server listening at the scan exited before the load
+            if attempt == LOAD_ATTEMPTS:
                 raise
-            if attempt == LOAD_ATTEMPTS - 1 and "usdt" in sets:
-                sets = tuple(s for s in sets if s != "usdt")
-                click.echo(f"inferprobe: {err}; trying once more without the USDT probe set", err=True)
-            else:
-                click.echo(f"inferprobe: {err}; scanning again (a server may have exited)", err=True)
-            time.sleep(1)
+            click.echo(f"inferprobe: {err}; scanning again", err=True)
     raise AssertionError("unreachable")
+
+
+def _say_attach_failures(tracer, agent_metrics) -> None:
+    """Each failed attach once in the log; their counts by probe set in the metrics."""
+    failures = tracer.ctx.attach_failures
+    for failure in failures.take_unsaid():
+        click.echo(f"inferprobe: {attach_failures.describe(failure, target_procs.process_name(failure.pid))}")
+    if agent_metrics is not None:
+        agent_metrics.set_attach_failures(failures.by_set)
 
 
 class _Reopen:
@@ -155,7 +159,8 @@ def agent(all_hosts, ports, comm, cgroup, ring_dir, keep, segment, max_cpu, otlp
             counters = tracer.counters()
             return {"duration_s": time.monotonic() - started, "lost_events": counters["events_lost"],
                     "events_received": reader.events if reader else 0, "rss_kb": _own_rss_kb(),
-                    "sampling": {**last_sample, **host.counters(tracer.bpf)}, **counters}
+                    "sampling": {**last_sample, **host.counters(tracer.bpf)},
+                    "attach_failures": tracer.ctx.attach_failures.as_dict(), **counters}
 
         ring = segment_ring.SegmentRing(Path(ring_dir), meta, keep, segment, closing_stats)
         live = start_live_export(meta, metrics, otlp, otlp_opts)
@@ -171,6 +176,7 @@ def agent(all_hosts, ports, comm, cgroup, ring_dir, keep, segment, max_cpu, otlp
                    f"ring {ring_dir} keeping {keep:g} s, CPU budget "
                    f"{'none' if max_cpu is None else f'{max_cpu:.2%} of a CPU'}"
                    f"{'' if stats_on else ' (BPF run-time statistics refused: agent CPU only)'}")
+        _say_attach_failures(tracer, agent_metrics)
         sys.stdout.flush()
         next_flush = started + 1.0
         next_budget = started + BUDGET_INTERVAL_S
@@ -201,6 +207,7 @@ def agent(all_hosts, ports, comm, cgroup, ring_dir, keep, segment, max_cpu, otlp
                 next_flush = now + 1.0
                 for note in tracer.refresh():
                     click.echo(f"inferprobe: {note}")
+                _say_attach_failures(tracer, agent_metrics)
                 sys.stdout.flush()
                 if live is not None and live.metrics is not None:
                     live.metrics.set_targets(host.target_names())
@@ -214,7 +221,7 @@ def agent(all_hosts, ports, comm, cgroup, ring_dir, keep, segment, max_cpu, otlp
         ring.close(final, tracer.snapshots())
         click.echo(f"inferprobe: agent stopped ({end_reason}): {final['requests']} requests, "
                    f"{final['events_received']} events, {final['lost_events']} lost, "
-                   f"ring {ring_dir}")
+                   f"{final['attach_failures']['total']} failed attaches, ring {ring_dir}")
     finally:
         budget.close()
         if reader is not None:

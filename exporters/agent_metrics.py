@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from prometheus_client import Gauge
+from collections.abc import Mapping
+
+from prometheus_client import Counter, Gauge
 
 from inferprobe.exporters.metrics import Metrics
 
@@ -25,6 +27,12 @@ class AgentMetrics:
                                 registry=r)
         self.servers = Gauge("inferprobe_servers_followed", "Processes followed as HTTP servers.", registry=r)
         self.ring_bytes = Gauge("inferprobe_ring_bytes", "Bytes of recordings kept in the ring.", registry=r)
+        self.attach_failures = Counter(
+            "inferprobe_attach_failures",
+            "Uprobe attaches that failed for one process (its TLS, Go TLS or USDT probes, by probe set); "
+            "the process's other probes and every other process are still traced.",
+            ["probe_set"], registry=r)
+        self._failures_counted: dict[str, int] = {}
 
     def update(self, sample: dict, counters: dict[str, int], servers: int, ring_bytes: int,
                budget: float | None) -> None:
@@ -37,3 +45,10 @@ class AgentMetrics:
             self.cpu_budget.set(budget)
         self.servers.set(servers)
         self.ring_bytes.set(ring_bytes)
+
+    def set_attach_failures(self, by_set: Mapping[str, int]) -> None:
+        for probe_set, total in by_set.items():
+            new = total - self._failures_counted.get(probe_set, 0)
+            if new > 0:
+                self.attach_failures.labels(probe_set).inc(new)
+                self._failures_counted[probe_set] = total

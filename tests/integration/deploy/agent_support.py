@@ -111,3 +111,32 @@ class OtlpSink:
     def stop(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def hold_uprobe(path: str, offset: int, ref_ctr_offset: int) -> int:
+    """A uprobe perf event on path:offset, system-wide, with a USDT semaphore offset: the fd to close.
+
+    The kernel keeps one ref_ctr_offset per probed instruction and refuses (EINVAL,
+    'ref_ctr_offset mismatch' in its log) every other probe there with another one, as
+    long as this fd is open: a real refusal, the one a second tracer of the same file
+    gets, without touching the tracer under test."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    pmu = int(Path("/sys/bus/event_source/devices/uprobe/type").read_text())
+
+    class Attr(ctypes.Structure):   # struct perf_event_attr, up to config2 (PERF_ATTR_SIZE_VER1)
+        _fields_ = [("type", ctypes.c_uint32), ("size", ctypes.c_uint32), ("config", ctypes.c_uint64),
+                    ("sample_period", ctypes.c_uint64), ("sample_type", ctypes.c_uint64),
+                    ("read_format", ctypes.c_uint64), ("flags", ctypes.c_uint64),
+                    ("wakeup_events", ctypes.c_uint32), ("bp_type", ctypes.c_uint32),
+                    ("config1", ctypes.c_uint64), ("config2", ctypes.c_uint64)]
+
+    name = ctypes.create_string_buffer(path.encode())
+    attr = Attr(type=pmu, size=ctypes.sizeof(Attr), config=ref_ctr_offset << 32, sample_period=1,
+                config1=ctypes.addressof(name), config2=offset, wakeup_events=1)
+    nr_perf_event_open = 298   # x86_64
+    fd = libc.syscall(nr_perf_event_open, ctypes.byref(attr), -1, 0, -1, 8)   # pid -1, cpu 0, CLOEXEC
+    if fd < 0:
+        raise OSError(ctypes.get_errno(), f"perf_event_open of a uprobe on {path}:{offset:#x}")
+    return fd
