@@ -22,7 +22,6 @@ from inferprobe.cli.host_wide_options import host_wide_filters, host_wide_option
 from inferprobe.cli.options import apply_kernel_headers, duration_option, kernel_headers_option
 from inferprobe.cli.record import _meta, _own_rss_kb, _Stop
 from inferprobe.collector import attach_failures, cpu_budget, host_wide, segment_ring
-from inferprobe.collector import targets as target_procs
 
 EXAMPLES = """
 \b
@@ -83,8 +82,8 @@ def _load(load_tracer, filters, pages: int):
 def _say_attach_failures(tracer, agent_metrics) -> None:
     """Each failed attach once in the log; their counts by probe set in the metrics."""
     failures = tracer.ctx.attach_failures
-    for failure in failures.take_unsaid():
-        click.echo(f"inferprobe: {attach_failures.describe(failure, target_procs.process_name(failure.pid))}")
+    for line in attach_failures.unsaid_lines(failures):
+        click.echo(f"inferprobe: {line}")
     if agent_metrics is not None:
         agent_metrics.set_attach_failures(failures.by_set)
 

@@ -23,6 +23,7 @@ from inferprobe.cli.options import (
     optional_pid_option,
 )
 from inferprobe.cli.stack_options import STACK_FLAGS, stack_options, stack_set_options, stack_sets
+from inferprobe.collector import attach_failures
 from inferprobe.collector import targets as target_procs
 from inferprobe.collector.containers import ProcessIdentities, any_in_container
 from inferprobe.collector.engine_scrape import Scraper
@@ -286,6 +287,8 @@ def record(pids, all_hosts, ports, comm, cgroup, duration, output, ringbuf_mb,
                    f"writing {output}")
         for name, reason in tracer.inactive.items():
             click.echo(f"inferprobe: probe set {name} off: {reason}")
+        for line in attach_failures.unsaid_lines(tracer.ctx.attach_failures):
+            click.echo(f"inferprobe: {line}")
         if engine is not None:
             click.echo(f"inferprobe: scraping engine metrics at {engine[0]} ({engine[1]})")
         if filters is None and (note := _no_listener_note(meta)) is not None:
@@ -316,6 +319,8 @@ def record(pids, all_hosts, ports, comm, cgroup, duration, output, ringbuf_mb,
                 next_flush = now + 1.0
                 for note in tracer.refresh():
                     click.echo(f"inferprobe: {note}")
+                for line in attach_failures.unsaid_lines(tracer.ctx.attach_failures):
+                    click.echo(f"inferprobe: {line}")
                 if filters is not None and live is not None and live.metrics is not None:
                     live.metrics.set_targets(host_wide_set(tracer).target_names())
                 sys.stdout.flush()
@@ -357,6 +362,7 @@ def record(pids, all_hosts, ports, comm, cgroup, duration, output, ringbuf_mb,
             "events_received": reader.events,
             "map_entries": map_entries,
             "rss_kb": _own_rss_kb(),
+            "attach_failures": tracer.ctx.attach_failures.as_dict(),
             **counters,
         }
         if scraper is not None:

@@ -70,3 +70,10 @@ def describe(failure: AttachFailure, comm: str | None = None) -> str:
     who = f"pid {failure.pid}" + (f" ({comm})" if comm else "")
     return (f"attach failed: {failure.probe_set} in {who}: {failure.target}: {failure.error}; "
             "recording goes on without it")
+
+
+def unsaid_lines(failures: AttachFailures) -> list[str]:
+    """The log lines of the failures not yet said (each once), naming each process."""
+    from inferprobe.collector.targets import process_name
+
+    return [describe(f, process_name(f.pid)) for f in failures.take_unsaid()]
