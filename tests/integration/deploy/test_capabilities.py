@@ -9,8 +9,10 @@ without CAP_BPF.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -21,12 +23,15 @@ from inferprobe.collector.recording import read_recording
 from inferprobe.collector.segment_ring import list_segments
 
 from tests.integration.deploy.agent_support import Agent
+from tests.support.backends import free_port
 from tests.support.kernel import needs_root
 from tests.support.processes import ServerProcess, inferprobe_cmd
 
 pytestmark = [needs_root, pytest.mark.bpf]
 
-DAEMONSET = Path(__file__).resolve().parents[3] / "deploy" / "kubernetes" / "base" / "daemonset.yaml"
+HERE = Path(__file__).resolve().parent
+DAEMONSET = HERE.parents[2] / "deploy" / "kubernetes" / "base" / "daemonset.yaml"
+SYSTEM_LIBSSL = Path("/usr/lib/x86_64-linux-gnu/libssl.so.3")
 
 
 def _manifest_capabilities() -> list[str]:
@@ -72,3 +77,40 @@ def test_without_cap_bpf_the_agent_says_so_in_one_sentence(tmp_path):
     assert result.returncode == 3, result.stderr
     lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "Operation not permitted" in lines[0] and "Traceback" not in result.stderr
+
+
+def test_with_the_manifest_capabilities_uprobes_attach(tmp_path):
+    """TLS uprobes in a server, with exactly the DaemonSet's capabilities (no CAP_SYS_ADMIN).
+
+    Since Linux 6.16 perf_event_open() refuses uprobes without CAP_SYS_ADMIN; bcc then
+    creates them through tracefs' uprobe_events, which the DaemonSet mounts writable
+    for it (docs/deploy.md). The server maps a private copy of libssl, so that no other
+    tracer on the host holds probes on the same instructions."""
+    if not SYSTEM_LIBSSL.exists():
+        pytest.skip("needs Debian's /usr/lib/x86_64-linux-gnu/libssl.so.3")
+    private = tmp_path / "lib"
+    private.mkdir()
+    shutil.copy2(SYSTEM_LIBSSL, private / "libssl.so.3")
+    port = free_port()
+    server = subprocess.Popen([sys.executable, str(HERE / "ssl_linked_server.py"), "--port", str(port)],
+                              stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "LD_LIBRARY_PATH": str(private)})
+    try:
+        assert server.stdout.readline().startswith("LISTENING")
+        agent = Agent(tmp_path / "ring", "--port", str(port), "--keep", "60s", "--segment", "60s",
+                      prefix=_bounding(_manifest_capabilities()))
+        time.sleep(1)
+        subprocess.run(["curl", "-s", "-m", "5", f"http://127.0.0.1:{port}/x"], check=True,
+                       capture_output=True)
+        time.sleep(1.5)
+        rc, out, err = agent.stop()
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    assert rc == 0, err
+    assert "attach failed" not in out, out
+    recording = read_recording(list_segments(tmp_path / "ring")[-1].path)
+    assert recording.final["attach_failures"]["total"] == 0
+    (attachment,) = [a for a in recording.snapshots["tls"]["attachments"] if a["pid"] == server.pid]
+    assert attachment["path"] == str(private / "libssl.so.3") and not attachment["failed"]
+    assert {"SSL_read", "SSL_write", "SSL_read_ex", "SSL_write_ex"} <= set(attachment["hooked"])

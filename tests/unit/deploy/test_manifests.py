@@ -151,6 +151,9 @@ def test_host_access_is_the_documented_least_set(objects):
                   for n, m in mounts.items() if "hostPath" in volumes[n]}
     for needed in ("/sys/kernel/tracing", "/sys/kernel/debug", "/lib/modules", "/usr/src"):
         assert host_paths.get(needed) == needed, needed   # same path inside: bcc looks there
+    # Without CAP_SYS_ADMIN, bcc creates uprobes through uprobe_events in the first of these it finds.
+    writable = {m["mountPath"] for m in mounts.values() if not m.get("readOnly")}
+    assert {"/sys/kernel/tracing", "/sys/kernel/debug"} <= writable
     env = {e["name"]: e.get("value") for e in container.get("env", [])}
     assert host_paths["/sys/fs/cgroup"] == env["INFERPROBE_CGROUP_ROOT"]
     ring = _flag_values(container["args"])["--ring"]
