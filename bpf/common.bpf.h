@@ -116,9 +116,18 @@ static __always_inline int send_event(void *ev, u32 size)
 #ifdef HOST_WIDE
 static __always_inline int host_wide_adopt(u32 tgid, u16 port, u16 how);
 static __always_inline int host_wide_follow(u64 conn_id);
+/* The kernel tallies of every accepted connection, followed or not (host_wide.bpf.c). */
+static __always_inline void host_wide_tally_open(u32 tgid, s32 fd);
+static __always_inline int host_wide_tallied(u32 tgid, s32 fd);
+static __always_inline void host_wide_tally(u32 tgid, s32 fd, u16 dir, u64 t_ns);
+static __always_inline void host_wide_tally_close(u32 tgid, s32 fd);
 #else
 #define host_wide_adopt(tgid, port, how) 0
 #define host_wide_follow(conn_id) 1
+#define host_wide_tally_open(tgid, fd) do {} while (0)
+#define host_wide_tallied(tgid, fd) 0
+#define host_wide_tally(tgid, fd, dir, t_ns) do {} while (0)
+#define host_wide_tally_close(tgid, fd) do {} while (0)
 #endif
 
 /* ---------------------------------------------------------------- process tree

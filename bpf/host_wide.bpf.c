@@ -134,3 +134,142 @@ static __always_inline int host_wide_follow(u64 conn_id)
     host_wide_count(HOST_WIDE_CONNS_FOLLOWED);
     return 1;
 }
+
+/* ---------------------------------------------------------------- tallies
+ *
+ * Exact counts and latency histograms for every connection a target
+ * accepts after attach, followed in full or not: under the agent's CPU
+ * budget only a sample is followed, and these keep what the sample cannot,
+ * the true totals and distributions (exported by collector/
+ * connection_tallies.py). They are kept at the syscall level, so that they
+ * need no parsing, cost one hash update per read or write that moved
+ * bytes, and hold for TLS ciphertext as for plaintext:
+ *
+ *   a turn begins when a read returns request bytes after the last turn's
+ *   response writes (or as the connection's first read), and is the
+ *   response writes that follow until the next such read or close.
+ *
+ * On HTTP/1.x one turn is one request and its response (keep-alive
+ * included). On HTTP/2 and other multiplexed protocols turns are not
+ * requests: the tallies say how the connection's traffic alternated, and
+ * the followed sample's own request metrics are the ones to read there.
+ * A read is timed at its exit (when the request bytes were there), a write
+ * at its entry, as the full path times them. Turn state lives per (process,
+ * fd); a turn still open when its process exits without close() is never
+ * counted. */
+
+#define TALLY_BUCKETS 64   /* log2 of nanoseconds: bucket k holds values in [2^(k-1), 2^k) */
+
+enum tally_histogram {
+    TALLY_TURN_NS = 0,          /* a turn's first request read to its last response write */
+    TALLY_FIRST_WRITE_NS = 1,   /* its first request read to its first response write */
+    TALLY_WRITE_GAP_NS = 2,     /* between consecutive response writes of one turn */
+    TALLY_HISTOGRAMS = 3,
+};
+
+enum tally_counter {
+    TALLY_CONNECTIONS = 0,      /* accepted connections tallied */
+    TALLY_TURNS = 1,            /* turns answered by at least one write */
+    TALLY_UNANSWERED = 2,       /* turns closed with no response write */
+    TALLY_WRITES = 3,           /* response writes */
+    TALLY_COUNTERS = 4,
+};
+
+struct tally_turn {
+    u64 start_ns;        /* 0: no request read yet on this connection */
+    u64 first_write_ns;
+    u64 last_write_ns;
+    u32 writes;
+    u32 pad;
+};
+
+BPF_PERCPU_ARRAY(tally_buckets, u64, TALLY_HISTOGRAMS * TALLY_BUCKETS);
+BPF_PERCPU_ARRAY(tally_sums_ns, u64, TALLY_HISTOGRAMS);
+BPF_PERCPU_ARRAY(tally_counters, u64, TALLY_COUNTERS);
+/* As large as socks: every live connection of the targets can be tallied. */
+BPF_TABLE("lru_hash", struct sock_key, struct tally_turn, tally_turns, 65536);
+
+static __always_inline void tally_count(u32 index)
+{
+    u64 *value = tally_counters.lookup(&index);
+    if (value)
+        *value += 1;
+}
+
+static __always_inline void tally_observe(u32 histogram, u64 ns)
+{
+    u32 bucket = bpf_log2l(ns);
+    if (bucket >= TALLY_BUCKETS)
+        bucket = TALLY_BUCKETS - 1;
+    u32 index = histogram * TALLY_BUCKETS + bucket;
+    u64 *count = tally_buckets.lookup(&index);
+    if (count)
+        *count += 1;
+    u64 *sum = tally_sums_ns.lookup(&histogram);
+    if (sum)
+        *sum += ns;
+}
+
+/* A turn is over: into the histograms, or counted unanswered. */
+static __always_inline void tally_fold(struct tally_turn *turn)
+{
+    if (!turn->start_ns)
+        return;
+    if (!turn->writes) {
+        tally_count(TALLY_UNANSWERED);
+        return;
+    }
+    tally_count(TALLY_TURNS);
+    tally_observe(TALLY_TURN_NS, turn->last_write_ns - turn->start_ns);
+    tally_observe(TALLY_FIRST_WRITE_NS, turn->first_write_ns - turn->start_ns);
+}
+
+static __always_inline void host_wide_tally_open(u32 tgid, s32 fd)
+{
+    struct sock_key key = {.pid = tgid, .fd = fd};
+    struct tally_turn fresh = {};
+    tally_turns.update(&key, &fresh);
+    tally_count(TALLY_CONNECTIONS);
+}
+
+static __always_inline int host_wide_tallied(u32 tgid, s32 fd)
+{
+    struct sock_key key = {.pid = tgid, .fd = fd};
+    return tally_turns.lookup(&key) != 0;
+}
+
+/* A read that returned bytes (t_ns: its exit) or a write (t_ns: its entry). */
+static __always_inline void host_wide_tally(u32 tgid, s32 fd, u16 dir, u64 t_ns)
+{
+    struct sock_key key = {.pid = tgid, .fd = fd};
+    struct tally_turn *turn = tally_turns.lookup(&key);
+    if (!turn)
+        return;
+    if (dir == DIR_READ) {
+        if (turn->start_ns && !turn->writes)
+            return;   /* more of the same request */
+        tally_fold(turn);
+        turn->start_ns = t_ns;
+        turn->writes = 0;
+        return;
+    }
+    if (dir != DIR_WRITE || !turn->start_ns)
+        return;   /* a write before any request (a server's greeting) starts no turn */
+    if (turn->writes)
+        tally_observe(TALLY_WRITE_GAP_NS, t_ns - turn->last_write_ns);
+    else
+        turn->first_write_ns = t_ns;
+    turn->last_write_ns = t_ns;
+    turn->writes += 1;
+    tally_count(TALLY_WRITES);
+}
+
+static __always_inline void host_wide_tally_close(u32 tgid, s32 fd)
+{
+    struct sock_key key = {.pid = tgid, .fd = fd};
+    struct tally_turn *turn = tally_turns.lookup(&key);
+    if (!turn)
+        return;
+    tally_fold(turn);
+    tally_turns.delete(&key);
+}

@@ -67,6 +67,7 @@ struct conn_state {
     u32 unrecognised; /* it moved bytes the classifier did not recognise (counted at close) */
     u32 client;      /* enum conn_role: connect()ed by the target (it sends requests) or accepted */
     u32 h2;          /* it began with the HTTP/2 preface: its bytes are frames (h2_frames) */
+    u32 tally_only;  /* never in socks: lookup_conn's answer for a connection only tallied (host_wide.bpf.c) */
 };
 
 enum io_dir { DIR_READ = 0, DIR_WRITE = 1, DIR_HANDSHAKE = 2 /* a TLS call that moves no plaintext */ };
@@ -85,7 +86,7 @@ struct pending_io {
     u64 session;     /* TLS: the library's session (SSL *, Go *tls.Conn); 0 for a socket syscall */
     u64 wire_ns;     /* TLS: when the first socket syscall inside the library call began */
     u32 h2;
-    u32 pad_h2;
+    u32 tally_only;  /* a syscall on a connection only tallied: io_exit counts it and sends nothing */
 };
 
 BPF_TABLE("lru_hash", struct sock_key, struct conn_state, socks, 65536);
@@ -143,6 +144,18 @@ static __always_inline void fill_pending(struct pending_io *io, u64 ts_ns, u64 b
     io->h2 = conn->h2;
     io->session = 0;
     io->wire_ns = 0;
+    io->tally_only = 0;
+}
+
+/* A syscall on a connection host_wide.bpf.c only tallies (unsampled, or
+ * TLS ciphertext): its exit needs the fd, the direction and the entry time. */
+static __always_inline void tally_pending(struct pending_io *io, u64 ts_ns, s32 fd, u16 dir)
+{
+    __builtin_memset(io, 0, sizeof(*io));
+    io->ts_ns = ts_ns;
+    io->fd = fd;
+    io->dir = dir;
+    io->tally_only = 1;
 }
 
 /* What pending_finish() found for the exiting thread. */
@@ -193,6 +206,7 @@ struct cached_conn {
     u32 h2;
     u32 filled;
     u32 tracked;     /* 0: socks has no entry for this fd */
+    u32 tally_only;  /* no socks entry, but host_wide.bpf.c tallies it (an unsampled connection) */
 };
 
 struct thread_io {
@@ -241,6 +255,7 @@ static __always_inline int lookup_conn(struct pending_io *slot, u32 tgid, s32 fd
         out->tls = cached->tls;
         out->client = cached->client;
         out->h2 = cached->h2;
+        out->tally_only = cached->tally_only;
         return cached->tracked;
     }
     struct sock_key key = {.pid = tgid, .fd = fd};
@@ -249,6 +264,9 @@ static __always_inline int lookup_conn(struct pending_io *slot, u32 tgid, s32 fd
     cached->fd = fd;
     cached->filled = 1;
     cached->tracked = state != 0;
+    /* Looked up only on a miss: the cache then answers for the fd until it changes. */
+    cached->tally_only = !state && host_wide_tallied(tgid, fd);
+    out->tally_only = cached->tally_only;
     if (!state)
         return 0;
     *out = *state;
@@ -312,7 +330,7 @@ static __always_inline struct pt_regs *syscall_on_connection(struct thread_io *t
 {
     struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
     *fd = (s32)regs->di;
-    return lookup_conn(&thread->io, tgid, *fd, state) ? regs : 0;
+    return lookup_conn(&thread->io, tgid, *fd, state) || state->tally_only ? regs : 0;
 }
 
 /* A syscall begun before attach is on a connection open then (seeded by
@@ -385,8 +403,10 @@ static __always_inline int lookup_conn(struct pending_io *slot, u32 tgid, s32 fd
 {
     struct sock_key key = {.pid = tgid, .fd = fd};
     struct conn_state *state = socks.lookup(&key);
-    if (!state)
+    if (!state) {
+        out->tally_only = host_wide_tallied(tgid, fd);
         return 0;
+    }
     *out = *state;
     return 1;
 }
@@ -508,9 +528,13 @@ static __always_inline int accept_exit(long ret)
     u64 conn_id;
     if (!new_conn_id(&conn_id))
         return 0;
-    /* Host-wide sampling (agent --max-cpu): an unfollowed connection gets no entry. */
-    if (!host_wide_follow(conn_id))
+    /* Host-wide mode tallies every accepted connection; sampling (agent
+     * --max-cpu) follows only some in full: the others get no socks entry. */
+    host_wide_tally_open(id >> 32, (s32)ret);
+    if (!host_wide_follow(conn_id)) {
+        socks_changed(id >> 32, (s32)ret);   /* a thread may have cached the fd's last life */
         return 0;
+    }
 
     struct sock_key key = {.pid = id >> 32, .fd = (s32)ret};
     struct conn_state state = {.conn_id = conn_id};
@@ -647,6 +671,7 @@ TRACEPOINT_PROBE(syscalls, sys_enter_close)
     if (!is_target(tgid))
         return 0;
     struct sock_key key = {.pid = tgid, .fd = (s32)args->fd};
+    host_wide_tally_close(tgid, key.fd);
     struct conn_state *state = socks.lookup(&key);
     if (!state) {
         /* A thread may still have it cached as a connection: socks is an
@@ -787,13 +812,23 @@ static __always_inline int io_enter(s32 fd, u64 buf, u32 vlen, u16 dir, u16 is_m
     }
     struct conn_state state = {};
     if (!lookup_conn(io, tgid, fd, &state)) {
-        io->ts_ns = 0;   /* nothing in flight, whatever an earlier syscall left */
+        if (state.tally_only) {
+            u64 now = bpf_ktime_get_ns();
+            note_tls_carrier(io, fd, dir, now);   /* so that its TLS session is known unsampled too */
+            tally_pending(io, now, fd, dir);
+        } else {
+            io->ts_ns = 0;   /* nothing in flight, whatever an earlier syscall left */
+        }
         return 0;
     }
     u64 now = bpf_ktime_get_ns();
     note_tls_carrier(io, fd, dir, now);
     if (state.tls) {
-        io->ts_ns = 0;   /* ciphertext: the TLS probes read this connection's plaintext */
+        /* ciphertext: the TLS probes read this connection's plaintext; its turns are still tallied */
+        if (host_wide_tallied(tgid, fd))
+            tally_pending(io, now, fd, dir);
+        else
+            io->ts_ns = 0;
         return 0;
     }
     fill_pending(io, now, buf, vlen, fd, dir, is_msghdr, &state);
@@ -1175,7 +1210,12 @@ static __always_inline int io_exit(void *ctx, long ret, u16 dir, u16 vectored, u
         return 0;
     /* Only now: this exit runs for every read and write on the host, and
      * the clock costs more than the lookup that turns most of them away. */
-    return classify_io(ctx, id, io, ret, bpf_ktime_get_ns(), 0);
+    u64 now = bpf_ktime_get_ns();
+    if (ret > 0 && !io.client)
+        host_wide_tally(id >> 32, io.fd, io.dir, io.dir == DIR_READ ? now : io.ts_ns);
+    if (io.tally_only)
+        return 0;
+    return classify_io(ctx, id, io, ret, now, 0);
 }
 
 /* Reads at their exit only, where the kernel lets a program read the
@@ -1216,8 +1256,12 @@ static __always_inline int read_exit(void *ctx, long ret, u16 vectored, u16 is_m
     if (!regs)
         return 0;
     u64 now = bpf_ktime_get_ns(), start = now;
+    if (ret > 0 && !state.client)
+        host_wide_tally(tgid, fd, DIR_READ, now);
     if (ret > 0)
         note_tls_carrier(&thread->io, fd, DIR_READ, now);
+    if (state.tally_only)
+        return 0;
     if (state.tls)
         return 0;   /* ciphertext: the TLS probes read this connection's plaintext */
     if (fd == blocked_fd) {
@@ -1824,6 +1868,8 @@ static __always_inline struct tls_session *tls_session_of(u32 tgid, struct tls_c
                 sock->tls = 1;
                 socks_changed(tgid, fd);
             }
+        } else if (host_wide_tallied(tgid, fd)) {
+            return 0;   /* over a connection the agent's sample left out: only its socket is tallied */
         }
     }
     if (fresh.fd < 0 && call->dir == DIR_HANDSHAKE)

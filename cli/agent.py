@@ -125,11 +125,13 @@ def agent(all_hosts, ports, comm, cgroup, ring_dir, keep, segment, max_cpu, otlp
     the last --keep of recordings in --ring for `inferprobe report --last`,
     and holds tracing under --max-cpu by sampling connections.
     """
+    from inferprobe.collector.connection_tallies import read_tallies
     from inferprobe.collector.event_stream import EventStream
     from inferprobe.collector.loader import load_tracer
     from inferprobe.collector.probe_sets.host_wide import host_wide_set
     from inferprobe.exporters.agent_metrics import AgentMetrics
     from inferprobe.exporters.setup import bind_prometheus, start_live_export
+    from inferprobe.exporters.tally_metrics import TallyCollector
 
     filters = host_wide_filters((), True, ports, comm, cgroup)
     assert filters is not None   # --all is implied
@@ -139,6 +141,7 @@ def agent(all_hosts, ports, comm, cgroup, ring_dir, keep, segment, max_cpu, otlp
     apply_kernel_headers(kernel_headers)
     metrics = bind_prometheus(prometheus)
     agent_metrics = AgentMetrics(metrics) if metrics is not None else None
+    tally_metrics = TallyCollector(metrics.registry) if metrics is not None else None
     pages = 1 << ((ringbuf_mb * 256).bit_length() - 1)
     tracer = _load(load_tracer, filters, pages)
     host = host_wide_set(tracer)
@@ -159,7 +162,8 @@ def agent(all_hosts, ports, comm, cgroup, ring_dir, keep, segment, max_cpu, otlp
             return {"duration_s": time.monotonic() - started, "lost_events": counters["events_lost"],
                     "events_received": reader.events if reader else 0, "rss_kb": _own_rss_kb(),
                     "sampling": {**last_sample, **host.counters(tracer.bpf)},
-                    "attach_failures": tracer.ctx.attach_failures.as_dict(), **counters}
+                    "attach_failures": tracer.ctx.attach_failures.as_dict(),
+                    "tallies": read_tallies(tracer.bpf).as_dict(), **counters}
 
         ring = segment_ring.SegmentRing(Path(ring_dir), meta, keep, segment, closing_stats)
         live = start_live_export(meta, metrics, otlp, otlp_opts)
@@ -199,6 +203,8 @@ def agent(all_hosts, ports, comm, cgroup, ring_dir, keep, segment, max_cpu, otlp
                 last_sample = budget.sample().as_dict()
                 if max_cpu is not None and last_sample["follow_ratio"] != host.follow_ratio:
                     host.set_follow_ratio(tracer.bpf, last_sample["follow_ratio"])
+                if tally_metrics is not None:
+                    tally_metrics.set(read_tallies(tracer.bpf))
                 if agent_metrics is not None:
                     agent_metrics.update(last_sample, host.counters(tracer.bpf), len(host.target_names()),
                                          ring.bytes_on_disk(), max_cpu)

@@ -13,6 +13,7 @@ import click
 from rich.console import Console
 
 from inferprobe.analyzers.report_data import ReportData, build
+from inferprobe.collector.connection_tallies import ConnectionTallies, summary_line
 from inferprobe.collector.recording import read_recording
 from inferprobe.collector.shared_constants import MUTEX_WAIT_THRESHOLD
 from inferprobe.reports.json_report import to_json
@@ -95,13 +96,18 @@ def _recording(path: str | None, last: str | None, ring_dir: str):
 
 
 def sampling_note(final: dict | None) -> str | None:
-    """The agent's connection sampling, when it followed fewer than all connections."""
+    """The agent's connection sampling, when it followed fewer than all connections, and the
+    kernel's exact tallies of all of them (report json: recording.final.tallies)."""
     sampling = (final or {}).get("sampling") or {}
     accepted, followed = sampling.get("conns_accepted", 0), sampling.get("conns_followed", 0)
     if not accepted or followed >= accepted:
         return None
-    return (f"sampled: {followed} of {accepted} connections ({followed / accepted:.1%}) followed in full "
+    note = (f"sampled: {followed} of {accepted} connections ({followed / accepted:.1%}) followed in full "
             f"under the CPU budget; request counts and latencies are of those")
+    raw = (final or {}).get("tallies")
+    if raw and (line := summary_line(ConnectionTallies.from_dict(raw))) is not None:
+        note += f"; {line}" + (" since the agent started" if raw.get("since") == "agent start" else "")
+    return note
 
 
 def _render_html_with_progress(data: ReportData) -> str:

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from inferprobe.collector.connection_tallies import ConnectionTallies
 from inferprobe.collector.errors import RecordingProblem
 from inferprobe.collector.recording import Recording, RecordingWriter, read_recording
 
@@ -129,10 +130,13 @@ def read_window(directory: Path, last_s: float, now: float | None = None) -> Rec
         raise RecordingProblem(f"no agent recordings in {directory} (is the agent writing there? see --ring)")
     run = segments[-1].run
     chosen = []
+    before: Segment | None = None   # the run's newest segment older than the window
     for segment in (s for s in segments if s.run == run):
         try:
             if now - segment.mtime <= last_s:
                 chosen.append(segment)
+            elif not chosen:
+                before = segment
         except FileNotFoundError:
             continue   # pruned meanwhile
     if not chosen:
@@ -149,9 +153,28 @@ def read_window(directory: Path, last_s: float, now: float | None = None) -> Rec
     # The open segment has no END yet: the window is complete up to its last flush.
     merged.final = last.final or (last.stats[-1] if last.stats else {})
     merged.final = {**merged.final, "end_reason": merged.final.get("end_reason", "window")}
+    merged.final = _window_tallies(merged.final, before)
     problems = [p.problem for p in parts[:-1] if p.problem]
     merged.problem = "; ".join(problems) or None
     return merged
+
+
+def _window_tallies(final: dict, before: Segment | None) -> dict:
+    """The kernel tallies in an end record count since the agent started: the
+    window's own are those minus the ones the segment before the window ended
+    with. With that segment pruned, they stay since the start, and say so."""
+    if "tallies" not in final:
+        return final
+    earlier = None
+    if before is not None:
+        try:
+            earlier = (read_recording(before.path).final or {}).get("tallies")
+        except (OSError, RecordingProblem):
+            earlier = None
+    if earlier is None:
+        return {**final, "tallies": {**final["tallies"], "since": "agent start"}}
+    window = ConnectionTallies.from_dict(final["tallies"]).minus(ConnectionTallies.from_dict(earlier))
+    return {**final, "tallies": {**window.as_dict(), "since": "window"}}
 
 
 def parse_span(text: str) -> float:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from inferprobe.collector import host_wide
 from inferprobe.collector import targets as target_procs
+from inferprobe.collector.connection_tallies import read_tallies
 from inferprobe.collector.probe_sets import ProbeSet, TargetContext
 
 SCAN_INTERVAL_S = 5.0
@@ -188,6 +189,7 @@ class HostWideProbes(ProbeSet):
             "serving_http": sorted(self.state.serving_http),
             "released": sorted(self.state.released),
             "counters": self.counters(bpf),
+            "tallies": read_tallies(bpf).as_dict(),
             "follow_ratio": self.follow_ratio,
             "scans": self.scanner.scans,
         }

@@ -13,13 +13,14 @@ class KernelCapture:
     """Probe sets loaded onto one process, their events kept and decoded in
     memory: for tests that check the kernel side's events one by one."""
 
-    def __init__(self, pid: int, sets: tuple[str, ...] = ("sockets",),
+    def __init__(self, pid: int | list[int], sets: tuple[str, ...] = ("sockets",),
                  options: dict | None = None, ringbuf_pages: int = 64) -> None:
         from inferprobe.collector.loader import load_tracer
         from inferprobe.collector.ringbuf import RingBufferReader
 
         self._chunks: list[bytes] = []
-        self.tracer = load_tracer([pid], sets=sets, ringbuf_pages=ringbuf_pages, options=options)
+        pids = pid if isinstance(pid, list) else [pid]
+        self.tracer = load_tracer(pids, sets=sets, ringbuf_pages=ringbuf_pages, options=options)
         self.reader = RingBufferReader(self.tracer, self._chunks.append)
 
     def finish(self) -> tuple[list, dict]:

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from inferprobe.cli.agent import BUDGET_INTERVAL_S
 from inferprobe.collector.cpu_budget import bpf_run_time
 from inferprobe.collector.recording import read_recording
 from inferprobe.collector.segment_ring import list_segments
@@ -174,6 +175,9 @@ def test_cpu_budget_holds_under_a_syscall_heavy_load(tmp_path):
         accepted = metric(metrics_port, "inferprobe_connections_accepted")
         followed = metric(metrics_port, "inferprobe_connections_followed")
         made = json.loads(load.communicate(timeout=60)[0])
+        time.sleep(BUDGET_INTERVAL_S + 0.5)   # the agent's next sample sets the tally metrics
+        kernel_answered = metric(metrics_port, 'inferprobe_kernel_requests_total{answered="true"}')
+        kernel_durations = metric(metrics_port, "inferprobe_kernel_request_duration_seconds_count")
         report = _report_last(tmp_path / "ring", "60s")
         rc, out, err = agent.stop()
     finally:
@@ -186,12 +190,21 @@ def test_cpu_budget_holds_under_a_syscall_heavy_load(tmp_path):
     assert accepted is not None and followed is not None and followed < accepted
     # Every connection counted in the kernel, followed or not: the load made them all while the agent
     # was attached (other servers on the host may add theirs), as the last segment's end record says.
-    at_stop = read_recording(list_segments(tmp_path / "ring")[-1].path).final["sampling"]
+    end_record = read_recording(list_segments(tmp_path / "ring")[-1].path).final
+    at_stop = end_record["sampling"]
     assert at_stop["conns_accepted"] >= made["connections"] > at_stop["conns_followed"], (at_stop, made)
     # The sampling is in the report: its note, and the counts in the recording's end record.
     assert "sampled:" in report.stderr and "followed in full under the CPU budget" in report.stderr
     final = json.loads(report.stdout)["recording"]["final"]
     assert 0 < final["sampling"]["conns_followed"] < final["sampling"]["conns_accepted"]
+    # ... and every request, followed or not, counted and timed in the kernel: each of the load's
+    # connections carried one request, answered (the load counted the 200s itself).
+    tallies = end_record["tallies"]
+    assert tallies["connections"] >= made["connections"] and tallies["turns"] >= made["answered"], tallies
+    assert kernel_answered is not None and kernel_answered >= made["answered"]
+    assert kernel_durations == kernel_answered
+    assert "all connections, counted in the kernel" in report.stderr
+    assert final["tallies"]["since"] in ("window", "agent start")
 
 
 def test_agent_runs_inside_new_namespaces(tmp_path):

@@ -69,3 +69,31 @@ def test_an_empty_or_stale_ring_is_one_sentence(tmp_path):
         os.utime(s.path, (old, old))
     with pytest.raises(RecordingProblem, match="within the last 60 s"):
         read_window(tmp_path, 60)
+
+
+def _tallies(turns: int, bucket: int, sum_ns: int) -> dict:
+    from inferprobe.collector.connection_tallies import COUNTERS, HISTOGRAMS
+
+    return {**{k: 0 for k in COUNTERS}, "turns": turns, "connections": turns,
+            "histograms": {k: {"buckets": {str(bucket): turns} if k == "turn" else {}, "sum_ns": sum_ns}
+                           for k in HISTOGRAMS}}
+
+
+def test_a_windows_kernel_tallies_are_its_own_not_since_the_agent_started(tmp_path):
+    state = {"tallies": _tallies(3, 20, 3_000_000)}
+    ring = SegmentRing(tmp_path, {"host": "h"}, 600, 10, lambda: dict(state))
+    ring.rotate()                                  # segment 1 ends with 3 turns since the start
+    old = time.time() - 300
+    first = list_segments(tmp_path)[0]
+    os.utime(first.path, (old, old))               # ... and is older than the window
+    state["tallies"] = _tallies(6, 20, 6_000_000)
+    ring.rotate()                                  # segment 2 ends with 6 since the start
+    ring.writer.flush(stats={"t": 1.0, "tallies": _tallies(8, 20, 8_000_000)})   # the open one, at 8
+    window = read_window(tmp_path, 60)
+    assert window.final["tallies"]["since"] == "window"
+    assert window.final["tallies"]["turns"] == 5 and window.final["tallies"]["connections"] == 5
+    assert window.final["tallies"]["histograms"]["turn"] == {"buckets": {"20": 5}, "sum_ns": 5_000_000}
+    # With the segment before the window gone, they can only be since the start, and say so.
+    first.path.unlink()
+    assert read_window(tmp_path, 60).final["tallies"]["since"] == "agent start"
+    ring.close({"end_reason": "test"})
