@@ -133,3 +133,64 @@ def _ssl_read_address(path: Path) -> int:
     finally:
         mapper.stdin.close()
         mapper.wait(timeout=10)
+
+
+def _usdt_server(tmp_path: Path, name: str) -> tuple[subprocess.Popen, int, Path]:
+    """A USDT-firing server on its own copy of the probe library: (process, port, that copy)."""
+    from inferprobe.probes import _usdt
+
+    copy = tmp_path / name / Path(_usdt.__file__).name
+    copy.parent.mkdir()
+    shutil.copy2(_usdt.__file__, copy)
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, str(HERE / "usdt_copy_server.py"), "--port", str(port),
+                             "--extension", str(copy)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().startswith("LISTENING")
+    return proc, port, copy
+
+
+def _usdt_locations(path: Path) -> list[int]:
+    from bcc import USDT
+
+    context = USDT(path=str(path))   # kept while its probes are read: they point into it
+    return [probe.get_location(i).address for probe in context.enumerate_probes()
+            if probe.provider == b"inferprobe" for i in range(probe.num_locations)]
+
+
+def test_a_server_whose_usdt_probes_are_refused_at_start_up_loses_only_those(tmp_path):
+    refused, refused_port, refused_copy = _usdt_server(tmp_path, "refused")
+    fine, fine_port, _ = _usdt_server(tmp_path, "fine")
+    held = [hold_uprobe(str(refused_copy), address, ref_ctr_offset=2)
+            for address in _usdt_locations(refused_copy)]
+    agent = None
+    try:
+        agent = Agent(tmp_path / "ring", "--port", str(refused_port), "--port", str(fine_port),
+                      "--prometheus", f"127.0.0.1:{(metrics_port := free_port())}",
+                      "--keep", "60s", "--segment", "60s")
+        failure = _wait_for(agent, f"attach failed: usdt in pid {refused.pid}", 10)
+        assert "request_start" in failure and "Invalid argument" in failure
+        assert (metric(metrics_port, 'inferprobe_attach_failures_total{probe_set="usdt"}') or 0) >= 1
+        for i in range(AFTER_FAILURE_REQUESTS):
+            _get(refused_port, f"/refused?{i}")
+            _get(fine_port, f"/fine?{i}")
+        time.sleep(1.5)
+        rc, out, err = agent.stop()
+        agent = None
+    finally:
+        for fd in held:
+            os.close(fd)
+        if agent is not None:
+            agent.stop()
+        for proc in (refused, fine):
+            proc.terminate()
+            proc.wait(timeout=10)
+    assert rc == 0, err
+    assert f"attach failed: usdt in pid {fine.pid}" not in out
+    report = subprocess.run(inferprobe_cmd("report", "--last", "5m", "--ring", str(tmp_path / "ring"),
+                                           "--format", "json"), capture_output=True, text=True, check=True)
+    requests = json.loads(report.stdout)["requests"]
+    by_pid = {pid: [r for r in requests if r["pid"] == pid] for pid in (refused.pid, fine.pid)}
+    # Both servers' requests are recorded from their sockets; only the refused one lacks its own view.
+    assert len(by_pid[refused.pid]) == len(by_pid[fine.pid]) == AFTER_FAILURE_REQUESTS
+    assert all(r["usdt_request_id"] is not None for r in by_pid[fine.pid])
+    assert all(r["usdt_request_id"] is None for r in by_pid[refused.pid])
