@@ -211,11 +211,13 @@ class DrainedTracer:
     drained (not kept) by a thread, so that a full ring cannot skew what the
     programs cost. The thread's CPU is this process's, not the server's."""
 
-    def __init__(self, pid: int, ringbuf_pages: int = 2048) -> None:
+    def __init__(self, pid: int, ringbuf_pages: int = 2048, sets: tuple[str, ...] | None = None,
+                 options: dict | None = None) -> None:
         from inferprobe.collector.loader import DEFAULT_SETS, load_tracer
         from inferprobe.collector.ringbuf import RingBufferReader
 
-        self.tracer = load_tracer([pid], sets=DEFAULT_SETS, ringbuf_pages=ringbuf_pages)
+        self.tracer = load_tracer([pid], sets=sets or DEFAULT_SETS, ringbuf_pages=ringbuf_pages,
+                                  options=options)
         self.reader = RingBufferReader(self.tracer, lambda chunk: None)
         self._stop = threading.Event()
         self._pump = threading.Thread(target=self._drain, daemon=True)
