@@ -27,6 +27,7 @@ from inferprobe.collector import attach_failures
 from inferprobe.collector import targets as target_procs
 from inferprobe.collector.containers import ProcessIdentities, any_in_container
 from inferprobe.collector.engine_scrape import Scraper
+from inferprobe.collector.errors import TargetProblem
 from inferprobe.collector.events import LAYOUT_VERSION
 from inferprobe.collector.probe_sets import OPT_IN_FLAGS
 from inferprobe.collector.recording import RecordingWriter
@@ -254,7 +255,14 @@ def record(pids, all_hosts, ports, comm, cgroup, duration, output, ringbuf_mb,
                "tls": "on" if tls else "auto"}
     # Before attaching, so that looking for /metrics is not recorded as the server's traffic.
     engine = engine_metrics_source(pids, engine_metrics_url, no_engine_metrics)
-    tracer = load_tracer(pids, sets=sets, ringbuf_pages=pages, options=options)
+    for attempt in range(3):
+        try:
+            tracer = load_tracer(pids, sets=sets, ringbuf_pages=pages, options=options)
+            break
+        except TargetProblem:
+            if filters is None or attempt == 2:
+                raise
+            pids = listening_now(filters)   # with --all, a server that exited since the scan is no error
     # Where each traced process runs (cgroup, pid in its namespace, container): read once each.
     identities = ProcessIdentities()
     identities.note(target_procs.with_descendants(tracer.pids))
