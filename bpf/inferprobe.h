@@ -80,6 +80,7 @@ enum event_type {
     EVENT_GPU_CLOCK = 54,    /* CUPTI shim: a CUPTI timestamp paired with CLOCK_MONOTONIC */
     EVENT_GPU_KERNEL_NAME = 55, /* CUPTI shim: a kernel name id's name */
     EVENT_GPU_SHIM_STATUS = 56, /* CUPTI shim: what it is doing (collecting, no device, ...), one sentence */
+    EVENT_H2_CONN_CLOSED = 99,  /* an HTTP/2 connection closed: h2_header_pieces ring only (h2_conn_closed) */
 };
 
 /* The USDT probes of provider "inferprobe" (probes/, docs/usdt-probes.md).
@@ -765,6 +766,13 @@ struct gpu_shim_status_event {
     __u32 len;
     __u32 pad;
     char text[GPU_SHIM_STATUS_BYTES];  /* one sentence */
+};
+
+/* On the h2_header_pieces ring after a connection's last piece: user space
+ * drops its HPACK tables (they would otherwise live as long as the recorder). */
+struct h2_conn_closed {
+    struct event_header hdr;  /* type EVENT_H2_CONN_CLOSED */
+    __u64 conn_id;
 };
 
 #endif /* INFERPROBE_H */

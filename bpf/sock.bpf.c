@@ -664,6 +664,8 @@ TRACEPOINT_PROBE(sock, inet_sock_set_state)
     return ev ? conn_event_submit(ev) : 0;
 }
 
+static __always_inline void h2_connection_closed(u64 conn_id);   /* the HTTP/2 section below */
+
 TRACEPOINT_PROBE(syscalls, sys_enter_close)
 {
     u64 id = bpf_get_current_pid_tgid();
@@ -685,6 +687,8 @@ TRACEPOINT_PROBE(syscalls, sys_enter_close)
     u32 carried_http = state->http_seen || state->tls;
     u32 unrecognised = state->unrecognised;
     u32 client = state->client;
+    if (state->h2 || state->tls)   /* a TLS session's frames are walked under its socket's id */
+        h2_connection_closed(conn_id);
     socks.delete(&key);
     socks_changed(tgid, key.fd);
     if (!carried_http) {
@@ -938,6 +942,20 @@ BPF_TABLE("lru_hash", struct h2_stream_key, struct h2_stream_state, h2_streams, 
  * writes each field of a block as an iovec), each sent only as long as it is. */
 BPF_RINGBUF_OUTPUT(h2_header_pieces, 512);
 BPF_PERCPU_ARRAY(h2_piece_area, struct h2_header_piece, 1);
+
+/* The connection is gone (its socket closed, or its TLS session freed): its
+ * walk state goes, and user space is told after its last header piece (the
+ * same ring, so in order), to drop the connection's HPACK tables. */
+static __always_inline void h2_connection_closed(u64 conn_id)
+{
+    if (h2_conns.delete(&conn_id) != 0)
+        return;   /* not HTTP/2, told already, or its walk state was evicted */
+    struct h2_conn_closed closed = {};
+    fill_header(&closed.hdr, EVENT_H2_CONN_CLOSED, bpf_ktime_get_ns(), bpf_get_current_pid_tgid());
+    closed.conn_id = conn_id;
+    if (h2_header_pieces.ringbuf_output(&closed, sizeof(closed), 0) != 0)
+        count(COUNTER_H2_PIECES_LOST);
+}
 
 /* A fresh h2_frames_event for this syscall in the scratch area. */
 static __always_inline void h2_begin_event(struct scratch *s, u16 dir, u16 flags)
@@ -2014,6 +2032,9 @@ int tls_ssl_free(struct pt_regs *ctx)
     if (!is_target(tgid))
         return 0;
     struct tls_key key = {.pid = tgid, .session = PT_REGS_PARM1(ctx)};
+    struct tls_session *session = tls_sessions.lookup(&key);
+    if (session && session->state.h2)
+        h2_connection_closed(session->state.conn_id);
     tls_sessions.delete(&key);
     return 0;
 }

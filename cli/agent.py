@@ -161,6 +161,7 @@ def agent(all_hosts, ports, comm, cgroup, ring_dir, keep, segment, max_cpu, otlp
             counters = tracer.counters()
             return {"duration_s": time.monotonic() - started, "lost_events": counters["events_lost"],
                     "events_received": reader.events if reader else 0, "rss_kb": _own_rss_kb(),
+                    "h2_header_tables": reader.h2_header_tables if reader else 0,
                     "sampling": {**last_sample, **host.counters(tracer.bpf)},
                     "attach_failures": tracer.ctx.attach_failures.as_dict(),
                     "tallies": read_tallies(tracer.bpf).as_dict(), **counters}

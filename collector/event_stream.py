@@ -26,6 +26,11 @@ class EventStream:
         """Kernel events received so far."""
         return self._ring.events
 
+    @property
+    def h2_header_tables(self) -> int:
+        """HTTP/2 connections whose HPACK tables are held now (bounded; closed ones are dropped)."""
+        return self._header_pieces.blocks.connections if self._header_pieces is not None else 0
+
     def poll(self, timeout_ms: int) -> int:
         """Waits up to timeout_ms for events, then takes everything committed."""
         received = self._ring.poll(timeout_ms)

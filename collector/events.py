@@ -832,9 +832,10 @@ DECODERS: dict[EventType, Decoder] = {
 }
 
 
-# Types that never reach decode(): the HTTP/2 header pieces are read from a
-# ring of their own and decoded at once (collector/h2_header_blocks.py).
-UNRECORDED_TYPES = frozenset({EventType.H2_HEADER_PIECE})
+# Types that never reach decode(): the HTTP/2 header pieces and connection
+# closes are read from a ring of their own and consumed at once
+# (collector/h2_header_blocks.py).
+UNRECORDED_TYPES = frozenset({EventType.H2_HEADER_PIECE, EventType.H2_CONN_CLOSED})
 
 
 def event_type_of(raw: bytes) -> EventType:

@@ -15,11 +15,21 @@ A piece that is missing (the ring was full: COUNTER_H2_PIECES_LOST) or cut
 (a block of 4 KiB or more in one syscall) loses the table of its direction:
 that block and every later one on the connection come out with
 H2_HEADERS_FLAG_TABLE_LOST and no fields, and the report says so.
+
+Tables live as long as their connection: the kernel says when it closed
+(an h2_conn_closed record on the same ring, after its last piece). So that
+a recorder running for days stays bounded where that record cannot come
+(the kernel's walk state was evicted first, a process killed), at most
+MAX_CONNECTIONS connections keep tables, the least recently fed giving way;
+a connection whose table gave way is remembered as such (as many again),
+and its later blocks come out TABLE_LOST rather than decoded against an
+empty table.
 """
 
 from __future__ import annotations
 
 import ctypes
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -34,8 +44,17 @@ from inferprobe.collector.events import (
     HttpMethod,
 )
 from inferprobe.collector.hpack_fields import FieldDecoder, HpackError
-from inferprobe.collector.layout_generated import H2_TRACEPARENT_BYTES, TRACESTATE_MAX_BYTES, H2HeaderPiece
+from inferprobe.collector.layout_generated import (
+    H2_TRACEPARENT_BYTES,
+    TRACESTATE_MAX_BYTES,
+    EventHeader,
+    H2ConnClosed,
+    H2HeaderPiece,
+)
 from inferprobe.collector.ringbuf_format import frame_records
+
+# As many as the kernel walks at once (h2_conns in bpf/sock.bpf.c).
+MAX_CONNECTIONS = 16384
 
 NDJSON_TYPES = (b"application/x-ndjson", b"application/ndjson", b"application/jsonl",
                 b"application/x-jsonlines")
@@ -86,12 +105,43 @@ def fragment(first_frame: bool, frame_type: int, flags: int, payload: bytes) -> 
 class HeaderBlocks:
     """Per-connection reassembly and decoding; feed() takes pieces in ring order."""
 
-    def __init__(self) -> None:
-        self._dirs: dict[tuple[int, int], _Direction] = {}
+    def __init__(self, max_connections: int = MAX_CONNECTIONS) -> None:
+        self._conns: OrderedDict[int, dict[int, _Direction]] = OrderedDict()   # least recently fed first
+        self._gave_way: OrderedDict[int, None] = OrderedDict()
+        self._max = max_connections
+
+    @property
+    def connections(self) -> int:
+        return len(self._conns)
+
+    def closed(self, conn_id: int) -> None:
+        """The kernel saw the connection close: its tables go."""
+        self._conns.pop(conn_id, None)
+        self._gave_way.pop(conn_id, None)
+
+    def _direction(self, conn_id: int, direction: int) -> _Direction:
+        dirs = self._conns.get(conn_id)
+        if dirs is None:
+            dirs = self._conns[conn_id] = {}
+            if conn_id in self._gave_way:
+                # Its table went with the eviction: decoding from an empty one would guess.
+                dirs[0], dirs[1] = _Direction(), _Direction()
+                dirs[0].table.lost = dirs[1].table.lost = True
+            if len(self._conns) > self._max:
+                evicted, _ = self._conns.popitem(last=False)
+                self._gave_way[evicted] = None
+                if len(self._gave_way) > self._max:
+                    self._gave_way.popitem(last=False)
+        else:
+            self._conns.move_to_end(conn_id)
+        d = dirs.get(direction)
+        if d is None:
+            d = dirs[direction] = _Direction()
+        return d
 
     def feed(self, piece: H2HeaderPiece) -> bytes | None:
         """The raw h2_headers_event of the block this piece completes, else None."""
-        d = self._dirs.setdefault((piece.conn_id, piece.dir), _Direction())
+        d = self._direction(piece.conn_id, piece.dir)
         if piece.offset == 0:
             d.frame.clear()
         elif piece.offset != len(d.frame):
@@ -178,6 +228,10 @@ def encode_event(last: H2HeaderPiece, first: H2HeaderPiece, fields: dict[bytes, 
     return bytes(ev)
 
 
+def _record_type(raw: bytes) -> int:
+    return EventHeader.from_buffer_copy(raw[: ctypes.sizeof(EventHeader)]).type
+
+
 class HeaderPieceReader:
     """Drains the h2_header_pieces ring and hands each decoded block to
     `sink` as ring-framed records, like the kernel's events (the recording
@@ -194,6 +248,9 @@ class HeaderPieceReader:
 
     def _piece(self, _ctx, data, size) -> None:
         raw = ctypes.string_at(data, min(size, ctypes.sizeof(H2HeaderPiece)))
+        if size >= ctypes.sizeof(H2ConnClosed) and _record_type(raw) == EventType.H2_CONN_CLOSED:
+            self.blocks.closed(H2ConnClosed.from_buffer_copy(raw[: ctypes.sizeof(H2ConnClosed)]).conn_id)
+            return
         piece = H2HeaderPiece.from_buffer_copy(raw.ljust(ctypes.sizeof(H2HeaderPiece), b"\0"))
         event = self.blocks.feed(piece)
         if event is not None:

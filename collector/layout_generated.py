@@ -74,6 +74,7 @@ class EventType(enum.IntEnum):
     GPU_CLOCK = 54
     GPU_KERNEL_NAME = 55
     GPU_SHIM_STATUS = 56
+    H2_CONN_CLOSED = 99
 
 
 class UsdtProbe(enum.IntEnum):
@@ -875,4 +876,13 @@ class GpuShimStatusEvent(ctypes.Structure):
         ("len", ctypes.c_uint32),                           # offset 32, 4 bytes
         ("pad", ctypes.c_uint32),                           # offset 36, 4 bytes
         ("text", ctypes.c_char * 256),                      # offset 40, 256 bytes
+    ]
+
+
+class H2ConnClosed(ctypes.Structure):
+    """struct h2_conn_closed: 32 bytes"""
+
+    _fields_ = [
+        ("hdr", EventHeader),                               # offset 0, 24 bytes
+        ("conn_id", ctypes.c_uint64),                       # offset 24, 8 bytes
     ]

@@ -24,6 +24,7 @@ import json
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -95,6 +96,7 @@ def recorded(kind: str, tmp_path_factory) -> dict:
         recording = tmp / "run.ipr"
         rec = Recorder([server.pid], recording, "--duration", "60")
         calls = run_clients(kind, port)
+        time.sleep(0.3)   # the server's close() of the clients' connections reaches the tracer
         rec.stop()
     finally:
         stop_process(server)
@@ -186,6 +188,14 @@ def test_sse_over_http2_counts_events_and_not_the_end_marker(sse_traced):
             assert req["peer"] is not None and req["peer"].startswith("127.0.0.1:")
         assert sum(req["token_chunk_events"]) == TOKENS
         assert req["t_done_ns"] is not None and req["t_done_ns"] >= req["token_ns"][-1]
+
+
+def test_closed_connections_leave_no_header_tables_behind(traced):
+    """Every client connection closed before the recorder stopped: the kernel said so on the header
+    pieces' ring, after their last piece, and the recorder dropped their HPACK tables."""
+    final = traced["report"]["recording"]["final"]
+    assert {r["conn"] for r in traced["report"]["requests"]}   # connections there were
+    assert final["h2_header_tables"] == 0, final
 
 
 def test_no_header_value_or_body_reaches_the_recording_or_the_reports(traced):

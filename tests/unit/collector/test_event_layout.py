@@ -102,7 +102,7 @@ def test_decode_rejects_short_and_unknown_events():
     with pytest.raises(events.DecodeError):
         events.decode(b"\x03\x00")
     with pytest.raises(events.DecodeError):
-        events.decode((99).to_bytes(4, "little") + bytes(40))
+        events.decode((250).to_bytes(4, "little") + bytes(40))   # no such type
     short_io = (3).to_bytes(4, "little") + bytes(50)
     with pytest.raises(events.DecodeError):
         events.decode(short_io)

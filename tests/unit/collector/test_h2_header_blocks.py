@@ -68,3 +68,36 @@ def test_trailers_carry_grpc_status_and_the_end_of_the_stream():
     ev = decode(HeaderBlocks().feed(piece(block, len(block), flags=END_HEADERS | END_STREAM, direction=1)))
     assert ev.grpc_status == 13 and ev.grpc_message_len == len("model crashed on prompt X")
     assert H2HeadersFlag.END_STREAM in ev.flags and not ev.is_read
+
+
+def _on(conn_id: int, p: H2HeaderPiece) -> H2HeaderPiece:
+    p.conn_id = conn_id
+    return p
+
+
+def test_a_closed_connection_keeps_no_table():
+    encoder = Encoder()
+    blocks = HeaderBlocks()
+    first = encoder.encode([(":method", "POST"), (":path", "/a"), ("x-big", "v" * 50)])
+    assert decode(blocks.feed(_on(1, piece(first, len(first))))).path == "/a"
+    assert blocks.connections == 1
+    blocks.closed(1)
+    assert blocks.connections == 0
+
+
+def test_tables_past_the_bound_give_way_and_their_connections_say_table_lost():
+    blocks = HeaderBlocks(max_connections=2)
+    encoders = {conn: Encoder() for conn in (1, 2, 3)}
+
+    def send(conn: int, path: str):
+        block = encoders[conn].encode([(":method", "GET"), (":path", path)])
+        return decode(blocks.feed(_on(conn, piece(block, len(block)))))
+
+    assert send(1, "/one").path == "/one" and send(2, "/two").path == "/two"
+    assert send(1, "/one").path == "/one"          # 1 fed again: 2 is now the least recently fed
+    assert send(3, "/three").path == "/three"      # a third connection: 2's table gives way
+    assert blocks.connections == 2
+    later = send(2, "/two")                        # its encoder still refers to its table: never guessed
+    assert later.flags & H2HeadersFlag.TABLE_LOST and later.path is None
+    assert send(3, "/three").path == "/three"      # the fed one decodes on (2's return made 1 give way)
+    assert blocks.connections == 2
