@@ -45,19 +45,24 @@ def _bounding(caps: list[str]) -> list[str]:
     return ["setpriv", "--bounding-set", "-all," + ",".join("+" + c.lower() for c in caps), "--"]
 
 
+def _one_request_under_the_manifest(tmp_path: Path, url: str, *agent_args: str) -> tuple[int, str, str]:
+    """The agent with exactly the manifest's capabilities (never CAP_SYS_ADMIN) while one request is
+    made: its exit code, stdout and stderr."""
+    agent = Agent(tmp_path / "ring", *agent_args, "--keep", "60s", "--segment", "60s",
+                  prefix=_bounding(_manifest_capabilities()))
+    status = Path(f"/proc/{agent.pid}/status").read_text()
+    effective = int(next(ln for ln in status.splitlines() if ln.startswith("CapEff:")).split()[1], 16)
+    assert effective & (1 << 21) == 0, "CAP_SYS_ADMIN must not be held"
+    time.sleep(1)
+    subprocess.run(["curl", "-s", "-m", "5", url], check=True, capture_output=True)
+    time.sleep(1.5)
+    return agent.stop()
+
+
 def test_the_manifest_capabilities_are_enough(tmp_path):
     server = ServerProcess(tmp_path / "server.jsonl")
     try:
-        agent = Agent(tmp_path / "ring", "--keep", "60s", "--segment", "60s",
-                      prefix=_bounding(_manifest_capabilities()))
-        status = Path(f"/proc/{agent.pid}/status").read_text()
-        effective = int(next(ln for ln in status.splitlines() if ln.startswith("CapEff:")).split()[1], 16)
-        assert effective & (1 << 21) == 0, "CAP_SYS_ADMIN must not be held"
-        time.sleep(1)
-        subprocess.run(["curl", "-s", "-m", "5", f"http://127.0.0.1:{server.port}/health"], check=True,
-                       capture_output=True)
-        time.sleep(1.5)
-        rc, out, err = agent.stop()
+        rc, out, err = _one_request_under_the_manifest(tmp_path, f"http://127.0.0.1:{server.port}/health")
     finally:
         server.stop()
     assert rc == 0, err
@@ -97,13 +102,8 @@ def test_with_the_manifest_capabilities_uprobes_attach(tmp_path):
                               env={**os.environ, "LD_LIBRARY_PATH": str(private)})
     try:
         assert server.stdout.readline().startswith("LISTENING")
-        agent = Agent(tmp_path / "ring", "--port", str(port), "--keep", "60s", "--segment", "60s",
-                      prefix=_bounding(_manifest_capabilities()))
-        time.sleep(1)
-        subprocess.run(["curl", "-s", "-m", "5", f"http://127.0.0.1:{port}/x"], check=True,
-                       capture_output=True)
-        time.sleep(1.5)
-        rc, out, err = agent.stop()
+        rc, out, err = _one_request_under_the_manifest(tmp_path, f"http://127.0.0.1:{port}/x",
+                                                       "--port", str(port))
     finally:
         server.terminate()
         server.wait(timeout=10)
