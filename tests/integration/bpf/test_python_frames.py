@@ -130,11 +130,17 @@ def test_a_thread_started_after_attach_gets_python_frames(tmp_path):
     late_tid = int(re.search(r"late_tid=(\d+)", out).group(1))
     late = [s for s in snap["stacks"] if s["tid"] == late_tid]
     total = sum(s["weight"] for s in late)
-    named = sum(s["weight"] for s in late if any(f.startswith("py::_spin:") for f in s["frames"]))
+    def names_its_code(sample: dict) -> bool:
+        return any(f.startswith(("py::_spin:", "py::burn_late:")) for f in sample["frames"])
+
+    named = sum(s["weight"] for s in late if names_its_code(s))
     assert total > 50, f"only {total} samples of the late thread"
     # BPF finds a new thread's state in the interpreter's thread list at its first sample
-    # (bpf/python_stacks.bpf.c): only samples outside _spin (its loop, the sleep(0)) lack it
-    assert named >= 0.9 * total, f"{named} of {total} samples of the late thread name _spin"
+    # (bpf/python_stacks.bpf.c): every sample names the thread's own Python code, _spin or, while
+    # it takes the GIL back after sleep(0) (on CPU for longer on a loaded host), burn_late; only
+    # the thread's start in threading's bootstrap may precede them
+    unnamed = [s["frames"] for s in late if not names_its_code(s)]
+    assert named >= 0.9 * total, f"{named} of {total} samples of the late thread name its code: {unnamed[:5]}"
 
 
 def test_an_interpreter_started_after_attach_gets_python_frames(tmp_path):
