@@ -111,9 +111,12 @@ def test_llama_process_steps_are_read_where_llama_batch_allocr_built_the_batch(t
 
 
 def test_a_process_without_llama_decode_leaves_the_set_off(tmp_path):
-    exe = build("burn", tmp_path)
-    proc = subprocess.Popen([str(exe), "1"], stdout=subprocess.PIPE, text=True)
+    # Any C program with a full symbol table and no llama.cpp export; an idle one,
+    # since a CPU burner's threads would slow the BPF compile three-fold on 2 cores.
+    exe = build("sleeper", tmp_path)
+    proc = subprocess.Popen([str(exe)], stdout=subprocess.PIPE, text=True)
     try:
+        assert proc.stdout is not None and proc.stdout.readline().startswith("READY")
         with KernelCapture(proc.pid, sets=("llama",)) as cap:
             assert "llama" not in cap.tracer.active
             assert "llama_decode" in cap.tracer.inactive["llama"]
