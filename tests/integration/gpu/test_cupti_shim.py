@@ -27,6 +27,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -50,7 +51,7 @@ from inferprobe.collector.events import (  # noqa: E402
     GpuShimStatusRecord,
     decode,
 )
-from inferprobe.collector.recording import read_recording  # noqa: E402
+from inferprobe.collector.recording import Recording, read_recording  # noqa: E402
 
 PROGRAM = REPO / "tests" / "programs" / "cuda_calls.py"
 SHIM = cupti_shim.built_shim()
@@ -141,52 +142,72 @@ def test_gpu_attach_loads_the_shim_and_cupti_says_there_is_no_device(program):
     assert one_sentence(off.stderr).startswith(f"CUPTI was not collecting in pid {program.pid}: ")
 
 
+class ShimRecording(NamedTuple):
+    pid: int
+    attach_stderr: str     # what gpu-attach said, before the recording started
+    t_recording: int       # CLOCK_MONOTONIC just before the recorder started
+    t_selftest: tuple[int, int]  # around the self-test call through gdb
+    selftest_out: str      # gdb's output of that call
+    mapped_shim: str | None  # cupti_shim.mapped_shim() while the program ran
+    recording: Recording   # the recording, read back
+    out_err: tuple[str, str]
+
+
+@pytest.fixture(scope="module")
+def shim_recording(tmp_path_factory) -> ShimRecording:
+    """One recording of cuda_calls.py with the shim loaded, for the two tests that read one:
+    started after gpu-attach reported (the status poller must send its sentence again) and,
+    a second into it (five poll periods), the shim's self-test called through gdb."""
+    program = CudaProgram()
+    try:
+        attach_stderr = gpu_attach("-p", str(program.pid)).stderr
+        path = tmp_path_factory.mktemp("shim") / "shim.ipr"
+        t_recording = time.monotonic_ns()
+        rec = Recorder([program.pid], path, "--no-listen-check")
+        time.sleep(1.0)
+        t_before = time.monotonic_ns()
+        shim = cupti_shim.mapped_shim(program.pid)
+        out = cupti_attach._run_gdb(program.pid, cupti_attach._gdb_script(
+            shim, cupti_attach.RTLD_NOW | cupti_attach.RTLD_NOLOAD, "inferprobe_cupti_selftest"), 60)
+        t_after = time.monotonic_ns()
+        time.sleep(0.3)
+        out_err = rec.stop()
+        return ShimRecording(program.pid, attach_stderr, t_recording, (t_before, t_after), out, shim,
+                             read_recording(path), out_err)
+    finally:
+        program.close()
+
+
 @needs_shim
 @needs_gdb
 @needs_root
 @pytest.mark.bpf
 @pytest.mark.skipif(host_has_gpu(), reason="this host has a GPU: benchmarks/gpu_check.py is the check there")
-def test_the_no_device_sentence_reaches_a_recording_through_usdt_and_bpf(program, tmp_path):
-    done = gpu_attach("-p", str(program.pid))
-    sentence = one_sentence(done.stderr)
+def test_the_no_device_sentence_reaches_a_recording_through_usdt_and_bpf(shim_recording):
+    sentence, pid = one_sentence(shim_recording.attach_stderr), shim_recording.pid
     assert NO_DEVICE.match(sentence), sentence
-    # Recording starts after the shim reported: its poller sees the status
-    # probe's semaphore rise and sends the sentence again for the recorder.
-    t_before = time.monotonic_ns()
-    rec = Recorder([program.pid], tmp_path / "shim.ipr", "--no-listen-check")
-    time.sleep(1.0)  # five poll periods of the shim
-    out, err = rec.stop()
-    recording = read_recording(tmp_path / "shim.ipr")
+    recording = shim_recording.recording
     statuses = [e for e in map(decode, recording.events) if isinstance(e, GpuShimStatusRecord)]
-    assert statuses, (out, err)
+    assert statuses, shim_recording.out_err
     assert {s.text for s in statuses} == {sentence}
-    assert all(s.status == GpuShimStatus.NO_DEVICE and s.pid == program.pid for s in statuses)
-    assert all(s.cupti_result != 0 and s.ts_ns > t_before for s in statuses)
-    assert recording.snapshots["gpu"]["cupti_shim"] == {str(program.pid): cupti_shim.mapped_shim(program.pid)}
+    assert all(s.status == GpuShimStatus.NO_DEVICE and s.pid == pid for s in statuses)
+    assert all(s.cupti_result != 0 and s.ts_ns > shim_recording.t_recording for s in statuses)
+    assert recording.snapshots["gpu"]["cupti_shim"] == {str(pid): shim_recording.mapped_shim}
 
 
 @needs_shim
 @needs_gdb
 @needs_root
 @pytest.mark.bpf
-def test_every_field_of_the_shims_records_reaches_a_recording(program, tmp_path):
-    gpu_attach("-p", str(program.pid))
-    rec = Recorder([program.pid], tmp_path / "selftest.ipr", "--no-listen-check")
-    time.sleep(0.5)
-    t_before = time.monotonic_ns()
-    shim = cupti_shim.mapped_shim(program.pid)
-    out = cupti_attach._run_gdb(program.pid, cupti_attach._gdb_script(
-        shim, cupti_attach.RTLD_NOW | cupti_attach.RTLD_NOLOAD, "inferprobe_cupti_selftest"), 60)
-    t_after = time.monotonic_ns()
-    assert "inferprobe-status 4 " in out, out
-    time.sleep(0.3)
-    rec.stop()
-    events = list(map(decode, read_recording(tmp_path / "selftest.ipr").events))
+def test_every_field_of_the_shims_records_reaches_a_recording(shim_recording):
+    pid, (t_before, t_after) = shim_recording.pid, shim_recording.t_selftest
+    assert "inferprobe-status 4 " in shim_recording.selftest_out, shim_recording.selftest_out
+    events = list(map(decode, shim_recording.recording.events))
     api = [e for e in events if isinstance(e, GpuApiRecord)]
     activity = sorted((e for e in events if isinstance(e, GpuActivityRecord)), key=lambda e: e.correlation_id)
     names = {e.name_id: e.name for e in events if isinstance(e, GpuKernelNameRecord)}
     # The API call fired on the thread gdb called into (the main thread), during the call.
-    assert [(a.correlation_id, a.cbid, a.domain, a.tid) for a in api] == [(41, 211, 2, program.pid)]
+    assert [(a.correlation_id, a.cbid, a.domain, a.tid) for a in api] == [(41, 211, 2, pid)]
     assert t_before < api[0].ts_ns < t_after
     kernel, copy, memset = activity
     assert (kernel.kind, kernel.gpu_start, kernel.gpu_end, kernel.correlation_id, kernel.device,
@@ -197,7 +218,7 @@ def test_every_field_of_the_shims_records_reaches_a_recording(program, tmp_path)
         GpuActivityKind.MEMCPY, 1_300_000, 1_310_000, 42, 4096, 2)  # 2: CUPTI_ACTIVITY_MEMCPY_KIND_DTOH
     assert (memset.kind, memset.gpu_start, memset.gpu_end, memset.correlation_id, memset.shape) == (
         GpuActivityKind.MEMSET, 1_320_000, 1_321_000, 43, 512)
-    assert all(e.pid == program.pid and t_before < e.ts_ns < t_after for e in activity)
+    assert all(e.pid == pid and t_before < e.ts_ns < t_after for e in activity)
 
 
 @needs_shim
