@@ -80,9 +80,18 @@ def _run(binary, n: int, pages: int, poll_while_firing: bool):
     return events, counters, reader
 
 
-def test_a_consumer_that_keeps_up_gets_every_event_in_order(flood_binary):
-    n = 100_000
-    events, counters, reader = _run(flood_binary, n, pages=2048, poll_while_firing=True)
+KEPT_UP_EVENTS = 100_000
+
+
+@pytest.fixture(scope="module")
+def kept_up(flood_binary):
+    """One flood read by a consumer that keeps up: its events, counters and reader."""
+    return _run(flood_binary, KEPT_UP_EVENTS, pages=2048, poll_while_firing=True)
+
+
+def test_a_consumer_that_keeps_up_gets_every_event_in_order(kept_up):
+    n = KEPT_UP_EVENTS
+    events, counters, reader = kept_up
     assert counters["events_lost"] == 0
     assert counters["events_sent"] == reader.events == len(events) == n
     assert all(e.probe == UsdtProbe.TOKEN_EMIT for e in events)
@@ -102,8 +111,8 @@ def test_a_full_ring_loses_events_and_counts_each_one(flood_binary):
     assert indexes == list(range(len(events)))
 
 
-def test_ring_chunks_round_trip_through_a_recording(flood_binary, tmp_path):
-    events, _, _ = _run(flood_binary, 5_000, pages=64, poll_while_firing=True)
+def test_ring_chunks_round_trip_through_a_recording(kept_up, tmp_path):
+    events, _, _ = kept_up  # what the kernel sent, reused: a tracer load costs ~10 s here
     path = tmp_path / "r.ipr"
     writer = RecordingWriter(path, {"test": True}, flush_bytes=4096)
     # Re-frame the decoded events' bytes as ring records, in chunks of odd sizes.
