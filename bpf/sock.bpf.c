@@ -1036,8 +1036,9 @@ static __always_inline void h2_send_header_piece(struct scratch *s, struct h2_di
     piece->dir = s->h2ev.dir;
     piece->role = s->h2ev.role;
     piece->transport = s->h2ev.transport;
-    /* Masked so that the verifier sees the bound: a piece of 4096 bytes or
-     * more is cut (and its table then lost in user space). */
+    /* Masked so that the verifier sees the bound (h2_payload_step never
+     * asks for 4096 bytes or more; were it to, the piece is cut and its
+     * table lost in user space, never misread). */
     u32 n = take;
     piece->truncated = n >= H2_HEADER_PIECE_BYTES;
     if (n >= H2_HEADER_PIECE_BYTES)
@@ -1167,6 +1168,12 @@ static __always_inline void h2_payload_step(struct scratch *s, struct h2_dir *d,
         part->value += take;
     } else if (d->type == H2_FRAME_HEADERS || d->type == H2_FRAME_CONTINUATION ||
                d->type == H2_FRAME_PUSH_PROMISE) {
+        /* A piece holds less than 4 KiB: a longer payload (a big cookie or
+         * token; frames go up to 16 KiB) takes one step per piece, the walk
+         * going on where this one stopped, so that no piece is cut. */
+        if (take >= H2_HEADER_PIECE_BYTES)
+            take = H2_HEADER_PIECE_BYTES - 1;
+        asm volatile("%0 &= 4095" : "+r"(take));   /* no change; the verifier's bound for the read */
         h2_send_header_piece(s, d, at, take);
     } else if ((d->type == H2_FRAME_RST_STREAM || d->type == H2_FRAME_GOAWAY) && at_start && take >= 4) {
         /* RST_STREAM: the error code; GOAWAY: the last stream the peer will handle. */

@@ -12,7 +12,7 @@ grpc-status, grpc-message's length, traceparent and tracestate. The block's byte
 dropped as soon as it is decoded.
 
 A piece that is missing (the ring was full: COUNTER_H2_PIECES_LOST) or cut
-(a block of 4 KiB or more in one syscall) loses the table of its direction:
+(the kernel could not read it) loses the table of its direction:
 that block and every later one on the connection come out with
 H2_HEADERS_FLAG_TABLE_LOST and no fields, and the report says so.
 

@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import random
 import statistics
+import string
 import subprocess
 import sys
 import time
@@ -37,7 +39,11 @@ from tests.support.processes import Recorder, report_json_text, report_terminal_
 
 pytestmark = [needs_root, pytest.mark.bpf]
 
-SECRET = "sk-H2-SECRET-4f1a7c"
+# Long, so that every request's header block is over 4 KiB (a big token or cookie): more than one
+# kernel piece, and too big for the 4 KiB HPACK table, so every block carries it again. ~6 bits a
+# character under Huffman: ~4.6 KiB; grpcio's default metadata limit is 8 KiB.
+SECRET = "sk-H2-SECRET-4f1a7c-" + "".join(random.Random(26).choices(string.ascii_letters + string.digits,
+                                                                    k=6000))
 TRACE_ID, PARENT_ID = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
 TRACEPARENT = f"00-{TRACE_ID}-{PARENT_ID}-01"
 GRPC_SERVERS = ("grpcio", "node")
