@@ -26,12 +26,18 @@ class Program:
     """A test program started in the background; start() waits for its READY line."""
 
     def __init__(self, exe: Path, *args: str):
-        self.proc = subprocess.Popen([str(exe), *args], stdout=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen([str(exe), *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     text=True)
         line = self.proc.stdout.readline()
         if not line.startswith("READY"):
             self.proc.kill()
             raise RuntimeError(f"{exe.name} did not start: {line!r}")
         self.pid = self.proc.pid
+
+    def go(self) -> None:
+        """Tells a program started with --hold to begin."""
+        self.proc.stdin.write("go\n")
+        self.proc.stdin.flush()
 
     def stop(self) -> str:
         if self.proc.poll() is None:

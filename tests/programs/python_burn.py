@@ -13,6 +13,10 @@ when it starts.
 
 SIGUSR2 prints `rounds=N`: the burn_a/b/c rounds (or sleeps) done so far,
 for a benchmark's work per wall second.
+
+With `--hold`, it starts only once a line arrives on stdin: a test says "go"
+after the tracer attached, so the burner does not take a core from the BPF
+compile meanwhile.
 """
 
 import os
@@ -95,6 +99,8 @@ signal.signal(signal.SIGUSR2, progress)
 if "--late-thread" in sys.argv:
     signal.signal(signal.SIGUSR1, start_late)
 print("READY", os.getpid(), flush=True)
+if "--hold" in sys.argv:
+    sys.stdin.readline()
 while "--sleeper" in sys.argv:
     wait_in_sleep()
 while True:

@@ -52,10 +52,18 @@ def _python_function(frames: tuple[str, ...]) -> str | None:
 
 
 def _start(python: str, *args: str) -> subprocess.Popen:
-    proc = subprocess.Popen([python, str(BURNER), *args], stdout=subprocess.PIPE, text=True)
+    """The burner, held (--hold) until _record() has the recorder attached: a burner
+    running meanwhile takes a core from the recorder's BPF compile."""
+    proc = subprocess.Popen([python, str(BURNER), "--hold", *args], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
     line = proc.stdout.readline()
     assert line.startswith("READY"), line
     return proc
+
+
+def _go(burner: subprocess.Popen) -> None:
+    burner.stdin.write("go\n")
+    burner.stdin.flush()
 
 
 def _stop(proc: subprocess.Popen) -> str:
@@ -65,8 +73,10 @@ def _stop(proc: subprocess.Popen) -> str:
 
 
 def _record(pid: int, out: Path, seconds: float, during=None, flags=("--profile", "--profile-hz", "299"),
-            snapshot="profile") -> dict:
+            snapshot="profile", burner: subprocess.Popen | None = None) -> dict:
     rec = Recorder([pid], out, "--no-listen-check", "--no-usdt", "-d", str(seconds), *flags)
+    if burner is not None:
+        _go(burner)
     if during is not None:
         during()
     rec.proc.wait(timeout=seconds + 60)
@@ -81,7 +91,7 @@ def test_python_function_shares_match_the_programs_thread_time(tmp_path, name):
         pytest.skip(f"no {name} interpreter on this host")
     proc = _start(python)
     try:
-        snap = _record(proc.pid, tmp_path / "py.ipr", 5)
+        snap = _record(proc.pid, tmp_path / "py.ipr", 5, burner=proc)
     finally:
         out = _stop(proc)
     truth = {k: float(v) for k, v in re.findall(r"(burn_[abc])=([\d.]+)", out)}
@@ -124,7 +134,7 @@ def test_a_thread_started_after_attach_gets_python_frames(tmp_path):
         os.kill(proc.pid, signal.SIGUSR1)
 
     try:
-        snap = _record(proc.pid, tmp_path / "late.ipr", seconds, start_thread_now)
+        snap = _record(proc.pid, tmp_path / "late.ipr", seconds, start_thread_now, burner=proc)
     finally:
         out = _stop(proc)
     late_tid = int(re.search(r"late_tid=(\d+)", out).group(1))
@@ -190,13 +200,14 @@ def test_a_process_in_its_own_pid_namespace_gets_python_frames(tmp_path):
     python = INTERPRETERS["debian-3.11"] or INTERPRETERS["pyenv-3.11"]
     if python is None:
         pytest.skip("no CPython 3.11 on this host")
-    outer = subprocess.Popen(["unshare", "--pid", "--fork", python, str(BURNER), "--late-thread"],
-                             stdout=subprocess.PIPE, text=True)
+    outer = subprocess.Popen(["unshare", "--pid", "--fork", python, str(BURNER), "--hold", "--late-thread"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     pid = None
     try:
         assert outer.stdout.readline().startswith("READY 1")  # pid 1 of its namespace
         pid = int(Path(f"/proc/{outer.pid}/task/{outer.pid}/children").read_text().split()[0])
-        snap = _record(pid, tmp_path / "ns.ipr", 4, lambda: (time.sleep(0.5), os.kill(pid, signal.SIGUSR1)))
+        snap = _record(pid, tmp_path / "ns.ipr", 4, lambda: (time.sleep(0.5), os.kill(pid, signal.SIGUSR1)),
+                       burner=outer)  # its stdin is the burner's
     finally:
         if pid is not None:
             os.kill(pid, signal.SIGTERM)
@@ -220,7 +231,7 @@ def test_unsupported_interpreter_is_named_not_walked(tmp_path):
         pytest.skip("no CPython 3.9 in pyenv to stand for an unsupported version")
     proc = _start(str(old[-1]))
     try:
-        snap = _record(proc.pid, tmp_path / "old.ipr", 2)
+        snap = _record(proc.pid, tmp_path / "old.ipr", 2, burner=proc)
     finally:
         _stop(proc)
     info = snap["processes"][str(proc.pid)]
@@ -235,7 +246,7 @@ def test_off_cpu_sleep_is_under_the_python_function_that_slept(tmp_path):
         pytest.skip("no CPython 3.11/3.12 on this host")
     proc = _start(python, "--sleeper")
     try:
-        snap = _record(proc.pid, tmp_path / "off.ipr", 3, flags=("--offcpu",), snapshot="offcpu")
+        snap = _record(proc.pid, tmp_path / "off.ipr", 3, flags=("--offcpu",), snapshot="offcpu", burner=proc)
     finally:
         out = _stop(proc)
     mean_us = float(re.search(r"mean_sleep_us=([\d.]+)", out).group(1))
@@ -259,7 +270,8 @@ def test_per_phase_graph_keeps_the_python_frames(tmp_path):
         pytest.skip("no CPython 3.11 on this host")
     proc = _start(python)
     try:
-        _record(proc.pid, tmp_path / "ph.ipr", 3, flags=("--profile", "--profile-hz", "299", "--phases"))
+        _record(proc.pid, tmp_path / "ph.ipr", 3, flags=("--profile", "--profile-hz", "299", "--phases"),
+                burner=proc)
     finally:
         _stop(proc)
     idle = profile.load(read(tmp_path / "ph.ipr"), "cpu", phase="idle")

@@ -22,17 +22,19 @@ from tests.support.pythons import PY312
 pytestmark = [needs_root, pytest.mark.bpf]
 
 
-def _record(pid: int, out: Path, seconds: float, *flags: str) -> dict:
+def _record(pid: int, out: Path, seconds: float, *flags: str, burner: Program | None = None) -> dict:
     rec = Recorder([pid], out, "--no-listen-check", "--no-usdt", "-d", str(seconds), *flags)
+    if burner is not None:
+        burner.go()  # held until now: its four threads would slow the recorder's compile three-fold
     rec.proc.wait(timeout=seconds + 60)
     assert rec.proc.returncode == 0, rec.proc.stderr.read()
     return read_recording(out).snapshots
 
 
 def test_on_cpu_shares_match_the_programs_own_cpu_clock(tmp_path):
-    prog = Program(build("burn", tmp_path))
+    prog = Program(build("burn", tmp_path), "--hold")
     try:
-        snaps = _record(prog.pid, tmp_path / "burn.ipr", 5, "--profile", "--profile-hz", "299")
+        snaps = _record(prog.pid, tmp_path / "burn.ipr", 5, "--profile", "--profile-hz", "299", burner=prog)
     finally:
         out = prog.stop()
     truth = {k: float(v) for k, v in re.findall(r"(burn_[abc])=([\d.]+)", out)}
