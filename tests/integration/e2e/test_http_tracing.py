@@ -17,7 +17,7 @@ import pytest
 
 from tests.servers import sse_client
 from tests.support.kernel import needs_root
-from tests.support.processes import Recorder, inferprobe_cmd
+from tests.support.processes import Recorder, ServerProcess, inferprobe_cmd
 
 pytestmark = [needs_root, pytest.mark.bpf]
 
@@ -71,8 +71,18 @@ def _side_traffic(port: int, results: dict) -> None:
         "abort-1", abort_after_events=2)
 
 
-@pytest.fixture
-def traced_run(sse_server, tmp_path):
+@pytest.fixture(scope="module")
+def traced_run(tmp_path_factory):
+    """One recording of the load, which every test here reads (they only read it)."""
+    tmp_path = tmp_path_factory.mktemp("http-tracing")
+    sse_server = ServerProcess(tmp_path / "server_log.jsonl")
+    try:
+        return _traced_run(sse_server, tmp_path)
+    finally:
+        sse_server.stop()
+
+
+def _traced_run(sse_server: ServerProcess, tmp_path) -> dict:
     recording = tmp_path / "run.ipr"
     rec = Recorder([sse_server.pid], recording, "--duration", "120")
     side: dict = {}
