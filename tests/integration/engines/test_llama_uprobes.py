@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import subprocess
 
+import pytest
+
 from inferprobe.collector.events import LlamaRunRecord, LlamaStepPhase, LlamaStepRecord
 from inferprobe.collector.llama_view import SYNC_WAITED_NS, pair_steps
 
@@ -18,24 +20,46 @@ from tests.support.kernel import KernelCapture, needs_root
 pytestmark = needs_root
 
 
-def test_each_decode_call_is_one_step_with_its_batch_as_runs(tmp_path):
-    exe = build("fake_llama", tmp_path)
-    proc = subprocess.Popen([str(exe)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+@pytest.fixture(scope="module")
+def both_apis(tmp_path_factory) -> dict:
+    """fake_llama (llama_decode) and fake_llama_process (llama_process) under one capture, run
+    one after the other: one BPF compile for both (~10 s each on 2 cores); each test reads its
+    own program's events by pid."""
+    tmp = tmp_path_factory.mktemp("llama")
+    procs = {name: subprocess.Popen([str(build(name, tmp))], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    text=True) for name in ("fake_llama", "fake_llama_process")}
     try:
-        assert proc.stdout is not None and proc.stdin is not None
-        assert proc.stdout.readline().startswith("READY")
-        with KernelCapture(proc.pid, sets=("llama",)) as cap:
-            assert "llama" in cap.tracer.active, cap.tracer.inactive
-            proc.stdin.write("go\n")
-            proc.stdin.flush()
-            out, _ = proc.communicate(timeout=20)
+        for proc in procs.values():
+            assert proc.stdout is not None and proc.stdout.readline().startswith("READY")
+        with KernelCapture([proc.pid for proc in procs.values()], sets=("llama",)) as cap:
+            llama_active, inactive = "llama" in cap.tracer.active, cap.tracer.inactive
+            outputs = {}
+            for name, proc in procs.items():
+                assert proc.stdin is not None
+                proc.stdin.write("go\n")
+                proc.stdin.flush()
+                outputs[name] = proc.communicate(timeout=20)[0]
             events, counters = cap.finish()
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+    return {"pids": {name: proc.pid for name, proc in procs.items()}, "outputs": outputs,
+            "events": events, "counters": counters, "llama_active": llama_active, "inactive": inactive}
+
+
+def _steps_of(both_apis: dict, name: str) -> tuple[list[LlamaStepRecord], str]:
+    """(the step events of that program, what it printed)"""
+    assert both_apis["llama_active"], both_apis["inactive"]
+    pid = both_apis["pids"][name]
+    steps = [e for e in both_apis["events"] if isinstance(e, LlamaStepRecord) and e.pid == pid]
+    return steps, both_apis["outputs"][name]
+
+
+def test_each_decode_call_is_one_step_with_its_batch_as_runs(both_apis):
+    steps, out = _steps_of(both_apis, "fake_llama")
     calls = [line.split() for line in out.splitlines() if line.startswith("call ")]
     assert len(calls) == 3
-    steps = [e for e in events if isinstance(e, LlamaStepRecord)]
     enters = [e for e in steps if e.phase == LlamaStepPhase.ENTER]
     returns = [e for e in steps if e.phase == LlamaStepPhase.RETURN]
     assert len(enters) == len(returns) == 3, steps
@@ -52,30 +76,16 @@ def test_each_decode_call_is_one_step_with_its_batch_as_runs(tmp_path):
         assert t_call <= enter.ts_ns <= ret.ts_ns <= t_back
         assert ret.ret == rc == 0
         assert ret.ts_ns - enter.ts_ns >= 2_000_000  # the 2 ms the call sleeps
-    assert counters["events_lost"] == 0
+    assert both_apis["counters"]["events_lost"] == 0
 
 
-def test_llama_process_steps_are_read_where_llama_batch_allocr_built_the_batch(tmp_path):
-    exe = build("fake_llama_process", tmp_path)
-    proc = subprocess.Popen([str(exe)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout is not None and proc.stdin is not None
-        assert proc.stdout.readline().startswith("READY")
-        with KernelCapture(proc.pid, sets=("llama",)) as cap:
-            assert "llama" in cap.tracer.active, cap.tracer.inactive
-            proc.stdin.write("go\n")
-            proc.stdin.flush()
-            out, _ = proc.communicate(timeout=20)
-            events, counters = cap.finish()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+def test_llama_process_steps_are_read_where_llama_batch_allocr_built_the_batch(both_apis):
+    steps, out = _steps_of(both_apis, "fake_llama_process")
     lines = [line.split() for line in out.splitlines()]
     calls = [line for line in lines if line[0] == "call"]
     syncs = [line for line in lines if line[0] == "sync"]
     assert [c[1] for c in calls] == ["process", "process", "decode", "process"]
     assert calls[-1][5] == "-1"  # the empty batch: init refused it
-    steps = [e for e in events if isinstance(e, LlamaStepRecord)]
     enters = [e for e in steps if e.phase == LlamaStepPhase.ENTER]
     returns = [e for e in steps if e.phase == LlamaStepPhase.RETURN]
     synced = [e for e in steps if e.phase == LlamaStepPhase.SYNC]
@@ -107,7 +117,7 @@ def test_llama_process_steps_are_read_where_llama_batch_allocr_built_the_batch(t
     assert [s.synced for s in paired] == [first_waited, True, False]
     assert paired[0].t_end_ns == (synced[0].ts_ns if first_waited else returns[0].ts_ns)
     assert paired[1].t_end_ns == synced[1].ts_ns
-    assert counters["events_lost"] == 0
+    assert both_apis["counters"]["events_lost"] == 0
 
 
 def test_a_process_without_llama_decode_leaves_the_set_off(tmp_path):
