@@ -43,45 +43,61 @@ def _exchange(sock: socket.socket, n: int) -> None:
             reply += sock.recv(4096)
 
 
-@pytest.mark.parametrize(
-    ("family", "accept_in_flight"), [("ipv6", False), ("unix", False), ("ipv6", True)])
-def test_family(family, accept_in_flight, tmp_path):
+CASES = [("ipv6", False), ("unix", False), ("ipv6", True)]
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory) -> dict:
+    """A server per case, all under one recorder (a BPF compile each would cost ~10 s here):
+    each case's requests and connection are told apart by its server's pid."""
+    tmp = tmp_path_factory.mktemp("families")
+    cases = [case for case in CASES if case[0] != "ipv6" or socket.has_ipv6]
+    servers = {case: subprocess.Popen(
+        [sys.executable, "-c", SERVER.format(servers=str(SERVERS)), case[0], str(tmp / f"srv{k}.sock"),
+         "now" if case[1] else "wait"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for k, case in enumerate(cases)}
+    local_ports = {}
+    try:
+        addresses = {case: server.stdout.readline().split()[1] for case, server in servers.items()}
+        rec = Recorder([server.pid for server in servers.values()], tmp / "f.ipr")
+        for server in servers.values():  # the in-flight servers never read it
+            server.stdin.write("go\n")
+            server.stdin.flush()
+        for (family, in_flight), address in addresses.items():
+            if family == "unix":
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                sock.connect(address)
+            else:
+                sock = socket.create_connection(("::1", int(address)))
+            with sock:
+                local_ports[(family, in_flight)] = sock.getsockname()[1] if family == "ipv6" else None
+                _exchange(sock, 4)
+        rec.stop()
+    finally:
+        for server in servers.values():
+            server.kill()
+            server.wait()
+    doc = json.loads(subprocess.run(inferprobe_cmd("report", str(tmp / "f.ipr"), "--format", "json"),
+                                    capture_output=True, text=True, check=True).stdout)
+    return {"doc": doc, "pids": {case: server.pid for case, server in servers.items()},
+            "local_ports": local_ports}
+
+
+@pytest.mark.parametrize(("family", "accept_in_flight"), CASES)
+def test_family(family, accept_in_flight, recorded):
     """accept_in_flight: the server already sits in accept() when the recorder
     attaches (an idle threaded server): the connection must still be traced,
     only its peer address is unknown."""
     if family == "ipv6" and not socket.has_ipv6:
         pytest.skip("no IPv6 on this host")
-    path = str(tmp_path / "srv.sock")
-    server = subprocess.Popen(
-        [sys.executable, "-c", SERVER.format(servers=str(SERVERS)), family, path,
-         "now" if accept_in_flight else "wait"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    try:
-        address = server.stdout.readline().split()[1]
-        rec = Recorder([server.pid], tmp_path / "f.ipr")
-        server.stdin.write("go\n")
-        server.stdin.flush()
-        if family == "unix":
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            sock.connect(address)
-        else:
-            sock = socket.create_connection(("::1", int(address)))
-        with sock:
-            local_port = sock.getsockname()[1] if family == "ipv6" else None
-            _exchange(sock, 4)
-        rec.stop()
-    finally:
-        server.kill()
-        server.wait()
-    doc = json.loads(subprocess.run(inferprobe_cmd("report", str(tmp_path / "f.ipr"), "--format",
-                                                   "json"), capture_output=True, text=True,
-                                    check=True).stdout)
-    assert [r["path"] for r in doc["requests"]] == [f"/v1/x{i}" for i in range(4)]
-    assert all(r["outcome"] == "complete" and r["status"] == 200 for r in doc["requests"])
-    (conn,) = doc["connections"]
+    pid, doc = recorded["pids"][(family, accept_in_flight)], recorded["doc"]
+    requests = [r for r in doc["requests"] if r["pid"] == pid]
+    assert [r["path"] for r in requests] == [f"/v1/x{i}" for i in range(4)]
+    assert all(r["outcome"] == "complete" and r["status"] == 200 for r in requests)
+    (conn,) = [c for c in doc["connections"] if c["pid"] == pid]
     if accept_in_flight:
         assert conn["family"] == "unknown" and conn["peer"] is None
         return
     assert conn["family"] == family
     if family == "ipv6":
-        assert conn["peer"] == "::1" and conn["peer_port"] == local_port
+        assert conn["peer"] == "::1" and conn["peer_port"] == recorded["local_ports"][(family, False)]
