@@ -211,7 +211,38 @@ class LoadedTracer:
     def close(self) -> None:
         for probe_set in self.active.values():
             probe_set.release()
+        _detach_at_once(self.bpf)
         self.bpf.cleanup()
+
+
+def _detach_at_once(bpf) -> None:
+    """Closes the tracepoints' and uprobes' perf events from threads at once.
+
+    bcc's cleanup() closes them one after another, and each close waits for
+    the kernel to retire the program from the event (an RCU grace period,
+    ~60 ms on this VM): 1.4 s for the sockets set's 22 tracepoints, ~0.25 s
+    per uprobe, time a stopping agent or recorder spends detached from
+    nothing. ctypes releases the GIL around the calls, so the waits overlap.
+    What bcc does after the close (its tracefs entry for a uprobe made
+    there; nothing for a tracepoint) it still does, in cleanup()."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from bcc import lib
+
+    events = [(bpf.tracepoint_fds, key, fd) for key, fd in bpf.tracepoint_fds.items()]
+    events += [(bpf.uprobe_fds, key, fd) for key, fd in bpf.uprobe_fds.items()]
+    if not events:
+        return
+    with ThreadPoolExecutor(max_workers=min(32, len(events))) as pool:
+        results = list(pool.map(lambda event: lib.bpf_close_perf_event_fd(event[2]), events))
+    for (table, key, _), result in zip(events, results, strict=True):
+        if result < 0:
+            continue   # left to cleanup(), which raises as bcc does
+        if table is bpf.uprobe_fds:
+            lib.bpf_detach_uprobe(key)
+            bpf._del_uprobe_fd(key)
+        else:
+            del table[key]
 
 
 def _translation_unit(sets: list[ProbeSet]) -> str:
