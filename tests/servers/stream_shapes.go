@@ -89,7 +89,7 @@ func main() {
 		for _, ev := range sh.Before {
 			send(fill(ev, vars))
 		}
-		tokenNs := []int64{}
+		tokenNs, writtenNs := []int64{}, []int64{}
 		prefix := body.Prompt
 		if len(prefix) > 24 {
 			prefix = prefix[:24]
@@ -99,13 +99,15 @@ func main() {
 			vars["text"] = fmt.Sprintf("%s %d", prefix, i)
 			tokenNs = append(tokenNs, monotonicNs())
 			send(fill(sh.Token, vars))
+			writtenNs = append(writtenNs, monotonicNs()) // Flush has written it: the write's other bound
 		}
 		for _, ev := range sh.After {
 			send(fill(ev, vars))
 		}
 		_, port, _ := net.SplitHostPort(r.RemoteAddr)
 		peer, _ := strconv.Atoi(port)
-		line, _ := json.Marshal(map[string]any{"peer_port": peer, "path": r.URL.Path, "token_ns": tokenNs})
+		line, _ := json.Marshal(map[string]any{"peer_port": peer, "path": r.URL.Path, "token_ns": tokenNs,
+			"token_written_ns": writtenNs})
 		logMu.Lock()
 		logFile.Write(append(line, '\n'))
 		logMu.Unlock()

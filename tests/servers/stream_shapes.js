@@ -44,9 +44,10 @@ async function stream(req, res, body) {
     await sleep(body.interval_ms);
     tokenNs.push(now());
     res.write(fill(shape.token, { ...vars, i, text: `${body.prompt.slice(0, 24)} ${i}` }));
-    // A chunked write is corked and goes out in a nextTick callback queued by res.write; this one,
-    // queued after it, runs once that writev (or SSL_write) has returned: the write's other bound.
-    process.nextTick(() => writtenNs.push(now()));
+    // A chunked write is corked and goes out from a later callback of this loop turn; setImmediate
+    // runs after all of them (the check phase), so once that writev (or SSL_write) has returned:
+    // the write's other bound.
+    setImmediate(() => writtenNs.push(now()));
   }
   for (const event of shape.after) res.write(fill(event, vars));
   res.end();

@@ -2,8 +2,10 @@
 endpoints, payloads and log as stream_shapes.js and stream_shapes.go.
 
 Usage: stream_shapes_fastapi.py LOG; prints the port. Each token write's
-CLOCK_MONOTONIC (time.monotonic_ns) is taken as the generator yields it:
-uvicorn writes each yielded chunk at once.
+CLOCK_MONOTONIC (time.monotonic_ns) is taken as the generator yields it
+(token_ns), and again when the generator resumes (token_written_ns): uvicorn
+writes each yielded chunk in the send() Starlette awaits before it asks for
+the next one.
 
 TLS mode, as for stream_shapes.go: with STREAM_SHAPES_TLS_CERT and
 STREAM_SHAPES_TLS_KEY set (PEM files), uvicorn serves HTTPS (its
@@ -68,7 +70,7 @@ async def stream(path: str, request: Request) -> Response:
         return JSONResponse(unary_answer("/" + path, body, shape["prompt_tokens"]))
 
     async def events():
-        token_ns = []
+        token_ns, written_ns = [], []
         for event in shape["before"]:
             yield fill(event, values)
         for i in range(body["tokens"]):
@@ -76,9 +78,13 @@ async def stream(path: str, request: Request) -> Response:
             values["text"] = f"{body['prompt'][:24]} {i}"
             token_ns.append(time.monotonic_ns())
             yield fill(shape["token"], values)
+            # Starlette asks for the next chunk once its send() of this one returned, and uvicorn
+            # writes (or SSL_writes) in send(): the write's other bound.
+            written_ns.append(time.monotonic_ns())
         for event in shape["after"]:
             yield fill(event, values)
-        LOG.write(json.dumps({"peer_port": peer_port, "path": "/" + path, "token_ns": token_ns}) + "\n")
+        LOG.write(json.dumps({"peer_port": peer_port, "path": "/" + path, "token_ns": token_ns,
+                              "token_written_ns": written_ns}) + "\n")
         LOG.flush()
 
     return StreamingResponse(events(), media_type=shape["content_type"])
