@@ -16,7 +16,7 @@ setup-demo:
 	VENV="$(abspath $(VENV))" bash scripts/setup.sh --demo
 
 test: setup
-	$(PYTHON) -m pytest -q --durations=25 tests
+	$(PYTHON) -m pytest -q --durations=60 --durations-min=5 tests
 
 # The unit tier alone: no root, no BPF, no backends (tests/README.md).
 test-unit:
