@@ -80,6 +80,9 @@ class Attacher:
     def __init__(self) -> None:
         from bcc import BPF
 
+        from inferprobe.collector import bcc_uprobes
+
+        bcc_uprobes.install()   # bcc's own attach passes a garbage ref_ctr_offset (bcc_uprobes.py)
         self.bpf = BPF(text=BPF_COUNTER)
         # Load the program before the first USDT context exists: bcc 0.26
         # closes one fd of that context twice (once at creation, again when the

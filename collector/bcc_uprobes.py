@@ -20,7 +20,9 @@
    long", EINVAL), so the fallback failed for nearly every probe a container's
    process needs. Names here are short: the file's base name cut to fit, a hash
    of its path, the offset and the pid. A failed attach leaves no tracefs entry
-   behind, and its error says what the kernel answered.
+   behind, and its error says what the kernel answered. One a killed tracer left
+   under the same name (bcc adds its own pid: 1 for every agent restarted in a
+   container) is removed, unless a probe still uses it, and the attach tried again.
 
 install() is idempotent; collector/loader.py calls it before the first BPF object.
 """
@@ -81,13 +83,20 @@ def install() -> None:
         detach = libbcc.lib.bpf_detach_uprobe
 
         def attach(progfd, attach_type, ev_name, path, addr, pid):
-            ctypes.set_errno(0)
-            fd = seven(progfd, attach_type, ev_name, path, addr, pid, 0)
-            if fd < 0:
+            for _ in range(2):
+                ctypes.set_errno(0)
+                fd = seven(progfd, attach_type, ev_name, path, addr, pid, 0)
+                if fd >= 0:
+                    return fd
                 code = ctypes.get_errno()
-                detach(ev_name)   # the tracefs fallback may have left its event behind
-                raise UprobeRefused(_refusal(path, addr, code))
-            return fd
+                # The tracefs fallback may have left its event behind; or the event was there
+                # before us (EEXIST), left by a tracer of the same pid that was killed (an agent
+                # restarted as pid 1 of its container): removing it, which the kernel refuses
+                # while a probe uses it, lets the second try attach.
+                detach(ev_name)
+                if code != errno.EEXIST:
+                    break
+            raise UprobeRefused(_refusal(path, addr, code))
 
         libbcc.lib.bpf_attach_uprobe = attach
     BPF._get_uprobe_evname = lambda _self, prefix, path, addr, pid: short_event_name(prefix, path, addr, pid)

@@ -114,3 +114,18 @@ def test_with_the_manifest_capabilities_uprobes_attach(tmp_path):
     (attachment,) = [a for a in recording.snapshots["tls"]["attachments"] if a["pid"] == server.pid]
     assert attachment["path"] == str(private / "libssl.so.3") and not attachment["failed"]
     assert {"SSL_read", "SSL_write", "SSL_read_ex", "SSL_write_ex"} <= set(attachment["hooked"])
+
+
+def test_an_event_a_killed_tracer_left_in_tracefs_does_not_block_the_attach():
+    """Without CAP_SYS_ADMIN a uprobe is a tracefs event named after the tracer's pid; an agent
+    killed with SIGKILL leaves its events there, and the next agent with that pid (pid 1 of the
+    restarted container) met EEXIST on every probe. The program writes such an entry itself."""
+    program = Path(__file__).resolve().parents[2] / "programs" / "stale_uprobe_event.py"
+    result = subprocess.run([*_bounding(_manifest_capabilities()), sys.executable, str(program)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    seen = json.loads(result.stdout)
+    assert seen["stale_before"]
+    if not seen["through_tracefs"]:
+        pytest.skip("this kernel allows perf uprobes without CAP_SYS_ADMIN: no tracefs event is made")
+    assert seen["hits"] >= seen["calls"] and seen["gone_after"], seen
