@@ -35,7 +35,13 @@ from tests.integration.e2e.test_stream_shapes import self_signed_certificate
 from tests.support.go import build_go_program
 from tests.support.kernel import needs_root
 from tests.support.paths import PROGRAMS, SERVERS
-from tests.support.processes import Recorder, report_json_text, report_terminal_text, stop_process
+from tests.support.processes import (
+    Recorder,
+    report_json_text,
+    report_of_pid,
+    report_terminal_text,
+    stop_process,
+)
 
 pytestmark = [needs_root, pytest.mark.bpf]
 
@@ -89,42 +95,59 @@ def run_clients(kind: str, port: int) -> list[dict]:
     return calls
 
 
-_RECORDED: dict[str, dict] = {}
+SERVER_KINDS = ("grpcio", "node", "go-tls")
 
 
-def recorded(kind: str, tmp_path_factory) -> dict:
-    """One recording per server for the module (each test reads it)."""
-    if kind in _RECORDED:
-        return _RECORDED[kind]
-    tmp = tmp_path_factory.mktemp(f"h2-{kind}")
-    server, port = start_server(kind, tmp)
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory) -> dict:
+    """The three servers under one recorder (a recording's compile and attach is most of a server's
+    time), their clients run one server after the other; each kind reads its own process's requests
+    ({"kinds": kind -> view}, "skipped": kind -> why)."""
+    base = tmp_path_factory.mktemp("h2")
+    servers, skipped = {}, {}
     try:
-        recording = tmp / "run.ipr"
-        rec = Recorder([server.pid], recording, "--duration", "60")
-        calls = run_clients(kind, port)
+        for kind in SERVER_KINDS:
+            tmp = base / kind
+            tmp.mkdir()
+            try:
+                servers[kind] = start_server(kind, tmp)
+            except pytest.skip.Exception as why:
+                skipped[kind] = str(why)
+        recording = base / "run.ipr"
+        rec = Recorder([server.pid for server, _ in servers.values()], recording, "--duration", "120")
+        calls = {kind: run_clients(kind, port) for kind, (_, port) in servers.items()}
         time.sleep(0.3)   # the server's close() of the clients' connections reaches the tracer
         rec.stop()
     finally:
-        stop_process(server)
-    report, text = report_json_text(recording), report_terminal_text(recording)
-    _RECORDED[kind] = {"kind": kind, "report": json.loads(report), "json": report, "text": text,
-                       "recording": recording, "calls": calls}
-    return _RECORDED[kind]
+        for server, _ in servers.values():
+            stop_process(server)
+    report_raw, text = report_json_text(recording), report_terminal_text(recording)
+    report = json.loads(report_raw)
+    kinds = {kind: {"kind": kind, "pid": server.pid, "calls": calls[kind],
+                    "report": report_of_pid(report, server.pid)} for kind, (server, _) in servers.items()}
+    return {"kinds": kinds, "skipped": skipped, "recording": recording, "report": report, "json": report_raw,
+            "text": text}
 
 
-@pytest.fixture(scope="module", params=["grpcio", "node", "go-tls"])
-def traced(request, tmp_path_factory):
-    return recorded(request.param, tmp_path_factory)
+def kind_of(recorded: dict, kind: str) -> dict:
+    if kind in recorded["skipped"]:
+        pytest.skip(recorded["skipped"][kind])
+    return recorded["kinds"][kind]
 
 
-@pytest.fixture(scope="module", params=GRPC_SERVERS)
-def grpc_traced(request, tmp_path_factory):
-    return recorded(request.param, tmp_path_factory)
+@pytest.fixture(params=SERVER_KINDS)
+def traced(request, recorded):
+    return kind_of(recorded, request.param)
 
 
-@pytest.fixture(scope="module", params=SSE_SERVERS)
-def sse_traced(request, tmp_path_factory):
-    return recorded(request.param, tmp_path_factory)
+@pytest.fixture(params=GRPC_SERVERS)
+def grpc_traced(request, recorded):
+    return kind_of(recorded, request.param)
+
+
+@pytest.fixture(params=SSE_SERVERS)
+def sse_traced(request, recorded):
+    return kind_of(recorded, request.param)
 
 
 def traced_calls(report: dict, path: str) -> list[dict]:
@@ -196,27 +219,28 @@ def test_sse_over_http2_counts_events_and_not_the_end_marker(sse_traced):
         assert req["t_done_ns"] is not None and req["t_done_ns"] >= req["token_ns"][-1]
 
 
-def test_closed_connections_leave_no_header_tables_behind(traced):
+def test_closed_connections_leave_no_header_tables_behind(recorded):
     """Every client connection closed before the recorder stopped: the kernel said so on the header
     pieces' ring, after their last piece, and the recorder dropped their HPACK tables."""
-    final = traced["report"]["recording"]["final"]
-    assert {r["conn"] for r in traced["report"]["requests"]}   # connections there were
+    final = recorded["report"]["recording"]["final"]
+    for view in recorded["kinds"].values():
+        assert {r["conn"] for r in view["report"]["requests"]}   # connections there were, each server's
     assert final["h2_header_tables"] == 0, final
 
 
-def test_no_header_value_or_body_reaches_the_recording_or_the_reports(traced):
-    for blob in (traced["recording"].read_bytes(), traced["json"].encode(), traced["text"].encode()):
+def test_no_header_value_or_body_reaches_the_recording_or_the_reports(recorded):
+    for blob in (recorded["recording"].read_bytes(), recorded["json"].encode(), recorded["text"].encode()):
         assert SECRET.encode() not in blob
         assert b"Bearer" not in blob
 
 
-def test_spans_name_the_grpc_service_and_method(grpc_traced):
+def test_spans_name_the_grpc_service_and_method(recorded, grpc_traced):
     from inferprobe.collector.ingest import ingest
     from inferprobe.collector.recording import read_recording
     from inferprobe.exporters.spans import ServerInfo, root_attributes, root_name
 
-    requests = ingest(read_recording(grpc_traced["recording"]).events).requests
-    streams = [r for r in requests if r.path == "/llm.Generator/Stream"]
+    requests = ingest(read_recording(recorded["recording"]).events).requests
+    streams = [r for r in requests if r.path == "/llm.Generator/Stream" and r.pid == grpc_traced["pid"]]
     assert len(streams) == CALLS
     for req in streams:
         attrs = root_attributes(req, ServerInfo(address=None, port=None))

@@ -26,6 +26,7 @@ value may reach the recording or the report.
 
 from __future__ import annotations
 
+import collections
 import http.client
 import json
 import os
@@ -35,6 +36,7 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -42,7 +44,13 @@ import pytest
 from tests.support.go import build_go_program
 from tests.support.kernel import needs_root
 from tests.support.paths import SERVERS
-from tests.support.processes import Recorder, report_json_text, report_terminal_text, stop_process
+from tests.support.processes import (
+    Recorder,
+    report_json_text,
+    report_of_pid,
+    report_terminal_text,
+    stop_process,
+)
 
 pytestmark = [needs_root, pytest.mark.bpf]
 
@@ -142,27 +150,68 @@ def drive(port: int, paths: list[str], keep_alive: bool, tls: bool = False) -> l
     return asked
 
 
-@pytest.fixture(scope="module", params=[*STACKS, *(f"{stack}-tls" for stack in TLS_STACKS)])
-def traced(request, tmp_path_factory):
-    stack, tls = request.param.removesuffix("-tls"), request.param.endswith("-tls")
-    tmp_path = tmp_path_factory.mktemp(f"shapes-{request.param}")
-    start, paths = STACKS[stack]
+CASES = [*STACKS, *(f"{stack}-tls" for stack in TLS_STACKS)]
+
+
+@dataclass
+class Served:
+    """One stack's server, started before the recorder attaches."""
+
+    stack: str
+    tls: bool
+    process: subprocess.Popen
+    port: int
+    log: Path
+
+
+def start_server(name: str, tmp_path: Path) -> Served:
+    stack, tls = name.removesuffix("-tls"), name.endswith("-tls")
+    tmp_path.mkdir()
+    start, _ = STACKS[stack]
     log = tmp_path / "server.log"
+    command = start(tmp_path, log)   # pytest.skip()s where the stack is missing
     env = {**os.environ, **(self_signed_certificate(tmp_path) if tls else {})}
-    server = subprocess.Popen(start(tmp_path, log), stdout=subprocess.PIPE, text=True, env=env)
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env)
+    return Served(stack, tls, process, int(process.stdout.readline()), log)
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory) -> dict:
+    """Every stack's server under one recorder (a recording's compile and attach is most of a
+    stack's time), driven one after the other; each stack reads its own process's requests."""
+    base = tmp_path_factory.mktemp("shapes")
+    skipped: dict[str, str] = {}
+    servers: dict[str, Served] = {}
     try:
-        port = int(server.stdout.readline())
-        recording = tmp_path / "run.ipr"
-        rec = Recorder([server.pid], recording, "--duration", "120")
-        asked = drive(port, paths, keep_alive=stack != "c", tls=tls)
+        for name in CASES:
+            try:
+                servers[name] = start_server(name, base / name)
+            except pytest.skip.Exception as why:
+                skipped[name] = str(why)
+        recording = base / "run.ipr"
+        rec = Recorder([s.process.pid for s in servers.values()], recording, "--duration", "300")
+        asked = {name: drive(s.port, STACKS[s.stack][1], keep_alive=s.stack != "c", tls=s.tls)
+                 for name, s in servers.items()}
         time.sleep(0.3)  # the last close() reaches the tracer
         rec.stop()
     finally:
-        stop_process(server)
-    report, text = report_json_text(recording), report_terminal_text(recording)
-    served = [json.loads(line) for line in log.read_text().splitlines()]
-    return {"stack": stack, "tls": tls, "report": json.loads(report), "report_raw": report, "text": text,
-            "recording": recording, "asked": asked, "served": served}
+        for s in servers.values():
+            stop_process(s.process)
+    report_raw, text = report_json_text(recording), report_terminal_text(recording)
+    report = json.loads(report_raw)
+    cases = {name: {"stack": s.stack, "tls": s.tls, "report": report_of_pid(report, s.process.pid),
+                    "asked": asked[name],
+                    "served": [json.loads(line) for line in s.log.read_text().splitlines()]}
+             for name, s in servers.items()}
+    return {"cases": cases, "skipped": skipped, "report": report, "report_raw": report_raw, "text": text,
+            "recording": recording}
+
+
+@pytest.fixture(params=CASES)
+def traced(request, recorded):
+    if request.param in recorded["skipped"]:
+        pytest.skip(recorded["skipped"][request.param])
+    return recorded["cases"][request.param]
 
 
 def pairs(traced: dict) -> list[tuple[dict, dict, dict]]:
@@ -253,14 +302,19 @@ def test_stated_counts_model_and_end_markers(traced):
             assert rec["stream_events"][0][0] < rec["t_first_token_ns"]
         else:
             assert rec["stream_events"] == []
-    models = traced["report"]["models"]
-    assert sum(m["requests"] for m in models.values()) == len(traced["asked"])
-    assert "Per model" in traced["text"]
 
 
-def test_no_prompt_completion_or_authorization_reaches_outputs(traced):
-    raw = traced["recording"].read_bytes()
+def test_each_model_counts_its_requests(recorded):
+    asked = [a for case in recorded["cases"].values() for a in case["asked"]]
+    models = recorded["report"]["models"]
+    by_model = collections.Counter(a["model"] for a in asked)
+    assert {name: m["requests"] for name, m in models.items()} == dict(by_model)
+    assert "Per model" in recorded["text"]
+
+
+def test_no_prompt_completion_or_authorization_reaches_outputs(recorded):
+    raw = recorded["recording"].read_bytes()
     for secret in (MARKER, SECRET, "say something"):
         assert secret.encode() not in raw
-        assert secret not in traced["report_raw"]
-        assert secret not in traced["text"]
+        assert secret not in recorded["report_raw"]
+        assert secret not in recorded["text"]
