@@ -94,16 +94,21 @@ def burned(tmp_path_factory) -> dict:
     stacks are resolved at the end like any target's): name -> (pid, what it measured itself);
     "snapshot": the recording's profile."""
     found = {name: python for name, python in INTERPRETERS.items() if python is not None}
-    burners = {name: _start(python) for name, python in found.items()}
+    burners: dict[str, subprocess.Popen] = {}
     out = tmp_path_factory.mktemp("python-shares") / "py.ipr"
     try:
+        for name, python in found.items():
+            burners[name] = _start(python)
         rec = Recorder([b.pid for b in burners.values()], out, "--no-listen-check", "--no-usdt", "-d", "300",
                        "--profile", "--profile-hz", "299")
-        for burner in burners.values():
-            _go(burner)
-            time.sleep(BURN_S)
-            burner.send_signal(signal.SIGSTOP)
-        rec.stop()
+        try:
+            for burner in burners.values():
+                _go(burner)
+                time.sleep(BURN_S)
+                burner.send_signal(signal.SIGSTOP)
+        finally:
+            _, err = rec.stop()
+        assert rec.proc.returncode == 0, err
         measured = {}
         for name, burner in burners.items():
             burner.send_signal(signal.SIGTERM)   # taken as it continues: it burns no further

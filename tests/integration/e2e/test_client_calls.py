@@ -20,14 +20,11 @@ the second grouped with it by the SDK's own x-stainless-retry-count header.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -36,7 +33,7 @@ from tests.integration.e2e.test_stream_shapes import self_signed_certificate
 from tests.support.go import build_go_program
 from tests.support.kernel import needs_root
 from tests.support.paths import PROGRAMS, SERVERS
-from tests.support.processes import Recorder, inferprobe_cmd, report_of_pid, stop_process
+from tests.support.processes import Recorder, inferprobe_cmd, stop_process
 
 pytestmark = [needs_root, pytest.mark.bpf]
 
@@ -52,106 +49,40 @@ def client_command(sdk: str, tmp_path: Path, base_url: str, calls: int, extra: l
     if sdk == "go":
         exe = build_go_program(PROGRAMS / "llm_go_client.go", tmp_path)
         return [str(exe), base_url, str(calls), str(TOKENS)]
+    pytest.importorskip(sdk, reason=f"the {sdk} SDK is not installed (the test extra installs it)")
     return [sys.executable, str(PROGRAMS / "llm_sdk_client.py"), sdk, base_url, str(calls), str(TOKENS),
             "--wait", "--warm-up", *extra]
 
 
-def missing(sdk: str) -> str | None:
-    """Why this client cannot run here, or None."""
-    if sdk == "go":
-        return None if shutil.which("go") else "Go is not installed (Debian's golang-go: make setup)"
-    if importlib.util.find_spec(sdk) is None:
-        return f"the {sdk} SDK is not installed (the test extra installs it)"
-    return None
-
-
-@dataclass
-class Application:
-    """One client application and the untraced server it calls (a server each: its log is that
-    client's view), started and waiting on stdin before the recorder attaches."""
-
-    sdk: str
-    scheme: str
-    calls: int
-    server: subprocess.Popen
-    port: int
-    log: Path
-    client: subprocess.Popen | None = None
-    out: str = ""
-
-    @classmethod
-    def start(cls, tmp_path: Path, sdk: str, scheme: str, calls: int, extra: list[str]) -> Application:
-        tmp_path.mkdir()
-        log = tmp_path / "server.log"
-        env = {**os.environ, **(self_signed_certificate(tmp_path) if scheme == "https" else {})}
-        server = subprocess.Popen([sys.executable, str(SERVERS / "stream_shapes_fastapi.py"), str(log)],
-                                  stdout=subprocess.PIPE, text=True, env=env)
-        app = cls(sdk, scheme, calls, server, int(server.stdout.readline()), log)
-        command = client_command(sdk, tmp_path, f"{scheme}://127.0.0.1:{app.port}", calls, extra)
-        app.client = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        assert app.client.stdout.readline().strip() == "ready"
-        return app
-
-    def run(self) -> None:
-        """Its calls, measured by itself, while nothing else runs."""
-        self.client.stdin.write("go\n")
-        self.client.stdin.flush()
-        self.out = self.client.stdout.read()
-        assert self.client.wait(timeout=120) == 0
-
-    def stop(self) -> None:
-        if self.client is not None and self.client.poll() is None:
-            self.client.kill()
-        stop_process(self.server)
-
-
-# Each case: (sdk, scheme, calls, the client's options). Every application is recorded under one
-# recorder (a recording's compile and attach is most of a case's time), one after the other, and
-# each case reads its own process's requests, connections and calls.
-STREAMED = [("openai", "http"), ("anthropic", "https"), ("go", "http"), ("go", "https")]
-CASES = {
-    **{f"{sdk}-{scheme}": (sdk, scheme, CALLS, []) for sdk, scheme in STREAMED},
-    "retried": ("openai", "http", 2, ["--timeout", "1", "--retries", "2", "--stall-first", "1500"]),
-    "unary-openai-http": ("openai", "http", 3, ["--unary"]),
-    "unary-anthropic-https": ("anthropic", "https", 3, ["--unary"]),
-}
-
-
-@pytest.fixture(scope="module")
-def recorded(tmp_path_factory) -> dict:
-    """Each runnable case's view ({"report", "app", "port", "server_log", ...}), and why the others
-    cannot run ("skipped"); the recording and the whole report's text."""
+def record_client(tmp_path: Path, sdk: str, scheme: str, calls: int = CALLS, extra: list[str] = ()) -> dict:
     pytest.importorskip("uvicorn", reason="uvicorn is not installed (the test extra installs it)")
-    base = tmp_path_factory.mktemp("client-calls")
-    skipped = {name: why for name, (sdk, *_) in CASES.items() if (why := missing(sdk))}
-    apps: dict[str, Application] = {}
+    log = tmp_path / "server.log"
+    env = {**os.environ, **(self_signed_certificate(tmp_path) if scheme == "https" else {})}
+    server = subprocess.Popen([sys.executable, str(SERVERS / "stream_shapes_fastapi.py"), str(log)],
+                              stdout=subprocess.PIPE, text=True, env=env)
+    client = None
     try:
-        for name, (sdk, scheme, calls, extra) in CASES.items():
-            if name not in skipped:
-                apps[name] = Application.start(base / name, sdk, scheme, calls, extra)
-        recording = base / "run.ipr"
-        rec = Recorder([app.client.pid for app in apps.values()], recording, "--duration", "300")
-        for app in apps.values():
-            app.run()
+        port = int(server.stdout.readline())
+        command = client_command(sdk, tmp_path, f"{scheme}://127.0.0.1:{port}", calls, list(extra))
+        client = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert client.stdout.readline().strip() == "ready"
+        recording = tmp_path / "run.ipr"
+        rec = Recorder([client.pid], recording, "--duration", "120")  # no listening socket, no flag
+        client.stdin.write("go\n")
+        client.stdin.flush()
+        out = client.stdout.read()
+        assert client.wait(timeout=120) == 0
         rec.stop()
     finally:
-        for app in apps.values():
-            app.stop()
+        if client is not None and client.poll() is None:
+            client.kill()
+        stop_process(server)
     report = json.loads(subprocess.run(inferprobe_cmd("report", str(recording), "--format", "json"),
                                        capture_output=True, text=True, check=True).stdout)
     text = subprocess.run(inferprobe_cmd("report", str(recording)), capture_output=True, text=True,
                           check=True).stdout
-    cases = {name: {"sdk": app.sdk, "scheme": app.scheme, "report": report_of_pid(report, app.client.pid),
-                    "port": app.port, "server_log": app.log,
-                    "app": [json.loads(line) for line in app.out.splitlines() if line.startswith("{")]}
-             for name, app in apps.items()}
-    return {"cases": cases, "skipped": skipped, "recording": recording, "report": report, "text": text}
-
-
-def case(recorded: dict, name: str) -> dict:
-    if name in recorded["skipped"]:
-        pytest.skip(recorded["skipped"][name])
-    return recorded["cases"][name]
+    return {"report": report, "text": text, "recording": recording, "port": port, "server_log": log,
+            "app": [json.loads(line) for line in out.splitlines() if line.startswith("{")]}
 
 
 def attempts_of(report: dict) -> dict[int, list[dict]]:
@@ -173,9 +104,14 @@ def check_span(call: dict, app: dict) -> None:
     assert abs(call["duration_ns"] - (app["returned_ns"] - app["began_ns"])) < SPAN_TOLERANCE_NS, (call, app)
 
 
-@pytest.fixture(params=[f"{sdk}-{scheme}" for sdk, scheme in STREAMED])
-def streamed(request, recorded):
-    return case(recorded, request.param)
+CLIENTS = [("openai", "http"), ("anthropic", "https"), ("go", "http"), ("go", "https")]
+
+
+@pytest.fixture(scope="module", params=CLIENTS, ids=[f"{sdk}-{scheme}" for sdk, scheme in CLIENTS])
+def streamed(request, tmp_path_factory):
+    sdk, scheme = request.param
+    return {"sdk": sdk, "scheme": scheme,
+            **record_client(tmp_path_factory.mktemp(f"client-{sdk}-{scheme}"), sdk, scheme)}
 
 
 def test_every_call_is_one_attempt_with_reads_timed_like_the_application(streamed):
@@ -217,16 +153,17 @@ def test_connection_reuse_matches_the_server_s_view(streamed):
             assert attempt["t_connect_start_ns"] is None
 
 
-def test_no_prompt_or_key_leaves_the_kernel_in_the_request_direction(recorded):
-    raw = recorded["recording"].read_bytes()
+def test_no_prompt_or_key_leaves_the_kernel_in_the_request_direction(streamed):
+    raw = streamed["recording"].read_bytes()
     for secret in (MARKER, SECRET, "say something"):
         assert secret.encode() not in raw
-        assert secret not in json.dumps(recorded["report"]) and secret not in recorded["text"]
+        assert secret not in json.dumps(streamed["report"]) and secret not in streamed["text"]
 
 
-def test_a_timed_out_first_attempt_and_its_retry_are_one_call(recorded):
-    got = case(recorded, "retried")
+def test_a_timed_out_first_attempt_and_its_retry_are_one_call(tmp_path):
     calls = 2
+    got = record_client(tmp_path, "openai", "http", calls,
+                        ["--timeout", "1", "--retries", "2", "--stall-first", "1500"])
     report, app = got["report"], got["app"]
     grouped = attempts_of(report)
     assert len(grouped) == len(app) == calls
@@ -240,8 +177,8 @@ def test_a_timed_out_first_attempt_and_its_retry_are_one_call(recorded):
         check_span(call, mine)
         assert "waiting for the first byte, closed by the client" in call["explanation"]
         assert "backoff" in call["explanation"] and "attempt 2: connect" in call["explanation"]
-    assert any(f["kind"] == "client.retries" for f in report["findings"])   # only this client retries
-    assert "Outbound calls (client view)" in recorded["text"]
+    assert any(f["kind"] == "client.retries" for f in report["findings"])
+    assert "Outbound calls (client view)" in got["text"]
 
 
 def test_a_new_tls_connection_times_its_handshake(streamed):
@@ -256,9 +193,9 @@ def test_a_new_tls_connection_times_its_handshake(streamed):
     assert "TLS handshake" in call["explanation"]
 
 
-@pytest.mark.parametrize("name", ["unary-openai-http", "unary-anthropic-https"])
-def test_unary_calls_are_attempts_without_tokens(recorded, name):
-    got = case(recorded, name)
+@pytest.mark.parametrize("sdk, scheme", [("openai", "http"), ("anthropic", "https")])
+def test_unary_calls_are_attempts_without_tokens(tmp_path, sdk, scheme):
+    got = record_client(tmp_path, sdk, scheme, 3, ["--unary"])
     report, app = got["report"], got["app"]
     calls = attempts_of(report)
     assert len(calls) == len(app) == 3

@@ -172,7 +172,11 @@ def start_server(name: str, tmp_path: Path) -> Served:
     command = start(tmp_path, log)   # pytest.skip()s where the stack is missing
     env = {**os.environ, **(self_signed_certificate(tmp_path) if tls else {})}
     process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env)
-    return Served(stack, tls, process, int(process.stdout.readline()), log)
+    try:
+        return Served(stack, tls, process, int(process.stdout.readline()), log)
+    except ValueError:
+        stop_process(process)
+        raise
 
 
 @pytest.fixture(scope="module")
@@ -190,10 +194,12 @@ def recorded(tmp_path_factory) -> dict:
                 skipped[name] = str(why)
         recording = base / "run.ipr"
         rec = Recorder([s.process.pid for s in servers.values()], recording, "--duration", "300")
-        asked = {name: drive(s.port, STACKS[s.stack][1], keep_alive=s.stack != "c", tls=s.tls)
-                 for name, s in servers.items()}
-        time.sleep(0.3)  # the last close() reaches the tracer
-        rec.stop()
+        try:
+            asked = {name: drive(s.port, STACKS[s.stack][1], keep_alive=s.stack != "c", tls=s.tls)
+                     for name, s in servers.items()}
+            time.sleep(0.3)  # the last close() reaches the tracer
+        finally:
+            rec.stop()
     finally:
         for s in servers.values():
             stop_process(s.process)

@@ -54,18 +54,22 @@ def handoff_recorded(tmp_path_factory) -> dict:
     """Both interpreters' servers under one recorder (its compile and attach is most of a case's
     time), loaded one after the other: name -> (the report's part of that server's pid, what its
     handlers measured themselves); "report": the whole report."""
-    servers = {name: ListeningProgram([python, str(SERVERS / "handoff_server.py")])
-               for name, python in INTERPRETERS.items() if python is not None}
+    servers: dict[str, ListeningProgram] = {}
     try:
+        for name, python in INTERPRETERS.items():
+            if python is not None:
+                servers[name] = ListeningProgram([python, str(SERVERS / "handoff_server.py")])
         recording = tmp_path_factory.mktemp("handoff-rec") / "handoff.ipr"
         rec = Recorder([server.pid for server in servers.values()], recording, "--locks", "--duration", "120")
         results = {}
-        for name, server in servers.items():
-            time.sleep(IDLE_S)
-            with ThreadPoolExecutor(CONCURRENCY) as pool:
-                results[name] = list(pool.map(lambda _, s=server: s.get(f"/generate?tokens={TOKENS}"),
-                                              range(REQUESTS)))
-        rec.stop()
+        try:
+            for name, server in servers.items():
+                time.sleep(IDLE_S)
+                with ThreadPoolExecutor(CONCURRENCY) as pool:
+                    results[name] = list(pool.map(lambda _, s=server: s.get(f"/generate?tokens={TOKENS}"),
+                                                  range(REQUESTS)))
+        finally:
+            rec.stop()
     finally:
         for server in servers.values():
             server.stop()
