@@ -352,6 +352,11 @@ class Sessionizer:
             elif resp.last_chunk_seen:
                 # The body was whole; only the blank line after it was not seen.
                 self._end_response(conn, resp.last_write_ns, "last chunk, then close")
+            elif resp.request.t_done_ns is not None:
+                # The stream said it ended ("data: [DONE]", "done": true) and the chunked
+                # terminator never came by: a client (the openai SDK) that stops reading at
+                # the marker and closes, when the server's last chunk came in a later segment.
+                self._end_response(conn, resp.last_write_ns, "end marker, then close")
             else:
                 req = resp.request
                 req.outcome = Outcome.ABORTED

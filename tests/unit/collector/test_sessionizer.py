@@ -168,6 +168,18 @@ def test_close_after_the_last_chunk_without_its_blank_line_is_complete():
     assert (req.outcome, req.t_end_ns, req.end_reason) == ("complete", 300, "last chunk, then close")
 
 
+def test_close_after_the_streams_end_marker_without_the_last_chunk_is_complete():
+    """The openai SDK stops reading at "data: [DONE]" and closes; the server's terminating
+    chunk, sent in a later segment, is then never read: the stream still ended."""
+    s = run(
+        conn_open(1), request(1, ts=100), sse_headers(1, ts=200), sse_chunk(1, ts=300),
+        sse_chunk(1, ts=350, flags=HttpFlag.SSE_DONE),
+        conn_close(1, ts=500),
+    )
+    (req,) = s.requests
+    assert (req.outcome, req.t_end_ns, req.end_reason) == ("complete", 350, "end marker, then close")
+
+
 def test_last_chunk_with_trailers_and_blank_line_in_one_write_ends_it():
     s = run(request(1, ts=100), sse_headers(1, ts=200), sse_chunk(1, ts=300),
             io(1, read=False, nbytes=20, flags=HttpFlag.LAST_CHUNK | HttpFlag.BLANK_LINE_END, ts=400))
