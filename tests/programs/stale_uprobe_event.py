@@ -66,7 +66,7 @@ def main() -> None:
         bpf.attach_uprobe(name=path, addr=addr, fn_name=b"on_getpid", pid=pid)
         # Through tracefs the probe uses the event of that name, and the kernel refuses to remove
         # it; on the perf path the stale line is unused, and goes.
-        through_tracefs = not write_line(f"-:uprobes/{name}\n")
+        through_tracefs = name in entries() and not write_line(f"-:uprobes/{name}\n")
         libc = ctypes.CDLL(None)
         for _ in range(CALLS):
             libc.getpid()

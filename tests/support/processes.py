@@ -38,16 +38,6 @@ def report_terminal_text(recording: Path) -> str:
                           check=True).stdout
 
 
-def report_of_pid(report: dict, pid: int) -> dict:
-    """A report of several processes (recorded together: one compile and attach for all) as if pid
-    alone had been recorded: its requests, its connections and its outbound calls."""
-    requests = [r for r in report["requests"] if r["pid"] == pid]
-    calls = {r["call"] for r in requests if r.get("call") is not None}
-    return {**report, "requests": requests,
-            "connections": [c for c in report["connections"] if c["pid"] == pid],
-            "client_calls": [c for c in report.get("client_calls", []) if c["call"] in calls]}
-
-
 class ServerProcess:
     def __init__(self, log: Path, extra: list[str] | None = None):
         self.log = log

@@ -35,13 +35,8 @@ from tests.integration.e2e.test_stream_shapes import self_signed_certificate
 from tests.support.go import build_go_program
 from tests.support.kernel import needs_root
 from tests.support.paths import PROGRAMS, SERVERS
-from tests.support.processes import (
-    Recorder,
-    report_json_text,
-    report_of_pid,
-    report_terminal_text,
-    stop_process,
-)
+from tests.support.processes import Recorder, report_json_text, report_terminal_text, stop_process
+from tests.support.shared_recording import case_of, report_of_pid, start_each
 
 pytestmark = [needs_root, pytest.mark.bpf]
 
@@ -59,6 +54,7 @@ MEDIAN_GAP_NS = 2_000_000
 
 
 def start_server(kind: str, tmp: Path) -> tuple[subprocess.Popen, int]:
+    tmp.mkdir(exist_ok=True)
     if kind == "grpcio":
         pytest.importorskip("grpc", reason="grpcio is not installed (the test extra installs it)")
         argv = [sys.executable, str(SERVERS / "grpc_token_server.py")]
@@ -102,19 +98,11 @@ SERVER_KINDS = ("grpcio", "node", "go-tls")
 def recorded(tmp_path_factory) -> dict:
     """The three servers under one recorder (a recording's compile and attach is most of a server's
     time), their clients run one server after the other; each kind reads its own process's requests
-    ({"kinds": kind -> view}, "skipped": kind -> why)."""
+    ({"cases": kind -> view}, "skipped": kind -> why)."""
     base = tmp_path_factory.mktemp("h2")
-    servers, skipped = {}, {}
+    servers: dict[str, tuple[subprocess.Popen, int]] = {}
     try:
-        for kind in SERVER_KINDS:
-            tmp = base / kind
-            tmp.mkdir()
-            try:
-                servers[kind] = start_server(kind, tmp)
-            except pytest.skip.Exception as why:
-                skipped[kind] = str(why)
-            except FileNotFoundError as missing:   # no node on this host
-                skipped[kind] = f"{kind}: {missing}"
+        skipped = start_each(SERVER_KINDS, lambda kind: start_server(kind, base / kind), into=servers)
         recording = base / "run.ipr"
         rec = Recorder([server.pid for server, _ in servers.values()], recording, "--duration", "180")
         try:
@@ -127,31 +115,25 @@ def recorded(tmp_path_factory) -> dict:
             stop_process(server)
     report_raw, text = report_json_text(recording), report_terminal_text(recording)
     report = json.loads(report_raw)
-    kinds = {kind: {"kind": kind, "pid": server.pid, "calls": calls[kind],
+    cases = {kind: {"kind": kind, "pid": server.pid, "calls": calls[kind],
                     "report": report_of_pid(report, server.pid)} for kind, (server, _) in servers.items()}
-    return {"kinds": kinds, "skipped": skipped, "recording": recording, "report": report, "json": report_raw,
+    return {"cases": cases, "skipped": skipped, "recording": recording, "report": report, "json": report_raw,
             "text": text}
-
-
-def kind_of(recorded: dict, kind: str) -> dict:
-    if kind in recorded["skipped"]:
-        pytest.skip(recorded["skipped"][kind])
-    return recorded["kinds"][kind]
 
 
 @pytest.fixture(params=SERVER_KINDS)
 def traced(request, recorded):
-    return kind_of(recorded, request.param)
+    return case_of(recorded, request.param)
 
 
 @pytest.fixture(params=GRPC_SERVERS)
 def grpc_traced(request, recorded):
-    return kind_of(recorded, request.param)
+    return case_of(recorded, request.param)
 
 
 @pytest.fixture(params=SSE_SERVERS)
 def sse_traced(request, recorded):
-    return kind_of(recorded, request.param)
+    return case_of(recorded, request.param)
 
 
 def traced_calls(report: dict, path: str) -> list[dict]:
@@ -227,7 +209,7 @@ def test_closed_connections_leave_no_header_tables_behind(recorded):
     """Every client connection closed before the recorder stopped: the kernel said so on the header
     pieces' ring, after their last piece, and the recorder dropped their HPACK tables."""
     final = recorded["report"]["recording"]["final"]
-    for view in recorded["kinds"].values():
+    for view in recorded["cases"].values():
         assert {r["conn"] for r in view["report"]["requests"]}   # connections there were, each server's
     assert final["h2_header_tables"] == 0, final
 

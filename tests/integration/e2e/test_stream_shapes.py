@@ -44,13 +44,8 @@ import pytest
 from tests.support.go import build_go_program
 from tests.support.kernel import needs_root
 from tests.support.paths import SERVERS
-from tests.support.processes import (
-    Recorder,
-    report_json_text,
-    report_of_pid,
-    report_terminal_text,
-    stop_process,
-)
+from tests.support.processes import Recorder, report_json_text, report_terminal_text, stop_process
+from tests.support.shared_recording import case_of, report_of_pid, start_each
 
 pytestmark = [needs_root, pytest.mark.bpf]
 
@@ -184,14 +179,9 @@ def recorded(tmp_path_factory) -> dict:
     """Every stack's server under one recorder (a recording's compile and attach is most of a
     stack's time), driven one after the other; each stack reads its own process's requests."""
     base = tmp_path_factory.mktemp("shapes")
-    skipped: dict[str, str] = {}
     servers: dict[str, Served] = {}
     try:
-        for name in CASES:
-            try:
-                servers[name] = start_server(name, base / name)
-            except pytest.skip.Exception as why:
-                skipped[name] = str(why)
+        skipped = start_each(CASES, lambda name: start_server(name, base / name), into=servers)
         recording = base / "run.ipr"
         rec = Recorder([s.process.pid for s in servers.values()], recording, "--duration", "300")
         try:
@@ -215,9 +205,7 @@ def recorded(tmp_path_factory) -> dict:
 
 @pytest.fixture(params=CASES)
 def traced(request, recorded):
-    if request.param in recorded["skipped"]:
-        pytest.skip(recorded["skipped"][request.param])
-    return recorded["cases"][request.param]
+    return case_of(recorded, request.param)
 
 
 def pairs(traced: dict) -> list[tuple[dict, dict, dict]]:

@@ -33,7 +33,7 @@ import pytest
 from tests.support.cli import json_report
 from tests.support.kernel import needs_root
 from tests.support.paths import SERVERS
-from tests.support.processes import ListeningProgram, Recorder, report_of_pid
+from tests.support.processes import ListeningProgram, Recorder
 from tests.support.pythons import PY312
 
 pytestmark = [needs_root, pytest.mark.bpf]
@@ -46,52 +46,26 @@ RATIO_MAX = 0.05
 HANDOFF_SHARE_MIN = 0.5
 
 
-INTERPRETERS = {"python3.11": sys.executable, "python3.12+": PY312}
-
-
-@pytest.fixture(scope="module")
-def handoff_recorded(tmp_path_factory) -> dict:
-    """Both interpreters' servers under one recorder (its compile and attach is most of a case's
-    time), loaded one after the other: name -> (the report's part of that server's pid, what its
-    handlers measured themselves); "report": the whole report."""
-    servers: dict[str, ListeningProgram] = {}
-    try:
-        for name, python in INTERPRETERS.items():
-            if python is not None:
-                servers[name] = ListeningProgram([python, str(SERVERS / "handoff_server.py")])
-        recording = tmp_path_factory.mktemp("handoff-rec") / "handoff.ipr"
-        rec = Recorder([server.pid for server in servers.values()], recording, "--locks", "--duration", "120")
-        results = {}
-        try:
-            for name, server in servers.items():
-                time.sleep(IDLE_S)
-                with ThreadPoolExecutor(CONCURRENCY) as pool:
-                    results[name] = list(pool.map(lambda _, s=server: s.get(f"/generate?tokens={TOKENS}"),
-                                                  range(REQUESTS)))
-        finally:
-            rec.stop()
-    finally:
-        for server in servers.values():
-            server.stop()
-    report = json_report(recording)
-    cases = {}
-    for name, server in servers.items():
-        own = {}
-        for status, body in results[name]:
-            assert status == 200
-            o = json.loads(body)
-            own[o["tid"]] = o
-        mine = {**report_of_pid(report, server.pid), "locks": [lk for lk in report["locks"]
-                                                               if lk["pid"] == server.pid]}
-        cases[name] = (mine, own)
-    return {"cases": cases, "report": report}
-
-
-@pytest.fixture(params=list(INTERPRETERS))
-def handoff_traced(request, handoff_recorded):
-    if request.param not in handoff_recorded["cases"]:
+@pytest.fixture(scope="module", params=[sys.executable, PY312], ids=["python3.11", "python3.12+"])
+def handoff_traced(request, tmp_path_factory):
+    if request.param is None:
         pytest.skip("no CPython 3.12+ on this host")
-    return handoff_recorded["cases"][request.param]
+    server = ListeningProgram([request.param, str(SERVERS / "handoff_server.py")])
+    try:
+        recording = tmp_path_factory.mktemp("handoff-rec") / "handoff.ipr"
+        rec = Recorder([server.pid], recording, "--locks", "--duration", "60")
+        time.sleep(IDLE_S)
+        with ThreadPoolExecutor(CONCURRENCY) as pool:
+            results = list(pool.map(lambda _: server.get(f"/generate?tokens={TOKENS}"), range(REQUESTS)))
+        rec.stop()
+    finally:
+        server.stop()
+    own = {}
+    for status, body in results:
+        assert status == 200
+        o = json.loads(body)
+        own[o["tid"]] = o
+    return json_report(recording), own
 
 
 def _generate(report: dict) -> list[dict]:
@@ -121,10 +95,5 @@ def test_the_waits_are_handoffs(handoff_traced):
         o = own[r["tid"]]
         assert o["wait_ns"] > HANDOFF_SHARE_MIN * o["span_ns"]
         assert wait["handoff_wait_ns"] > HANDOFF_SHARE_MIN * wait["span_ns"], wait
-
-
-def test_handoff_waits_are_counted_by_kind(handoff_recorded):
-    # every token wakes a handler and the idle engine timed out several times, in each server
-    servers = len(handoff_recorded["cases"])
-    waits = handoff_recorded["report"]["lock_summary"]["waits_by_kind"]["handoff"]["waits"]
-    assert waits >= servers * REQUESTS * TOKENS // 2
+    # every token wakes a handler and the idle engine timed out several times
+    assert report["lock_summary"]["waits_by_kind"]["handoff"]["waits"] >= REQUESTS * TOKENS // 2
