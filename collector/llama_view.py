@@ -128,7 +128,8 @@ def sequences(steps: list[Step]) -> tuple[list[Sequence], list[DecodeStep]]:
         ev = step.record
         end = step.t_end_ns if step.t_end_ns is not None else step.t_start_ns
         ds = DecodeStep(pid=step.pid, tid=step.tid, step_id=index, t_start_ns=step.t_start_ns,
-                        t_end_ns=step.t_end_ns, batch_size=len(ev.runs), tokens_in_batch=ev.n_tokens)
+                        t_end_ns=step.t_end_ns, batch_size=len(ev.runs), tokens_in_batch=ev.n_tokens,
+                        prefill_tokens=0, context_tokens=0)
         decode_steps.append(ds)
         for run in ev.runs:
             key = (step.pid, ev.ctx, run.seq_id)
@@ -139,8 +140,10 @@ def sequences(steps: list[Step]) -> tuple[list[Sequence], list[DecodeStep]]:
                 if seq is not None:
                     done.append(seq)
                 seq = current[key] = Sequence(step.pid, ev.ctx, run.seq_id, step.t_start_ns, step.tid)
+            ds.context_tokens = (ds.context_tokens or 0) + run.pos0 + run.n_tokens
             if not seq.generating:
                 seq.prompt_tokens += run.n_tokens
+                ds.prefill_tokens = (ds.prefill_tokens or 0) + run.n_tokens
                 if run.samples:
                     seq.t_prefill_end_ns = end
                     seq.token_ns.append(end)

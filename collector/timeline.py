@@ -191,6 +191,11 @@ class DecodeStep:
     batch_size: int
     tokens_in_batch: int
     requests: set[int] = field(default_factory=set)  # req ids that emitted a token in it
+    # Where the step's batch is read whole (llama.cpp's uprobes): the prompt tokens it
+    # carried besides the decode tokens, and the positions its attention covered (each
+    # sequence's cache after the step). None where the engine does not say (USDT).
+    prefill_tokens: int | None = None
+    context_tokens: int | None = None
 
 
 class ProbeSpan(NamedTuple):
