@@ -1,0 +1,194 @@
+"""Step-time models fitted on a recording's engine iterations.
+
+The form is linear in what a step carries: a fixed cost per turn, a cost per
+sequence decoded, per prompt token and per prompt processed, and per cached
+position attended to. That is what a forward pass over a batch costs on a
+CPU or a GPU that the batch does not saturate (weights read once a step,
+work per token, attention over the cache), and it is what can be fitted
+from a few hundred steps without over-fitting. A term the recording gives
+no spread for (every step had the same batch) cannot be fitted and is left
+out; so is one whose fitted cost comes out negative (two terms that moved
+together, the fit trading one against the other): a step never gets cheaper
+by carrying more. What is left is fitted by least squares.
+
+A batch size is not only a number in a formula: the kernels an engine runs
+change with it (the demo server's CPU matmuls take a faster path from four
+sequences on, so a step of four costs less than a step of three). So the
+fit is calibrated per batch size where the recording has steps of that size,
+apart for steps that carried prompt tokens and steps that did not (a prompt
+changes what dominates a step): each keeps the ratios of its steps'
+measured to fitted times, their median sets its level and their spread is
+what the replay draws from. A size with too few steps takes the ratios of
+all the sizes of its kind; past the largest size recorded, the largest
+size's: that is an extrapolation, and every output says so.
+
+Its error is measured, not assumed: five-fold cross-validation over the
+recording's steps (each step predicted by a fit that did not see it).
+
+Written here rather than taken from numpy or scikit-learn: the fit is a
+normal-equation solve of at most five unknowns, and the report must run on
+a laptop with only inferprobe's own dependencies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from inferprobe.analyzers.cadence import percentile
+
+FOLDS = 5
+MIN_STEPS = 20  # fewer steps than this say nothing a fit could be trusted with
+MIN_BATCH_SIZES = 3  # distinct decode batch sizes needed to fit the cost of one more sequence
+RIDGE = 1e-9  # keeps the solve defined when two terms are exactly collinear
+MIN_GROUP = 5  # steps of one batch size that calibrate that size on their own
+
+
+@dataclass(frozen=True)
+class LinearFit:
+    """y = intercept + sum(coef * feature), y in nanoseconds."""
+
+    what: str  # what y is, e.g. "decode turn"
+    terms: tuple[str, ...]  # the features fitted, in order
+    intercept_ns: float
+    coef_ns: tuple[float, ...]
+    dropped: tuple[str, ...]  # features left out, and why (see module docstring)
+    samples: int
+    cv_median_error: float  # median |predicted - measured| / measured over held-out steps
+    cv_p90_error: float
+    residual_ratios: tuple[float, ...]  # measured / fitted, per step (the replay draws from them)
+    group: str | None = None  # the feature steps are calibrated by (the batch size)
+    # (size, whether the step carried prompt tokens) -> its steps' measured / fitted, for the
+    # groups with at least MIN_GROUP steps
+    group_ratios: tuple[tuple[tuple[int, bool], tuple[float, ...]], ...] = ()
+
+    def predict(self, features: dict[str, float]) -> float:
+        """The linear part alone."""
+        return self.intercept_ns + sum(c * features.get(t, 0.0) for t, c in zip(self.terms, self.coef_ns,
+                                                                               strict=True))
+
+    def ratios_for(self, features: dict[str, float]) -> tuple[float, ...]:
+        """The measured / fitted ratios of steps like this one: of its batch size and kind (with
+        or without prompt tokens) where the recording has enough of them; past the largest
+        size it has of that kind, that size's; otherwise those of every size of that kind."""
+        if self.group is None or not self.group_ratios:
+            return self.residual_ratios
+        key = (int(features.get(self.group, 0.0)), _prefilling(features))
+        groups = dict(self.group_ratios)
+        if key in groups:
+            return groups[key]
+        same_kind = [(size, r) for (size, kind), r in self.group_ratios if kind == key[1]]
+        if same_kind and key[0] > max(size for size, _ in same_kind):
+            return max(same_kind)[1]
+        pooled = tuple(x for _, r in same_kind for x in r)
+        return pooled or self.residual_ratios
+
+    def typical(self, features: dict[str, float]) -> float:
+        """The calibrated time: the linear part times the median ratio of steps like this one."""
+        ratios = self.ratios_for(features)
+        return self.predict(features) * (float(percentile(ratios, 50) or 1.0) if ratios else 1.0)
+
+    def coefficient(self, term: str) -> float:
+        return dict(zip(self.terms, self.coef_ns, strict=True)).get(term, 0.0)
+
+
+class CannotFit(Exception):
+    """The recording cannot support a fit; the message says why in one sentence."""
+
+
+def _solve(rows: Sequence[Sequence[float]], ys: Sequence[float]) -> list[float]:
+    """Least squares through the normal equations (Gaussian elimination, partial pivoting)."""
+    n = len(rows[0])
+    a = [[sum(r[i] * r[j] for r in rows) + (RIDGE if i == j else 0.0) for j in range(n)] for i in range(n)]
+    b = [sum(r[i] * y for r, y in zip(rows, ys, strict=True)) for i in range(n)]
+    for col in range(n):
+        pivot = max(range(col, n), key=lambda k: abs(a[k][col]))
+        a[col], a[pivot] = a[pivot], a[col]
+        b[col], b[pivot] = b[pivot], b[col]
+        if a[col][col] == 0:
+            continue
+        for k in range(col + 1, n):
+            f = a[k][col] / a[col][col]
+            for j in range(col, n):
+                a[k][j] -= f * a[col][j]
+            b[k] -= f * b[col]
+    x = [0.0] * n
+    for i in reversed(range(n)):
+        s = b[i] - sum(a[i][j] * x[j] for j in range(i + 1, n))
+        x[i] = s / a[i][i] if a[i][i] else 0.0
+    return x
+
+
+def _scaled(samples: Sequence[dict[str, float]],
+            terms: Sequence[str]) -> tuple[list[float], list[list[float]]]:
+    """Each term divided by its largest value, so that a solve over nanoseconds per token and
+    per thousand positions stays well conditioned."""
+    scale = [max(abs(s.get(t, 0.0)) for s in samples) or 1.0 for t in terms]
+    rows = [[1.0] + [s.get(t, 0.0) / k for t, k in zip(terms, scale, strict=True)] for s in samples]
+    return scale, rows
+
+
+def _fit_terms(samples: Sequence[dict[str, float]], ys: Sequence[float],
+               terms: list[str]) -> tuple[list[str], float, list[float], list[str]]:
+    """Fit; drop a term whose cost comes out negative and fit again, until none does."""
+    dropped: list[str] = []
+    while True:
+        scale, rows = _scaled(samples, terms)
+        x = _solve(rows, ys)
+        coef = [c / k for c, k in zip(x[1:], scale, strict=True)]
+        negative = [t for t, c in zip(terms, coef, strict=True) if c < 0]
+        if not negative:
+            return terms, x[0], coef, dropped
+        worst = min(zip(terms, coef, strict=True), key=lambda tc: tc[1] * max(s.get(tc[0], 0.0)
+                                                                               for s in samples))[0]
+        terms = [t for t in terms if t != worst]
+        dropped.append(f"{worst} (its fitted cost was negative)")
+
+
+def _prefilling(features: dict[str, float]) -> bool:
+    return features.get("prefill_tokens", 0.0) > 0 or features.get("prefill_seqs", 0.0) > 0
+
+
+def _group_ratios(model: LinearFit, samples: Sequence[dict[str, float]], ys: Sequence[float],
+                  group: str | None) -> tuple[tuple[tuple[int, bool], tuple[float, ...]], ...]:
+    if group is None:
+        return ()
+    by: dict[tuple[int, bool], list[float]] = {}
+    for s, y in zip(samples, ys, strict=True):
+        if (p := model.predict(s)) > 0:
+            by.setdefault((int(s.get(group, 0.0)), _prefilling(s)), []).append(y / p)
+    return tuple((key, tuple(r)) for key, r in sorted(by.items()) if len(r) >= MIN_GROUP)
+
+
+def _linear(what: str, samples: Sequence[dict[str, float]], ys: Sequence[float], terms: list[str],
+            group: str | None) -> tuple[LinearFit, list[str]]:
+    kept, intercept, coef, dropped = _fit_terms(samples, ys, terms)
+    model = LinearFit(what, tuple(kept), intercept, tuple(coef), (), len(samples), 0.0, 0.0, (), group)
+    return LinearFit(what, model.terms, intercept, model.coef_ns, (), len(samples), 0.0, 0.0,
+                     tuple(y / p for s, y in zip(samples, ys, strict=True) if (p := model.predict(s)) > 0),
+                     group, _group_ratios(model, samples, ys, group)), dropped
+
+
+def fit(what: str, samples: Sequence[dict[str, float]], ys: Sequence[float],
+        terms: Sequence[str], group: str | None = None) -> LinearFit:
+    if len(samples) < MIN_STEPS:
+        raise CannotFit(f"the recording holds {len(samples)} {what} samples with the engine busy, and a fit "
+                        f"needs at least {MIN_STEPS}")
+    kept: list[str] = []
+    dropped: list[str] = []
+    for t in terms:
+        if len({s.get(t, 0.0) for s in samples}) > 1:
+            kept.append(t)
+        else:
+            dropped.append(f"{t} (the same in every step: nothing to fit it on)")
+    model, negative = _linear(what, samples, ys, kept, group)
+    errors: list[float] = []
+    for fold in range(FOLDS):
+        train = [i for i in range(len(samples)) if i % FOLDS != fold]
+        test = [i for i in range(len(samples)) if i % FOLDS == fold]
+        held, _ = _linear(what, [samples[i] for i in train], [ys[i] for i in train], list(model.terms), group)
+        errors.extend(abs(held.typical(samples[i]) - ys[i]) / ys[i] for i in test if ys[i] > 0)
+    return LinearFit(what, model.terms, model.intercept_ns, model.coef_ns, tuple(dropped + negative),
+                     model.samples, float(percentile(errors, 50) or 0.0),
+                     float(percentile(errors, 90) or 0.0),
+                     model.residual_ratios, group, model.group_ratios)
