@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from inferprobe.analyzers import (
+    batching_section,
     client_section,
     diagnostics_sections,
     engine_metrics_section,
@@ -27,6 +28,7 @@ ANALYZERS: tuple[Analyzer, ...] = (
     client_section.analyze,
     usdt_section.analyze,
     phase_sources.analyze,
+    batching_section.analyze,
     engine_metrics_section.analyze,
     diagnostics_sections.locks,
     diagnostics_sections.network,

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from inferprobe.analyzers import client_calls, no_requests, unread_traffic, verdict
 from inferprobe.analyzers import locks as lock_analysis
 from inferprobe.analyzers import network as network_analysis
+from inferprobe.analyzers.batching import BatchingAdvice, Target, advise
 from inferprobe.analyzers.breakdown import Breakdown, break_down
 from inferprobe.analyzers.by_container import CgroupGroup, attach_identities, by_cgroup
 from inferprobe.analyzers.cadence import CadenceSummary, by_endpoint, by_model, summarize
@@ -70,6 +71,9 @@ class ReportData:
     client_calls: list[client_calls.ClientCall] = field(default_factory=list)
     engine_metrics: EngineMetricsSummary | None = None  # the engine's own /metrics (record --engine-metrics)
     cgroups: list[CgroupGroup] = field(default_factory=list)  # requests by their process's cgroup
+    # The engine's step-time model and the what-if sweep of its batch cap (analyzers/batching.py);
+    # None where no engine step timeline was recorded.
+    batching: BatchingAdvice | None = None
 
     @property
     def probe_sets(self) -> dict:
@@ -126,7 +130,11 @@ def without_scrapes(requests: list[Request], connections: dict[int, Connection],
     return [r for r in requests if r.conn not in own]
 
 
-def build(recording: Recording, mutex_threshold: float = lock_analysis.DEFAULT_MUTEX_THRESHOLD) -> ReportData:
+def build(recording: Recording, mutex_threshold: float = lock_analysis.DEFAULT_MUTEX_THRESHOLD,
+          target: Target | None = None, current_setting: int | None = None) -> ReportData:
+    """The report model. `target` and `current_setting` are `advise`'s: the latency target the
+    batching sweep chooses a setting for, and the batch cap the recording ran at where the
+    user knows it better than the recording shows."""
     ingested = ingest(recording.events)
     decoded, requests, server = ingested.events, ingested.requests, ingested.server
     engine_metrics = engine_metrics_of(recording)
@@ -157,8 +165,10 @@ def build(recording: Recording, mutex_threshold: float = lock_analysis.DEFAULT_M
     active_sets = recording.meta.get("probe_sets", {}).get("active", {})
     findings = FindingList(verdict.core_findings(served, breakdown, series, active_sets))
     sections = []
+    batching = advise(server, requests, target, current_setting) if server.steps else None
     inp = AnalysisInput(recording=recording, requests=requests, events=decoded, locks=locks,
-                        network=network, network_findings=network_findings, gpu=gpu, client_calls=calls)
+                        network=network, network_findings=network_findings, gpu=gpu, client_calls=calls,
+                        batching=batching)
     for analyze in ANALYZERS:
         result = analyze(inp)
         if result is not None:
@@ -194,4 +204,5 @@ def build(recording: Recording, mutex_threshold: float = lock_analysis.DEFAULT_M
         locks=locks,
         gpu=gpu,
         engine_metrics=engine_metrics,
+        batching=batching,
     )

@@ -19,6 +19,7 @@ from inferprobe.collector.recording import Recording
 from inferprobe.collector.timeline import Request
 
 if TYPE_CHECKING:
+    from inferprobe.analyzers.batching import BatchingAdvice
     from inferprobe.analyzers.client_calls import ClientCall
     from inferprobe.analyzers.gpu import GpuSummary
     from inferprobe.analyzers.locks import LockAnalysis
@@ -38,6 +39,7 @@ class AnalysisInput:
     network_findings: Sequence[Finding] = ()  # analyzers/network.py's, once for every output
     gpu: GpuSummary | None = None
     client_calls: Sequence[ClientCall] = ()  # analyzers/client_calls.py: the targets' outbound calls
+    batching: BatchingAdvice | None = None  # analyzers/batching.py: None without an engine step timeline
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,19 @@ class BarChart:
 
 
 @dataclass(frozen=True)
+class ScatterChart:
+    """Measured points and a fitted line on the same axes (the HTML draws it; the other
+    outputs show the section's tables, which hold the same model)."""
+
+    title: str
+    x_label: str
+    y_label: str  # with its unit
+    points: tuple[tuple[float, float], ...]
+    line: tuple[tuple[float, float], ...]
+    line_label: str
+
+
+@dataclass(frozen=True)
 class FlameGraph:
     """A flame graph for the HTML report to draw (reports/flame_html.py): the
     folded stacks and their titles. Analysis keeps the stacks; drawing is the
@@ -85,6 +100,7 @@ class AnalyzerSection:
     # The HTML draws it (flamegraphs/svg.py via reports/flame_html.py); Markdown
     # and the terminal show the tables instead. None: no stacks to draw.
     flame: FlameGraph | None = None
+    scatters: tuple[ScatterChart, ...] = ()
 
 
 @dataclass(frozen=True)

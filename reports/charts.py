@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from inferprobe.analyzers.breakdown import Breakdown
 from inferprobe.analyzers.cadence import Distribution
-from inferprobe.analyzers.sections import BarChart
+from inferprobe.analyzers.sections import BarChart, ScatterChart
 from inferprobe.analyzers.timeseries import TimeSeries
 from inferprobe.analyzers.units import ms
 from inferprobe.collector.errors import InferprobeError
@@ -201,5 +201,20 @@ def bar_chart(chart: BarChart) -> str:
     ax.set_yticks(range(len(chart.bars)), [label for label, _ in chart.bars])
     ax.invert_yaxis()
     ax.set_xlabel(chart.value_label)
+    ax.set_title(chart.title, loc="left")
+    return _svg(fig)
+
+
+def scatter_chart(chart: ScatterChart) -> str:
+    fig, (ax,) = _figure(3.2)
+    ax.scatter([x for x, _ in chart.points], [y for _, y in chart.points], s=9, alpha=0.35, color="#4e79a7",
+               label="recorded steps")
+    if chart.line:
+        ax.plot([x for x, _ in chart.line], [y for _, y in chart.line], color="#e15759", linewidth=1.5,
+                label=chart.line_label)
+    ax.set_xlabel(chart.x_label)
+    ax.set_ylabel(chart.y_label)
+    ax.set_ylim(bottom=0)
+    ax.legend(loc="upper left", frameon=False)
     ax.set_title(chart.title, loc="left")
     return _svg(fig)

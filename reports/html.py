@@ -159,6 +159,8 @@ def _analyzer_section(sec: AnalyzerSection) -> str:
                      f'<figcaption>{_e(caption)}</figcaption></figure>')
     parts.extend(render_table(t) for t in sec.tables)
     parts.extend(_figure(charts.bar_chart(c), c.title) for c in sec.charts)
+    parts.extend(_figure(charts.scatter_chart(c), f"{c.title}: measured points and the {c.line_label}")
+                 for c in sec.scatters)
     parts.extend(f'<p class="note">{_e(n)}</p>' for n in sec.notes)
     parts.append("</section>")
     return "".join(parts)

@@ -19,6 +19,7 @@ from inferprobe.analyzers.report_data import ReportData
 from inferprobe.analyzers.request_analysis import RequestAnalysis
 from inferprobe.collector.timeline import Connection, Request
 from inferprobe.reports import json_locks
+from inferprobe.reports.json_batching import batching_json
 from inferprobe.reports.json_gpu import gpu_json
 from inferprobe.reports.json_network import network_json
 
@@ -239,6 +240,7 @@ def to_json(data: ReportData) -> dict:
         "scheduler": scheduler_json(data) if not data.server.empty else None,
         "gpu": gpu_json(data.gpu) if data.gpu is not None else None,
         "engine_metrics": None if data.engine_metrics is None else engine_metrics_json(data.engine_metrics),
+        "batching": None if data.batching is None else batching_json(data.batching),
         "requests": [request_json(r, analysis, data.stall_ns, data.locks)
                      for r, analysis in zip(data.requests, data.per_request, strict=True)],
         **json_locks.top_level(data.locks),

@@ -43,6 +43,11 @@ def _section(sec: AnalyzerSection) -> list[str]:
     return lines
 
 
+def section_markdown(data: ReportData, anchor: str) -> str:
+    """One analyzer section alone (`inferprobe advise --format md`)."""
+    return "\n".join(line for sec in data.sections if sec.anchor == anchor for line in _section(sec))
+
+
 def render_markdown(data: ReportData) -> str:
     meta = data.recording.meta
     targets = ", ".join(f"{t.get('comm', '?')} ({t.get('pid', '?')})" for t in meta.get("targets", []))

@@ -10,6 +10,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from inferprobe.analyzers.batching_section import ANCHOR as BATCHING_ANCHOR
 from inferprobe.analyzers.cadence import CadenceSummary, Distribution
 from inferprobe.analyzers.client_section import ANCHOR as CLIENT_CALLS_ANCHOR
 from inferprobe.analyzers.decompose import TTFT_PHASES
@@ -90,7 +91,8 @@ def render_text(data: ReportData, console: Console) -> None:
     _render_scheduler(data, console)
     # The outbound calls (analyzers/client_section.py); where the phases came from and
     # the engine's own /metrics (analyzers/phase_sources.py, engine_metrics_section.py).
-    _render_sections(data, console, (CLIENT_CALLS_ANCHOR, PHASE_SOURCES_ANCHOR, ENGINE_METRICS_ANCHOR))
+    _render_sections(data, console, (CLIENT_CALLS_ANCHOR, PHASE_SOURCES_ANCHOR, ENGINE_METRICS_ANCHOR,
+                                     BATCHING_ANCHOR))
     _render_network(data, console)
     render_locks(data, console)
     render_gpu(data.gpu, console)
@@ -179,6 +181,11 @@ def _render_sections(data: ReportData, console: Console, anchors: tuple[str, ...
                 console.print(rich_table(t))
             for note in sec.notes:
                 console.print(note)
+
+
+def render_section(data: ReportData, anchor: str, console: Console) -> None:
+    """One analyzer section alone (`inferprobe advise`)."""
+    _render_sections(data, console, (anchor,))
 
 
 def render_verdict(data: ReportData, console: Console) -> None:
