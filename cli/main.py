@@ -34,6 +34,7 @@ def cli() -> None:
 
 
 def _register() -> None:
+    from inferprobe.cli.advise import advise
     from inferprobe.cli.agent import agent
     from inferprobe.cli.demo import demo
     from inferprobe.cli.doctor import doctor
@@ -44,6 +45,7 @@ def _register() -> None:
     from inferprobe.cli.report import report
     from inferprobe.cli.top import top
 
+    cli.add_command(advise)
     cli.add_command(agent)
     cli.add_command(demo)
     cli.add_command(doctor)
