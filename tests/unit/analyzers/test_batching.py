@@ -1,0 +1,175 @@
+"""The batching model's parts on inputs whose answers are known by hand: the fit
+recovers the costs it was given, the replay times a schedule that can be
+worked out on paper, and the choice takes the best throughput that meets the
+target. The model against real engines is tests/integration/engines/test_advise.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from inferprobe.analyzers.batching import Target, _choose
+from inferprobe.analyzers.batching_replay import StepModel, replay
+from inferprobe.analyzers.cadence import Distribution
+from inferprobe.analyzers.engine_iterations import (
+    LLAMA_CPP,
+    USDT_ENGINE,
+    EngineTrace,
+    WorkItem,
+    _continuing,
+)
+from inferprobe.analyzers.step_model import CannotFit, LinearFit, fit
+
+MS = 1_000_000
+
+
+def _steps(n: int = 60) -> tuple[list[dict[str, float]], list[float]]:
+    samples, ys = [], []
+    for i in range(n):
+        s = {"decode_seqs": 1 + i % 6, "prefill_tokens": (i * 7) % 50, "context_tokens": 100 + 37 * i}
+        samples.append(s)
+        ys.append(4 * MS + 2 * MS * s["decode_seqs"] + 0.1 * MS * s["prefill_tokens"]
+                  + 50 * s["context_tokens"])
+    return samples, ys
+
+
+def test_fit_recovers_the_costs_it_was_given_and_says_its_error():
+    samples, ys = _steps()
+    model = fit("step", samples, ys, ("decode_seqs", "prefill_tokens", "context_tokens"))
+    assert model.intercept_ns == pytest.approx(4 * MS, rel=1e-4)
+    assert model.coefficient("decode_seqs") == pytest.approx(2 * MS, rel=1e-4)
+    assert model.coefficient("prefill_tokens") == pytest.approx(0.1 * MS, rel=1e-4)
+    assert model.coefficient("context_tokens") == pytest.approx(50, rel=1e-3)
+    assert model.cv_median_error < 1e-4 and model.cv_p90_error < 1e-4
+    assert all(r == pytest.approx(1.0, abs=1e-4) for r in model.residual_ratios)
+
+
+def test_fit_leaves_out_a_term_with_no_spread_and_one_whose_cost_comes_out_negative():
+    samples, ys = _steps()
+    for s in samples:
+        s["prefill_seqs"] = 1  # the same in every step
+    # a term that only lowers the time as it grows: it cannot be a cost
+    for s, i in zip(samples, range(len(samples)), strict=True):
+        s["noise"] = float(i % 5)
+    ys = [y - 0.5 * MS * s["noise"] for y, s in zip(ys, samples, strict=True)]
+    terms = ("decode_seqs", "prefill_tokens", "context_tokens", "prefill_seqs", "noise")
+    model = fit("step", samples, ys, terms)
+    assert "prefill_seqs" not in model.terms and "noise" not in model.terms
+    assert any(d.startswith("prefill_seqs") for d in model.dropped)
+    assert any(d.startswith("noise") and "negative" in d for d in model.dropped)
+    assert all(c >= 0 for c in model.coef_ns)
+    # what it could not explain shows in its cross-validated error
+    assert model.cv_median_error > 0.01
+
+
+def test_too_few_steps_cannot_be_fitted():
+    samples, ys = _steps(10)
+    with pytest.raises(CannotFit, match="10 step samples"):
+        fit("step", samples, ys, ("decode_seqs",))
+
+
+def _constant(step_ms: float) -> LinearFit:
+    return LinearFit("step", (), step_ms * MS, (), (), 100, 0.0, 0.0, ())
+
+
+def _trace(engine, work: list[WorkItem], before: int = 0, wire: int = 0, tail: int = 0) -> EngineTrace:
+    return EngineTrace(engine, [], work, before, wire, tail, current=1, current_binding=True, untied=0)
+
+
+def test_replay_of_a_one_slot_mixed_engine_is_the_schedule_worked_out_by_hand():
+    # two requests at t=0 on two connections, 3 tokens each, every step 10 ms, one slot:
+    # A: prefill step ends at 10 (first token), decodes end at 20 and 30;
+    # B waits for the slot until 30, then 40, 50, 60.
+    work = [WorkItem(0, None, 0, 0, 5, 3), WorkItem(1, None, 0, 0, 5, 3)]
+    p = replay(_trace(LLAMA_CPP, work), StepModel(_constant(10)), setting=1)
+    assert p.requests == 2
+    assert sorted([p.ttft_ns.p50, p.ttft_ns.max]) == [10 * MS, 40 * MS]
+    assert p.itl_ns == Distribution.of([10 * MS] * 4)
+    assert p.queue_ns.max == 30 * MS
+    # two slots: both prefill in the first step
+    p2 = replay(_trace(LLAMA_CPP, work), StepModel(_constant(10)), setting=2)
+    assert p2.ttft_ns.max == 10 * MS and p2.queue_ns.max == 0
+
+
+def test_replay_chains_a_connections_requests_after_its_pause():
+    # one client: its second request goes out 5 ms after the first response's end
+    # (last token + engine->wire 1 ms + tail 2 ms), whatever time it was recorded at
+    work = [WorkItem(0, None, 0, 0, 5, 2), WorkItem(1, 0, 10_000 * MS, 5 * MS, 5, 2)]
+    trace = _trace(LLAMA_CPP, work, wire=1 * MS, tail=2 * MS)
+    p = replay(trace, StepModel(_constant(10)), setting=1)
+    # first: tokens at 10, 20; response ends 23; second sent at 28, steps at 28..38, 38..48
+    assert p.ttft_ns == Distribution.of([11 * MS, 11 * MS])
+    assert p.tokens_per_s == pytest.approx(4 / 0.048)
+
+
+def test_replay_of_prefill_then_decode_turns():
+    # the demo's shape: a turn prefills what it admitted (3 ms each, first token after
+    # each), then decodes every running request, the new ones too (10 ms)
+    work = [WorkItem(0, None, 0, 0, 5, 3), WorkItem(1, None, 0, 0, 5, 3)]
+    model = StepModel(_constant(10), prefill=_constant(3))
+    p = replay(_trace(USDT_ENGINE, work), model, setting=2)
+    # turn 1: prefills end at 3 and 6, decode ends at 16; turn 2 decode ends at 26
+    assert sorted([p.ttft_ns.p50, p.ttft_ns.max]) == [3 * MS, 6 * MS]
+    assert sorted(Distribution.of([13 * MS, 10 * MS, 10 * MS, 10 * MS]).__dict__.items()) == sorted(
+        p.itl_ns.__dict__.items())
+
+
+def test_continuing_needs_a_request_held_across_both_starts():
+    starts = [0, 10, 20, 100]
+    spans = [(0, 25)]  # one request held from the first turn into the third
+    assert _continuing(starts, spans) == [True, True, False]
+
+
+def _pred(setting: int, ttft_ms: float, itl_ms: float, tps: float):
+    from inferprobe.analyzers.batching_replay import Prediction
+
+    return Prediction(setting, Distribution.of([ttft_ms * MS]), Distribution.of([itl_ms * MS]),
+                      Distribution.of([0]), tps, 1)
+
+
+def test_the_choice_is_the_best_throughput_that_meets_the_target_else_the_closest():
+    preds = [_pred(1, 900, 40, 50.0), _pred(2, 500, 60, 80.0), _pred(3, 300, 90, 95.0),
+             _pred(4, 250, 130, 99.0)]
+    chosen, meets = _choose(preds, Target(ttft_p99_ns=600 * MS, itl_p99_ns=100 * MS))
+    assert meets and chosen.setting == 3
+    chosen, meets = _choose(preds, Target(ttft_p99_ns=100 * MS, itl_p99_ns=35 * MS))
+    # none meets; the closest misses its worse target by the least: 3 (300/100, 90/35 -> 3x),
+    # before 4 (130/35 = 3.7x) and 1 (900/100 = 9x)
+    assert not meets and chosen.setting == 3
+
+
+def test_beyond_the_batch_sizes_recorded_the_nearest_setting_that_meets_the_target_is_chosen():
+    preds = [_pred(1, 900, 40, 50.0), _pred(2, 500, 60, 80.0), _pred(3, 300, 90, 95.0),
+             _pred(4, 250, 95, 99.0)]
+    # only 3 and 4 meet it, and the recording saw batches of up to 2: 3, the nearer
+    chosen, meets = _choose(preds, Target(ttft_p99_ns=400 * MS), recorded_max=2)
+    assert meets and chosen.setting == 3
+    # within what was recorded, the best throughput
+    chosen, meets = _choose(preds, Target(ttft_p99_ns=400 * MS), recorded_max=4)
+    assert meets and chosen.setting == 4
+
+
+def _req(conn: int, ingress_ms: float, end_ms: float, peer: str | None = None):
+    from inferprobe.collector.timeline import Request
+
+    return Request(pid=1, tid=1, conn=conn, method="POST", path="/v1/completions",
+                   t_ingress_ns=int(ingress_ms * MS), t_end_ns=int(end_ms * MS), peer=peer)
+
+
+def test_a_clients_requests_are_told_by_their_connection_or_by_reconnecting_at_once():
+    from inferprobe.analyzers.engine_iterations import _client_chains
+
+    served = [
+        _req(1, 0, 100),  # 0: client A, keep-alive
+        _req(2, 5, 90, "127.0.0.1:5000"),  # 1: client B, reconnects after each response
+        _req(3, 91, 200, "127.0.0.1:5001"),  # 2: B again, 1 ms after its response ended
+        _req(1, 102, 300),  # 3: A again, on its connection
+        _req(4, 250, 400, "10.0.0.9:7000"),  # 4: another address, 50 ms after B's end: a new client
+        _req(5, 201, 350, "10.0.0.8:7001"),  # 5: 1 ms after B's end, but from another address
+    ]
+    served.sort(key=lambda r: r.t_ingress_ns)
+    key = {id(r): k for k, r in enumerate(served)}
+    chains = _client_chains(served)
+    by = {k: (served[p].t_ingress_ns // MS, pause / MS) for k, (p, pause) in chains.items()}
+    assert by[key[id(served[2])]] == (5, 1.0)  # B's second follows its first, 1 ms pause
+    assert by[key[id(served[3])]] == (0, 2.0)  # A's second follows its first on the connection
+    assert all(served[k].conn not in (4, 5) for k in chains)  # neither newcomer follows anyone
