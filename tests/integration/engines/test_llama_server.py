@@ -8,10 +8,6 @@ through llama_decode, one through llama_process (docs/engines.md)."""
 
 from __future__ import annotations
 
-import http.client
-import json
-import socket
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -22,8 +18,8 @@ from inferprobe.analyzers import report_data
 from inferprobe.collector.recording import read_recording
 
 from tests.support.kernel import needs_root
-from tests.support.paths import REPO
-from tests.support.processes import Recorder, stop_process
+from tests.support.llama_server import LlamaServer, built_llama_server, versions
+from tests.support.processes import Recorder
 
 pytestmark = needs_root
 
@@ -42,81 +38,14 @@ PROMPTS = [
 ]
 
 
-BUILD = REPO / "scripts" / "build_llama_server.sh"
-VERSIONS = subprocess.run(["bash", str(BUILD), "--versions"], capture_output=True, text=True,
-                          check=True).stdout.split()
+VERSIONS = versions()
 # The C API each version's llama-server steps through (the script's comment says the same).
 STEP_API = {"10930.0.0": "llama_decode", "11434.0.0": "llama_process"}
 
 
 @pytest.fixture(params=VERSIONS)
 def llama_server_bin(request) -> Path:
-    out = subprocess.run(["bash", str(BUILD), "--path", request.param], capture_output=True, text=True)
-    if out.returncode != 0:
-        pytest.skip(f"llama-server {request.param} is not built: run scripts/build_llama_server.sh "
-                    "(sudo make setup does)")
-    return Path(out.stdout.strip())
-
-
-def _model() -> Path:
-    from inferprobe.collector.errors import EnvironmentProblem
-    from inferprobe.demo.model import find_gguf
-
-    try:
-        return find_gguf()
-    except EnvironmentProblem as err:
-        pytest.skip(f"the SmolLM2 GGUF is not installed: {err}")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class LlamaServer:
-    def __init__(self, binary: Path, slots: int, log: Path):
-        self.port = _free_port()
-        self.log = log.open("w")
-        self.proc = subprocess.Popen(
-            [str(binary), "-m", str(_model()), "--host", "127.0.0.1", "--port", str(self.port),
-             "-np", str(slots), "-c", str(1024 * slots), "-t", "2", "--metrics", "--no-webui"],
-            stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
-                conn.request("GET", "/health")
-                if conn.getresponse().status == 200:
-                    return
-            except OSError:
-                pass
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.25)
-        self.stop()
-        pytest.fail(f"llama-server did not come up: {log.read_text()[-2000:]}")
-
-    def complete(self, prompt: str, n_predict: int) -> dict:
-        """One streaming completion; its local port and llama.cpp's final timings."""
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
-        conn.connect()
-        port = conn.sock.getsockname()[1]
-        body = json.dumps({"prompt": prompt, "n_predict": n_predict, "stream": True,
-                           "cache_prompt": False, "temperature": 0, "ignore_eos": True})
-        conn.request("POST", "/completion", body, {"Content-Type": "application/json"})
-        resp = conn.getresponse()
-        timings = None
-        for raw in resp:
-            line = raw.decode().strip()
-            if line.startswith("data: ") and '"timings"' in line:
-                timings = json.loads(line[6:])["timings"]
-        conn.close()
-        return {"port": port, "timings": timings}
-
-    def stop(self) -> None:
-        stop_process(self.proc, timeout=10)
-        self.log.close()
+    return built_llama_server(request.param)
 
 
 def _concurrently(server: LlamaServer, n_predict: int) -> list[dict]:

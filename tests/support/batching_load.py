@@ -1,0 +1,96 @@
+"""The fixed closed-loop load the batching-advice checks run at each setting, and
+what its clients measure of it themselves (CLOCK_MONOTONIC, the tracer's clock).
+
+Clients start one after another (a ramp, so the engine runs at every batch
+size up to its cap and the fit has a slope to see) and ask for outputs of
+four lengths in turn (real traffic is not one length, and requests that end
+at different steps leave and join the batch between steps).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass
+
+from inferprobe.analyzers.cadence import percentile
+from inferprobe.demo.loadgen import PROMPTS, token_events
+from inferprobe.demo.sse_client import ClientResult, connect, request_once
+
+
+@dataclass(frozen=True)
+class LoadShape:
+    clients: int
+    per_client: int
+    output_lengths: tuple[int, ...]  # taken in turn
+    stagger_s: float = 0.4
+
+    def body(self, conn: int, index: int) -> dict:
+        # greedy, the end-of-text token ignored and no prompt cache where the server has them
+        # (llama.cpp): each setting's run asks for the same work
+        lengths = self.output_lengths
+        return {"prompt": PROMPTS[(conn + index) % len(PROMPTS)],
+                "max_tokens": lengths[(conn * 3 + index) % len(lengths)],
+                "stream": True, "temperature": 0, "ignore_eos": True, "cache_prompt": False}
+
+
+@dataclass(frozen=True)
+class Measured:
+    ttft_ns: list[int]
+    itl_ns: list[int]
+    requests: int
+
+    @property
+    def ttft_p99_ns(self) -> int:
+        return int(percentile(self.ttft_ns, 99) or 0)
+
+    @property
+    def itl_p99_ns(self) -> int:
+        return int(percentile(self.itl_ns, 99) or 0)
+
+    def as_text(self) -> str:
+        return json.dumps({"requests": self.requests, "ttft_p99_ms": self.ttft_p99_ns / 1e6,
+                           "itl_p99_ms": self.itl_p99_ns / 1e6,
+                           "ttft_p50_ms": (percentile(self.ttft_ns, 50) or 0) / 1e6,
+                           "itl_p50_ms": (percentile(self.itl_ns, 50) or 0) / 1e6})
+
+
+def _client(shape: LoadShape, c: int, port: int, path: str, keep_alive: bool, t_start: float,
+            out: list[ClientResult]) -> None:
+    time.sleep(max(0.0, t_start + c * shape.stagger_s - time.monotonic()))
+    sock = None
+    for i in range(shape.per_client):
+        if sock is None:
+            sock = connect("127.0.0.1", port, 300)
+        res = request_once(sock, "127.0.0.1", path, shape.body(c, i), f"{c}-{i}", timeout=300)
+        out.append(res)
+        if not res.conn_reusable or not keep_alive:
+            if res.conn_reusable:
+                sock.close()
+            sock = None
+    if sock is not None:
+        sock.close()
+
+
+def closed_loop(shape: LoadShape, port: int, keep_alive: bool, path: str = "/v1/completions") -> Measured:
+    """Every client sends its next request as soon as its last response ended: on the
+    same connection (keep_alive), or on a new one (llama-server closes a connection
+    after a stream without saying so)."""
+    results: list[ClientResult] = []
+    t_start = time.monotonic()
+    threads = [threading.Thread(target=_client, args=(shape, c, port, path, keep_alive, t_start, results))
+               for c in range(shape.clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    bad = [r for r in results if r.error is not None or r.aborted or r.status != 200]
+    assert not bad and len(results) == shape.clients * shape.per_client, bad[:3]
+    ttft, itl = [], []
+    for r in results:
+        t = token_events(r)
+        assert t, r
+        ttft.append(t[0] - r.t_send_ns)
+        itl.extend(b - a for a, b in zip(t, t[1:], strict=False))
+    return Measured(ttft, itl, len(results))
