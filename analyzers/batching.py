@@ -21,6 +21,7 @@ from inferprobe.analyzers.engine_iterations import (
     EngineTrace,
     Iteration,
     engine_of,
+    peak_overlap,
     read_trace,
 )
 from inferprobe.analyzers.step_model import MIN_BATCH_SIZES, CannotFit, fit
@@ -28,6 +29,9 @@ from inferprobe.collector.server_view import ServerView
 from inferprobe.collector.timeline import Request
 
 MAX_SETTING = 64  # the sweep's ceiling: no engine here batches more sequences a step than this
+# Requests one replay sends at most: 5 replicas x up to 64 settings of them keep `report` to
+# seconds on an agent's busy ring segment.
+MAX_REPLAY_REQUESTS = 2000
 MIXED_TERMS = ("decode_seqs", "prefill_tokens", "prefill_seqs", "context_tokens")
 DECODE_TERMS = ("decode_seqs", "context_tokens", "prefill_seqs")
 PREFILL_TERMS = ("prefill_tokens",)
@@ -211,22 +215,34 @@ def advise(view: ServerView, requests: Sequence[Request], target: Target | None 
     except CannotFit as err:
         return BatchingAdvice(trace.engine, cannot=str(err), trace=trace, batch_sizes_seen=sizes,
                               target=target)
-    measured = measured_of(trace, requests)
-    top = max(trace.current, _peak_clients(trace))
-    predictions = tuple(replay(trace, model, s) for s in range(1, min(MAX_SETTING, top) + 1))
+    # The fit reads every step; the replay, run five times at each setting, sends at most
+    # MAX_REPLAY_REQUESTS (the first, in arrival order, with their clients' chains intact),
+    # and what was measured is read over the same requests.
+    replayed = replace(trace, work=sorted(trace.work, key=lambda w: w.arrival_ns)[:MAX_REPLAY_REQUESTS])
+    last_arrival = replayed.work[-1].arrival_ns
+    measured = measured_of(replayed, [r for r in requests if r.t_ingress_ns <= last_arrival])
+    top = max(trace.current, _peak_in_flight(requests, last_arrival))
+    predictions = tuple(replay(replayed, model, s) for s in range(1, min(MAX_SETTING, top) + 1))
     if trace.current > MAX_SETTING:
-        predictions += (replay(trace, model, trace.current),)
+        predictions += (replay(replayed, model, trace.current),)
     chosen, meets = _choose(predictions, target, max(sizes)) if target is not None else (None, False)
     current_p = next((p for p in predictions if p.setting == trace.current), None)
-    return BatchingAdvice(trace.engine, model=model, trace=trace, batch_sizes_seen=sizes, measured=measured,
-                          predictions=predictions, chart=_chart(trace, model), target=target, chosen=chosen,
-                          meets=meets, support=_support(trace, model, sizes, measured, current_p))
+    support = _support(trace, model, sizes, measured, current_p)
+    if len(replayed.work) < len(trace.work):
+        support += (f"the replay sends the first {len(replayed.work)} of the {len(trace.work)} requests, "
+                    f"and the measured figures are of those (a longer replay would slow the report)",)
+    return BatchingAdvice(trace.engine, model=model, trace=replayed, batch_sizes_seen=sizes,
+                          measured=measured, predictions=predictions, chart=_chart(trace, model),
+                          target=target, chosen=chosen,
+                          meets=meets, support=support)
 
 
-def _peak_clients(trace: EngineTrace) -> int:
-    """Requests that can be in flight at once: the clients the workload came from (a closed
-    loop keeps one in flight a client); above this, a bigger cap changes nothing."""
-    return sum(1 for w in trace.work if w.after is None)
+def _peak_in_flight(requests: Sequence[Request], until_ns: int) -> int:
+    """The most served requests open at once (read, response not yet ended) up to until_ns: a
+    cap above it changes nothing, since no more ever wait at once (a closed loop keeps one a
+    client in flight)."""
+    return peak_overlap([(r.t_ingress_ns, r.t_end_ns if r.t_end_ns is not None else until_ns)
+                          for r in requests if r.role == "server" and r.t_ingress_ns <= until_ns])
 
 
 def _with_current(trace: EngineTrace, current: int) -> EngineTrace:

@@ -176,7 +176,7 @@ def _median(values: list[int]) -> int:
     return int(percentile(values, 50) or 0)
 
 
-def _peak_running(spans: list[tuple[int, int]]) -> int:
+def peak_overlap(spans: list[tuple[int, int]]) -> int:
     edges = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans])
     peak = now = 0
     for _, d in edges:
@@ -257,7 +257,7 @@ def read_trace(view: ServerView, requests: Sequence[Request]) -> EngineTrace | N
     # The engine's own count of what it ran at once where it gives one (the queue_depth
     # gauge: running after admission); else the most requests between their first step
     # and their end at once.
-    current = max((running for _, _, running in view.queue_depth), default=0) or _peak_running(spans)
+    current = max((running for _, _, running in view.queue_depth), default=0) or peak_overlap(spans)
     binding = any(waiting > 0 and running >= current for _, waiting, running in view.queue_depth)
     untied = sum(1 for r in requests if r.role == "server" and r.server is None and r.method == "POST")
     return EngineTrace(engine, iterations, work, before_ns, _median(to_wire), _median(tail), current,
