@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import heapq
 import random
+import statistics
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -83,13 +84,13 @@ def replay(trace: EngineTrace, model: StepModel, setting: int) -> Prediction:
     runs = [_replay_once(trace, model, setting, random.Random(SEED + i)) for i in range(REPLICAS)]
     return Prediction(setting, _median_of([r.ttft_ns for r in runs]), _median_of([r.itl_ns for r in runs]),
                       _median_of([r.queue_ns for r in runs]),
-                      sorted(r.tokens_per_s for r in runs)[len(runs) // 2], runs[0].requests)
+                      statistics.median_high(r.tokens_per_s for r in runs), runs[0].requests)
 
 
 def _median_of(dists: list[Distribution]) -> Distribution:
     def mid(values: list[float | None]) -> float | None:
-        known = sorted(v for v in values if v is not None)
-        return known[len(known) // 2] if known else None
+        known = [v for v in values if v is not None]
+        return statistics.median_high(known) if known else None
 
     return Distribution(dists[0].count, mid([d.p50 for d in dists]), mid([d.p90 for d in dists]),
                         mid([d.p99 for d in dists]), mid([d.max for d in dists]))

@@ -101,8 +101,7 @@ def advice_sentence(advice: BatchingAdvice) -> str | None:
     return (f"Run with {advice.engine.flag(c.setting)}"
             + (" (as recorded)" if same else f" instead of {advice.engine.flag(advice.trace.current)}")
             + f": predicted {predicted}, {c.tokens_per_s:.1f} tokens/s, the highest throughput that meets "
-            f"the "
-            f"target.")
+            f"the target.")
 
 
 def section(advice: BatchingAdvice, meta: dict) -> AnalyzerSection:
@@ -127,33 +126,32 @@ def section(advice: BatchingAdvice, meta: dict) -> AnalyzerSection:
         scatters=(scatter,) if scatter is not None else (), notes=tuple(notes))
 
 
+def _p99(p: Prediction, name: str) -> float | None:
+    return p.ttft_ns.p99 if name == "TTFT" else p.itl_ns.p99
+
+
 def finding(advice: BatchingAdvice) -> Finding | None:
     """Batching is a cause when another cap would move a p99 by a fifth or more (without a
     target to weigh TTFT against ITL, each is weighed alone)."""
     current = advice.current
     if current is None or advice.engine is None or advice.measured is None:
         return None
-    best: tuple[float, str, Prediction, str] | None = None
+    best: tuple[float, Prediction, str, str, str] | None = None  # gain, setting, name, other, of
     for p in advice.predictions:
-        for name, now, then, of in (("TTFT", current.ttft_ns.p99, p.ttft_ns.p99, "p99 TTFT"),
-                                    ("ITL", current.itl_ns.p99, p.itl_ns.p99, "p99 inter-token latency")):
+        for name, other, of in (("TTFT", "ITL", "p99 TTFT"), ("ITL", "TTFT", "p99 inter-token latency")):
+            now, then = _p99(current, name), _p99(p, name)
             if now and then is not None and not advice.extrapolated(p.setting):
                 gain = (now - then) / now
                 if gain >= WORTH_SAYING and (best is None or gain > best[0]):
-                    best = (gain, name, p, of)
+                    best = (gain, p, name, other, of)
     if best is None:
         return None
-    gain, name, p, of = best
-    other = "ITL" if name == "TTFT" else "TTFT"
-    other_now = current.itl_ns.p99 if name == "TTFT" else current.ttft_ns.p99
-    other_then = p.itl_ns.p99 if name == "TTFT" else p.ttft_ns.p99
+    gain, p, name, other, of = best
     e = advice.engine
-    then_p99 = p.ttft_ns.p99 if name == "TTFT" else p.itl_ns.p99
-    now_p99 = current.ttft_ns.p99 if name == "TTFT" else current.itl_ns.p99
     sentence = (f"batching: replayed at {e.flag(p.setting)} instead of {e.flag(current.setting)}, this "
-                f"recording's requests would see p99 {name} {ms_text(then_p99)} instead of "
-                f"{ms_text(now_p99)} "
-                f"(p99 {other} {ms_text(other_now)} -> {ms_text(other_then)})")
+                f"recording's requests would see p99 {name} {ms_text(_p99(p, name))} instead of "
+                f"{ms_text(_p99(current, name))} (p99 {other} {ms_text(_p99(current, other))} -> "
+                f"{ms_text(_p99(p, other))})")
     return Finding(kind="batching.setting", sentence=sentence, source="batching",
                    recommendation=f"weigh TTFT against ITL with `inferprobe advise FILE --ttft-p99 T "
                                   f"--itl-p99 T`: it names the {e.knob} that meets both at the best "

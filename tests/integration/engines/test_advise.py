@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from statistics import median_high
 
 import pytest
 
@@ -150,10 +151,6 @@ def _decode_step_ms(recording: Path) -> dict[int, list[float]]:
     return by
 
 
-def _median(values: list[float]) -> float:
-    return sorted(values)[len(values) // 2]
-
-
 def _speed_changed(*recordings: Path) -> str | None:
     """Why the engine's speed was not one over these recordings, or None."""
     steps = [_decode_step_ms(r) for r in recordings]
@@ -161,7 +158,7 @@ def _speed_changed(*recordings: Path) -> str | None:
         size, times = max(by.items(), key=lambda kv: len(kv[1]))
         quarter = len(times) // 4
         if quarter >= 5:
-            first, last = _median(times[:quarter]), _median(times[-quarter:])
+            first, last = median_high(times[:quarter]), median_high(times[-quarter:])
             if abs(last / first - 1) > SPEED_DRIFT:
                 return (f"the engine's steps of {size} went from {first:.0f} to {last:.0f} ms within "
                         f"{rec.name}")
@@ -170,11 +167,11 @@ def _speed_changed(*recordings: Path) -> str | None:
     # larger llama.cpp -np also gives it a larger KV cache to attend over).
     alone = [by.get(1, []) for by in steps]
     if all(len(times) >= 5 for times in alone):
-        a = _median(alone[0])
+        a = median_high(alone[0])
         for rec, times in zip(recordings[1:], alone[1:], strict=True):
-            if abs(_median(times) / a - 1) > SPEED_DRIFT:
+            if abs(median_high(times) / a - 1) > SPEED_DRIFT:
                 return (f"a step of one sequence took {a:.0f} ms in the recording at A and "
-                        f"{_median(times):.0f} ms in {rec.name}")
+                        f"{median_high(times):.0f} ms in {rec.name}")
     return None
 
 
