@@ -58,6 +58,7 @@ enum event_type {
     EVENT_SOCK_WRITE = 4,  /* write-family syscall on a tracked socket */
     EVENT_USDT = 5,        /* an inferprobe USDT probe fired in the server */
     EVENT_CONN_CONNECTED = 6, /* a client connection's TCP handshake completed (sock:inet_sock_set_state) */
+    EVENT_CONN_PEER = 9,   /* the peer of an accepted connection whose accept() gave no address, at its first read */
     EVENT_TLS_HANDSHAKE = 7,  /* a TLS handshake on a connection completed (SSL_do_handshake & co. returned 1) */
     EVENT_CPU_SAMPLE = 32,    /* one on-CPU stack sample (only with per-phase tagging) */
     EVENT_OFFCPU_SAMPLE = 33, /* one off-CPU period of a target thread (ditto) */

@@ -498,6 +498,13 @@ static __always_inline void fill_peer(struct conn_event *ev, u64 addr)
     }
 }
 
+/* Accepted connections whose peer the accept() did not return: the caller
+ * passed no address buffer (uvloop, libuv and so Node, cpp-httplib and so
+ * llama-server, many C servers), or the connection was open at attach
+ * (seeded by user space). tcp:tcp_rcv_space_adjust names the peer, from
+ * the socket itself, inside the server's first read of it (peer_of_read). */
+BPF_TABLE("lru_hash", struct sock_key, u64, peer_wanted, 8192);   /* (pid, fd) -> conn_id */
+
 static __always_inline int accept_enter(u64 sockaddr_ptr)
 {
     u64 id = bpf_get_current_pid_tgid();
@@ -547,6 +554,8 @@ static __always_inline int accept_exit(long ret)
         return 0;
     if (addr)
         fill_peer(ev, addr);
+    if (!ev->family)
+        peer_wanted.update(&key, &conn_id);
     return conn_event_submit(ev);
 }
 
@@ -664,6 +673,60 @@ TRACEPOINT_PROBE(sock, inet_sock_set_state)
     return ev ? conn_event_submit(ev) : 0;
 }
 
+/* The fd the current thread is reading, if it is in a read-family syscall:
+ * tcp:tcp_rcv_space_adjust runs inside tcp_recvmsg, in the reader's
+ * context, but names only the socket. With the thread's saved registers the
+ * syscall's own number and first argument say it for every read, TLS
+ * ciphertext included (x86-64 numbers: read, readv, recvfrom, recvmsg,
+ * recvmmsg); otherwise the read io_enter left pending, plaintext only. */
+static __always_inline int current_read_fd(u64 id, s32 *fd)
+{
+#if defined(HAVE_TASK_PT_REGS) && defined(__x86_64__)
+    struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
+    u64 nr = regs->orig_ax;
+    if (nr != 0 && nr != 19 && nr != 45 && nr != 47 && nr != 299)
+        return 0;
+    *fd = (s32)regs->di;
+    return 1;
+#else
+    struct pending_io *io = pending_peek(id);
+    if (!io || io->dir != DIR_READ)
+        return 0;
+    *fd = io->fd;
+    return 1;
+#endif
+}
+
+/* The peer of a connection in peer_wanted, at its first read: EVENT_CONN_PEER
+ * with the address the kernel keeps for the socket (the tracepoint's own
+ * fields, host byte order ports), once per connection. */
+TRACEPOINT_PROBE(tcp, tcp_rcv_space_adjust)
+{
+    u64 id = bpf_get_current_pid_tgid();
+    if (!is_target(id >> 32))
+        return 0;
+    s32 fd;
+    if (!current_read_fd(id, &fd))
+        return 0;
+    struct sock_key key = {.pid = id >> 32, .fd = fd};
+    u64 *wanted = peer_wanted.lookup(&key);
+    if (!wanted)
+        return 0;
+    u64 conn_id = *wanted;
+    peer_wanted.delete(&key);
+    struct conn_event *ev = conn_event_reserve(EVENT_CONN_PEER, bpf_ktime_get_ns(), id, conn_id, fd,
+                                               CONN_ROLE_SERVER);
+    if (!ev)
+        return 0;
+    ev->family = args->family;
+    ev->peer_port = args->dport;
+    if (args->family == 2 /* AF_INET */)
+        __builtin_memcpy(ev->peer_addr, args->daddr, 4);
+    else
+        __builtin_memcpy(ev->peer_addr, args->daddr_v6, 16);
+    return conn_event_submit(ev);
+}
+
 static __always_inline void h2_connection_closed(u64 conn_id);   /* the HTTP/2 section below */
 
 TRACEPOINT_PROBE(syscalls, sys_enter_close)
@@ -674,6 +737,7 @@ TRACEPOINT_PROBE(syscalls, sys_enter_close)
         return 0;
     struct sock_key key = {.pid = tgid, .fd = (s32)args->fd};
     host_wide_tally_close(tgid, key.fd);
+    peer_wanted.delete(&key);   /* the fd's next life is another connection */
     struct conn_state *state = socks.lookup(&key);
     if (!state) {
         /* A thread may still have it cached as a connection: socks is an

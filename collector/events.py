@@ -805,6 +805,7 @@ DECODERS: dict[EventType, Decoder] = {
     EventType.CONN_OPEN: Decoder(ConnEvent, _conn),
     EventType.CONN_CLOSE: Decoder(ConnEvent, _conn),
     EventType.CONN_CONNECTED: Decoder(ConnEvent, _conn),
+    EventType.CONN_PEER: Decoder(ConnEvent, _conn),
     EventType.TLS_HANDSHAKE: Decoder(ConnEvent, _conn),
     EventType.SOCK_READ: Decoder(IoEvent, _io),
     EventType.SOCK_WRITE: Decoder(IoEvent, _io),

@@ -52,6 +52,7 @@ class EventType(enum.IntEnum):
     SOCK_WRITE = 4
     USDT = 5
     CONN_CONNECTED = 6
+    CONN_PEER = 9
     TLS_HANDSHAKE = 7
     CPU_SAMPLE = 32
     OFFCPU_SAMPLE = 33

@@ -64,15 +64,19 @@ class _Conn:
     responding: _Response | None = None
 
 
-def _connection(ev: ConnRecord) -> Connection:
+def _peer_of(ev: ConnRecord) -> tuple[str, str | None]:
+    """(family, address) of an event's peer."""
     if ev.family == socket.AF_INET:
-        family, peer = "ipv4", str(ipaddress.IPv4Address(ev.peer_addr[:4]))
-    elif ev.family == socket.AF_INET6:
-        family, peer = "ipv6", str(ipaddress.IPv6Address(ev.peer_addr))
-    elif ev.family == socket.AF_UNIX:
-        family, peer = "unix", None
-    else:
-        family, peer = "unknown", None
+        return "ipv4", str(ipaddress.IPv4Address(ev.peer_addr[:4]))
+    if ev.family == socket.AF_INET6:
+        return "ipv6", str(ipaddress.IPv6Address(ev.peer_addr))
+    if ev.family == socket.AF_UNIX:
+        return "unix", None
+    return "unknown", None
+
+
+def _connection(ev: ConnRecord) -> Connection:
+    family, peer = _peer_of(ev)
     return Connection(
         conn_id=ev.conn_id,
         pid=ev.pid,
@@ -144,6 +148,8 @@ class Sessionizer:
             elif ev.type == EventType.CONN_CONNECTED:
                 if ev.conn_id in self.connections:
                     self.connections[ev.conn_id].t_connect_end_ns = ev.ts_ns
+            elif ev.type == EventType.CONN_PEER:
+                self._on_peer(ev)
             elif ev.type == EventType.TLS_HANDSHAKE:
                 known = self.connections.get(ev.conn_id)
                 if known is not None and known.t_tls_done_ns is None:
@@ -168,6 +174,18 @@ class Sessionizer:
             self.connections[ev.conn_id] = Connection(
                 conn_id=ev.conn_id, pid=ev.pid, fd=fd, family="unknown", peer=None,
                 peer_port=None, t_open_ns=None, role=ev.role.name.lower())
+
+    def _on_peer(self, ev: ConnRecord) -> None:
+        """The peer of a connection accepted without its address, or open at attach,
+        named at its first read (bpf/sock.bpf.c, peer_wanted): before the read's own
+        event, so the requests it starts carry it."""
+        family, peer = _peer_of(ev)
+        known = self.connections.get(ev.conn_id)
+        if known is None:  # open at attach: its first I/O is still to come
+            known = self.connections[ev.conn_id] = Connection(
+                conn_id=ev.conn_id, pid=ev.pid, fd=ev.fd, family=family, peer=None, peer_port=None,
+                t_open_ns=None, role=ev.role.name.lower())
+        known.family, known.peer, known.peer_port = family, peer, ev.peer_port if peer else None
 
     def finish(self) -> list[Request]:
         """Ends the recording: whatever is still open is incomplete."""

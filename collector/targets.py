@@ -104,6 +104,13 @@ def connected_socket_fds(pid: int) -> set[int]:
     return {inodes[inode] for inode, port in established.items() if port not in listening}
 
 
+def tcp_connection_fds(pid: int) -> set[int]:
+    """The fds among socket_fds(pid) that are TCP connections (any state but listening)."""
+    inodes = {inode: fd for fd, inode in _sockets(pid).items()}
+    return {inodes[int(fields[9])] for _name, fields in _tcp_rows(pid)
+            if fields[3] != "0A" and int(fields[9]) in inodes}
+
+
 def _tcp_rows(pid: int) -> Iterator[tuple[str, list[str]]]:
     """("tcp" or "tcp6", fields) for each socket row of pid's network namespace
     (fields: sl local remote state ... uid timeout inode)."""

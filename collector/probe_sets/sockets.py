@@ -30,7 +30,8 @@ class SocketProbes(ProbeSet):
     name = "sockets"
     source = "sock.bpf.c"
     description = "HTTP/1.x requests, responses and SSE token writes from socket syscalls"
-    state_maps: tuple[str, ...] = ("socks", "pending", "pending_accept", "pending_connect", "connecting")
+    state_maps: tuple[str, ...] = ("socks", "pending", "pending_accept", "pending_connect", "connecting",
+                                    "peer_wanted")
 
     def __init__(self) -> None:
         self.preexisting_sockets = 0
@@ -41,7 +42,7 @@ class SocketProbes(ProbeSet):
         self.pending_in_task_storage = choice == "task" or (choice == "auto" and task_storage_usable())
         if self.pending_in_task_storage:
             # Freed with each thread by the kernel, and not listable: nothing to watch.
-            self.state_maps = ("socks", "pending_accept", "pending_connect", "connecting")
+            self.state_maps = ("socks", "pending_accept", "pending_connect", "connecting", "peer_wanted")
         return None
 
     def cflags(self) -> list[str]:
@@ -67,13 +68,18 @@ class SocketProbes(ProbeSet):
         # Sockets open before we started (keep-alive connections of a running
         # server): give them ids now; the kernel counts on from there.
         socks = bpf[b"socks"]
+        peer_wanted = bpf[b"peer_wanted"]
         next_id = 1
         for pid in ctx.pids:
             # The pid's own outbound connections are clients: their writes are requests.
             clients = target_procs.connected_socket_fds(pid)
+            tcp = target_procs.tcp_connection_fds(pid)
             for fd in target_procs.socket_fds(pid):
-                socks[socks.Key(pid=pid, fd=fd)] = socks.Leaf(conn_id=next_id, http_seen=0,
-                                                              client=int(fd in clients))
+                key = socks.Key(pid=pid, fd=fd)
+                socks[key] = socks.Leaf(conn_id=next_id, http_seen=0, client=int(fd in clients))
+                if fd in tcp and fd not in clients:
+                    # Their peer is named by the kernel at their next read (peer_wanted).
+                    peer_wanted[peer_wanted.Key(pid=pid, fd=fd)] = ctypes.c_uint64(next_id)
                 next_id += 1
         # Reads the targets' threads sit in now, which read_exit could not
         # otherwise tell from reads begun after attach (sock.bpf.c); the

@@ -211,9 +211,9 @@ def traced(request, recorded):
 def pairs(traced: dict) -> list[tuple[dict, dict, dict]]:
     """(what the client asked, what the server logged, what the tracer recorded).
     The client sends one request at a time, so all three are in the same order
-    (Node and the C server accept without asking the peer's address, so the
-    tracer cannot pair by port; the connections must still be the client's:
-    one per path on keep-alive stacks, one per request otherwise)."""
+    (paired by order, not by the peer's port, which test_each_request_names_its_client
+    checks; the connections must still be the client's: one per path on keep-alive
+    stacks, one per request otherwise)."""
     recorded = sorted(traced["report"]["requests"], key=lambda r: r["t_ingress_ns"])
     out = list(zip(traced["asked"], traced["served"], recorded, strict=True))
     for asked, served, rec in out:
@@ -234,6 +234,17 @@ def test_every_request_is_found_complete_with_exact_chunk_counts(traced):
         assert rec["streaming"]
         assert rec["transport"] == ("tls" if traced["tls"] else "socket")
     assert traced["report"]["lost_events"] == 0
+
+
+def test_each_request_names_its_client(traced):
+    """The peer is the client's own address, as the server saw it (its log's peer_port),
+    on every stack: Node (libuv) and the C server accept() without an address buffer, so
+    theirs is named by the kernel at the connection's first read (over TLS too, where
+    that read is ciphertext); Go and uvicorn ask accept() for it."""
+    for _, served, rec in pairs(traced):
+        assert rec["peer"] == f"127.0.0.1:{served['peer_port']}", (traced["stack"], rec["conn"])
+    for conn in traced["report"]["connections"]:
+        assert conn["family"] == "ipv4" and conn["peer"] is not None, conn
 
 
 def test_tls_requests_keep_their_socket(traced):
