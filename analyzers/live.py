@@ -63,8 +63,6 @@ COUNTED_KINDS = (locks.WaitKind.LOCK, locks.WaitKind.GIL)  # what mutex.wait.rat
 # Socket events go to the ingest stage in batches of at most this many (each
 # batch in completion order), so memory does not grow with --interval.
 SOCKET_BATCH = 4096
-# A scrape's request is read by the server within this of the time the scraper noted for it.
-SCRAPE_MATCH_NS = 2_000_000_000
 
 
 class LiveLocks:
@@ -135,8 +133,6 @@ class LiveWindow:
         self.locks = lock_waits
         self.gauge_source: str | None = None
         self.scraper_ports: set[int] = set()  # our own scrapes of the engine's /metrics: not traffic
-        self.scrape_path: str | None = None
-        self._scrape_times: deque[int] = deque(maxlen=64)
 
     def feed(self, ev: Event) -> None:
         self.events += 1
@@ -161,10 +157,6 @@ class LiveWindow:
         """One scrape of the engine's /metrics (collector/engine_scrape.py). The
         server's own probes, when it fires them, win: they are exact, not sampled."""
         self.scraper_ports.update(scrape.get("local_ports") or ())
-        url = str(scrape.get("url", ""))
-        rest = url.split("://", 1)[-1]
-        self.scrape_path = "/" + rest.split("/", 1)[1] if "/" in rest else "/"
-        self._scrape_times.append(int(scrape.get("t_ns", 0)))
         if self.gauge_source == "usdt":
             return
         values = gauge_values(scrape["samples"])
@@ -176,16 +168,10 @@ class LiveWindow:
             self.gauge_source = "engine_metrics"
 
     def _is_own_scrape(self, req: Request) -> bool:
-        """By the scraper's port; where the peer's address was not seen (a server
-        that accepts without an address buffer), a GET of the scraped path read
-        within SCRAPE_MATCH_NS of one of our scrapes."""
+        """By the scraper's own socket: the server's peer is our local port (never by
+        path: another client's GET /metrics is counted like any request)."""
         conn = self._ingest.sessionizer.connections.get(req.conn)
-        if conn is None:
-            return False
-        if conn.peer_port is not None:
-            return conn.peer_port in self.scraper_ports
-        return (req.method == "GET" and req.path == self.scrape_path
-                and any(abs(t - req.t_ingress_ns) <= SCRAPE_MATCH_NS for t in self._scrape_times))
+        return conn is not None and conn.peer_port in self.scraper_ports
 
     def _ingest_socket_events(self) -> None:
         self._ingest.feed_decoded(self._socket_events)
@@ -196,7 +182,7 @@ class LiveWindow:
         self._ingest_socket_events()
         started, _ended = self._ingest.harvest()  # the window keeps its own references
         for req in started:
-            if self.scrape_path is not None and self._is_own_scrape(req):
+            if self.scraper_ports and self._is_own_scrape(req):
                 continue
             self.total_requests += 1
             self._arrivals.append(req.t_ingress_ns)

@@ -7,7 +7,6 @@ Every analyzer runs here, once, and its result is kept in the ReportData
 
 from __future__ import annotations
 
-import bisect
 from dataclasses import dataclass, field
 
 from inferprobe.analyzers import client_calls, no_requests, unread_traffic, verdict
@@ -87,40 +86,15 @@ class ReportData:
         return self.recording.lost_events
 
 
-# A scrape's request is read by the server within this of the midpoint the scraper noted.
-SCRAPE_MATCH_NS = 2_000_000_000
-
-
 def scraper_connections(requests: list[Request], connections: dict[int, Connection],
                         summary: EngineMetricsSummary) -> set[int]:
-    """The connections the recorder itself opened to scrape the engine's metrics.
-
-    Told by the scraper's local port where the tracer saw the peer's address;
-    where it did not (a server that accepts with no address buffer, as
-    llama-server's HTTP library does), by what the connection carried: only GETs
-    of the scraped path, each read close to one of the scrapes' times."""
-    by_conn: dict[int, list[Request]] = {}
-    for r in requests:
-        by_conn.setdefault(r.conn, []).append(r)
-    times = sorted(summary.scrape_times_ns)
-    own = set()
-    for cid, reqs in by_conn.items():
-        conn = connections.get(cid)
-        if conn is None:
-            continue
-        if conn.peer_port is not None:
-            if conn.peer_port in summary.scraper_ports:
-                own.add(cid)
-            continue
-        if times and all(r.method == "GET" and r.path == summary.path
-                         and _near(times, r.t_ingress_ns, SCRAPE_MATCH_NS) for r in reqs):
-            own.add(cid)
-    return own
-
-
-def _near(sorted_times: list[int], t: int, within: int) -> bool:
-    i = bisect.bisect_left(sorted_times, t)
-    return any(abs(sorted_times[j] - t) <= within for j in (i - 1, i) if 0 <= j < len(sorted_times))
+    """The connections the recorder itself opened to scrape the engine's metrics,
+    told by the scraper's own socket: the server's peer is the scraper's local port.
+    Never by what they carried: another client's GET of the same path is traffic
+    like any other. The peer is known for every connection accepted while recording
+    (at accept, or at its first read where the accept took no address)."""
+    return {r.conn for r in requests
+            if (conn := connections.get(r.conn)) is not None and conn.peer_port in summary.scraper_ports}
 
 
 def without_scrapes(requests: list[Request], connections: dict[int, Connection],

@@ -379,8 +379,10 @@ def record(pids, all_hosts, ports, comm, cgroup, duration, output, ringbuf_mb,
         if live is not None:
             final["export"] = live.close(counters["events_lost"])
         writer.close(final)
+        # The kernel counts every request line it read, ours too: say how many were ours.
+        own = f" ({scraper.stats.scrapes} of them our own metric scrapes)" if scraper is not None else ""
         click.echo(
-            f"inferprobe: wrote {output}: {counters['requests']} requests, {reader.events} events, "
+            f"inferprobe: wrote {output}: {counters['requests']} requests{own}, {reader.events} events, "
             f"{counters['events_lost']} lost ({end_reason})"
         )
         if live is not None and "otlp" in final["export"]:

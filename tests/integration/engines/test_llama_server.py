@@ -8,6 +8,7 @@ through llama_decode, one through llama_process (docs/engines.md)."""
 
 from __future__ import annotations
 
+import http.client
 import threading
 import time
 from pathlib import Path
@@ -63,35 +64,45 @@ def _concurrently(server: LlamaServer, n_predict: int) -> list[dict]:
     return results
 
 
+def _get_metrics(port: int) -> int:
+    """Another client's GET /metrics (a Prometheus of the team's own, say): its local port."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    conn.connect()
+    local_port = conn.sock.getsockname()[1]
+    conn.request("GET", "/metrics")
+    assert conn.getresponse().read()
+    conn.close()
+    return local_port
+
+
 def _record(binary: Path, tmp_path: Path, slots: int, n_predict: int):
     server = LlamaServer(binary, slots, tmp_path / "llama-server.log")
     try:
         server.complete("warm up", 4)  # the first call allocates buffers: keep it out of the recording
         rec = Recorder([server.proc.pid], tmp_path / "llama.ipr", "-d", "60")
         results = _concurrently(server, n_predict)
+        others = [_get_metrics(server.port) for _ in range(2)]
         time.sleep(0.6)  # two more scrapes of the engine's /metrics after the last request
         out, err = rec.stop()
     finally:
         server.stop()
     recording = read_recording(tmp_path / "llama.ipr")
-    return report_data.build(recording), results, out + err
+    return report_data.build(recording), results, out + err, others
 
 
 def _completions(data, results: list[dict]) -> list:
-    """The recorded POSTs, each beside the client's result: by the client's
-    port where the tracer saw the peer, else in arrival order (the clients
-    start 50 ms apart)."""
+    """The recorded POSTs, each beside the client's result, by the client's port:
+    cpp-httplib accepts without the peer's address, and the kernel names it at the
+    connection's first read (bpf/sock.bpf.c, peer_wanted)."""
     conns = {c.conn_id: c for c in data.connections}
-    posts = sorted((r for r in data.requests if r.method == "POST"), key=lambda r: r.t_ingress_ns)
+    posts = [r for r in data.requests if r.method == "POST"]
     assert len(posts) == len(results), posts
-    if all(conns[r.conn].peer_port is not None for r in posts):
-        by_port = {conns[r.conn].peer_port: r for r in posts}
-        return [by_port[res["port"]] for res in results]
-    return posts
+    by_port = {conns[r.conn].peer_port: r for r in posts}
+    return [by_port[res["port"]] for res in results]
 
 
 def test_phases_agree_with_llama_cpps_own_timings_and_the_queue_shows(llama_server_bin, tmp_path):
-    data, results, output = _record(llama_server_bin, tmp_path, slots=1, n_predict=24)
+    data, results, output, others = _record(llama_server_bin, tmp_path, slots=1, n_predict=24)
     active = data.probe_sets["active"]
     assert "llama" in active, (data.probe_sets, output)
     version = llama_server_bin.parent.parent.name
@@ -130,12 +141,16 @@ def test_phases_agree_with_llama_cpps_own_timings_and_the_queue_shows(llama_serv
     assert em is not None and em.engine == "llamacpp"
     assert em.peak("scheduler_queue_length") >= 1
     assert em.peak("running_requests") == 1
-    # and the recorder's scrapes are not counted as the server's requests
-    assert all(r.path != "/metrics" for r in data.requests)
+    # The recorder's scrapes are not counted as the server's requests, told by their
+    # socket: another client's GETs of the same path are, each with its own port.
+    conns = {c.conn_id: c for c in data.connections}
+    scrapes = [r for r in data.requests if r.path == "/metrics"]
+    assert sorted(conns[r.conn].peer_port for r in scrapes) == sorted(others), (scrapes, others)
+    assert "our own metric scrapes" in output and em.scraper_ports.isdisjoint(others)
 
 
 def test_two_slots_batch_two_sequences_and_the_third_client_waits(llama_server_bin, tmp_path):
-    data, results, output = _record(llama_server_bin, tmp_path, slots=2, n_predict=24)
+    data, results, output, _ = _record(llama_server_bin, tmp_path, slots=2, n_predict=24)
     reqs = _completions(data, results)
     for res, req in zip(results, reqs, strict=True):
         s = req.server
