@@ -18,6 +18,7 @@ count, so a segment the tracer missed cannot shift the later matches.
 
 from __future__ import annotations
 
+import ipaddress
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -403,18 +404,41 @@ def slow_reader_finding(c: ConnectionNetwork) -> Finding | None:
     )
 
 
+def is_loopback(peer: str | None) -> bool:
+    """A peer on this host's loopback (127/8, ::1, or 127/8 mapped into IPv6)."""
+    if peer is None:
+        return False
+    try:
+        address = ipaddress.ip_address(peer)
+    except ValueError:
+        return False
+    mapped = getattr(address, "ipv4_mapped", None)
+    return (mapped or address).is_loopback
+
+
 def retransmit_finding(c: ConnectionNetwork) -> Finding | None:
     total = max(c.tcp_info_series("retrans_total"), default=0)
     if not c.retransmits and not total:
         return None
+    loopback = is_loopback(c.peer)
+    if loopback:
+        # No link, no qdisc between the two ends: a segment is resent when the receiver
+        # dropped it (its receive queue or backlog full, a client reading late) or a
+        # timer fired before its ACK (a tail-loss probe, an RTO on a stalled reader).
+        recommendation = ("the client is on this host, over loopback, where nothing is lost in transit: "
+                          "the receiver's queue was full or its ACK late; look at how promptly the client "
+                          "reads (see slow_reader), not at the network")
+    else:
+        recommendation = ("packets are lost between server and client: check interface and qdisc drops "
+                          "(ip -s link, tc -s qdisc) and the path; retransmissions are not the server's "
+                          "doing")
     return Finding(
         kind="retransmits",
         source="network",
         conn_id=c.conn_id,
         sentence=f"{max(c.retransmits, total)} segments were retransmitted: each costs at least an RTT",
-        figures={"retransmit_events": c.retransmits, "tcp_info_retrans_total": total},
-        recommendation=("packets are lost between server and client: check interface and qdisc drops "
-                        "(ip -s link, tc -s qdisc) and the path; retransmissions are not the server's doing"),
+        figures={"retransmit_events": c.retransmits, "tcp_info_retrans_total": total, "loopback": loopback},
+        recommendation=recommendation,
     )
 
 
