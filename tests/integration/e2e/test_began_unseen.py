@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from inferprobe.collector.events import HttpFlag, HttpKind
+from inferprobe.collector.events import EventType, HttpFlag, HttpKind
 from inferprobe.collector.probe_sets.sockets import task_pt_regs_usable
 
 from tests.support.kernel import KernelCapture, bytes_moved, needs_root
@@ -77,6 +77,7 @@ def connect_until_worker_blocks(server) -> tuple[int, socket.socket, int]:
 def test_a_request_read_blocked_at_attach_is_recorded(python_script):
     server = python_script(SERVER, str(len(REQUEST)), RESPONSE.hex())
     _, client, worker = connect_until_worker_blocks(server)
+    client_port = client.getsockname()[1]
 
     with KernelCapture(server.pid) as capture:  # the worker is inside recv() all along
         sent_ns = time.monotonic_ns()
@@ -101,6 +102,10 @@ def test_a_request_read_blocked_at_attach_is_recorded(python_script):
     assert first.ts_ns == first.exit_ns, "an unseen start stands at the exit"
     assert sent_ns <= first.exit_ns <= answered_ns
     assert len({e.conn_id for e in io}) == 1 and first.conn_id != 0
+    # open at attach, so no accept told its peer: the kernel names it once, at the first read
+    peers = [e for e in events if e.type == EventType.CONN_PEER and e.pid == server.pid]
+    assert [(p.conn_id, p.peer_port, p.peer_addr[:4]) for p in peers] == [
+        (first.conn_id, client_port, socket.inet_aton("127.0.0.1"))]
     assert counters["events_lost"] == 0
 
 
