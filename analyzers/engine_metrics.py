@@ -13,6 +13,8 @@ document (docs/engines.md has the table and where each comes from):
                            before it), sglang:token_usage
   TTFT histogram           vllm:time_to_first_token_seconds,
                            sglang:time_to_first_token_seconds
+  per-request phases       vllm:request_{queue,prefill,decode}_time_seconds,
+                           tgi_request_{queue,inference}_duration
 
 batch_stall_duration_seconds has no counterpart in any of them (no engine
 publishes the gap between two steps): stalls come from USDT or engine uprobes.
@@ -51,6 +53,17 @@ ENGINE_TTFT: dict[str, str] = {
     "vllm:time_to_first_token_seconds": "vllm",
     "sglang:time_to_first_token_seconds": "sglang",
 }
+# histogram family -> (engine, phase): the engine's own time per request in each phase
+# of its TTFT and after, observed as each request ends (vLLM V1's request-level
+# histograms; TGI's queue and inference durations). SGLang and llama.cpp publish none.
+QUEUE_PHASE, PREFILL_PHASE, DECODE_PHASE, INFERENCE_PHASE = "queue", "prefill", "decode", "inference"
+ENGINE_PHASES: dict[str, tuple[str, str]] = {
+    "vllm:request_queue_time_seconds": ("vllm", QUEUE_PHASE),
+    "vllm:request_prefill_time_seconds": ("vllm", PREFILL_PHASE),
+    "vllm:request_decode_time_seconds": ("vllm", DECODE_PHASE),
+    "tgi_request_queue_duration": ("tgi", QUEUE_PHASE),
+    "tgi_request_inference_duration": ("tgi", INFERENCE_PHASE),
+}
 ENGINE_PREFIXES = {"vllm:": "vllm", "sglang:": "sglang", "llamacpp:": "llamacpp", "tgi_": "tgi"}
 
 
@@ -78,6 +91,10 @@ class HistogramDelta:
     buckets: tuple[tuple[float, float], ...]  # (upper bound, cumulative count), +Inf last
     count: float
     sum: float
+
+    @property
+    def mean(self) -> float | None:
+        return self.sum / self.count if self.count > 0 else None
 
     def quantile_bounds(self, q: float) -> tuple[float, float] | None:
         """The bucket [lower, upper] holding the q-quantile; None without observations."""
@@ -116,6 +133,7 @@ class EngineMetricsSummary:
     t_last_ns: int
     series: dict[str, GaugeSeries] = field(default_factory=dict)  # gauge -> series
     ttft: HistogramDelta | None = None
+    phases: dict[str, HistogramDelta] = field(default_factory=dict)  # ENGINE_PHASES' phase -> its growth
     scraper_ports: frozenset[int] = frozenset()  # our own connections to the engine
     scrape_times_ns: tuple[int, ...] = ()  # when each scrape was answered (midpoints)
     stats: dict = field(default_factory=dict)  # the scraper's counters at the stop
@@ -170,16 +188,33 @@ def _histogram(samples: Sequence[Sequence], family: str) -> tuple[dict[float, fl
     return (buckets, count, total) if seen else None
 
 
+def histogram_delta(first: Sequence[Sequence], last: Sequence[Sequence],
+                    family: str) -> HistogramDelta | None:
+    """A histogram family's growth over the recording (last scrape - first); None if not published."""
+    end = _histogram(last, family)
+    if end is None:
+        return None
+    start = _histogram(first, family) or ({}, 0.0, 0.0)
+    buckets = tuple((le, end[0][le] - start[0].get(le, 0.0)) for le in sorted(end[0]))
+    return HistogramDelta(family, buckets, end[1] - start[1], end[2] - start[2])
+
+
 def ttft_delta(first: Sequence[Sequence], last: Sequence[Sequence]) -> HistogramDelta | None:
     """The engine's TTFT histogram over the recording (last scrape - first)."""
     for family in ENGINE_TTFT:
-        end = _histogram(last, family)
-        if end is None:
-            continue
-        start = _histogram(first, family) or ({}, 0.0, 0.0)
-        buckets = tuple((le, end[0][le] - start[0].get(le, 0.0)) for le in sorted(end[0]))
-        return HistogramDelta(family, buckets, end[1] - start[1], end[2] - start[2])
+        if (delta := histogram_delta(first, last, family)) is not None:
+            return delta
     return None
+
+
+def phase_deltas(first: Sequence[Sequence], last: Sequence[Sequence]) -> dict[str, HistogramDelta]:
+    """The engine's own per-request phase histograms that grew while recording, by phase."""
+    out = {}
+    for family, (_engine, phase) in ENGINE_PHASES.items():
+        delta = histogram_delta(first, last, family)
+        if delta is not None and delta.count > 0 and phase not in out:
+            out[phase] = delta
+    return out
 
 
 def summarize(scrapes: Sequence[dict], final_stats: dict | None = None) -> EngineMetricsSummary | None:
@@ -202,5 +237,6 @@ def summarize(scrapes: Sequence[dict], final_stats: dict | None = None) -> Engin
         t_first_ns=good[0]["t_ns"], t_last_ns=good[-1]["t_ns"],
         series={g: GaugeSeries(g, metric, tuple(pts)) for g, (metric, pts) in points.items()},
         ttft=ttft_delta(good[0]["samples"], good[-1]["samples"]) if len(good) > 1 else None,
+        phases=phase_deltas(good[0]["samples"], good[-1]["samples"]) if len(good) > 1 else {},
         scraper_ports=frozenset(ports), scrape_times_ns=tuple(s["t_ns"] for s in good),
         stats=dict(final_stats or {}))

@@ -15,6 +15,8 @@ from inferprobe.analyzers.breakdown import (
     Breakdown,
 )
 from inferprobe.analyzers.cadence import percentile
+from inferprobe.analyzers.engine_metrics import EngineMetricsSummary
+from inferprobe.analyzers.engine_ttft import engine_advice, engine_ttft_view
 from inferprobe.analyzers.findings import Finding
 from inferprobe.analyzers.timeseries import TimeSeries
 from inferprobe.analyzers.units import ms_text
@@ -103,8 +105,8 @@ def _median_view(decomp: Breakdown, p99_phase: str) -> str:
     return f" (at p50, {round(ns / p50.ttft_ns * 100)} % is {phase.replace('_', ' ')})"
 
 
-def ttft_phase_finding(decomp: Breakdown, series: TimeSeries | None,
-                       active: Collection[str] = ()) -> Finding | None:
+def ttft_phase_finding(decomp: Breakdown, series: TimeSeries | None, active: Collection[str] = (),
+                       engine: EngineMetricsSummary | None = None) -> Finding | None:
     p99 = next((b for b in decomp.ttft if b.label == "p99"), None)
     if p99 is None or p99.ttft_ns <= 0:
         return None
@@ -116,10 +118,18 @@ def ttft_phase_finding(decomp: Breakdown, series: TimeSeries | None,
     if decomp.source == SOURCE_SOCKETS:
         where = SOCKET_PHASE_WORDS.get(phase, f"is in the phase '{phase}'")
         sentence = f"{head} {where}{median}{queue}."
-        recommendation = (
-            "Load the server's inferprobe USDT probes (import inferprobe.probes) to split queueing "
-            "from prefill; if requests queue, raise the maximum batch size or add capacity."
-        )
+        # The sockets cannot split it; an engine that publishes its own per-request phases can,
+        # and a known engine takes its own flags, not inferprobe's probes.
+        if (view := engine_ttft_view(engine)) is not None:
+            sentence = f"{head} {where}{median}{queue}; {view.sentence()}."
+            recommendation = view.recommendation()
+        elif (advice := engine_advice(engine)) is not None:
+            recommendation = advice[0].upper() + advice[1:]
+        else:
+            recommendation = (
+                "Load the server's inferprobe USDT probes (import inferprobe.probes) to split queueing "
+                "from prefill; if requests queue, raise the maximum batch size or add capacity."
+            )
     else:
         meanings = (ENGINE_UPROBE_PHASE_MEANING if "llama" in active and "usdt" not in active
                     else PHASE_MEANING)
@@ -166,8 +176,9 @@ def itl_stall_finding(requests: Sequence[Request], active: Collection[str] = ())
 
 
 def core_findings(requests: Sequence[Request], decomp: Breakdown,
-                  series: TimeSeries | None, active: Collection[str] = ()) -> list[Finding]:
+                  series: TimeSeries | None, active: Collection[str] = (),
+                  engine: EngineMetricsSummary | None = None) -> list[Finding]:
     """active: the probe sets the recording had, so a finding another set
-    would explain names the flag that turns it on."""
-    found = [ttft_phase_finding(decomp, series, active), itl_stall_finding(requests, active)]
+    would explain names the flag that turns it on; engine: its own /metrics, scraped."""
+    found = [ttft_phase_finding(decomp, series, active, engine), itl_stall_finding(requests, active)]
     return [f for f in found if f is not None]
