@@ -348,13 +348,21 @@ class ContendedLock:
     how: str
 
 
+GIL_KEY = -1  # top_locks' group of a process's GIL waits, whatever futex word each was on
+
+
 def top_locks(waits: Sequence[ClassifiedWait], snapshot: dict | None, limit: int = 10) -> list[ContendedLock]:
+    """The most waited-on locks. A process's GIL is one lock, though its waits fall on
+    several futex words (CPython's GIL is a mutex and condition variables side by side:
+    one GIL read as 3-4 "locks"); every other lock is its futex word."""
     groups: dict[tuple[int, int], list[ClassifiedWait]] = defaultdict(list)
     for cw in waits:
-        groups[(cw.wait.pid, cw.wait.uaddr)].append(cw)
+        groups[(cw.wait.pid, GIL_KEY if cw.kind == WaitKind.GIL else cw.wait.uaddr)].append(cw)
     totals = {(a["pid"], a["uaddr"]): a for a in (snapshot or {}).get("addresses", [])}
     out = []
-    for (pid, uaddr), group in groups.items():
+    for (pid, key), group in groups.items():
+        words = Counter(cw.wait.uaddr for cw in group)
+        uaddr = key if key != GIL_KEY else words.most_common(1)[0][0]
         kinds = Counter(cw.kind for cw in group)
         kind = kinds.most_common(1)[0][0]
         if kind not in (WaitKind.LOCK, WaitKind.GIL):
@@ -362,7 +370,13 @@ def top_locks(waits: Sequence[ClassifiedWait], snapshot: dict | None, limit: int
         durations = [cw.wait.duration_ns for cw in group]
         waiter = Counter(cw.frames for cw in group).most_common(1)[0][0]
         wakers = Counter(cw.waker_frames for cw in group if cw.waker_frames)
-        kernel = totals.get((pid, uaddr))
+        # the kernel's totals are per futex word: a GIL's are the sum over its words
+        found = [totals[(pid, word)] for word in words if (pid, word) in totals]
+        kernel = ({"waits": sum(k["waits"] for k in found), "wait_ns": sum(k["wait_ns"] for k in found)}
+                  if found else None)
+        how = Counter(cw.how for cw in group).most_common(1)[0][0]
+        if len(words) > 1:
+            how += f" ({len(words)} futex words: its mutex and condition variables)"
         out.append(ContendedLock(
             pid=pid, uaddr=uaddr, kind=kind, waits=len(group), total_wait_ns=sum(durations),
             p99_wait_ns=cast(int, percentile(durations, 99)),  # a group is never empty
@@ -371,7 +385,7 @@ def top_locks(waits: Sequence[ClassifiedWait], snapshot: dict | None, limit: int
             all_wait_ns=kernel["wait_ns"] if kernel else None,
             waiter_frames=waiter,
             waker_frames=wakers.most_common(1)[0][0] if wakers else (),
-            how=Counter(cw.how for cw in group).most_common(1)[0][0],
+            how=how,
         ))
     out.sort(key=lambda lk: -lk.total_wait_ns)
     return out[:limit]

@@ -110,3 +110,23 @@ def test_span_lists_its_lock_waits_clipped_to_the_request():
     span = locks.analyze([r], waits, None).of(r)
     assert span.lock_waits == ((100, 150, "lock", "0x10"),)
     assert span.lock_wait_ns == sum(w.end_ns - w.start_ns for w in span.lock_waits)
+
+
+def test_one_gil_on_several_futex_words_is_one_lock():
+    """CPython's GIL is a mutex and condition variables side by side: waits on any of its
+    words are the one GIL; a lock's waits stay its own word's."""
+    def cw(uaddr: int, kind: locks.WaitKind, duration: int) -> locks.ClassifiedWait:
+        return locks.ClassifiedWait(_wait(1, 0, duration, uaddr=uaddr), kind, "frames: take_gil"
+                                    if kind == locks.WaitKind.GIL else "frames: pthread_mutex_lock", (), ())
+
+    gil = [cw(0x1000, locks.WaitKind.GIL, 5), cw(0x1008, locks.WaitKind.GIL, 7),
+           cw(0x1030, locks.WaitKind.GIL, 9), cw(0x1008, locks.WaitKind.GIL, 1)]
+    mutex = [cw(0x2000, locks.WaitKind.LOCK, 4), cw(0x2040, locks.WaitKind.LOCK, 3)]
+    snapshot = {"addresses": [{"pid": 1, "uaddr": 0x1000, "waits": 10, "wait_ns": 50},
+                              {"pid": 1, "uaddr": 0x1008, "waits": 4, "wait_ns": 20}]}
+    top = locks.top_locks(gil + mutex, snapshot)
+    assert [(lk.kind, lk.uaddr, lk.waits, lk.total_wait_ns) for lk in top] == [
+        (locks.WaitKind.GIL, 0x1008, 4, 22), (locks.WaitKind.LOCK, 0x2000, 1, 4),
+        (locks.WaitKind.LOCK, 0x2040, 1, 3)]
+    assert (top[0].all_waits, top[0].all_wait_ns) == (14, 70)
+    assert "3 futex words" in top[0].how and "futex words" not in top[1].how
