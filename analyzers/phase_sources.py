@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from inferprobe.analyzers.engine_metrics import OCCUPANCY
 from inferprobe.analyzers.engine_metrics_section import summary_of
 from inferprobe.analyzers.sections import AnalysisInput, AnalyzerResult, AnalyzerSection, Table, source_states
 from inferprobe.collector.events import LlamaStepRecord, UsdtProbe, UsdtRecord
@@ -36,6 +37,18 @@ def gauge_sources(inp: AnalysisInput) -> list[str]:
     return found
 
 
+def occupancy_sources(inp: AnalysisInput) -> list[str]:
+    """Where token_occupancy_ratio came from: the server's kv_usage probe, or an engine
+    that publishes its KV-cache use (llama.cpp's steps do not say it)."""
+    found = []
+    if any(isinstance(e, UsdtRecord) and e.probe == UsdtProbe.KV_USAGE for e in inp.events):
+        found.append("usdt")
+    summary = summary_of(inp.recording)
+    if summary is not None and OCCUPANCY in summary.series:
+        found.append("engine_metrics")
+    return found
+
+
 def analyze(inp: AnalysisInput) -> AnalyzerResult | None:
     if not inp.requests:
         return None
@@ -52,6 +65,7 @@ def analyze(inp: AnalysisInput) -> AnalyzerResult | None:
                       columns=("source", "requests", "phases it gives"), rows=rows),
                 Table(caption="Scheduler gauges", columns=("gauge", "from"),
                       rows=(("scheduler_queue_length, running requests", ", ".join(gauges) or "none"),
+                            ("token_occupancy_ratio", ", ".join(occupancy_sources(inp)) or "none"),
                             ("batch_stall_duration_seconds",
                              ", ".join(g for g in gauges if g != "engine_metrics") or "none")))),
         notes=("engine_uprobes ties a request to the sequence that started next in order: a request the "

@@ -32,6 +32,18 @@ def test_engine_uprobe_requests_and_socket_only_ones_are_counted_apart():
     assert by_source == {"engine_uprobes": "1", "sockets only": "1"}
     gauges = dict(result.section.tables[1].rows)
     assert gauges["batch_stall_duration_seconds"] == "engine_uprobes"
+    assert gauges["token_occupancy_ratio"] == "none"  # llama.cpp's steps do not say it
+
+
+def test_occupancy_comes_from_an_engine_that_publishes_its_kv_use():
+    samples = [["vllm:kv_cache_usage_perc", {"engine": "0"}, 0.42], ["vllm:num_requests_waiting", {}, 1.0]]
+    scrapes = [{"t_ns": t, "url": "http://h:8000/metrics", "samples": samples} for t in (1, 2)]
+    recording = Recording(path=Path("r.ipr"), meta={}, engine_scrapes=scrapes)
+    result = analyze(AnalysisInput(recording=recording, requests=[_req(1, 50)], events=[]))
+    assert result is not None and result.section is not None
+    gauges = dict(result.section.tables[1].rows)
+    assert gauges["token_occupancy_ratio"] == "engine_metrics"
+    assert gauges["scheduler_queue_length, running requests"] == "engine_metrics"
 
 
 def test_the_verdict_names_the_queue_phase_as_the_engine_uprobes_measure_it():
