@@ -30,6 +30,14 @@ def explain(recording: Recording, requests: Sequence[Request],
         return (f"No HTTP request: pid {pids} held no listening socket and made no outbound HTTP/1.x call "
                 f"while recording{where} (inferprobe sees the requests a process serves and the calls it "
                 "makes; a batch job shows only its locks, stacks, GPU calls and off-CPU time).")
+    hint = meta.get("listening_ancestor")
+    if hint and hint.get("shared") and not any(c.role == "server" for c in connections):
+        # An engine's child (vLLM's EngineCore) inherits its parent's listening socket
+        # and talks to it over IPC: its connections are no sign of TLS or HTTP/2.
+        return (f"No HTTP request: pid {pids} accepted no connection while recording; its listening "
+                f"socket ({', '.join(meta.get('listening', []))}) is inherited from PID {hint['pid']}, the "
+                f"{hint['relation']} of the one you gave, which holds it too and serves it: "
+                f"record -p {hint['pid']} (or -p both).")
     skipped = recording.counter("io_skipped")
     if connections or skipped:
         libraries = unread_traffic.unhooked_tls(recording)
@@ -39,8 +47,10 @@ def explain(recording: Recording, requests: Sequence[Request],
                "Go's crypto/tls: `inferprobe doctor -p PID` says what it found), HTTP/2 or gRPC connections "
                "opened before the recorder attached (their preface went unseen: reconnect the clients), "
                "or not HTTP")
+        ipc = unread_traffic.local_ipc_connections(recording)
+        also = f" ({ipc} more were Unix-socket IPC between processes)" if ipc else ""
         return (f"No HTTP/1.x request recognised, though {len(connections)} connection(s) were accepted, "
-                f"{unread_traffic.unread_connections(recording)} moved bytes nothing recognised, and "
+                f"{unread_traffic.unread_connections(recording)} moved bytes nothing recognised{also}, and "
                 f"{skipped} reads and writes on connections without a request line were dropped in "
                 f"the kernel: {why}.")
     return (f"No connection was accepted by pid {pids} while recording: the server was idle. "

@@ -54,21 +54,30 @@ def _clock_offset_ns() -> int:
 
 
 def _listening_ancestor(pids: list[int]) -> dict | None:
+    """The ancestor that serves where the targets do not: one that listens while they do not,
+    or one that holds the very listening sockets they only inherited ("shared")."""
     if target_procs.listening_sockets(pids):
-        return None
+        shared = target_procs.sharing_ancestor(pids)
+        return None if shared is None else {"pid": shared[0], "relation": shared[1], "shared": True}
     found = target_procs.listening_ancestor(pids)
     return None if found is None else {"pid": found[0], "relation": found[1]}
 
 
 def _no_listener_note(meta: dict) -> str | None:
     """One line for a target that serves nothing (yet): a batch job, a client, or the wrong pid."""
+    hint = meta.get("listening_ancestor")
     if meta["listening"]:
+        if hint and hint.get("shared"):
+            pids = ", ".join(str(t["pid"]) for t in meta["targets"])
+            return (f"pid {pids} only shares its listening socket with PID {hint['pid']}, its "
+                    f"{hint['relation']}: if it accepts nothing (an engine's worker, such as vLLM's "
+                    f"EngineCore), the process that serves HTTP is PID {hint['pid']} "
+                    f"(record -p {hint['pid']})")
         return None
     pids = ", ".join(str(t["pid"]) for t in meta["targets"])
     note = (f"pid {pids} holds no listening socket: its outbound HTTP calls are recorded (client role), "
             "requests it serves appear once it listens; its threads' locks, stacks, GPU calls and "
             "off-CPU time are recorded as usual")
-    hint = meta.get("listening_ancestor")
     if hint:
         note += f" (the listening process is PID {hint['pid']}, the {hint['relation']} of the one you gave)"
     return note

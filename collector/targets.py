@@ -104,6 +104,17 @@ def connected_socket_fds(pid: int) -> set[int]:
     return {inodes[inode] for inode, port in established.items() if port not in listening}
 
 
+def unix_socket_fds(pid: int) -> set[int]:
+    """The fds among socket_fds(pid) that are Unix-domain sockets (/proc/<pid>/net/unix)."""
+    inodes = {inode: fd for fd, inode in _sockets(pid).items()}
+    try:
+        lines = (PROC / str(pid) / "net" / "unix").read_text().splitlines()[1:]
+    except OSError:
+        return set()
+    # Num RefCount Protocol Flags Type St Inode [Path]
+    return {inodes[int(f[6])] for line in lines if len(f := line.split()) >= 7 and int(f[6]) in inodes}
+
+
 def tcp_connection_fds(pid: int) -> set[int]:
     """The fds among socket_fds(pid) that are TCP connections (any state but listening)."""
     inodes = {inode: fd for fd, inode in _sockets(pid).items()}
@@ -159,43 +170,69 @@ def alive(pid: int) -> bool:
     return (PROC / str(pid)).is_dir()
 
 
-def listening_sockets(pids: list[int]) -> list[str]:
-    """Listening TCP and Unix stream sockets held by pids, e.g. ["tcp 127.0.0.1:8000"].
+def _listeners(pid: int) -> dict[int, str]:
+    """socket inode -> "tcp 127.0.0.1:8000" / "unix /path" for each listening TCP or Unix
+    stream socket pid holds, read from /proc/<pid>/net so that a server in another network
+    namespace (a container) is seen in its own namespace."""
+    inodes = set(_sockets(pid).values())
+    if not inodes:
+        return {}
+    found: dict[int, str] = {}
+    for name, fields in _tcp_rows(pid):
+        if fields[3] == "0A" and int(fields[9]) in inodes:
+            found[int(fields[9])] = f"{name} {_hex_address(fields[1])}"
+    try:
+        lines = (PROC / str(pid) / "net" / "unix").read_text().splitlines()[1:]
+    except OSError:
+        lines = []
+    for line in lines:
+        fields = line.split()
+        # Num RefCount Protocol Flags Type St Inode [Path]; flags 0x10000 = listening
+        if len(fields) >= 7 and int(fields[3], 16) & 0x10000 and int(fields[6]) in inodes:
+            found[int(fields[6])] = f"unix {fields[7] if len(fields) > 7 else '(unnamed)'}"
+    return found
 
-    Read from /proc/<pid>/net so that a server in another network namespace
-    (a container) is seen in its own namespace.
-    """
-    found: list[str] = []
-    for pid in pids:
-        inodes = set(_sockets(pid).values())
-        if not inodes:
-            continue
-        for name, fields in _tcp_rows(pid):
-            if fields[3] == "0A" and int(fields[9]) in inodes:
-                found.append(f"{name} {_hex_address(fields[1])}")
-        try:
-            lines = (PROC / str(pid) / "net" / "unix").read_text().splitlines()[1:]
-        except OSError:
-            lines = []
-        for line in lines:
-            fields = line.split()
-            # Num RefCount Protocol Flags Type St Inode [Path]; flags 0x10000 = listening
-            if len(fields) >= 7 and int(fields[3], 16) & 0x10000 and int(fields[6]) in inodes:
-                found.append(f"unix {fields[7] if len(fields) > 7 else '(unnamed)'}")
-    return sorted(set(found))
+
+def listening_sockets(pids: list[int]) -> list[str]:
+    """Listening TCP and Unix stream sockets held by pids, e.g. ["tcp 127.0.0.1:8000"]."""
+    return sorted({label for pid in pids for label in _listeners(pid).values()})
+
+
+ANCESTOR_NAMES = {1: "parent", 2: "grandparent"}
+
+
+def _ancestors(pid: int) -> Iterator[tuple[int, str]]:
+    """(ancestor pid, relation) from the parent up, init and kernel threads left out."""
+    ancestor, depth = _parent_of(pid), 1
+    while ancestor and ancestor > 1 and depth <= 8:
+        yield ancestor, ANCESTOR_NAMES.get(depth, "ancestor")
+        ancestor, depth = _parent_of(ancestor), depth + 1
 
 
 def listening_ancestor(pids: list[int]) -> tuple[int, str] | None:
     """The nearest ancestor of the pids that listens, and how it is related
     ("parent", "grandparent", "ancestor"): where a user who gave a worker or a
     wrapper's pid should have pointed. None when none listens."""
-    names = {1: "parent", 2: "grandparent"}
     for pid in pids:
-        ancestor, depth = _parent_of(pid), 1
-        while ancestor and ancestor > 1 and depth <= 8:
-            if listening_sockets([ancestor]):
-                return ancestor, names.get(depth, "ancestor")
-            ancestor, depth = _parent_of(ancestor), depth + 1
+        for ancestor, relation in _ancestors(pid):
+            if _listeners(ancestor):
+                return ancestor, relation
+    return None
+
+
+def sharing_ancestor(pids: list[int]) -> tuple[int, str] | None:
+    """The nearest ancestor that holds the very listening sockets the pids hold, when
+    every one they hold is also its: a child forked after its parent listened keeps
+    the socket open without serving it (vLLM's EngineCore and its workers, most
+    multiprocessing children); a pre-fork server's workers do serve it, so this is
+    only a hint, for a target that accepted nothing. None otherwise."""
+    held = {inode for pid in pids for inode in _listeners(pid)}
+    if not held:
+        return None
+    for pid in pids:
+        for ancestor, relation in _ancestors(pid):
+            if held <= set(_sockets(ancestor).values()):
+                return ancestor, relation
     return None
 
 
