@@ -66,6 +66,8 @@ class ReportData:
     no_requests: str | None = None  # why the recording holds no request (analyzers/no_requests.py)
     unread_connections: int = 0  # connections whose bytes nothing recognised (analyzers/unread_traffic.py)
     unread_traffic: str | None = None  # the same, as the sentence the report prints
+    local_ipc_connections: int = 0  # Unix-socket connections that carried no HTTP (unread_traffic.py)
+    local_ipc: str | None = None  # the same, as a note
     # The targets' outbound calls, their attempts grouped (analyzers/client_calls.py).
     client_calls: list[client_calls.ClientCall] = field(default_factory=list)
     engine_metrics: EngineMetricsSummary | None = None  # the engine's own /metrics (record --engine-metrics)
@@ -133,11 +135,15 @@ def build(recording: Recording, mutex_threshold: float = lock_analysis.DEFAULT_M
     # The server-side verdicts (where a served request's time went) read served requests
     # only: a client's outbound call spends that time in its peer (analyzers/client_section.py).
     served = [r for r in requests if r.role == "server"]
+    # The headline numbers, per endpoint, model and container are the requests served; a
+    # target's outbound calls (an engine's own OTLP exports, say) are in the client view.
+    # A process that only calls out (an application traced as a client) has its calls as them.
+    headline = served or requests
     at_ttft = requests_at_ttft_percentiles(served)
     breakdown = break_down(served, at_ttft)
     series = over_time(served, usdt, recording.meta.get("started_monotonic_ns"))
     active_sets = recording.meta.get("probe_sets", {}).get("active", {})
-    findings = FindingList(verdict.core_findings(served, breakdown, series, active_sets))
+    findings = FindingList(verdict.core_findings(served, breakdown, series, active_sets, engine_metrics))
     sections = []
     batching = advise(server, requests, target, current_setting) if server.steps else None
     inp = AnalysisInput(recording=recording, requests=requests, events=decoded, locks=locks,
@@ -152,13 +158,15 @@ def build(recording: Recording, mutex_threshold: float = lock_analysis.DEFAULT_M
     return ReportData(
         recording=recording,
         requests=requests,
-        overall=summarize(requests),
-        endpoints={ep: summarize(reqs) for ep, reqs in by_endpoint(requests).items()},
-        models={m: summarize(reqs) for m, reqs in by_model(requests).items()},
-        cgroups=by_cgroup(requests),
+        overall=summarize(headline),
+        endpoints={ep: summarize(reqs) for ep, reqs in by_endpoint(headline).items()},
+        models={m: summarize(reqs) for m, reqs in by_model(headline).items()},
+        cgroups=by_cgroup(headline),
         no_requests=no_requests.explain(recording, requests, list(ingested.connections.values())),
         unread_connections=unread_traffic.unread_connections(recording),
         unread_traffic=unread_traffic.sentence(recording),
+        local_ipc_connections=unread_traffic.local_ipc_connections(recording),
+        local_ipc=unread_traffic.local_ipc_sentence(recording),
         session=ingested.session,
         connections=sorted(ingested.connections.values(), key=lambda c: c.conn_id),
         undecodable_events=ingested.undecodable,

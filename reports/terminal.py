@@ -65,12 +65,17 @@ def render_text(data: ReportData, console: Console) -> None:
     # lost or undecodable events, why there is no request.
     for warning in tables.warnings(data):
         console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
+    for note in tables.notes(data):
+        console.print(f"note: {note}", highlight=False)
     s = data.overall
     oc = s.outcomes
+    outbound = sum(1 for r in data.requests if r.role == "client")
+    served_too = outbound < len(data.requests)  # else the calls are the requests counted
+    calls = f"  outbound calls {outbound} (not counted above)" if outbound and served_too else ""
     console.print(
         f"requests {s.requests}  (complete {oc['complete']}, aborted {oc['aborted']}, "
         f"incomplete {oc['incomplete']})  errors (status >= 400) {s.errors}  "
-        f"lost events {data.lost_events}"
+        f"lost events {data.lost_events}{calls}"
     )
     otlp = ((rec.final or {}).get("export") or {}).get("otlp")
     if otlp:
