@@ -6,7 +6,9 @@ in the kernel; the socket probes count those that moved bytes anyway (at
 close, COUNTER_CONNS_UNRECOGNISED, and at the stop for those still open).
 They are usually TLS through a library inferprobe does not hook, or HTTP/2
 and gRPC connections opened before the recorder attached (their preface was
-before it): the report names them rather than leave a silent gap.
+before it): the report names them rather than leave a silent gap. Unix-domain
+ones are counted apart (COUNTER_CONNS_LOCAL_IPC): they are processes of this
+host talking, an engine's own IPC, and no sign of TLS or HTTP/2.
 """
 
 from __future__ import annotations
@@ -18,6 +20,22 @@ def unread_connections(recording: Recording) -> int:
     """Closed and still-open connections that moved bytes nothing recognised."""
     still_open = (recording.snapshots.get("sockets") or {}).get("open_unrecognised", 0)
     return recording.counter("conns_unrecognised") + int(still_open)
+
+
+def local_ipc_connections(recording: Recording) -> int:
+    """Unix-domain connections (closed and still open) that moved bytes nothing recognised:
+    processes of this host talking among themselves (an engine's API server and its
+    EngineCore over ZMQ), counted apart so they are not taken for unhooked TLS."""
+    still_open = (recording.snapshots.get("sockets") or {}).get("open_local_ipc", 0)
+    return recording.counter("conns_local_ipc") + int(still_open)
+
+
+def local_ipc_sentence(recording: Recording) -> str | None:
+    count = local_ipc_connections(recording)
+    if not count:
+        return None
+    return (f"{count} Unix-socket connection(s) between processes of this host carried no HTTP (an engine's "
+            "own IPC, such as vLLM's ZMQ between its API server and EngineCore): not followed.")
 
 
 def unhooked_tls(recording: Recording) -> list[str]:

@@ -498,6 +498,8 @@ enum counter_index {
     COUNTER_TLS_UNTIED = 7,     /* TLS sessions whose socket could not be found: no peer, no network data */
     COUNTER_H2_LOST_SYNC = 8,   /* HTTP/2 connections whose frames could no longer be followed (bpf/http2.bpf.h) */
     COUNTER_H2_PIECES_LOST = 9, /* HTTP/2 header block pieces the h2_header_pieces ring had no room for */
+    COUNTER_CONNS_LOCAL_IPC = 10, /* Unix-domain connections that moved bytes but never a request line,
+                                   * closed or given up on: processes of this host talking (vLLM's ZMQ) */
     COUNTER_NET_QUEUED = 14,    /* segments of traced connections seen at net_dev_queue */
     COUNTER_NET_XMITTED = 15,   /* ... and again at net_dev_xmit (the rest: dropped or re-segmented) */
     COUNTER_MAX = 16,           /* room for the other probe sets' counters */

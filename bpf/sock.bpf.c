@@ -68,6 +68,7 @@ struct conn_state {
     u32 client;      /* enum conn_role: connect()ed by the target (it sends requests) or accepted */
     u32 h2;          /* it began with the HTTP/2 preface: its bytes are frames (h2_frames) */
     u32 tally_only;  /* never in socks: lookup_conn's answer for a connection only tallied (host_wide.bpf.c) */
+    u32 local_ipc;   /* a Unix-domain socket: unrecognised bytes on it are IPC of this host, not unhooked TLS */
 };
 
 enum io_dir { DIR_READ = 0, DIR_WRITE = 1, DIR_HANDSHAKE = 2 /* a TLS call that moves no plaintext */ };
@@ -481,11 +482,19 @@ static __always_inline int conn_event_submit(struct conn_event *ev)
     return 0;
 }
 
+/* The family of a user sockaddr (its first field), 0 without one. */
+static __always_inline u16 sockaddr_family(u64 addr)
+{
+    u16 family = 0;
+    if (addr)
+        bpf_probe_read_user(&family, sizeof(family), (void *)addr);
+    return family;
+}
+
 static __always_inline void fill_peer(struct conn_event *ev, u64 addr)
 {
     /* sockaddr layouts are user ABI: family first, then port (inet). */
-    u16 family = 0;
-    bpf_probe_read_user(&family, sizeof(family), (void *)addr);
+    u16 family = sockaddr_family(addr);
     ev->family = family;
     if (family == 2 /* AF_INET */ || family == 10 /* AF_INET6 */) {
         u16 port_be = 0;
@@ -544,7 +553,7 @@ static __always_inline int accept_exit(long ret)
     }
 
     struct sock_key key = {.pid = id >> 32, .fd = (s32)ret};
-    struct conn_state state = {.conn_id = conn_id};
+    struct conn_state state = {.conn_id = conn_id, .local_ipc = sockaddr_family(addr) == 1 /* AF_UNIX */};
     socks.update(&key, &state);
     socks_changed(key.pid, key.fd);
 
@@ -613,7 +622,8 @@ TRACEPOINT_PROBE(syscalls, sys_exit_connect)
     long ret = args->ret;
     if (ret == 0 || ret == -115 /* EINPROGRESS: a non-blocking connect under way */) {
         struct sock_key key = {.pid = id >> 32, .fd = call.fd};
-        struct conn_state state = {.conn_id = call.conn_id, .client = 1};
+        struct conn_state state = {.conn_id = call.conn_id, .client = 1,
+                                   .local_ipc = sockaddr_family(call.sockaddr) == 1 /* AF_UNIX */};
         socks.update(&key, &state);
         socks_changed(key.pid, key.fd);
     }
@@ -750,6 +760,7 @@ TRACEPOINT_PROBE(syscalls, sys_enter_close)
     /* A TLS session's close is its socket's: its requests end here too. */
     u32 carried_http = state->http_seen || state->tls;
     u32 unrecognised = state->unrecognised;
+    u32 local_ipc = state->local_ipc;
     u32 client = state->client;
     if (state->h2 || state->tls)   /* a TLS session's frames are walked under its socket's id */
         h2_connection_closed(conn_id);
@@ -758,7 +769,7 @@ TRACEPOINT_PROBE(syscalls, sys_enter_close)
     if (!carried_http) {
         count(COUNTER_IO_SKIPPED);
         if (unrecognised)
-            count(COUNTER_CONNS_UNRECOGNISED);
+            count(local_ipc ? COUNTER_CONNS_LOCAL_IPC : COUNTER_CONNS_UNRECOGNISED);
         return 0;
     }
     struct conn_event *ev = conn_event_reserve(EVENT_CONN_CLOSE, bpf_ktime_get_ns(), id, conn_id,
@@ -945,10 +956,12 @@ static __always_inline int gives_up_on(struct scratch *s)
     if (first >= 0x14 && first <= 0x17 && second == 0x03)
         return 0;   /* a TLS record: handshake, alert, change cipher spec or data */
     struct sock_key key = {.pid = s->ev.hdr.pid, .fd = s->ev.fd};
+    struct conn_state *state = socks.lookup(&key);
+    u32 local_ipc = state && state->local_ipc;
     if (socks.delete(&key) != 0)
         return 0;
     socks_changed(key.pid, key.fd);
-    count(COUNTER_CONNS_UNRECOGNISED);
+    count(local_ipc ? COUNTER_CONNS_LOCAL_IPC : COUNTER_CONNS_UNRECOGNISED);
     return 1;
 }
 

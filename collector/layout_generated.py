@@ -261,6 +261,7 @@ class Counter(enum.IntEnum):
     TLS_UNTIED = 7
     H2_LOST_SYNC = 8
     H2_PIECES_LOST = 9
+    CONNS_LOCAL_IPC = 10
     NET_QUEUED = 14
     NET_XMITTED = 15
 

@@ -184,6 +184,7 @@ def render_html(data: ReportData, progress: Progress | None = None) -> str:
         "<nav>" + "".join(f'<a href="#{a}">{_e(titles[a])}</a>' for a in nav_order) + "</nav>",
     ]
     body.extend(f'<p class="warning">{_e(w)}</p>' for w in tables.warnings(data))
+    body.extend(f'<p class="note">{_e(n)}</p>' for n in tables.notes(data))
     body.append(_verdict(data, titles))
     body.append(_decomposition(data, progress))
     body.append(_distributions(data, progress))

@@ -228,6 +228,7 @@ def to_json(data: ReportData) -> dict:
         "summary": summary_json(data.overall),
         "no_requests": data.no_requests,
         "unrecognised_connections": data.unread_connections,
+        "local_ipc_connections": data.local_ipc_connections,
         "endpoints": {ep: summary_json(s) for ep, s in data.endpoints.items()},
         "models": {m: summary_json(s) for m, s in data.models.items()},
         "cgroups": [cgroup_json(g) for g in data.cgroups],

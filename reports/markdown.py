@@ -55,6 +55,7 @@ def render_markdown(data: ReportData) -> str:
            f"inferprobe report · host {meta.get('host', '?')} · targets {targets or '?'} · "
            f"{data.overall.requests} requests", ""]
     out.extend(f"> **Warning:** {w}" for w in tables.warnings(data))
+    out.extend(f"> Note: {n}" for n in tables.notes(data))
     out += ["## Verdict", ""]
     if data.findings:
         for i, f in enumerate(data.findings, 1):

@@ -201,3 +201,8 @@ def warnings(data: ReportData) -> list[str]:
     elif data.unread_traffic:
         out.append(data.unread_traffic)
     return out
+
+
+def notes(data: ReportData) -> list[str]:
+    """What the recording left out on purpose, said so that no gap is silent."""
+    return [data.local_ipc] if data.local_ipc else []

@@ -74,9 +74,11 @@ class SocketProbes(ProbeSet):
             # The pid's own outbound connections are clients: their writes are requests.
             clients = target_procs.connected_socket_fds(pid)
             tcp = target_procs.tcp_connection_fds(pid)
+            unix = target_procs.unix_socket_fds(pid)
             for fd in target_procs.socket_fds(pid):
                 key = socks.Key(pid=pid, fd=fd)
-                socks[key] = socks.Leaf(conn_id=next_id, http_seen=0, client=int(fd in clients))
+                socks[key] = socks.Leaf(conn_id=next_id, http_seen=0, client=int(fd in clients),
+                                        local_ipc=int(fd in unix))
                 if fd in tcp and fd not in clients:
                     # Their peer is named by the kernel at their next read (peer_wanted).
                     peer_wanted[peer_wanted.Key(pid=pid, fd=fd)] = ctypes.c_uint64(next_id)
@@ -99,9 +101,10 @@ class SocketProbes(ProbeSet):
     def snapshot(self, bpf) -> dict:
         # Connections still open that moved bytes nothing recognised: close()
         # counts the others (COUNTER_CONNS_UNRECOGNISED, analyzers/unread_traffic.py).
-        open_unrecognised = sum(1 for state in bpf[b"socks"].values()
-                                if state.unrecognised and not state.http_seen and not state.tls)
-        return {"open_unrecognised": open_unrecognised}
+        unread = [state for state in bpf[b"socks"].values()
+                  if state.unrecognised and not state.http_seen and not state.tls]
+        local_ipc = sum(1 for state in unread if state.local_ipc)
+        return {"open_unrecognised": len(unread) - local_ipc, "open_local_ipc": local_ipc}
 
 
 def kernel_at_least(minimum: tuple[int, int], release: str | None = None) -> bool:
