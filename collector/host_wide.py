@@ -18,6 +18,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from inferprobe.collector import targets as target_procs
 from inferprobe.collector.errors import TargetProblem
 
 PROC = Path("/proc")
@@ -127,23 +128,11 @@ def passes(filters: Filters, pid: int, port: int) -> bool:
 def _listening_inodes(pid: int) -> dict[int, int]:
     """Listening socket inode -> local port (0 for Unix) in pid's network namespace."""
     found: dict[int, int] = {}
-    for name in ("tcp", "tcp6"):
-        try:
-            lines = (PROC / str(pid) / "net" / name).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            fields = line.split()
-            if len(fields) > 9 and fields[3] == "0A":
-                found[int(fields[9])] = int(fields[1].rsplit(":", 1)[1], 16)
-    try:
-        lines = (PROC / str(pid) / "net" / "unix").read_text().splitlines()[1:]
-    except OSError:
-        lines = []
-    for line in lines:
-        fields = line.split()
-        # Num RefCount Protocol Flags Type St Inode: Type 0001 = stream, Flags 0x10000 = listening
-        if len(fields) >= 7 and fields[4] == "0001" and int(fields[3], 16) & 0x10000:
+    for _name, fields in target_procs.tcp_rows(pid):
+        if len(fields) > 9 and fields[3] == "0A":
+            found[int(fields[9])] = int(fields[1].rsplit(":", 1)[1], 16)
+    for fields in target_procs.unix_rows(pid):
+        if target_procs.is_unix_listener(fields):
             found[int(fields[6])] = 0
     return found
 

@@ -95,7 +95,7 @@ def connected_socket_fds(pid: int) -> set[int]:
         return set()
     listening: set[str] = set()
     established: dict[int, str] = {}
-    for _name, fields in _tcp_rows(pid):
+    for _name, fields in tcp_rows(pid):
         port = fields[1].rsplit(":", 1)[1]
         if fields[3] == "0A":
             listening.add(port)
@@ -105,24 +105,31 @@ def connected_socket_fds(pid: int) -> set[int]:
 
 
 def unix_socket_fds(pid: int) -> set[int]:
-    """The fds among socket_fds(pid) that are Unix-domain sockets (/proc/<pid>/net/unix)."""
+    """The fds among socket_fds(pid) that are Unix-domain sockets."""
     inodes = {inode: fd for fd, inode in _sockets(pid).items()}
-    try:
-        lines = (PROC / str(pid) / "net" / "unix").read_text().splitlines()[1:]
-    except OSError:
-        return set()
-    # Num RefCount Protocol Flags Type St Inode [Path]
-    return {inodes[int(f[6])] for line in lines if len(f := line.split()) >= 7 and int(f[6]) in inodes}
+    return {inodes[int(fields[6])] for fields in unix_rows(pid) if int(fields[6]) in inodes}
 
 
 def tcp_connection_fds(pid: int) -> set[int]:
     """The fds among socket_fds(pid) that are TCP connections (any state but listening)."""
     inodes = {inode: fd for fd, inode in _sockets(pid).items()}
-    return {inodes[int(fields[9])] for _name, fields in _tcp_rows(pid)
+    return {inodes[int(fields[9])] for _name, fields in tcp_rows(pid)
             if fields[3] != "0A" and int(fields[9]) in inodes}
 
 
-def _tcp_rows(pid: int) -> Iterator[tuple[str, list[str]]]:
+def unix_rows(pid: int) -> Iterator[list[str]]:
+    """The fields of each Unix socket of pid's network namespace: Num RefCount Protocol
+    Flags Type St Inode [Path] (Flags 0x10000: listening; Type 0001: stream)."""
+    try:
+        lines = (PROC / str(pid) / "net" / "unix").read_text().splitlines()[1:]
+    except OSError:
+        return
+    for line in lines:
+        if len(fields := line.split()) >= 7:
+            yield fields
+
+
+def tcp_rows(pid: int) -> Iterator[tuple[str, list[str]]]:
     """("tcp" or "tcp6", fields) for each socket row of pid's network namespace
     (fields: sl local remote state ... uid timeout inode)."""
     for name in ("tcp", "tcp6"):
@@ -178,19 +185,18 @@ def _listeners(pid: int) -> dict[int, str]:
     if not inodes:
         return {}
     found: dict[int, str] = {}
-    for name, fields in _tcp_rows(pid):
+    for name, fields in tcp_rows(pid):
         if fields[3] == "0A" and int(fields[9]) in inodes:
             found[int(fields[9])] = f"{name} {_hex_address(fields[1])}"
-    try:
-        lines = (PROC / str(pid) / "net" / "unix").read_text().splitlines()[1:]
-    except OSError:
-        lines = []
-    for line in lines:
-        fields = line.split()
-        # Num RefCount Protocol Flags Type St Inode [Path]; flags 0x10000 = listening
-        if len(fields) >= 7 and int(fields[3], 16) & 0x10000 and int(fields[6]) in inodes:
+    for fields in unix_rows(pid):
+        if is_unix_listener(fields) and int(fields[6]) in inodes:
             found[int(fields[6])] = f"unix {fields[7] if len(fields) > 7 else '(unnamed)'}"
     return found
+
+
+def is_unix_listener(fields: list[str]) -> bool:
+    """A unix_rows() row of a listening stream socket."""
+    return fields[4] == "0001" and bool(int(fields[3], 16) & 0x10000)
 
 
 def listening_sockets(pids: list[int]) -> list[str]:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -36,6 +35,7 @@ from inferprobe.collector.recording import read_recording
 
 from tests.support.go import build_go_program
 from tests.support.kernel import needs_root
+from tests.support.node import node_binary
 from tests.support.paths import PROGRAMS, SERVERS
 from tests.support.processes import Recorder, inferprobe_cmd, stop_process
 
@@ -423,9 +423,7 @@ def test_a_node_clients_vectored_request_is_read_past_512_bytes(tmp_path):
     """Node's http client writes its request as one writev() iovec of 1.7 KB: the scan
     follows that iovec past the head."""
     pytest.importorskip("uvicorn", reason="uvicorn is not installed (the test extra installs it)")
-    node = shutil.which("node")
-    if node is None:
-        pytest.skip("Node is not installed (Debian's nodejs; make setup installs it)")
+    node = node_binary()
     server = Server("node-untraced", [sys.executable, str(SERVERS / "stream_shapes_fastapi.py"),
                                       str(tmp_path / "server.log")], False, tmp_path)
     trace, parent = trace_ids(30, 0)

@@ -14,7 +14,6 @@ its first bytes (a connection the target made that carries no request line).
 from __future__ import annotations
 
 import json
-import shutil
 import socket
 import subprocess
 import sys
@@ -26,8 +25,9 @@ import pytest
 from inferprobe.collector.recording import read_recording
 
 from tests.support.kernel import needs_root
+from tests.support.node import node_binary
 from tests.support.paths import PROGRAMS
-from tests.support.processes import Recorder, inferprobe_cmd, report_terminal_text, stop_process
+from tests.support.processes import Recorder, report_json_text, report_terminal_text, stop_process
 
 pytestmark = [needs_root, pytest.mark.bpf]
 
@@ -63,9 +63,7 @@ def _say(proc: subprocess.Popen, line: str, answer: str) -> None:
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory) -> dict:
-    node = shutil.which("node")
-    if node is None:
-        pytest.skip("Node is not installed (Debian's nodejs; make setup installs it)")
+    node = node_binary()
     tmp = tmp_path_factory.mktemp("ipc")
     path = str(tmp / "hub.sock")
     hub = _echo_hub(path)
@@ -88,13 +86,12 @@ def recorded(tmp_path_factory) -> dict:
             _say(py, "close", "ok")  # Python's one open at attach: closed while recording
             time.sleep(0.3)  # the close reaches the tracer; Node's stays open to the stop
         finally:
-            out, _err = rec.stop()
+            rec.stop()
     finally:
         for proc in peers.values():
             stop_process(proc)
         hub.close()
-    doc = json.loads(subprocess.run(inferprobe_cmd("report", str(recording), "--format", "json"),
-                                    capture_output=True, text=True, check=True).stdout)
+    doc = json.loads(report_json_text(recording))
     return {"doc": doc, "text": report_terminal_text(recording), "recording": read_recording(recording)}
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import shutil
 import subprocess
 import sys
 import threading
@@ -23,8 +22,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from tests.support.kernel import needs_root
+from tests.support.node import node_binary
 from tests.support.paths import SERVERS
-from tests.support.processes import Recorder, inferprobe_cmd, report_terminal_text, stop_process
+from tests.support.processes import Recorder, report_json_text, report_terminal_text, stop_process
 
 pytestmark = [needs_root, pytest.mark.bpf]
 
@@ -67,9 +67,7 @@ def _wait_for_exports(n: int) -> None:
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory) -> dict:
-    node = shutil.which("node")
-    if node is None:
-        pytest.skip("Node is not installed (Debian's nodejs; make setup installs it)")
+    node = node_binary()
     tmp = tmp_path_factory.mktemp("outbound")
     sink = ThreadingHTTPServer(("127.0.0.1", 0), _Sink)
     threading.Thread(target=sink.serve_forever, daemon=True).start()
@@ -98,8 +96,7 @@ def recorded(tmp_path_factory) -> dict:
         for proc in servers.values():
             stop_process(proc)
         sink.shutdown()
-    doc = json.loads(subprocess.run(inferprobe_cmd("report", str(recording), "--format", "json"),
-                                    capture_output=True, text=True, check=True).stdout)
+    doc = json.loads(report_json_text(recording))
     return {"doc": doc, "text": report_terminal_text(recording),
             "pids": {name: proc.pid for name, proc in servers.items()}}
 

@@ -43,6 +43,7 @@ import pytest
 
 from tests.support.go import build_go_program
 from tests.support.kernel import needs_root
+from tests.support.node import node_binary
 from tests.support.paths import SERVERS
 from tests.support.processes import Recorder, report_json_text, report_terminal_text, stop_process
 from tests.support.shared_recording import case_of, report_of_pid, start_each
@@ -70,9 +71,7 @@ def go_server(tmp_path: Path, log: Path) -> list[str]:
 
 
 def node_server(tmp_path: Path, log: Path) -> list[str]:
-    node = shutil.which("node")
-    if node is None:
-        pytest.skip("Node is not installed (Debian's nodejs; make setup installs it)")
+    node = node_binary()
     return [node, str(SERVERS / "stream_shapes.js"), str(log)]
 
 
