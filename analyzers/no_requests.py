@@ -31,13 +31,19 @@ def explain(recording: Recording, requests: Sequence[Request],
                 f"while recording{where} (inferprobe sees the requests a process serves and the calls it "
                 "makes; a batch job shows only its locks, stacks, GPU calls and off-CPU time).")
     hint = meta.get("listening_ancestor")
-    if hint and hint.get("shared") and not any(c.role == "server" for c in connections):
-        # An engine's child (vLLM's EngineCore) inherits its parent's listening socket
-        # and talks to it over IPC: its connections are no sign of TLS or HTTP/2.
-        return (f"No HTTP request: pid {pids} accepted no connection while recording; its listening "
-                f"socket ({', '.join(meta.get('listening', []))}) is inherited from PID {hint['pid']}, the "
-                f"{hint['relation']} of the one you gave, which holds it too and serves it: "
-                f"record -p {hint['pid']} (or -p both).")
+    if hint and (hint.get("shared") or hint.get("listens_too")) and \
+            not any(c.role == "server" for c in connections):
+        # An engine's child (vLLM's EngineCore) inherited its parent's socket, or listens
+        # only for its parent's IPC: its connections are no sign of TLS or HTTP/2, nor is it idle.
+        sockets = _listed(meta.get("listening", []))
+        why = (f"its listening socket ({sockets}) is inherited from PID {hint['pid']}, the "
+               f"{hint['relation']} of the one you gave, which holds it too and serves it"
+               if hint.get("shared") else
+               f"PID {hint['pid']}, the {hint['relation']} of the one you gave, listens too "
+               f"({_listed(hint['its_listening'])}) and is likely the process that serves, the "
+               f"pid you gave listening for its IPC ({sockets}), as an engine's worker does")
+        return (f"No HTTP request: pid {pids} accepted no connection while recording; {why}: "
+                f"record -p {hint['pid']} (its children are followed).")
     skipped = recording.counter("io_skipped")
     if connections or skipped:
         libraries = unread_traffic.unhooked_tls(recording)
@@ -55,3 +61,9 @@ def explain(recording: Recording, requests: Sequence[Request],
                 f"the kernel: {why}.")
     return (f"No connection was accepted by pid {pids} while recording: the server was idle. "
             "Record while it serves traffic.")
+
+
+def _listed(labels: Sequence[str], shown: int = 3) -> str:
+    """A few socket labels and how many more: an engine's worker listens on a dozen."""
+    more = f" and {len(labels) - shown} more" if len(labels) > shown else ""
+    return ", ".join(labels[:shown]) + more

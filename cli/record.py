@@ -54,23 +54,36 @@ def _clock_offset_ns() -> int:
 
 
 def _listening_ancestor(pids: list[int]) -> dict | None:
-    """The ancestor that serves where the targets do not: one that listens while they do not,
-    or one that holds the very listening sockets they only inherited ("shared")."""
-    if target_procs.listening_sockets(pids):
-        shared = target_procs.sharing_ancestor(pids)
-        return None if shared is None else {"pid": shared[0], "relation": shared[1], "shared": True}
-    found = target_procs.listening_ancestor(pids)
-    return None if found is None else {"pid": found[0], "relation": found[1]}
+    """The ancestor that serves where the targets may not: one that listens while they do not,
+    one that holds the very listening sockets they only inherited ("shared"), or one that
+    listens on TCP sockets of its own besides theirs ("listens_too": an engine's parent, as
+    vLLM's API server is EngineCore's, whose own listeners are ZMQ and torch.distributed IPC
+    on Unix sockets and loopback ports)."""
+    if not target_procs.listening_sockets(pids):
+        found = target_procs.listening_ancestor(pids)
+        return None if found is None else {"pid": found[0], "relation": found[1]}
+    shared = target_procs.sharing_ancestor(pids)
+    if shared is not None:
+        return {"pid": shared[0], "relation": shared[1], "shared": True}
+    found = target_procs.listening_ancestor(pids, tcp_only=True)
+    if found is None:
+        return None
+    return {"pid": found[0], "relation": found[1], "listens_too": True,
+            "its_listening": [label for label in target_procs.listening_sockets([found[0]])
+                              if label.startswith("tcp")]}
 
 
 def _no_listener_note(meta: dict) -> str | None:
     """One line for a target that serves nothing (yet): a batch job, a client, or the wrong pid."""
     hint = meta.get("listening_ancestor")
     if meta["listening"]:
-        if hint and hint.get("shared"):
+        if hint and (hint.get("shared") or hint.get("listens_too")):
             pids = ", ".join(str(t["pid"]) for t in meta["targets"])
-            return (f"pid {pids} only shares its listening socket with PID {hint['pid']}, its "
-                    f"{hint['relation']}: if it accepts nothing (an engine's worker, such as vLLM's "
+            whose = (f"only shares its listening socket with PID {hint['pid']}, its {hint['relation']}"
+                     if hint.get("shared") else
+                     f"has a listening {hint['relation']}, PID {hint['pid']} "
+                     f"({', '.join(hint['its_listening'])})")
+            return (f"pid {pids} {whose}: if it accepts nothing (an engine's worker, such as vLLM's "
                     f"EngineCore), the process that serves HTTP is PID {hint['pid']} "
                     f"(record -p {hint['pid']})")
         return None

@@ -215,13 +215,16 @@ def _ancestors(pid: int) -> Iterator[tuple[int, str]]:
         ancestor, depth = _parent_of(ancestor), depth + 1
 
 
-def listening_ancestor(pids: list[int]) -> tuple[int, str] | None:
-    """The nearest ancestor of the pids that listens, and how it is related
-    ("parent", "grandparent", "ancestor"): where a user who gave a worker or a
+def listening_ancestor(pids: list[int], tcp_only: bool = False) -> tuple[int, str] | None:
+    """The nearest ancestor of the pids that listens (on TCP, with tcp_only), and how it
+    is related ("parent", "grandparent", "ancestor"): where a user who gave a worker or a
     wrapper's pid should have pointed. None when none listens."""
     for pid in pids:
         for ancestor, relation in _ancestors(pid):
-            if _listeners(ancestor):
+            if ancestor in pids:
+                continue  # a target's own parent is no other process to point at
+            if any(label.startswith("tcp") for label in _listeners(ancestor).values()) or (
+                    not tcp_only and _listeners(ancestor)):
                 return ancestor, relation
     return None
 
@@ -237,6 +240,8 @@ def sharing_ancestor(pids: list[int]) -> tuple[int, str] | None:
         return None
     for pid in pids:
         for ancestor, relation in _ancestors(pid):
+            if ancestor in pids:
+                continue  # a server recorded with its children holds its own listener
             if held <= set(_sockets(ancestor).values()):
                 return ancestor, relation
     return None

@@ -57,6 +57,10 @@ def test_the_parent_that_holds_the_same_listener_is_found(family):
     parent, child = family
     assert targets.sharing_ancestor([child]) == (parent, "parent")
     assert targets.sharing_ancestor([parent]) is None  # it holds its own socket
+    # recorded together (record -p PARENT follows its children), the parent is a target
+    # and no other process to point at: CI saw an idle server told to record itself
+    assert targets.sharing_ancestor([parent, child]) is None
+    assert targets.listening_ancestor([parent, child]) is None
 
 
 def test_a_child_that_accepted_nothing_is_pointed_at_its_parent(family):
@@ -68,3 +72,57 @@ def test_a_child_that_accepted_nothing_is_pointed_at_its_parent(family):
     sentence = explain(Recording(path=Path("r.ipr"), meta=meta), [], [ipc])
     assert sentence is not None and f"record -p {parent}" in sentence and "TLS" not in sentence
     assert "inherited from PID" in sentence and meta["listening"][0] in sentence
+
+
+# A parent that serves TCP and starts a child that listens on sockets of its own, as
+# vLLM's API server starts EngineCore (spawned; ZMQ on Unix sockets, torch.distributed
+# on loopback ports): the child is pointed at the parent too. The Python child listens
+# on both kinds, the Node child on a Unix socket only. The child's command line is the
+# rest of argv.
+SERVES_TCP = r"""
+import socket, subprocess, sys, time
+listener = socket.create_server(("127.0.0.1", 0))
+print(subprocess.Popen(sys.argv[1:]).pid, flush=True)
+time.sleep(60)
+"""
+UNIX_LISTENER_PY = ("import socket, sys, time; s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); "
+                    "s.listen(); t = socket.create_server(('127.0.0.1', 0)); time.sleep(60)")
+UNIX_LISTENER_JS = "require('net').createServer().listen(process.argv[1]); setTimeout(() => {}, 60000)"
+
+
+@pytest.fixture(params=["python", "node"])
+def ipc_child(request, tmp_path):
+    path = str(tmp_path / "engine.sock")
+    if request.param == "python":
+        child_argv = [sys.executable, "-c", UNIX_LISTENER_PY, path]
+    else:
+        from tests.support.node import node_binary
+
+        child_argv = [node_binary(), "-e", UNIX_LISTENER_JS, path]
+    parent = subprocess.Popen([sys.executable, "-c", SERVES_TCP, *child_argv], stdout=subprocess.PIPE,
+                              text=True)
+    child = int(parent.stdout.readline())
+    deadline = time.monotonic() + 20
+    while not targets.listening_sockets([child]):
+        assert time.monotonic() < deadline, "the child never listened"
+        time.sleep(0.05)
+    yield parent.pid, child
+    subprocess.run(["pkill", "-P", str(parent.pid)], check=False)
+    parent.kill()
+    parent.wait()
+
+
+def test_a_child_listening_for_ipc_is_pointed_at_the_listening_parent(ipc_child):
+    from inferprobe.cli.record import _listening_ancestor
+
+    parent, child = ipc_child
+    served = targets.listening_sockets([parent])
+    assert any(label.startswith("unix ") for label in targets.listening_sockets([child]))
+    assert _listening_ancestor([child]) == {"pid": parent, "relation": "parent", "listens_too": True,
+                                            "its_listening": served}
+    assert _listening_ancestor([parent]) is None
+    meta = {"targets": [{"pid": child}], "listening": targets.listening_sockets([child]),
+            "listening_ancestor": _listening_ancestor([child])}
+    sentence = explain(Recording(path=Path("r.ipr"), meta=meta), [], [])
+    assert sentence is not None and f"listens too ({served[0]})" in sentence
+    assert f"record -p {parent}" in sentence and "idle" not in sentence
