@@ -95,3 +95,29 @@ def test_a_known_engine_without_phase_histograms_gets_its_own_flag():
 def test_an_unknown_server_is_still_told_how_to_split_it():
     finding = ttft_phase_finding(break_down(_socket_only_requests()), None, ("sockets",), None)
     assert finding is not None and "USDT probes" in finding.recommendation
+
+
+def _real_vllm_scrapes() -> list[dict]:
+    """A real vLLM CPU 0.32.0 on --max-num-seqs 4, scraped before and after 16 concurrent
+    streams (tests/fixtures/engine_metrics/vllm-0.32.0-*-burst.prom)."""
+    from pathlib import Path
+
+    from inferprobe.collector.engine_scrape import parse_exposition
+
+    fixtures = Path(__file__).parents[2] / "fixtures" / "engine_metrics"
+    return [_scrape(t, parse_exposition((fixtures / f"vllm-0.32.0-{when}-burst.prom").read_text())[0])
+            for t, when in ((1_000, "before"), (2_000, "after"))]
+
+
+def test_a_real_vllm_burst_is_read_as_queueing():
+    # 12 of the 16 streams waited for one of 4 places: vLLM's own histograms grew by 16
+    # requests, 24.48 s queued and 0.966 s of prefill in all (the _sum deltas of the files).
+    view = engine_ttft_view(summarize(_real_vllm_scrapes()))
+    assert view is not None and view.engine == "vllm" and view.requests == 16
+    assert abs(view.queue_mean_s - (24.540070058967103 - 5.590299406321719e-05) / 16) < 1e-9
+    assert abs(view.prefill_mean_s - (1.3778760119967046 - 0.4119574350042967) / 16) < 1e-9
+    assert view.queue_dominates
+    finding = ttft_phase_finding(break_down(_socket_only_requests()), None, ("sockets",),
+                                 summarize(_real_vllm_scrapes()))
+    assert finding is not None and "--max-num-seqs" in finding.recommendation
+    assert "by vLLM's own account, its 16 requests spent on average 1534 ms in its queue" in finding.sentence
