@@ -9,6 +9,7 @@ vLLM starts EngineCore) and once a C program (coreutils' sleep) given the fd.
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import time
@@ -38,19 +39,27 @@ time.sleep(60)
 """
 
 
+@contextlib.contextmanager
+def _parent_and_listening_child(argv: list[str]):
+    """Start a parent that prints its child's pid; yield both once the child listens; stop both."""
+    parent = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+    try:
+        child = int(parent.stdout.readline())
+        deadline = time.monotonic() + 20
+        while not targets.listening_sockets([child]):  # an exec'd child holds it once exec'd
+            assert time.monotonic() < deadline, "the child never listened"
+            time.sleep(0.02)
+        yield parent.pid, child
+    finally:
+        subprocess.run(["pkill", "-P", str(parent.pid)], check=False)
+        parent.kill()
+        parent.wait()
+
+
 @pytest.fixture(params=["fork", "exec"])
 def family(request):
-    parent = subprocess.Popen([sys.executable, "-c", PARENT, request.param], stdout=subprocess.PIPE,
-                              text=True)
-    child = int(parent.stdout.readline())
-    deadline = time.monotonic() + 10
-    while not targets.listening_sockets([child]):  # an exec'd child holds it once exec'd
-        assert time.monotonic() < deadline, "the child never held the socket"
-        time.sleep(0.02)
-    yield parent.pid, child
-    subprocess.run(["pkill", "-P", str(parent.pid)], check=False)
-    parent.kill()
-    parent.wait()
+    with _parent_and_listening_child([sys.executable, "-c", PARENT, request.param]) as pids:
+        yield pids
 
 
 def test_the_parent_that_holds_the_same_listener_is_found(family):
@@ -99,17 +108,8 @@ def ipc_child(request, tmp_path):
         from tests.support.node import node_binary
 
         child_argv = [node_binary(), "-e", UNIX_LISTENER_JS, path]
-    parent = subprocess.Popen([sys.executable, "-c", SERVES_TCP, *child_argv], stdout=subprocess.PIPE,
-                              text=True)
-    child = int(parent.stdout.readline())
-    deadline = time.monotonic() + 20
-    while not targets.listening_sockets([child]):
-        assert time.monotonic() < deadline, "the child never listened"
-        time.sleep(0.05)
-    yield parent.pid, child
-    subprocess.run(["pkill", "-P", str(parent.pid)], check=False)
-    parent.kill()
-    parent.wait()
+    with _parent_and_listening_child([sys.executable, "-c", SERVES_TCP, *child_argv]) as pids:
+        yield pids
 
 
 def test_a_child_listening_for_ipc_is_pointed_at_the_listening_parent(ipc_child):
