@@ -128,7 +128,17 @@ def _meta(tracer, argv: list[str]) -> dict:
             "active": {name: s.description for name, s in tracer.active.items()},
             "inactive": dict(tracer.inactive),
         },
+        "startup_s": dict(tracer.startup_s),
     }
+
+
+def _startup_line(startup_s: dict[str, float]) -> str:
+    """How long attaching took and the stage that took most: bcc's compile, today."""
+    total = sum(startup_s.values())
+    if not startup_s:
+        return "start-up not timed"
+    return (f"ready in {total:.1f} s, {startup_s.get('compile_and_verify', 0.0):.1f} s of it "
+            "compiling and verifying BPF")
 
 
 # Probe sets that cost enough to be off unless asked for, and the flag for each.
@@ -314,7 +324,7 @@ def record(pids, all_hosts, ports, comm, cgroup, duration, output, ringbuf_mb,
         scope = (f"to {len(tracer.pids)} process(es) ({', '.join(map(str, tracer.pids))})" if filters is None
                  else f"host-wide ({len(tracer.pids)} process(es) serving now)")
         click.echo(f"inferprobe: attached {scope} with probe sets {', '.join(tracer.active)}, "
-                   f"writing {output}")
+                   f"writing {output} ({_startup_line(tracer.startup_s)})")
         for name, reason in tracer.inactive.items():
             click.echo(f"inferprobe: probe set {name} off: {reason}")
         for line in attach_failures.unsaid_lines(tracer.ctx.attach_failures):

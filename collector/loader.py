@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -143,6 +144,12 @@ class LoadedTracer:
     ctx: TargetContext
     inactive: dict[str, str] = field(default_factory=dict)  # set name -> why not
     refresh_errors: int = 0
+    # Seconds each start-up stage took: "prepare" (each set reads its targets'
+    # binaries), "compile_and_verify" (bcc compiles with LLVM; the kernel verifies, and
+    # bcc attaches, the tracepoint programs), "load_and_attach" (the kernel verifies the
+    # programs bcc does not load itself, the classifier chain's tail calls among them;
+    # uprobes, USDT, map seeding). What a user waits for, and which stage to blame.
+    startup_s: dict[str, float] = field(default_factory=dict)
 
     def refresh(self) -> list[str]:
         """Lets every active set attach to what appeared since the last call
@@ -300,6 +307,7 @@ def load_tracer(
         raise EnvironmentProblem(
             f"unknown probe set {', '.join(unknown)} (known: {', '.join(sorted(known))})"
         )
+    started = time.monotonic()
     ctx = TargetContext(pids=all_pids, options=options or {})
     active: dict[str, ProbeSet] = {}
     inactive: dict[str, str] = {}
@@ -312,6 +320,8 @@ def load_tracer(
             inactive[name] = reason
 
     cflags = _cflags(ringbuf_pages) + [f for s in active.values() for f in s.cflags()]
+    prepared = time.monotonic()
+    compiled = prepared
     failure: Exception | None
     with preflight.captured_native_output() as compiler_output:
         try:
@@ -323,6 +333,7 @@ def load_tracer(
                 + _translation_unit(list(active.values())).encode(),
                 cflags=cflags,
             )
+            compiled = time.monotonic()
             for probe_set in active.values():
                 probe_set.attach_usdt(bpf, ctx)
             for probe_set in active.values():
@@ -348,8 +359,11 @@ def load_tracer(
     # bit the kernel set for it: a second pass over the live tree restores it.
     add_targets(bpf, target_procs.with_descendants(pids))
     release_compiler_memory()
+    attached = time.monotonic()
+    startup_s = {"prepare": prepared - started, "compile_and_verify": compiled - prepared,
+                 "load_and_attach": attached - compiled}
     return LoadedTracer(bpf=bpf, pids=all_pids, active=active, ringbuf_pages=ringbuf_pages,
-                        inactive=inactive, ctx=ctx)
+                        inactive=inactive, ctx=ctx, startup_s={k: round(v, 3) for k, v in startup_s.items()})
 
 
 def release_compiler_memory() -> None:

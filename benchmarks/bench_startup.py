@@ -1,0 +1,83 @@
+#!/usr/bin/env python3
+"""What `inferprobe record` costs before its first event, and to stop.
+
+For each probe-set configuration, ROUNDS times, interleaved: start the test SSE
+server (idle), run `inferprobe record -p PID`, and measure from the recorder's
+spawn to its "inferprobe: attached" line (wall), the recorder's own split of
+that wait (the recording's startup_s: prepare, compile_and_verify, load_and_attach; the
+rest is Python start-up and the engine /metrics probe), its peak resident size
+(VmHWM), and the time from SIGTERM to a written recording. The share of the
+wait spent in bcc's compile is the figure the CO-RE work (issue 36) removes.
+
+Usage (root): .venv/bin/python benchmarks/bench_startup.py [--rounds 3] [--config defaults ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_overhead import Recorder, Server, proc_status_kb  # noqa: E402
+
+CONFIGS = {
+    "defaults": (),
+    "locks+network": ("--locks", "--network"),
+    "locks+profile": ("--locks", "--profile"),
+}
+
+
+def one_start(extra: tuple[str, ...], tmp: Path, name: str) -> dict:
+    from inferprobe.collector.recording import read_recording
+
+    server = Server(log=None)
+    try:
+        output = tmp / f"{name}.ipr"
+        rec = Recorder(server.pid, output, tmp / f"{name}.stderr", extra)
+        peak_kb = proc_status_kb(rec.proc.pid, "VmHWM")
+        stop_s = rec.stop()
+    finally:
+        server.stop()
+    stages = read_recording(output).meta.get("startup_s", {})
+    return {"attach_s": rec.attach_s, "stop_s": stop_s, "peak_mb": (peak_kb or 0) / 1024, **stages}
+
+
+def summarize(runs: list[dict]) -> dict:
+    keys = ("attach_s", "prepare", "compile_and_verify", "load_and_attach", "stop_s", "peak_mb")
+    out = {k: statistics.median(r[k] for r in runs) for k in keys if all(k in r for r in runs)}
+    out["range_attach_s"] = (min(r["attach_s"] for r in runs), max(r["attach_s"] for r in runs))
+    if "compile_and_verify" in out:
+        out["compile_share"] = out["compile_and_verify"] / out["attach_s"]
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--config", action="append", choices=sorted(CONFIGS),
+                    help="a configuration to measure (repeatable; default: all)")
+    args = ap.parse_args()
+    configs = args.config or list(CONFIGS)
+    runs: dict[str, list[dict]] = {c: [] for c in configs}
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(args.rounds):
+            for config in configs:  # interleaved, so a slow moment of the host hits every one
+                runs[config].append(one_start(CONFIGS[config], Path(tmp), f"{config}-{r}"))
+                print(f"round {r + 1} {config}: {runs[config][-1]}", flush=True)
+    print(f"\nmedians of {args.rounds} round(s), idle test server, seconds unless said:")
+    print(f"{'config':<15} {'to attached':>12} {'range':>13} {'prepare':>8} {'compile':>8} {'attach':>7} "
+          f"{'compile %':>9} {'stop':>6} {'peak RSS':>9}")
+    for config in configs:
+        s = summarize(runs[config])
+        lo, hi = s["range_attach_s"]
+        print(f"{config:<15} {s['attach_s']:>12.2f} {f'{lo:.2f}-{hi:.2f}':>13} {s.get('prepare', 0):>8.2f} "
+              f"{s.get('compile_and_verify', 0):>8.2f} {s.get('load_and_attach', 0):>7.2f} "
+              f"{100 * s.get('compile_share', 0):>8.0f}% {s['stop_s']:>6.2f} {s['peak_mb']:>6.0f} MB")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
