@@ -38,5 +38,6 @@ bench: setup
 	$(PYTHON) benchmarks/bench_overhead.py --max-tokens 1 --interval-ms 0 --connections 16
 	$(PYTHON) benchmarks/bench_overhead.py --max-tokens 1 --interval-ms 0 --connections 16 --unary
 	$(PYTHON) benchmarks/bench_attach_toggle.py
+	$(PYTHON) benchmarks/bench_startup.py
 	$(PYTHON) benchmarks/bench_syscalls.py
 	$(PYTHON) benchmarks/bench_node_sse.py

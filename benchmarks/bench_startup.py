@@ -68,13 +68,13 @@ def main() -> int:
                 runs[config].append(one_start(CONFIGS[config], Path(tmp), f"{config}-{r}"))
                 print(f"round {r + 1} {config}: {runs[config][-1]}", flush=True)
     print(f"\nmedians of {args.rounds} round(s), idle test server, seconds unless said:")
-    print(f"{'config':<15} {'to attached':>12} {'range':>13} {'prepare':>8} {'compile':>8} {'attach':>7} "
+    print(f"{'config':<15} {'to attached':>12} {'range':>13} {'prepare':>8} {'compile':>8} {'load+att':>8} "
           f"{'compile %':>9} {'stop':>6} {'peak RSS':>9}")
     for config in configs:
         s = summarize(runs[config])
         lo, hi = s["range_attach_s"]
         print(f"{config:<15} {s['attach_s']:>12.2f} {f'{lo:.2f}-{hi:.2f}':>13} {s.get('prepare', 0):>8.2f} "
-              f"{s.get('compile_and_verify', 0):>8.2f} {s.get('load_and_attach', 0):>7.2f} "
+              f"{s.get('compile_and_verify', 0):>8.2f} {s.get('load_and_attach', 0):>8.2f} "
               f"{100 * s.get('compile_share', 0):>8.0f}% {s['stop_s']:>6.2f} {s['peak_mb']:>6.0f} MB")
     return 0
 
