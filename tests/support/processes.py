@@ -97,7 +97,8 @@ class Recorder:
             stderr=subprocess.PIPE,
             text=True,
         )
-        deadline = time.monotonic() + 60
+        spawned = time.monotonic()
+        deadline = spawned + 60
         self.stdout_lines = []
         while time.monotonic() < deadline:
             line = self.proc.stdout.readline()
@@ -105,6 +106,7 @@ class Recorder:
                 break
             self.stdout_lines.append(line)
             if line.startswith("inferprobe: attached"):
+                self.attached_after_s = time.monotonic() - spawned  # the wait a user sees
                 return
         err = self.proc.stderr.read()
         raise RuntimeError(f"recorder did not attach: {''.join(self.stdout_lines)} {err}")

@@ -15,6 +15,8 @@ import socket
 import subprocess
 import time
 
+from inferprobe.collector.recording import read_recording
+
 from tests.support.kernel import needs_root
 from tests.support.processes import LISTENING_SERVER, Recorder, inferprobe_cmd
 
@@ -82,6 +84,16 @@ def test_an_idle_server_is_called_idle(tmp_path, python_script):
     server = python_script(PARENT)
     server.stdout.readline()
     server.stdout.readline()
-    _record(server.pid, tmp_path / "idle.ipr")
+    rec = Recorder([server.pid], tmp_path / "idle.ipr", "--duration", "30")
+    time.sleep(0.3)
+    rec.stop()
     assert "the server was idle" in json.loads(_report(tmp_path / "idle.ipr", "--format", "json").stdout)[
         "no_requests"]
+    # The recorder's account of its own start-up: each stage timed, together no longer than
+    # the wait the test saw from spawning it to its attached line, which says the total.
+    stages = read_recording(tmp_path / "idle.ipr").meta["startup_s"]
+    assert set(stages) == {"prepare", "compile_and_verify", "load_and_attach"}, stages
+    assert all(seconds >= 0 for seconds in stages.values()) and stages["compile_and_verify"] > 0
+    assert sum(stages.values()) <= rec.attached_after_s
+    attached = next(line for line in rec.stdout_lines if line.startswith("inferprobe: attached"))
+    assert f"ready in {sum(stages.values()):.1f} s, {stages['compile_and_verify']:.1f} s of it" in attached
