@@ -45,6 +45,14 @@ def explain(recording: Recording, requests: Sequence[Request],
         return (f"No HTTP request: pid {pids} accepted no connection while recording; {why}: "
                 f"record -p {hint['pid']} (its children are followed).")
     skipped = recording.counter("io_skipped")
+    ipc = unread_traffic.local_ipc_connections(recording)
+    unread = unread_traffic.unread_connections(recording)
+    if ipc and not unread and not any(c.role == "server" and c.family != "unix" for c in connections):
+        # An engine's API server between requests still talks to its workers: its
+        # IPC is no sign of TLS or HTTP/2 (io_skipped counts that IPC's reads too).
+        return (f"No connection was accepted by pid {pids} while recording: the server was idle "
+                f"({ipc} Unix-socket IPC connection(s) between its processes aside). "
+                "Record while it serves traffic.")
     if connections or skipped:
         libraries = unread_traffic.unhooked_tls(recording)
         why = (f"encrypted (TLS) traffic through {', '.join(libraries)}, which inferprobe does not read"
@@ -53,10 +61,9 @@ def explain(recording: Recording, requests: Sequence[Request],
                "Go's crypto/tls: `inferprobe doctor -p PID` says what it found), HTTP/2 or gRPC connections "
                "opened before the recorder attached (their preface went unseen: reconnect the clients), "
                "or not HTTP")
-        ipc = unread_traffic.local_ipc_connections(recording)
         also = f" ({ipc} more were Unix-socket IPC between processes)" if ipc else ""
         return (f"No HTTP/1.x request recognised, though {len(connections)} connection(s) were accepted, "
-                f"{unread_traffic.unread_connections(recording)} moved bytes nothing recognised{also}, and "
+                f"{unread} moved bytes nothing recognised{also}, and "
                 f"{skipped} reads and writes on connections without a request line were dropped in "
                 f"the kernel: {why}.")
     return (f"No connection was accepted by pid {pids} while recording: the server was idle. "

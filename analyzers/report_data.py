@@ -77,6 +77,11 @@ class ReportData:
     batching: BatchingAdvice | None = None
 
     @property
+    def headline_requests(self) -> list[Request]:
+        """The requests the headline numbers (overall) summarize: headline_of(requests)."""
+        return headline_of(self.requests)
+
+    @property
     def probe_sets(self) -> dict:
         sets = self.recording.meta.get("probe_sets", {})
         if isinstance(sets, list):  # recordings from before probe sets had reasons
@@ -86,6 +91,13 @@ class ReportData:
     @property
     def lost_events(self) -> int:
         return self.recording.lost_events
+
+
+def headline_of(requests: list[Request]) -> list[Request]:
+    """The headline numbers, per endpoint, model and container are the requests served; a
+    target's outbound calls (an engine's own OTLP exports, say) are in the client view. A
+    process that only calls out (an application traced as a client) has its calls as them."""
+    return [r for r in requests if r.role == "server"] or requests
 
 
 def scraper_connections(requests: list[Request], connections: dict[int, Connection],
@@ -135,10 +147,7 @@ def build(recording: Recording, mutex_threshold: float = lock_analysis.DEFAULT_M
     # The server-side verdicts (where a served request's time went) read served requests
     # only: a client's outbound call spends that time in its peer (analyzers/client_section.py).
     served = [r for r in requests if r.role == "server"]
-    # The headline numbers, per endpoint, model and container are the requests served; a
-    # target's outbound calls (an engine's own OTLP exports, say) are in the client view.
-    # A process that only calls out (an application traced as a client) has its calls as them.
-    headline = served or requests
+    headline = headline_of(requests)
     at_ttft = requests_at_ttft_percentiles(served)
     breakdown = break_down(served, at_ttft)
     series = over_time(served, usdt, recording.meta.get("started_monotonic_ns"))

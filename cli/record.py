@@ -55,22 +55,20 @@ def _clock_offset_ns() -> int:
 
 def _listening_ancestor(pids: list[int]) -> dict | None:
     """The ancestor that serves where the targets may not: one that listens while they do not,
-    one that holds the very listening sockets they only inherited ("shared"), or one that
-    listens on TCP sockets of its own besides theirs ("listens_too": an engine's parent, as
-    vLLM's API server is EngineCore's, whose own listeners are ZMQ and torch.distributed IPC
-    on Unix sockets and loopback ports)."""
+    one that holds the very listening sockets they only inherited ("shared"), or the parent
+    that listens on TCP while they listen only locally ("listens_too": an engine's parent,
+    as vLLM's API server is EngineCore's, whose own listeners are ZMQ and torch.distributed
+    IPC on Unix sockets and loopback ports)."""
     if not target_procs.listening_sockets(pids):
         found = target_procs.listening_ancestor(pids)
         return None if found is None else {"pid": found[0], "relation": found[1]}
     shared = target_procs.sharing_ancestor(pids)
     if shared is not None:
         return {"pid": shared[0], "relation": shared[1], "shared": True}
-    found = target_procs.listening_ancestor(pids, tcp_only=True)
-    if found is None:
+    parent = target_procs.serving_parent(pids)
+    if parent is None:
         return None
-    return {"pid": found[0], "relation": found[1], "listens_too": True,
-            "its_listening": [label for label in target_procs.listening_sockets([found[0]])
-                              if label.startswith("tcp")]}
+    return {"pid": parent[0], "relation": "parent", "listens_too": True, "its_listening": parent[1]}
 
 
 def _no_listener_note(meta: dict) -> str | None:

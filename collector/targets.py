@@ -215,17 +215,43 @@ def _ancestors(pid: int) -> Iterator[tuple[int, str]]:
         ancestor, depth = _parent_of(ancestor), depth + 1
 
 
-def listening_ancestor(pids: list[int], tcp_only: bool = False) -> tuple[int, str] | None:
-    """The nearest ancestor of the pids that listens (on TCP, with tcp_only), and how it
-    is related ("parent", "grandparent", "ancestor"): where a user who gave a worker or a
+def listening_ancestor(pids: list[int]) -> tuple[int, str] | None:
+    """The nearest ancestor of the pids that listens, and how it is related
+    ("parent", "grandparent", "ancestor"): where a user who gave a worker or a
     wrapper's pid should have pointed. None when none listens."""
     for pid in pids:
         for ancestor, relation in _ancestors(pid):
             if ancestor in pids:
                 continue  # a target's own parent is no other process to point at
-            if any(label.startswith("tcp") for label in _listeners(ancestor).values()) or (
-                    not tcp_only and _listeners(ancestor)):
+            if _listeners(ancestor):
                 return ancestor, relation
+    return None
+
+
+def _is_local_listener(label: str) -> bool:
+    """A Unix socket or a loopback TCP one: reachable from this host only, as an IPC is."""
+    if label.startswith("unix "):
+        return True
+    address = label.split(" ", 1)[1].rsplit(":", 1)[0].strip("[]")
+    return address.startswith("127.") or address == "::1"
+
+
+def serving_parent(pids: list[int]) -> tuple[int, list[str]] | None:
+    """The direct parent (not itself a target) that listens on TCP, for targets that
+    listen only where this host alone reaches (Unix sockets, loopback): an engine's
+    child listening for its parent's IPC, as vLLM 0.32's spawned EngineCore does (ZMQ
+    on Unix sockets, torch.distributed on loopback ports). Only the parent: further up
+    are shells, sshd and terminals, which listen for other reasons. Returns the parent
+    and its TCP listeners, or None."""
+    if not all(_is_local_listener(label) for label in listening_sockets(pids)):
+        return None
+    for pid in pids:
+        parent = _parent_of(pid)
+        if not parent or parent <= 1 or parent in pids:
+            continue
+        tcp = sorted(label for label in _listeners(parent).values() if label.startswith("tcp"))
+        if tcp:
+            return parent, tcp
     return None
 
 
