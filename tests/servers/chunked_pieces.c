@@ -61,6 +61,12 @@ static double number_after(const char *body, const char *key, double fallback)
 
 static void serve(int fd, FILE *log)
 {
+    /* The client's port, asked now: once the client has closed after our
+     * shutdown(), the socket is closed too and getpeername() fails, which left
+     * the last connection's port in the log (a CI failure blamed the tracer). */
+    struct sockaddr_in peer = {0};
+    socklen_t len = sizeof(peer);
+    int peer_port = getpeername(fd, (struct sockaddr *)&peer, &len) == 0 ? ntohs(peer.sin_port) : -1;
     char req[65536];
     size_t got = 0;
     char *body = NULL;
@@ -116,10 +122,7 @@ static void serve(int fd, FILE *log)
     }
     shutdown(fd, SHUT_WR);
 
-    struct sockaddr_in peer;
-    socklen_t len = sizeof(peer);
-    getpeername(fd, (struct sockaddr *)&peer, &len);
-    fprintf(log, "{\"peer_port\": %d, \"path\": \"%s\", \"token_ns\": [", ntohs(peer.sin_port),
+    fprintf(log, "{\"peer_port\": %d, \"path\": \"%s\", \"token_ns\": [", peer_port,
             trailers ? "/trailers" : "/pieces");
     for (int i = 0; i < tokens; i++)
         fprintf(log, "%s%lld", i ? ", " : "", token_ns[i]);
