@@ -8,7 +8,10 @@ They are usually TLS through a library inferprobe does not hook, or HTTP/2
 and gRPC connections opened before the recorder attached (their preface was
 before it): the report names them rather than leave a silent gap. Unix-domain
 ones are counted apart (COUNTER_CONNS_LOCAL_IPC): they are processes of this
-host talking, an engine's own IPC, and no sign of TLS or HTTP/2.
+host talking, an engine's own IPC, and no sign of TLS or HTTP/2. So are
+connections a hooked TLS library read over that never carried plaintext
+(COUNTER_CONNS_TLS_NO_PLAINTEXT: handshakes only, such as the connections a
+pool opens ahead and never uses): nothing on them went unread.
 """
 
 from __future__ import annotations
@@ -28,6 +31,12 @@ def local_ipc_connections(recording: Recording) -> int:
     EngineCore over ZMQ), counted apart so they are not taken for unhooked TLS."""
     still_open = (recording.snapshots.get("sockets") or {}).get("open_local_ipc", 0)
     return recording.counter("conns_local_ipc") + int(still_open)
+
+
+def tls_without_plaintext(recording: Recording) -> int:
+    """TLS connections (closed and still open) a hooked library read over that carried no plaintext."""
+    still_open = (recording.snapshots.get("sockets") or {}).get("open_tls_no_plaintext", 0)
+    return recording.counter("conns_tls_no_plaintext") + int(still_open)
 
 
 def local_ipc_sentence(recording: Recording) -> str | None:

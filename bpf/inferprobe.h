@@ -60,6 +60,8 @@ enum event_type {
     EVENT_CONN_CONNECTED = 6, /* a client connection's TCP handshake completed (sock:inet_sock_set_state) */
     EVENT_CONN_PEER = 9,   /* the peer of an accepted connection whose accept() gave no address, at its first read */
     EVENT_TLS_HANDSHAKE = 7,  /* a TLS handshake on a connection completed (SSL_do_handshake & co. returned 1) */
+    EVENT_TLS_TIED = 10,   /* a TLS session untied at its first call (a client's write over a memory BIO) was
+                            * tied to its socket at its first read: conn_id is the session's, fd the socket's */
     EVENT_CPU_SAMPLE = 32,    /* one on-CPU stack sample (only with per-phase tagging) */
     EVENT_OFFCPU_SAMPLE = 33, /* one off-CPU period of a target thread (ditto) */
     EVENT_NET_XMIT = 64,   /* a segment of a traced connection reached the device (net.bpf.c) */
@@ -500,6 +502,9 @@ enum counter_index {
     COUNTER_H2_PIECES_LOST = 9, /* HTTP/2 header block pieces the h2_header_pieces ring had no room for */
     COUNTER_CONNS_LOCAL_IPC = 10, /* Unix-domain connections that moved bytes but never a request line,
                                    * closed or given up on: processes of this host talking (vLLM's ZMQ) */
+    COUNTER_CONNS_TLS_NO_PLAINTEXT = 11, /* connections whose bytes went unrecognised but a hooked TLS library
+                                          * read over (a handshake, a pool's connection opened ahead and
+                                          * never used): ciphertext with no plaintext to read, not lost requests */
     COUNTER_NET_QUEUED = 14,    /* segments of traced connections seen at net_dev_queue */
     COUNTER_NET_XMITTED = 15,   /* ... and again at net_dev_xmit (the rest: dropped or re-segmented) */
     COUNTER_MAX = 16,           /* room for the other probe sets' counters */

@@ -69,6 +69,7 @@ struct conn_state {
     u32 h2;          /* it began with the HTTP/2 preface: its bytes are frames (h2_frames) */
     u32 tally_only;  /* never in socks: lookup_conn's answer for a connection only tallied (host_wide.bpf.c) */
     u32 local_ipc;   /* a Unix-domain socket: unrecognised bytes on it are IPC of this host, not unhooked TLS */
+    u32 tls_read_over; /* a hooked TLS library call read over it without plaintext yet (tls_note_carrier) */
 };
 
 enum io_dir { DIR_READ = 0, DIR_WRITE = 1, DIR_HANDSHAKE = 2 /* a TLS call that moves no plaintext */ };
@@ -737,6 +738,15 @@ TRACEPOINT_PROBE(tcp, tcp_rcv_space_adjust)
     return conn_event_submit(ev);
 }
 
+/* Which counter a connection that moved bytes nothing recognised goes to:
+ * local IPC, TLS ciphertext a hooked library read over (no plaintext came),
+ * or traffic inferprobe could not read (analyzers/unread_traffic.py). */
+static __always_inline u32 unread_counter(u32 local_ipc, u32 tls_read_over)
+{
+    return local_ipc ? COUNTER_CONNS_LOCAL_IPC
+           : tls_read_over ? COUNTER_CONNS_TLS_NO_PLAINTEXT : COUNTER_CONNS_UNRECOGNISED;
+}
+
 static __always_inline void h2_connection_closed(u64 conn_id);   /* the HTTP/2 section below */
 
 TRACEPOINT_PROBE(syscalls, sys_enter_close)
@@ -761,6 +771,7 @@ TRACEPOINT_PROBE(syscalls, sys_enter_close)
     u32 carried_http = state->http_seen || state->tls;
     u32 unrecognised = state->unrecognised;
     u32 local_ipc = state->local_ipc;
+    u32 tls_read_over = state->tls_read_over;
     u32 client = state->client;
     if (state->h2 || state->tls)   /* a TLS session's frames are walked under its socket's id */
         h2_connection_closed(conn_id);
@@ -769,7 +780,7 @@ TRACEPOINT_PROBE(syscalls, sys_enter_close)
     if (!carried_http) {
         count(COUNTER_IO_SKIPPED);
         if (unrecognised)
-            count(local_ipc ? COUNTER_CONNS_LOCAL_IPC : COUNTER_CONNS_UNRECOGNISED);
+            count(unread_counter(local_ipc, tls_read_over));
         return 0;
     }
     struct conn_event *ev = conn_event_reserve(EVENT_CONN_CLOSE, bpf_ktime_get_ns(), id, conn_id,
@@ -961,7 +972,7 @@ static __always_inline int gives_up_on(struct scratch *s)
     if (socks.delete(&key) != 0)
         return 0;
     socks_changed(key.pid, key.fd);
-    count(local_ipc ? COUNTER_CONNS_LOCAL_IPC : COUNTER_CONNS_UNRECOGNISED);
+    count(unread_counter(local_ipc, 0));
     return 1;
 }
 
@@ -1941,14 +1952,77 @@ TRACEPOINT_PROBE(syscalls, sys_exit_sendmsg) { return io_exit(args, args->ret, D
  * on. A session whose socket cannot be found gets an id of its own
  * (COUNTER_TLS_UNTIED). */
 
+/* The socket a TLS call's ciphertext moved over: the fd the library's
+ * structures name, the first socket touched inside the call (a socket BIO),
+ * or for a read the socket the thread read last (a memory BIO). */
+static __always_inline s32 tls_carrier_fd(struct tls_call *call, s32 nested_fd, s32 last_read_fd)
+{
+    return call->fd >= 0 ? call->fd : nested_fd >= 0 ? nested_fd : call->dir != DIR_WRITE ? last_read_fd : -1;
+}
+
+/* A session left untied at its first call, a client's write over a memory
+ * BIO (Node's and asyncio's clients encrypt the request into memory and
+ * write the ciphertext after the call returns, so no socket is in sight),
+ * is tied at its first read: the socket the thread read the answer's
+ * ciphertext from. Its requests already carry the session's own id, so the
+ * socket takes that id, and EVENT_TLS_TIED tells user space which (pid, fd)
+ * it was: the connection opened there gives the requests its peer and
+ * connect times (collector/sessionizer.py), and its ciphertext is no longer
+ * "unrecognised" traffic. Only a socket of the same role not yet under TLS
+ * nor carrying plain HTTP qualifies. */
+static __always_inline void tls_tie_late(u32 tgid, struct tls_session *session, struct tls_call *call,
+                                         s32 nested_fd, s32 last_read_fd)
+{
+    if (call->dir == DIR_WRITE)
+        return;
+    s32 fd = tls_carrier_fd(call, nested_fd, last_read_fd);
+    if (fd < 0)
+        return;
+    struct sock_key skey = {.pid = tgid, .fd = fd};
+    struct conn_state *sock = socks.lookup(&skey);
+    if (!sock || sock->tls || sock->http_seen || sock->client != session->state.client)
+        return;
+    sock->conn_id = session->state.conn_id;
+    sock->tls = 1;
+    session->fd = fd;
+    socks_changed(tgid, fd);
+    struct conn_event *ev = conn_event_reserve(EVENT_TLS_TIED, bpf_ktime_get_ns(), bpf_get_current_pid_tgid(),
+                                               session->state.conn_id, fd,
+                                               session->state.client ? CONN_ROLE_CLIENT : CONN_ROLE_SERVER);
+    if (ev)
+        conn_event_submit(ev);
+}
+
+/* A TLS call that moved no plaintext (a memory BIO's handshake steps inside
+ * SSL_read, Node's; a read that would block): the socket it read over is
+ * marked tls_read_over, so that if it never carries plaintext (a pool's
+ * connection opened ahead and left unused) it is counted as TLS with
+ * nothing to read, not as traffic inferprobe could not read. Only a flag
+ * for that count: the socket's bytes are still classified, and the session
+ * is tied at its first plaintext as before. */
+static __always_inline void tls_note_carrier(u32 tgid, struct tls_call *call, s32 nested_fd, s32 last_read_fd)
+{
+    if (call->dir == DIR_WRITE)
+        return;
+    s32 fd = tls_carrier_fd(call, nested_fd, last_read_fd);
+    if (fd < 0)
+        return;
+    struct sock_key skey = {.pid = tgid, .fd = fd};
+    struct conn_state *sock = socks.lookup(&skey);
+    if (sock && !sock->http_seen && !sock->tls && !sock->tls_read_over)
+        sock->tls_read_over = 1;
+}
+
 static __always_inline struct tls_session *tls_session_of(u32 tgid, struct tls_call *call, s32 nested_fd,
                                                           s32 last_read_fd)
 {
     struct tls_key key = {.pid = tgid, .session = call->session};
     struct tls_session *session = tls_sessions.lookup(&key);
     if (session) {
-        if (session->fd < 0)
+        if (session->fd < 0) {
+            tls_tie_late(tgid, session, call, nested_fd, last_read_fd);
             return session;
+        }
         /* Still over the socket it was tied to? A handle freed and reused by
          * a later session (a Go *tls.Conn after garbage collection) is not. */
         struct sock_key skey = {.pid = tgid, .fd = session->fd};
@@ -1957,7 +2031,7 @@ static __always_inline struct tls_session *tls_session_of(u32 tgid, struct tls_c
             return session;
     }
     /* A memory BIO's read, or handshake, follows the thread's read of the ciphertext. */
-    s32 fd = call->fd >= 0 ? call->fd : nested_fd >= 0 ? nested_fd : call->dir != DIR_WRITE ? last_read_fd : -1;
+    s32 fd = tls_carrier_fd(call, nested_fd, last_read_fd);
     struct tls_session fresh = {.fd = -1};
     if (fd >= 0) {
         struct sock_key skey = {.pid = tgid, .fd = fd};
@@ -2056,6 +2130,8 @@ static __always_inline int tls_call_end(void *ctx, u32 caller, u64 caller_id, lo
         }
     }
 #endif
+    if (call.dir == DIR_HANDSHAKE && ret != 1)
+        tls_note_carrier(tgid, &call, nested_fd, last_read_fd);
     if (call.dir == DIR_HANDSHAKE)
         return ret == 1 ? tls_handshake_done(tgid, id, &call, nested_fd, last_read_fd) : 0;
     long bytes = ret;
@@ -2065,8 +2141,11 @@ static __always_inline int tls_call_end(void *ctx, u32 caller, u64 caller_id, lo
             bpf_probe_read_user(&n, sizeof(n), (void *)call.len_out);
         bytes = ret == 1 ? (long)n : 0;
     }
-    if (bytes <= 0)
-        return 0;   /* would block, close_notify, an error: no plaintext moved */
+    if (bytes <= 0) {
+        /* would block, close_notify, an error: no plaintext moved */
+        tls_note_carrier(tgid, &call, nested_fd, last_read_fd);
+        return 0;
+    }
     struct tls_session *session = tls_session_of(tgid, &call, nested_fd, last_read_fd);
     if (!session)
         return 0;

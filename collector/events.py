@@ -807,6 +807,7 @@ DECODERS: dict[EventType, Decoder] = {
     EventType.CONN_CONNECTED: Decoder(ConnEvent, _conn),
     EventType.CONN_PEER: Decoder(ConnEvent, _conn),
     EventType.TLS_HANDSHAKE: Decoder(ConnEvent, _conn),
+    EventType.TLS_TIED: Decoder(ConnEvent, _conn),
     EventType.SOCK_READ: Decoder(IoEvent, _io),
     EventType.SOCK_WRITE: Decoder(IoEvent, _io),
     EventType.USDT: Decoder(UsdtEvent, _usdt),

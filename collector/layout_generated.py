@@ -54,6 +54,7 @@ class EventType(enum.IntEnum):
     CONN_CONNECTED = 6
     CONN_PEER = 9
     TLS_HANDSHAKE = 7
+    TLS_TIED = 10
     CPU_SAMPLE = 32
     OFFCPU_SAMPLE = 33
     NET_XMIT = 64
@@ -262,6 +263,7 @@ class Counter(enum.IntEnum):
     H2_LOST_SYNC = 8
     H2_PIECES_LOST = 9
     CONNS_LOCAL_IPC = 10
+    CONNS_TLS_NO_PLAINTEXT = 11
     NET_QUEUED = 14
     NET_XMITTED = 15
 

@@ -44,6 +44,8 @@ from inferprobe.collector.h2_streams import H2Streams
 from inferprobe.collector.timeline import Connection, Outcome, Request, SessionStats, StreamEvent
 from inferprobe.collector.trace_context import TraceContextJoiner
 
+# The end reason of a client's error answer closed with its body unread (_on_close).
+ERROR_BODY_UNREAD = "error status, then closed with its body unread"
 
 @dataclass(slots=True)
 class _Response:
@@ -121,6 +123,8 @@ class Sessionizer:
         self._conns: dict[int, _Conn] = {}
         self.requests: list[Request] = []
         self.connections: dict[int, Connection] = {}
+        # The connection open at each (pid, fd), for EVENT_TLS_TIED; closed ones leave.
+        self._open_at: dict[tuple[int, int], int] = {}
         self.stats = SessionStats()
         self._trace = TraceContextJoiner(self.stats)  # W3C traceparent / tracestate onto requests
         self._h2 = H2Streams(self.requests, self.stats, self._peer)
@@ -141,6 +145,8 @@ class Sessionizer:
             return  # USDT and stack-sample events belong to other analyzers
         if isinstance(ev, ConnRecord):
             if ev.type == EventType.CONN_CLOSE:
+                if self._open_at.get((ev.pid, ev.fd)) == ev.conn_id:
+                    del self._open_at[(ev.pid, ev.fd)]
                 if ev.conn_id in self.connections:
                     self.connections[ev.conn_id].t_close_ns = ev.ts_ns
                 self._on_close(ev.conn_id, ev.ts_ns, "close")
@@ -154,8 +160,11 @@ class Sessionizer:
                 known = self.connections.get(ev.conn_id)
                 if known is not None and known.t_tls_done_ns is None:
                     known.t_tls_done_ns = ev.ts_ns
+            elif ev.type == EventType.TLS_TIED:
+                self._on_tls_tied(ev)
             else:
                 self.connections[ev.conn_id] = _connection(ev)
+                self._open_at[(ev.pid, ev.fd)] = ev.conn_id
                 # A new connection under a reused id cannot happen (ids are
                 # unique); a fresh state is all an open needs.
                 self._conns.setdefault(ev.conn_id, _Conn())
@@ -174,6 +183,29 @@ class Sessionizer:
             self.connections[ev.conn_id] = Connection(
                 conn_id=ev.conn_id, pid=ev.pid, fd=fd, family="unknown", peer=None,
                 peer_port=None, t_open_ns=None, role=ev.role.name.lower())
+
+    def _on_tls_tied(self, ev: ConnRecord) -> None:
+        """A TLS session whose requests began under an id of their own (a client's
+        first write over a memory BIO: Node, asyncio) was tied to its socket at its
+        first read (bpf/sock.bpf.c, tls_tie_late). The connection opened at that
+        (pid, fd) is the session's: its peer and connect times go to the session's
+        id, and the socket's own id, which carried only ciphertext, is dropped."""
+        carrier = self._open_at.get((ev.pid, ev.fd))
+        self._open_at[(ev.pid, ev.fd)] = ev.conn_id
+        if carrier is None or carrier == ev.conn_id:
+            return  # open before the recording: nothing known of it to move
+        opened = self.connections.pop(carrier, None)
+        self._conns.pop(carrier, None)
+        if opened is None:
+            return
+        opened.conn_id = ev.conn_id
+        self.connections[ev.conn_id] = opened
+        # Its requests so far began before their connection was known.
+        session = self._conns.get(ev.conn_id)
+        if session is not None:
+            current = [session.responding.request] if session.responding is not None else []
+            for req in (*session.waiting, *current):
+                req.peer = req.peer or self._peer(ev.conn_id)
 
     def _on_peer(self, ev: ConnRecord) -> None:
         """The peer of a connection accepted without its address, or open at attach,
@@ -375,6 +407,11 @@ class Sessionizer:
                 # terminator never came by: a client (the openai SDK) that stops reading at
                 # the marker and closes, when the server's last chunk came in a later segment.
                 self._end_response(conn, resp.last_write_ns, "end marker, then close")
+            elif resp.request.role == "client" and (resp.request.status or 0) >= 400:
+                # An error answer (503 overloaded, 429 throttled) is its status: SDKs that
+                # retry close the connection without reading its body. The call was
+                # answered, not cut short.
+                self._end_response(conn, resp.last_write_ns, ERROR_BODY_UNREAD)
             else:
                 req = resp.request
                 req.outcome = Outcome.ABORTED

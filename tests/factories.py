@@ -19,26 +19,36 @@ def now() -> int:
     return next(_clock)
 
 
-def _conn_event(etype: ev.EventType, conn_id: int, pid: int, ts: int | None, fd: int = 10) -> ev.ConnEvent:
+def _conn_event(etype: ev.EventType, conn_id: int, pid: int, ts: int | None, fd: int = 10,
+                role: ev.ConnRole = ev.ConnRole.SERVER) -> ev.ConnEvent:
     e = ev.ConnEvent()
     e.hdr.type = etype
     e.hdr.pid = e.hdr.tid = pid
     e.hdr.ts_ns = ts if ts is not None else now()
     e.conn_id = conn_id
     e.fd = fd
+    e.role = role
     return e
 
 
-def conn_open(conn_id: int, pid: int = 100, port: int = 40000, ts: int | None = None, fd: int = 10) -> bytes:
-    e = _conn_event(ev.EventType.CONN_OPEN, conn_id, pid, ts, fd)
+def conn_open(conn_id: int, pid: int = 100, port: int = 40000, ts: int | None = None, fd: int = 10,
+              role: ev.ConnRole = ev.ConnRole.SERVER) -> bytes:
+    e = _conn_event(ev.EventType.CONN_OPEN, conn_id, pid, ts, fd, role)
     e.family = 2
     e.peer_port = port
     e.peer_addr[:4] = [127, 0, 0, 1]
     return bytes(e)
 
 
-def conn_close(conn_id: int, pid: int = 100, ts: int | None = None) -> bytes:
-    return bytes(_conn_event(ev.EventType.CONN_CLOSE, conn_id, pid, ts))
+def conn_close(conn_id: int, pid: int = 100, ts: int | None = None, fd: int = 10,
+               role: ev.ConnRole = ev.ConnRole.SERVER) -> bytes:
+    return bytes(_conn_event(ev.EventType.CONN_CLOSE, conn_id, pid, ts, fd, role))
+
+
+def tls_tied(conn_id: int, fd: int, pid: int = 100, ts: int | None = None,
+             role: ev.ConnRole = ev.ConnRole.CLIENT) -> bytes:
+    """A TLS session (conn_id) tied late to the socket at fd (bpf/sock.bpf.c, tls_tie_late)."""
+    return bytes(_conn_event(ev.EventType.TLS_TIED, conn_id, pid, ts, fd, role))
 
 
 def io(
@@ -63,8 +73,12 @@ def io(
     pid: int = 100,
     tid: int | None = None,
     ts: int | None = None,
+    role: ev.ConnRole = ev.ConnRole.SERVER,
+    fd: int = 10,
 ) -> bytes:
     e = ev.IoEvent()
+    e.role = role
+    e.fd = fd
     e.hdr.type = ev.EventType.SOCK_READ if read else ev.EventType.SOCK_WRITE
     e.hdr.pid = pid
     e.hdr.tid = tid if tid is not None else pid

@@ -104,7 +104,9 @@ class SocketProbes(ProbeSet):
         unread = [state for state in bpf[b"socks"].values()
                   if state.unrecognised and not state.http_seen and not state.tls]
         local_ipc = sum(1 for state in unread if state.local_ipc)
-        return {"open_unrecognised": len(unread) - local_ipc, "open_local_ipc": local_ipc}
+        tls_no_plaintext = sum(1 for state in unread if state.tls_read_over and not state.local_ipc)
+        return {"open_unrecognised": len(unread) - local_ipc - tls_no_plaintext, "open_local_ipc": local_ipc,
+                "open_tls_no_plaintext": tls_no_plaintext}
 
 
 def kernel_at_least(minimum: tuple[int, int], release: str | None = None) -> bool:

@@ -1,7 +1,7 @@
 """The HTTP/1.1 state machine on event sequences that real servers produce."""
 
-from inferprobe.collector.events import HttpFlag, HttpKind, HttpMethod
-from inferprobe.collector.sessionizer import sessionize
+from inferprobe.collector.events import ConnRole, HttpFlag, HttpKind, HttpMethod
+from inferprobe.collector.sessionizer import ERROR_BODY_UNREAD, sessionize
 
 from tests.factories import (
     conn_close,
@@ -13,6 +13,7 @@ from tests.factories import (
     request,
     sse_chunk,
     sse_headers,
+    tls_tied,
 )
 
 
@@ -237,3 +238,52 @@ def test_model_in_a_body_read_apart_from_the_headers():
     s = run(request(1, ts=100), io(1, read=True, nbytes=300, model="gpt-4o-mini", ts=110),
             sse_headers(1, ts=200))
     assert s.requests[0].model == "gpt-4o-mini"
+
+
+CLIENT = ConnRole.CLIENT
+
+
+def _client_request(conn_id: int, ts: int) -> bytes:
+    return io(conn_id, read=False, nbytes=300, kind=HttpKind.REQUEST, method=HttpMethod.POST,
+              path="/v1/chat/completions", flags=HttpFlag.HEADERS_END, header_bytes=250, content_length=50,
+              role=CLIENT, ts=ts, fd=-1)
+
+
+def _client_error_headers(conn_id: int, ts: int, status: int = 503) -> bytes:
+    return io(conn_id, read=True, nbytes=158, kind=HttpKind.RESPONSE, status=status, content_length=65,
+              flags=HttpFlag.HEADERS_END, header_bytes=158, role=CLIENT, ts=ts, fd=18)
+
+
+def test_a_tls_session_tied_at_its_first_read_takes_the_connection_opened_at_its_socket():
+    """Node's client: the request's SSL_write shows no socket (a memory BIO), so its
+    session runs under an id of its own (2) until its first read ties it to the
+    socket connect()ed at fd 18 (id 1): the request gets that connection's peer and
+    connect times, and id 1, which carried only ciphertext, is no connection of its own."""
+    s = run(
+        conn_open(1, port=8443, fd=18, role=CLIENT, ts=100),
+        _client_request(2, ts=200),
+        _client_error_headers(2, ts=300),
+        tls_tied(2, fd=18, ts=301),
+        conn_close(2, fd=18, role=CLIENT, ts=400),
+    )
+    (r,) = s.requests
+    assert r.peer == "127.0.0.1:8443"
+    assert set(s.connections) == {2}
+    conn = s.connections[2]
+    assert conn.t_open_ns == 100 and conn.peer_port == 8443 and conn.t_close_ns == 400
+
+
+def test_a_client_s_error_answer_closed_unread_is_complete_with_its_status():
+    """SDKs that retry read a 503's status and close without reading its body."""
+    s = run(conn_open(1, fd=18, role=CLIENT, ts=100), _client_request(1, ts=200),
+            _client_error_headers(1, ts=300), conn_close(1, fd=18, role=CLIENT, ts=400))
+    (r,) = s.requests
+    assert r.outcome == "complete" and r.status == 503 and r.t_end_ns == 310  # the read's return
+    assert r.end_reason == ERROR_BODY_UNREAD
+
+
+def test_a_client_s_success_answer_closed_early_is_still_aborted():
+    s = run(conn_open(1, fd=18, role=CLIENT, ts=100), _client_request(1, ts=200),
+            _client_error_headers(1, ts=300, status=200), conn_close(1, fd=18, role=CLIENT, ts=400))
+    (r,) = s.requests
+    assert r.outcome == "aborted" and r.t_end_ns == 400
