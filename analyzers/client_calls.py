@@ -25,9 +25,12 @@ attempts, each from the kernel's own timestamps.
 
 from __future__ import annotations
 
+from bisect import bisect_right, insort
+from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from inferprobe.collector.sessionizer import ERROR_BODY_UNREAD
 from inferprobe.collector.timeline import Connection, Outcome, Request
 
 RETRY_WINDOW_NS = 60_000_000_000
@@ -47,18 +50,34 @@ class Attempt:
     number: int  # 1, 2, ...
     grouped_by: str  # "first attempt", "retry header" or "after a failed attempt"
     reused: bool  # the connection had carried an earlier request: no connect for this one
+    # The connection was opened before an earlier attempt of the call, or of the
+    # same thread, ended (a pool that connects ahead, as Node's undici does): its
+    # connect and handshake were not this attempt's time (_opened_ahead).
+    opened_ahead: bool = False
+
+    @property
+    def _connected_for_it(self) -> Connection | None:
+        return None if self.reused or self.opened_ahead else self.connection
 
     @property
     def t_connect_start_ns(self) -> int | None:
-        return None if self.reused or self.connection is None else self.connection.t_open_ns
+        conn = self._connected_for_it
+        return None if conn is None else conn.t_open_ns
 
     @property
     def t_connect_end_ns(self) -> int | None:
-        return None if self.reused or self.connection is None else self.connection.t_connect_end_ns
+        conn = self._connected_for_it
+        return None if conn is None else conn.t_connect_end_ns
 
     @property
     def t_tls_done_ns(self) -> int | None:
-        return None if self.reused or self.connection is None else self.connection.t_tls_done_ns
+        conn = self._connected_for_it
+        return None if conn is None else conn.t_tls_done_ns
+
+    @property
+    def timed_out(self) -> bool:
+        """Closed by the client while it waited for the first byte: the SDK's timeout, most likely."""
+        return self.request.outcome == Outcome.ABORTED and self.request.t_response_start_ns is None
 
     @property
     def t_start_ns(self) -> int:
@@ -100,7 +119,9 @@ class Attempt:
                 parts.append(f"streaming {seconds(r.t_end_ns - r.t_first_token_ns)}")
         else:
             parts.append(f"first byte {seconds(r.t_response_start_ns - r.t_ingress_ns)}")
-            if r.t_end_ns is not None:
+            if r.end_reason == ERROR_BODY_UNREAD:
+                parts.append("body left unread")
+            elif r.t_end_ns is not None:
                 parts.append(f"body {seconds(r.t_end_ns - r.t_response_start_ns)}")
         if r.status is not None and r.status >= 400:
             parts.append(f"status {r.status}")
@@ -145,6 +166,7 @@ def group(requests: Sequence[Request], connections: dict[int, Connection]) -> li
     client = sorted((r for r in requests if r.role == "client"), key=lambda r: r.t_ingress_ns)
     seen_conns: set[int] = set()
     open_calls: dict[tuple, list[Attempt]] = {}  # (pid, tid, method, path, peer) -> the last call's attempts
+    ends_by_thread: dict[tuple[int, int], list[int]] = defaultdict(list)  # sorted attempt ends
     calls: list[list[Attempt]] = []
     for r in client:
         conn = connections.get(r.conn)
@@ -153,13 +175,33 @@ def group(requests: Sequence[Request], connections: dict[int, Connection]) -> li
         key = (r.pid, r.tid, r.method, r.path, r.peer)
         last = open_calls.get(key)
         rule = _continues(last[-1], r) if last else None
+        ends = ends_by_thread[(r.pid, r.tid)]
+        ahead = not reused and _opened_ahead(conn, r, ends, last[-1] if last and rule else None)
         if last is not None and rule is not None:
-            last.append(Attempt(r, conn, last[0].call, len(last) + 1, rule, reused))
-            continue
-        attempts = [Attempt(r, conn, len(calls) + 1, 1, "first attempt", reused)]
-        calls.append(attempts)
-        open_calls[key] = attempts
+            attempt = Attempt(r, conn, last[0].call, len(last) + 1, rule, reused, opened_ahead=ahead)
+            last.append(attempt)
+        else:
+            attempt = Attempt(r, conn, len(calls) + 1, 1, "first attempt", reused, opened_ahead=ahead)
+            calls.append([attempt])
+            open_calls[key] = calls[-1]
+        insort(ends, attempt.t_end_ns)
     return [ClientCall(id=a[0].call, attempts=tuple(a)) for a in calls]
+
+
+def _opened_ahead(conn: Connection | None, r: Request, thread_ends: list[int],
+                  previous: Attempt | None) -> bool:
+    """Whether r's connection was opened before it was wanted: before the call's previous
+    attempt ended (a backoff cannot be negative), or before another attempt of the same
+    thread ended that itself ended before r began (a pool connecting ahead of the next
+    call). A runtime running calls side by side on one thread (Node) may start a
+    connect just before another call ends: that attempt then shows no connect phase
+    rather than a pool's idle time taken for its handshake."""
+    if conn is None or conn.t_open_ns is None:
+        return False
+    if previous is not None and conn.t_open_ns < previous.t_end_ns:
+        return True
+    after_open = bisect_right(thread_ends, conn.t_open_ns)
+    return after_open < len(thread_ends) and thread_ends[after_open] < r.t_ingress_ns
 
 
 def _continues(previous: Attempt, r: Request) -> str | None:

@@ -46,6 +46,36 @@ def peer_rows(calls: list[ClientCall]) -> tuple[tuple[str, ...], ...]:
     return tuple(rows)
 
 
+# What a client is told by each status an SDK retries on.
+TURNED_AWAY = {429: "throttled: a rate limit or quota", 503: "overloaded", 529: "overloaded",
+               502: "a bad gateway", 504: "a gateway timeout", 408: "a request timeout"}
+
+
+def retry_advice(retried: list[ClientCall]) -> str:
+    """Advice for what the failed attempts were: timed out waiting, or answered with a status."""
+    failed = [a for c in retried for a in c.attempts[:-1]]
+    timed_out = sum(1 for a in failed if a.timed_out)
+    statuses: dict[int, int] = defaultdict(int)
+    for a in failed:
+        if a.request.status is not None and a.request.status >= 400:
+            statuses[a.request.status] += 1
+    advice = []
+    if statuses:
+        said = ", ".join(f"{n} answered {status}"
+                         + (f" ({TURNED_AWAY[status]})" if status in TURNED_AWAY else "")
+                         for status, n in sorted(statuses.items()))
+        advice.append(f"The peer turned attempts away ({said}) and the SDK retried after its backoff: the "
+                      "cure is on the peer's side (its rate limit or quota, its capacity, or spreading the "
+                      "load), and the backoff is the SDK's (and the retry-after the peer sent).")
+    if timed_out:
+        advice.append(f"{timed_out} attempt(s) were closed by the client while waiting for the first byte: "
+                      "the SDK's timeout. Compare it with the server's TTFT under load (a timeout below the "
+                      "p99 TTFT retries the slowest requests), and check the peer's queue.")
+    if not advice:
+        advice.append("The failed attempts broke off mid-answer: look at the peer and the network.")
+    return " ".join(advice)
+
+
 def analyze(inp: AnalysisInput) -> AnalyzerResult | None:
     calls = list(inp.client_calls)
     if not calls:
@@ -63,9 +93,7 @@ def analyze(inp: AnalysisInput) -> AnalyzerResult | None:
                       f"and backoff took {seconds(lost)}, {100 * lost / total:.0f} % of all call time "
                       f"(worst: {worst.explain()})."),
             source="client_calls",
-            recommendation=("A first attempt closed by the client after waiting for its first byte is the "
-                            "SDK's timeout: compare it with the server's TTFT under load (a timeout below "
-                            "the p99 TTFT retries the slowest requests), and check the peer's queue."),
+            recommendation=retry_advice(retried),
             share=min(1.0, lost / total) if total else None,
             of="outbound call time",
             evidence=ANCHOR,

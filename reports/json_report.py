@@ -120,7 +120,8 @@ def client_fields(attempt: Attempt | None) -> dict:
     """An outbound call's attempt (docs/report-json.md, "Client role"); null for served requests."""
     if attempt is None:
         return {"call": None, "attempt": None, "grouped_by": None, "retry_count": None,
-                "connection_reused": None, "t_connect_start_ns": None, "t_connect_end_ns": None,
+                "connection_reused": None, "connection_opened_ahead": None,
+                "t_connect_start_ns": None, "t_connect_end_ns": None,
                 "t_tls_done_ns": None}
     return {
         "call": attempt.call,
@@ -128,6 +129,7 @@ def client_fields(attempt: Attempt | None) -> dict:
         "grouped_by": attempt.grouped_by,
         "retry_count": attempt.request.retry_count,
         "connection_reused": attempt.reused,
+        "connection_opened_ahead": attempt.opened_ahead,
         "t_connect_start_ns": attempt.t_connect_start_ns,
         "t_connect_end_ns": attempt.t_connect_end_ns,
         "t_tls_done_ns": attempt.t_tls_done_ns,
@@ -229,6 +231,7 @@ def to_json(data: ReportData) -> dict:
         "no_requests": data.no_requests,
         "unrecognised_connections": data.unread_connections,
         "local_ipc_connections": data.local_ipc_connections,
+        "tls_connections_without_plaintext": data.tls_connections_without_plaintext,
         "endpoints": {ep: summary_json(s) for ep, s in data.endpoints.items()},
         "models": {m: summary_json(s) for m, s in data.models.items()},
         "cgroups": [cgroup_json(g) for g in data.cgroups],

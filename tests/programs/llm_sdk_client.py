@@ -1,7 +1,7 @@
 """Streamed calls through the official openai or anthropic SDK, timed by the caller.
 
 Usage: llm_sdk_client.py openai|anthropic BASE_URL CALLS TOKENS [--wait] [--timeout S]
-[--retries N] [--stall-first MS] [--warm-up] [--unary]. The server is
+[--retries N] [--stall-first MS] [--fail-first STATUS] [--warm-up] [--unary]. The server is
 one of tests/servers/stream_shapes* (they take the token count and pacing
 from extra body fields) over HTTPS with a self-signed certificate, so
 certificate checks are off. Prints one JSON line per call: the model, and
@@ -11,7 +11,8 @@ client object serves every call, made before the first: its connection
 pool reuses connections as an application's does. With
 --wait it first prints "ready" and waits for a line on stdin (a tracer
 attaches meanwhile); --timeout and --retries go to the SDK client;
---stall-first MS asks the server to hold each call's first attempt; --unary makes
+--stall-first MS asks the server to hold each call's first attempt, --fail-first
+STATUS to answer it with that status (the SDK retries); --unary makes
 non-streamed calls (one JSON answer).
 The prompt carries a marker and the API key a secret that must never reach
 the tracer's outputs.
@@ -22,7 +23,7 @@ import sys
 import time
 
 MARKER = "PRIVATE-MARKER-5e1d"
-STALL: dict = {}  # --stall-first MS: the server holds each call's first attempt that long
+STALL: dict = {}  # --stall-first MS / --fail-first STATUS: what the server does to each call's first attempt
 SECRET = "sk-SECRET-b7c2e9"
 
 
@@ -110,6 +111,8 @@ def main() -> None:
         call(make_client(base_url, {}), -1, 1)
     if "--stall-first" in rest:
         STALL["stall_first_ms"] = float(rest[rest.index("--stall-first") + 1])
+    if "--fail-first" in rest:
+        STALL["fail_first_status"] = int(rest[rest.index("--fail-first") + 1])
     # One client for all calls, as applications keep theirs: its pool reuses connections.
     client = make_client(base_url, options)
     if "--wait" in rest:

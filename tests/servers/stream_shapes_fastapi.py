@@ -60,6 +60,14 @@ async def stream(path: str, request: Request) -> Response:
     if body.get("stall_first_ms") and request.headers.get("x-stainless-retry-count", "0") == "0":
         # A first attempt that gets no byte for a while: the SDK's own timeout and retry fire.
         await asyncio.sleep(body["stall_first_ms"] / 1000)
+    if body.get("fail_first_status") and request.headers.get("x-stainless-retry-count", "0") == "0":
+        # A first attempt answered whole with an error status (503 overloaded, 429 throttled):
+        # the SDK reads the answer, backs off and retries.
+        LOG.write(json.dumps({"peer_port": request.client.port if request.client else None,
+                              "path": "/" + path, "status": body["fail_first_status"]}) + "\n")
+        LOG.flush()
+        return JSONResponse({"error": {"message": "overloaded, try again", "type": "overloaded"}},
+                            status_code=body["fail_first_status"], headers={"retry-after": "0"})
     values = {"model": body["model"], "tokens": body["tokens"], "prompt_tokens": shape["prompt_tokens"]}
     peer_port = request.client.port if request.client else None
     if body.get("stream") is False:  # an SDK's unary call: the whole answer as one JSON body

@@ -32,6 +32,7 @@ import pytest
 from tests.integration.e2e.test_stream_shapes import self_signed_certificate
 from tests.support.go import build_go_program
 from tests.support.kernel import needs_root
+from tests.support.node import node_binary, node_package
 from tests.support.paths import PROGRAMS, SERVERS
 from tests.support.processes import Recorder, inferprobe_cmd, stop_process
 
@@ -45,13 +46,19 @@ SPAN_TOLERANCE_NS = 20_000_000
 
 
 
-def client_command(sdk: str, tmp_path: Path, base_url: str, calls: int, extra: list[str]) -> list[str]:
+def client_command(sdk: str, tmp_path: Path, base_url: str, calls: int,
+                   extra: list[str]) -> tuple[list[str], dict[str, str]]:
+    """The client's command line and environment."""
     if sdk == "go":
         exe = build_go_program(PROGRAMS / "llm_go_client.go", tmp_path)
-        return [str(exe), base_url, str(calls), str(TOKENS)]
+        return [str(exe), base_url, str(calls), str(TOKENS)], dict(os.environ)
+    if sdk == "openai-node":
+        env = {**os.environ, "NODE_PATH": node_package("openai"), "NODE_TLS_REJECT_UNAUTHORIZED": "0"}
+        return [node_binary(), str(PROGRAMS / "openai_node_client.mjs"), base_url, str(calls), str(TOKENS),
+                *extra], env
     pytest.importorskip(sdk, reason=f"the {sdk} SDK is not installed (the test extra installs it)")
     return [sys.executable, str(PROGRAMS / "llm_sdk_client.py"), sdk, base_url, str(calls), str(TOKENS),
-            "--wait", "--warm-up", *extra]
+            "--wait", "--warm-up", *extra], dict(os.environ)
 
 
 def record_client(tmp_path: Path, sdk: str, scheme: str, calls: int = CALLS, extra: list[str] = ()) -> dict:
@@ -63,8 +70,10 @@ def record_client(tmp_path: Path, sdk: str, scheme: str, calls: int = CALLS, ext
     client = None
     try:
         port = int(server.stdout.readline())
-        command = client_command(sdk, tmp_path, f"{scheme}://127.0.0.1:{port}", calls, list(extra))
-        client = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        base_url = f"{scheme}://127.0.0.1:{port}"
+        command, client_env = client_command(sdk, tmp_path, base_url, calls, list(extra))
+        client = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                  env=client_env)
         assert client.stdout.readline().strip() == "ready"
         recording = tmp_path / "run.ipr"
         rec = Recorder([client.pid], recording, "--duration", "120")  # no listening socket, no flag
@@ -82,7 +91,13 @@ def record_client(tmp_path: Path, sdk: str, scheme: str, calls: int = CALLS, ext
     text = subprocess.run(inferprobe_cmd("report", str(recording)), capture_output=True, text=True,
                           check=True).stdout
     return {"report": report, "text": text, "recording": recording, "port": port, "server_log": log,
-            "app": [json.loads(line) for line in out.splitlines() if line.startswith("{")]}
+            "app": [_ns_as_ints(json.loads(line)) for line in out.splitlines() if line.startswith("{")]}
+
+
+def _ns_as_ints(call: dict) -> dict:
+    """Node's client writes its nanosecond times as strings (a BigInt has no JSON form)."""
+    return {key: ([int(t) for t in value] if isinstance(value, list) else int(value))
+            if key.endswith("_ns") else value for key, value in call.items()}
 
 
 def attempts_of(report: dict) -> dict[int, list[dict]]:
@@ -179,6 +194,41 @@ def test_a_timed_out_first_attempt_and_its_retry_are_one_call(tmp_path):
         assert "backoff" in call["explanation"] and "attempt 2: connect" in call["explanation"]
     assert any(f["kind"] == "client.retries" for f in report["findings"])
     assert "Outbound calls (client view)" in got["text"]
+
+
+@pytest.mark.parametrize("sdk, scheme", [("openai", "http"), ("openai-node", "https")])
+def test_an_answered_503_and_its_retry_are_one_call(tmp_path, sdk, scheme):
+    """The server answers each call's first attempt 503 (its whole JSON error body
+    written); the SDK reads the status, closes without reading the body, backs off
+    and retries. The 503 is an answered attempt with its status, not an abort, and
+    the advice names what happened, not a timeout. Node's SDK (undici over Node's
+    own OpenSSL, memory BIOs) writes each request before its TLS session shows
+    which socket it runs over: the session is tied at its first read, so every
+    attempt has its peer, and no connection is left "unrecognised"."""
+    calls = 3
+    got = record_client(tmp_path, sdk, scheme, calls, ["--fail-first", "503"])
+    report, app = got["report"], got["app"]
+    grouped = attempts_of(report)
+    assert len(grouped) == len(app) == calls
+    for (first, retry), mine, call in zip(grouped.values(), app, report["client_calls"], strict=True):
+        assert first["outcome"] == "complete" and first["status"] == 503 and first["attempt"] == 1
+        assert first["token_ns"] == []
+        assert retry["outcome"] == "complete" and retry["status"] == 200 and retry["retry_count"] == 1
+        assert retry["grouped_by"] == "retry header"
+        for attempt in (first, retry):
+            assert attempt["peer"] == f"127.0.0.1:{got['port']}"
+            assert attempt["transport"] == ("tls" if scheme == "https" else "socket")
+        assert len(receipt_gaps(retry, mine["received_ns"])) == TOKENS
+        check_span(call, mine)
+        assert "status 503" in call["explanation"] and "timeout" not in call["explanation"]
+        assert "backoff" in call["explanation"] and "backoff -" not in call["explanation"]
+    (finding,) = [f for f in report["findings"] if f["kind"] == "client.retries"]
+    assert f"{calls} answered 503 (overloaded)" in finding["recommendation"]
+    assert "timeout" not in finding["recommendation"]
+    assert report["unrecognised_connections"] == 0
+    assert "unrecognised" not in got["text"]
+    raw = got["recording"].read_bytes()
+    assert MARKER.encode() not in raw and SECRET.encode() not in raw
 
 
 def test_a_new_tls_connection_times_its_handshake(streamed):

@@ -61,6 +61,33 @@ def test_a_retry_header_groups_the_attempts_and_the_sum_adds_up():
         "TLS handshake and request set-up 50.0 ms, first token 1.20 s, streaming 200.0 ms")
 
 
+def test_a_connection_a_pool_opened_ahead_gives_its_attempt_no_connect_phase():
+    """Node's undici connects ahead: the retry goes over a connection opened while the
+    first attempt was still waiting, and the next call over one opened during the
+    retry. Neither attempt waited for that connect, and no backoff is negative."""
+    c1, ahead, later = conn(1, 0), conn(2, 5 * S), conn(3, 11 * S)
+    first = timed_out(1, 80 * MS)
+    retry = streamed(2, 10_600 * MS, retry_count=1)
+    next_call = streamed(3, 13 * S)
+    calls = group([first, retry, next_call], {1: c1, 2: ahead, 3: later})
+    (a1, a2), (b1,) = (c.attempts for c in calls)
+    assert not a1.opened_ahead and a2.opened_ahead and b1.opened_ahead
+    assert a2.t_connect_start_ns is None and b1.t_connect_start_ns is None
+    assert "backoff 520.0 ms; attempt 2: first token 1.20 s" in calls[0].explain()
+
+
+def test_retry_advice_names_an_answered_status_and_a_timeout_apart():
+    from inferprobe.analyzers.client_section import retry_advice
+    requests, connections = the_12_second_call()
+    (timed,) = group(requests, connections)
+    assert "the SDK's timeout" in retry_advice([timed]) and "turned" not in retry_advice([timed])
+    first, retry = requests
+    first.outcome, first.status, first.t_response_start_ns = Outcome.COMPLETE, 429, first.t_ingress_ns + MS
+    (throttled,) = group(requests, connections)
+    advice = retry_advice([throttled])
+    assert "1 answered 429 (throttled: a rate limit or quota)" in advice and "timeout" not in advice
+
+
 def test_without_the_header_a_quick_repeat_after_a_failure_is_a_retry():
     requests, connections = the_12_second_call()
     for r in requests:
