@@ -1960,6 +1960,21 @@ static __always_inline s32 tls_carrier_fd(struct tls_call *call, s32 nested_fd, 
     return call->fd >= 0 ? call->fd : nested_fd >= 0 ? nested_fd : call->dir != DIR_WRITE ? last_read_fd : -1;
 }
 
+/* The socket a TLS read (or handshake step) read over, where it is one that
+ * is neither tied to a session yet nor carrying plain HTTP; its fd in *fd. */
+static __always_inline struct conn_state *tls_read_carrier(u32 tgid, struct tls_call *call, s32 nested_fd,
+                                                           s32 last_read_fd, s32 *fd)
+{
+    if (call->dir == DIR_WRITE)
+        return 0;
+    *fd = tls_carrier_fd(call, nested_fd, last_read_fd);
+    if (*fd < 0)
+        return 0;
+    struct sock_key skey = {.pid = tgid, .fd = *fd};
+    struct conn_state *sock = socks.lookup(&skey);
+    return sock && !sock->tls && !sock->http_seen ? sock : 0;
+}
+
 /* A session left untied at its first call, a client's write over a memory
  * BIO (Node's and asyncio's clients encrypt the request into memory and
  * write the ciphertext after the call returns, so no socket is in sight),
@@ -1973,14 +1988,9 @@ static __always_inline s32 tls_carrier_fd(struct tls_call *call, s32 nested_fd, 
 static __always_inline void tls_tie_late(u32 tgid, struct tls_session *session, struct tls_call *call,
                                          s32 nested_fd, s32 last_read_fd)
 {
-    if (call->dir == DIR_WRITE)
-        return;
-    s32 fd = tls_carrier_fd(call, nested_fd, last_read_fd);
-    if (fd < 0)
-        return;
-    struct sock_key skey = {.pid = tgid, .fd = fd};
-    struct conn_state *sock = socks.lookup(&skey);
-    if (!sock || sock->tls || sock->http_seen || sock->client != session->state.client)
+    s32 fd = -1;
+    struct conn_state *sock = tls_read_carrier(tgid, call, nested_fd, last_read_fd, &fd);
+    if (!sock || sock->client != session->state.client)
         return;
     sock->conn_id = session->state.conn_id;
     sock->tls = 1;
@@ -2002,14 +2012,9 @@ static __always_inline void tls_tie_late(u32 tgid, struct tls_session *session, 
  * is tied at its first plaintext as before. */
 static __always_inline void tls_note_carrier(u32 tgid, struct tls_call *call, s32 nested_fd, s32 last_read_fd)
 {
-    if (call->dir == DIR_WRITE)
-        return;
-    s32 fd = tls_carrier_fd(call, nested_fd, last_read_fd);
-    if (fd < 0)
-        return;
-    struct sock_key skey = {.pid = tgid, .fd = fd};
-    struct conn_state *sock = socks.lookup(&skey);
-    if (sock && !sock->http_seen && !sock->tls && !sock->tls_read_over)
+    s32 fd = -1;
+    struct conn_state *sock = tls_read_carrier(tgid, call, nested_fd, last_read_fd, &fd);
+    if (sock && !sock->tls_read_over)
         sock->tls_read_over = 1;
 }
 
