@@ -46,13 +46,17 @@ def explain(recording: Recording, requests: Sequence[Request],
                 f"record -p {hint['pid']} (its children are followed).")
     skipped = recording.counter("io_skipped")
     ipc = unread_traffic.local_ipc_connections(recording)
+    self_pairs = unread_traffic.self_pair_ends(recording)
     unread = unread_traffic.unread_connections(recording)
-    if ipc and not unread and not any(c.role == "server" and c.family != "unix" for c in connections):
-        # An engine's API server between requests still talks to its workers: its
-        # IPC is no sign of TLS or HTTP/2 (io_skipped counts that IPC's reads too).
+    if (ipc or self_pairs) and not unread and not any(c.role == "server" and c.family != "unix"
+                                                      for c in connections):
+        # An engine's API server between requests still talks to its workers, and an
+        # asyncio server's threads still wake its loop: no sign of TLS or HTTP/2
+        # (io_skipped counts those reads too).
+        aside = (f"{ipc} Unix-socket IPC connection(s) between its processes aside" if ipc else
+                 "its own wake-up socketpair aside")
         return (f"No connection was accepted by pid {pids} while recording: the server was idle "
-                f"({ipc} Unix-socket IPC connection(s) between its processes aside). "
-                "Record while it serves traffic.")
+                f"({aside}). Record while it serves traffic.")
     if connections or skipped:
         libraries = unread_traffic.unhooked_tls(recording)
         why = (f"encrypted (TLS) traffic through {', '.join(libraries)}, which inferprobe does not read"

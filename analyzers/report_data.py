@@ -68,6 +68,7 @@ class ReportData:
     unread_traffic: str | None = None  # the same, as the sentence the report prints
     local_ipc_connections: int = 0  # Unix-socket connections that carried no HTTP (unread_traffic.py)
     tls_connections_without_plaintext: int = 0  # TLS handshakes only, nothing unread (unread_traffic.py)
+    self_pair_ends: int = 0  # a socketpair's ends one target holds (asyncio's self-pipe): no IPC
     local_ipc: str | None = None  # the same, as a note
     # The targets' outbound calls, their attempts grouped (analyzers/client_calls.py).
     client_calls: list[client_calls.ClientCall] = field(default_factory=list)
@@ -177,6 +178,7 @@ def build(recording: Recording, mutex_threshold: float = lock_analysis.DEFAULT_M
         unread_traffic=unread_traffic.sentence(recording),
         local_ipc_connections=unread_traffic.local_ipc_connections(recording),
         tls_connections_without_plaintext=unread_traffic.tls_without_plaintext(recording),
+        self_pair_ends=unread_traffic.self_pair_ends(recording),
         local_ipc=unread_traffic.local_ipc_sentence(recording),
         session=ingested.session,
         connections=sorted(ingested.connections.values(), key=lambda c: c.conn_id),

@@ -8,7 +8,10 @@ They are usually TLS through a library inferprobe does not hook, or HTTP/2
 and gRPC connections opened before the recorder attached (their preface was
 before it): the report names them rather than leave a silent gap. Unix-domain
 ones are counted apart (COUNTER_CONNS_LOCAL_IPC): they are processes of this
-host talking, an engine's own IPC, and no sign of TLS or HTTP/2. So are
+host talking, an engine's own IPC, and no sign of TLS or HTTP/2. The ends
+of a socketpair one process holds both of (asyncio's self-pipe: its loop
+woken by its own threads) are counted apart again (COUNTER_CONNS_SELF_PAIR):
+the process talking to itself, said in no note. So are
 connections a hooked TLS library read over that never carried plaintext
 (COUNTER_CONNS_TLS_NO_PLAINTEXT: handshakes only, such as the connections a
 pool opens ahead and never uses): nothing on them went unread.
@@ -31,6 +34,13 @@ def local_ipc_connections(recording: Recording) -> int:
     EngineCore over ZMQ), counted apart so they are not taken for unhooked TLS."""
     still_open = (recording.snapshots.get("sockets") or {}).get("open_local_ipc", 0)
     return recording.counter("conns_local_ipc") + int(still_open)
+
+
+def self_pair_ends(recording: Recording) -> int:
+    """Ends of a socketpair a target holds both ends of (asyncio's self-pipe, collector/unix_peers.py)
+    that moved bytes: the process waking itself, neither IPC nor unread traffic."""
+    still_open = (recording.snapshots.get("sockets") or {}).get("open_self_pairs", 0)
+    return recording.counter("conns_self_pair") + int(still_open)
 
 
 def tls_without_plaintext(recording: Recording) -> int:

@@ -487,6 +487,14 @@ struct gpu_drm_event {
     __u32 pad;
 };
 
+/* conn_state.local_ipc (bpf/sock.bpf.c): what a Unix-domain socket joins. */
+enum local_ipc {
+    LOCAL_IPC_NONE = 0,      /* not a Unix-domain socket */
+    LOCAL_IPC_PROCESSES = 1, /* processes of this host (or a peer not known): vLLM's ZMQ */
+    LOCAL_IPC_SELF_PAIR = 2, /* a socketpair whose other end the same process holds, seeded by user space
+                              * (collector/unix_peers.py): a wake-up channel, such as asyncio's self-pipe */
+};
+
 /* Indexes of the per-CPU counters array (user space sums them). */
 enum counter_index {
     COUNTER_EVENTS_SENT = 0,    /* events submitted to the ring buffer */
@@ -505,6 +513,8 @@ enum counter_index {
     COUNTER_CONNS_TLS_NO_PLAINTEXT = 11, /* connections whose bytes went unrecognised but a hooked TLS library
                                           * read over (a handshake, a pool's connection opened ahead and
                                           * never used): ciphertext with no plaintext to read, not lost requests */
+    COUNTER_CONNS_SELF_PAIR = 12, /* ends of a socketpair whose both ends one process holds (asyncio's
+                                   * self-pipe, woken by call_soon_threadsafe) that moved bytes: no IPC */
     COUNTER_NET_QUEUED = 14,    /* segments of traced connections seen at net_dev_queue */
     COUNTER_NET_XMITTED = 15,   /* ... and again at net_dev_xmit (the rest: dropped or re-segmented) */
     COUNTER_MAX = 16,           /* room for the other probe sets' counters */

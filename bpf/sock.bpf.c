@@ -68,7 +68,8 @@ struct conn_state {
     u32 client;      /* enum conn_role: connect()ed by the target (it sends requests) or accepted */
     u32 h2;          /* it began with the HTTP/2 preface: its bytes are frames (h2_frames) */
     u32 tally_only;  /* never in socks: lookup_conn's answer for a connection only tallied (host_wide.bpf.c) */
-    u32 local_ipc;   /* a Unix-domain socket: unrecognised bytes on it are IPC of this host, not unhooked TLS */
+    u32 local_ipc;   /* enum local_ipc: a Unix-domain socket, whose unrecognised bytes are IPC of this host,
+                      * not unhooked TLS; or one end of a socketpair the process holds both ends of */
     u32 tls_read_over; /* a hooked TLS library call read over it without plaintext yet (tls_note_carrier) */
 };
 
@@ -743,8 +744,9 @@ TRACEPOINT_PROBE(tcp, tcp_rcv_space_adjust)
  * or traffic inferprobe could not read (analyzers/unread_traffic.py). */
 static __always_inline u32 unread_counter(u32 local_ipc, u32 tls_read_over)
 {
-    return local_ipc ? COUNTER_CONNS_LOCAL_IPC
-           : tls_read_over ? COUNTER_CONNS_TLS_NO_PLAINTEXT : COUNTER_CONNS_UNRECOGNISED;
+    if (local_ipc)
+        return local_ipc == LOCAL_IPC_SELF_PAIR ? COUNTER_CONNS_SELF_PAIR : COUNTER_CONNS_LOCAL_IPC;
+    return tls_read_over ? COUNTER_CONNS_TLS_NO_PLAINTEXT : COUNTER_CONNS_UNRECOGNISED;
 }
 
 static __always_inline void h2_connection_closed(u64 conn_id);   /* the HTTP/2 section below */

@@ -249,6 +249,14 @@ class GpuDrmWhat(enum.IntEnum):
     SCHED_JOB = 1
 
 
+class LocalIpc(enum.IntEnum):
+    """enum local_ipc"""
+
+    NONE = 0
+    PROCESSES = 1
+    SELF_PAIR = 2
+
+
 class Counter(enum.IntEnum):
     """enum counter_index"""
 
@@ -264,6 +272,7 @@ class Counter(enum.IntEnum):
     H2_PIECES_LOST = 9
     CONNS_LOCAL_IPC = 10
     CONNS_TLS_NO_PLAINTEXT = 11
+    CONNS_SELF_PAIR = 12
     NET_QUEUED = 14
     NET_XMITTED = 15
 
@@ -432,6 +441,7 @@ C_PREFIXES: dict[str, str] = {
     "GpuCopyKind": "GPU_COPY_",
     "GpuFlushReason": "GPU_FLUSH_",
     "GpuDrmWhat": "GPU_DRM_",
+    "LocalIpc": "LOCAL_IPC_",
     "Counter": "COUNTER_",
     "LlamaStepPhase": "LLAMA_STEP_",
     "H2FrameType": "H2_FRAME_",

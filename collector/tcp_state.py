@@ -147,7 +147,7 @@ def _diag_entries() -> dict[int, dict]:
     return found
 
 
-def _in_netns(ns_path: str, fn):
+def in_netns(ns_path: str, fn):
     """Runs fn() in the network namespace at ns_path, in a thread of its own."""
     box: dict = {}
 
@@ -183,7 +183,7 @@ def diag_by_inode(pids: list[int]) -> dict[int, dict]:
             continue
     found: dict[int, dict] = {}
     for ino, path in spaces.items():
-        found.update(_diag_entries() if ino == own else _in_netns(path, _diag_entries))
+        found.update(_diag_entries() if ino == own else in_netns(path, _diag_entries))
     return found
 
 

@@ -232,6 +232,7 @@ def to_json(data: ReportData) -> dict:
         "unrecognised_connections": data.unread_connections,
         "local_ipc_connections": data.local_ipc_connections,
         "tls_connections_without_plaintext": data.tls_connections_without_plaintext,
+        "self_pair_ends": data.self_pair_ends,
         "endpoints": {ep: summary_json(s) for ep, s in data.endpoints.items()},
         "models": {m: summary_json(s) for m, s in data.models.items()},
         "cgroups": [cgroup_json(g) for g in data.cgroups],

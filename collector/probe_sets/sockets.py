@@ -9,8 +9,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from inferprobe.collector import targets as target_procs
+from inferprobe.collector.layout_generated import LocalIpc
 from inferprobe.collector.preflight import BTF_VMLINUX
 from inferprobe.collector.probe_sets import ProbeSet, TargetContext
+from inferprobe.collector.unix_peers import self_paired_fds
 
 # The tail-call chain of sock.bpf.c, in enum classify_prog order.
 CLASSIFIER_PROGRAMS = [
@@ -75,10 +77,14 @@ class SocketProbes(ProbeSet):
             clients = target_procs.connected_socket_fds(pid)
             tcp = target_procs.tcp_connection_fds(pid)
             unix = target_procs.unix_socket_fds(pid)
+            inodes = target_procs.socket_inodes(pid)
+            self_paired = self_paired_fds(pid, {fd: inodes[fd] for fd in unix if fd in inodes})
             for fd in target_procs.socket_fds(pid):
                 key = socks.Key(pid=pid, fd=fd)
+                local_ipc = (LocalIpc.SELF_PAIR if fd in self_paired else
+                             LocalIpc.PROCESSES if fd in unix else LocalIpc.NONE)
                 socks[key] = socks.Leaf(conn_id=next_id, http_seen=0, client=int(fd in clients),
-                                        local_ipc=int(fd in unix))
+                                        local_ipc=int(local_ipc))
                 if fd in tcp and fd not in clients:
                     # Their peer is named by the kernel at their next read (peer_wanted).
                     peer_wanted[peer_wanted.Key(pid=pid, fd=fd)] = ctypes.c_uint64(next_id)
@@ -103,9 +109,11 @@ class SocketProbes(ProbeSet):
         # counts the others (COUNTER_CONNS_UNRECOGNISED, analyzers/unread_traffic.py).
         unread = [state for state in bpf[b"socks"].values()
                   if state.unrecognised and not state.http_seen and not state.tls]
-        local_ipc = sum(1 for state in unread if state.local_ipc)
+        self_pairs = sum(1 for state in unread if state.local_ipc == LocalIpc.SELF_PAIR)
+        local_ipc = sum(1 for state in unread if state.local_ipc == LocalIpc.PROCESSES)
         tls_no_plaintext = sum(1 for state in unread if state.tls_read_over and not state.local_ipc)
-        return {"open_unrecognised": len(unread) - local_ipc - tls_no_plaintext, "open_local_ipc": local_ipc,
+        return {"open_unrecognised": len(unread) - self_pairs - local_ipc - tls_no_plaintext,
+                "open_local_ipc": local_ipc, "open_self_pairs": self_pairs,
                 "open_tls_no_plaintext": tls_no_plaintext}
 
 

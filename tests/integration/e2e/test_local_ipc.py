@@ -9,6 +9,9 @@ untraced peer: connections open at attach (seeded from /proc), one closed while
 recording (the kernel's counter) and one still open at the stop (the socket
 table's snapshot), and one made after attach, which the kernel gives up on at
 its first bytes (a connection the target made that carries no request line).
+A process waking itself over a socketpair it holds both ends of (asyncio's
+self-pipe, the C self-pipe trick) is neither IPC nor unread traffic, and goes
+unsaid.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import pytest
 
 from inferprobe.collector.recording import read_recording
 
+from tests.programs.build import build
 from tests.support.kernel import needs_root
 from tests.support.node import node_binary
 from tests.support.paths import PROGRAMS
@@ -109,3 +113,42 @@ def test_the_report_names_them_and_does_not_suggest_tls(recorded):
     text = " ".join(recorded["text"].split())  # as one line: the terminal wraps
     assert "note: 3 Unix-socket connection(s) between processes of this host carried no HTTP" in text
     assert "encrypted or unrecognised" not in text
+
+
+@pytest.fixture(scope="module")
+def self_woken(tmp_path_factory) -> dict:
+    """Two processes each waking itself over a socketpair it holds both ends of:
+    Python's asyncio loop (its self-pipe, written by call_soon_threadsafe from a
+    worker thread, as the demo's engine thread and any threadpool server do) and
+    a C program using the self-pipe trick. Both pairs exist before attach."""
+    tmp = tmp_path_factory.mktemp("self-wake")
+    procs = [subprocess.Popen([sys.executable, str(PROGRAMS / "self_wake.py")], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True),
+             subprocess.Popen([str(build("self_pipe", tmp))], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True)]
+    try:
+        for proc in procs:
+            assert proc.stdout.readline().strip() == "READY"
+        recording = tmp / "self.ipr"
+        rec = Recorder([proc.pid for proc in procs], recording, "--no-engine-metrics", "--duration", "60")
+        try:
+            for proc in procs:
+                proc.stdin.write("go\n")
+                proc.stdin.flush()
+            woken = [int(proc.stdout.readline().split()[1]) for proc in procs]
+        finally:
+            rec.stop()
+    finally:
+        for proc in procs:
+            stop_process(proc)
+    return {"doc": json.loads(report_json_text(recording)), "text": report_terminal_text(recording),
+            "woken": woken}
+
+
+def test_a_process_waking_itself_over_a_socketpair_is_no_ipc_and_no_unread_traffic(self_woken):
+    doc = self_woken["doc"]
+    assert min(self_woken["woken"]) >= 100  # each woke itself that often while recorded
+    assert doc["self_pair_ends"] == 4  # both ends of each pair moved bytes
+    assert doc["local_ipc_connections"] == 0 and doc["unrecognised_connections"] == 0
+    text = " ".join(self_woken["text"].split())
+    assert "Unix-socket" not in text and "encrypted or unrecognised" not in text

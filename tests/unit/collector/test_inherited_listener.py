@@ -144,3 +144,14 @@ def test_an_api_server_whose_only_traffic_was_ipc_is_called_idle():
     tcp = Connection(conn_id=2, pid=10, fd=10, family="ipv4", peer="127.0.0.1", peer_port=5555, t_open_ns=1,
                      role="server")
     assert "TLS" in explain(recording, [], [ipc, tcp])
+
+
+def test_an_asyncio_server_whose_only_traffic_was_its_own_wake_ups_is_called_idle():
+    # Its worker threads wake its loop through the loop's self-pipe, a socketpair it
+    # holds both ends of (collector/unix_peers.py): still open at the stop
+    meta = {"targets": [{"pid": 10}], "listening": ["tcp 0.0.0.0:8000"]}
+    recording = Recording(path=Path("r.ipr"), meta=meta, final={"io_skipped": 40},
+                          snapshots={"sockets": {"open_self_pairs": 2}})
+    sentence = explain(recording, [], [])
+    assert sentence is not None and "the server was idle (its own wake-up socketpair aside)" in sentence
+    assert "TLS" not in sentence
