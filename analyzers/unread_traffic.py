@@ -22,31 +22,34 @@ from __future__ import annotations
 from inferprobe.collector.recording import Recording
 
 
+def _closed_and_open(recording: Recording, counter: str, snapshot_key: str) -> int:
+    """The kernel's count of such connections closed (or given up on) while recording,
+    plus those still open at the stop (the sockets set's snapshot of its table)."""
+    still_open = (recording.snapshots.get("sockets") or {}).get(snapshot_key, 0)
+    return recording.counter(counter) + int(still_open)
+
+
 def unread_connections(recording: Recording) -> int:
     """Closed and still-open connections that moved bytes nothing recognised."""
-    still_open = (recording.snapshots.get("sockets") or {}).get("open_unrecognised", 0)
-    return recording.counter("conns_unrecognised") + int(still_open)
+    return _closed_and_open(recording, "conns_unrecognised", "open_unrecognised")
 
 
 def local_ipc_connections(recording: Recording) -> int:
     """Unix-domain connections (closed and still open) that moved bytes nothing recognised:
     processes of this host talking among themselves (an engine's API server and its
     EngineCore over ZMQ), counted apart so they are not taken for unhooked TLS."""
-    still_open = (recording.snapshots.get("sockets") or {}).get("open_local_ipc", 0)
-    return recording.counter("conns_local_ipc") + int(still_open)
+    return _closed_and_open(recording, "conns_local_ipc", "open_local_ipc")
 
 
 def self_pair_ends(recording: Recording) -> int:
     """Ends of a socketpair a target holds both ends of (asyncio's self-pipe, collector/unix_peers.py)
     that moved bytes: the process waking itself, neither IPC nor unread traffic."""
-    still_open = (recording.snapshots.get("sockets") or {}).get("open_self_pairs", 0)
-    return recording.counter("conns_self_pair") + int(still_open)
+    return _closed_and_open(recording, "conns_self_pair", "open_self_pairs")
 
 
 def tls_without_plaintext(recording: Recording) -> int:
     """TLS connections (closed and still open) a hooked library read over that carried no plaintext."""
-    still_open = (recording.snapshots.get("sockets") or {}).get("open_tls_no_plaintext", 0)
-    return recording.counter("conns_tls_no_plaintext") + int(still_open)
+    return _closed_and_open(recording, "conns_tls_no_plaintext", "open_tls_no_plaintext")
 
 
 def local_ipc_sentence(recording: Recording) -> str | None:

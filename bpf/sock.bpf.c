@@ -2137,10 +2137,12 @@ static __always_inline int tls_call_end(void *ctx, u32 caller, u64 caller_id, lo
         }
     }
 #endif
-    if (call.dir == DIR_HANDSHAKE && ret != 1)
-        tls_note_carrier(tgid, &call, nested_fd, last_read_fd);
-    if (call.dir == DIR_HANDSHAKE)
-        return ret == 1 ? tls_handshake_done(tgid, id, &call, nested_fd, last_read_fd) : 0;
+    if (call.dir == DIR_HANDSHAKE) {
+        if (ret == 1)
+            return tls_handshake_done(tgid, id, &call, nested_fd, last_read_fd);
+        tls_note_carrier(tgid, &call, nested_fd, last_read_fd);   /* a step that did not finish it */
+        return 0;
+    }
     long bytes = ret;
     if (call.len_out) {
         u64 n = 0;

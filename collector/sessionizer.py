@@ -47,6 +47,7 @@ from inferprobe.collector.trace_context import TraceContextJoiner
 # The end reason of a client's error answer closed with its body unread (_on_close).
 ERROR_BODY_UNREAD = "error status, then closed with its body unread"
 
+
 @dataclass(slots=True)
 class _Response:
     request: Request

@@ -79,7 +79,7 @@ class SocketProbes(ProbeSet):
             unix = target_procs.unix_socket_fds(pid)
             inodes = target_procs.socket_inodes(pid)
             self_paired = self_paired_fds(pid, {fd: inodes[fd] for fd in unix if fd in inodes})
-            for fd in target_procs.socket_fds(pid):
+            for fd in sorted(inodes):  # the sockets open now, each seeded once
                 key = socks.Key(pid=pid, fd=fd)
                 local_ipc = (LocalIpc.SELF_PAIR if fd in self_paired else
                              LocalIpc.PROCESSES if fd in unix else LocalIpc.NONE)
