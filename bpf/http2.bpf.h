@@ -89,6 +89,26 @@ static __always_inline int h2_is_preface(struct scratch *s)
            load8(s->head, 8) == H2_PREFACE_1 && load8(s->head, 16) == H2_PREFACE_2;
 }
 
+/* The first bytes of the preface and nothing after them yet (a server
+ * that reads the preface in pieces): held until the rest comes. */
+static __always_inline int h2_opens_preface(struct scratch *s)
+{
+    u32 n = s->n;
+    if (n == 0 || n >= H2_PREFACE_BYTES)
+        return 0;
+    u64 expect[3] = {H2_PREFACE_0, H2_PREFACE_1, H2_PREFACE_2};
+#pragma unroll
+    for (u32 w = 0; w < 3; w++) {
+        u32 at = w * 8;
+        if (at >= n)
+            break;
+        u64 mask = n - at >= 8 ? ~0ULL : (1ULL << (8 * (n - at))) - 1;
+        if ((load8(s->head, at) & mask) != (expect[w] & mask))
+            return 0;
+    }
+    return 1;
+}
+
 /* The walk's input: the syscall's plain buffer, or its iovecs one at a time. */
 static __always_inline void h2_walk_begin(struct scratch *s, u32 skip)
 {

@@ -17,7 +17,7 @@
 #include <linux/types.h>
 #endif
 
-#define INFERPROBE_LAYOUT_VERSION 3
+#define INFERPROBE_LAYOUT_VERSION 4
 
 /* How much of a socket buffer the kernel side looks at to classify it. The
  * bytes stay in a per-CPU scratch buffer: only derived fields (method, path,
@@ -188,9 +188,12 @@ struct io_event {
     __u8 transport;         /* enum transport: what carried the bytes */
     __u8 role;              /* enum conn_role of the connection */
     __u8 retry_count;       /* a request's x-stainless-retry-count value + 1 (SDK retries), 0: none */
-    __u8 pad_retry[7];
+    __u8 joined_pieces;     /* earlier reads (writes) of this request's head held and joined in front
+                             * of this one's bytes (bpf/sock.bpf.c, request_heads_open); 0: none */
+    __u8 pad_retry[6];
     __u64 wire_ns;          /* TLS: CLOCK_MONOTONIC at the start of the first socket syscall of the
                              * library call (the write that carried the plaintext); 0 if none was seen */
+    __u64 first_piece_ns;   /* with joined_pieces: when the first piece moved (a read's exit, a write's entry) */
 };
 
 /* conn_event.role, io_event.role: which end of the connection the target is. */
@@ -515,6 +518,8 @@ enum counter_index {
                                           * never used): ciphertext with no plaintext to read, not lost requests */
     COUNTER_CONNS_SELF_PAIR = 12, /* ends of a socketpair whose both ends one process holds (asyncio's
                                    * self-pipe, woken by call_soon_threadsafe) that moved bytes: no IPC */
+    COUNTER_REQUEST_HEADS_JOINED = 13, /* requests whose line or header block came in more than one read
+                                        * (write) and were joined in the kernel before being classified */
     COUNTER_NET_QUEUED = 14,    /* segments of traced connections seen at net_dev_queue */
     COUNTER_NET_XMITTED = 15,   /* ... and again at net_dev_xmit (the rest: dropped or re-segmented) */
     COUNTER_MAX = 16,           /* room for the other probe sets' counters */
@@ -718,6 +723,8 @@ struct h2_headers_event {
     __u16 pad_tracestate;
     char tracestate[TRACESTATE_MAX_BYTES];  /* W3C tracestate as sent, cut at TRACESTATE_MAX_BYTES */
     __u32 tracestate_cut;                   /* 1: it was longer */
+    __u64 first_piece_ns;     /* when the syscall that carried the block's first bytes moved them
+                               * (a read's exit, a write's entry): where a request began */
 };
 
 /* ------------------------------------------------------------ CUPTI shim

@@ -61,7 +61,6 @@ struct sock_key {
 struct conn_state {
     u64 conn_id;
     u32 http_seen;   /* a request line was read: from now on every I/O counts */
-    u32 carried;     /* 0x100 | the letter a one-byte read returned (carried_method) */
     u32 chunked;     /* its last response's headers said chunked: find_framing may apply */
     u32 tls;         /* a TLS session runs over it: its bytes are ciphertext, read at the library */
     u32 unrecognised; /* it moved bytes the classifier did not recognise (counted at close) */
@@ -930,7 +929,7 @@ static __always_inline int io_enter(s32 fd, u64 buf, u32 vlen, u16 dir, u16 is_m
 
 /* The state of the connection an event is about, in the socket table or,
  * for TLS plaintext, the session table: what the chain programs change
- * once they know more of it (http_seen, carried, chunked), each followed by
+ * once they know more of it (http_seen, chunked), each followed by
  * conn_changed() so no thread's cache misses it. */
 static __always_inline struct conn_state *event_conn(struct scratch *s)
 {
@@ -1300,7 +1299,8 @@ static __always_inline int h2_connection_begins(void *ctx, int tls, struct scrat
     struct h2_conn fresh = {};
     h2_conns.update(&s->ev.conn_id, &fresh);
     h2_begin_event(s, s->ev.hdr.type == EVENT_SOCK_WRITE ? DIR_WRITE : DIR_READ, H2_FLAG_PREFACE);
-    h2_walk_begin(s, H2_PREFACE_BYTES);
+    /* The frames start after the preface, less its pieces held before this syscall. */
+    h2_walk_begin(s, H2_PREFACE_BYTES - (s->joined < H2_PREFACE_BYTES ? s->joined : 0));
     chain_call(ctx, tls, PROG_H2_FRAMES);
     h2_send_event(s, 0);   /* the tail call failed: at least say the connection is HTTP/2 */
     return 0;
@@ -1452,6 +1452,7 @@ static __always_inline int classify_io(void *ctx, u64 id, struct pending_io io, 
     s->windows = 0;
     s->more = 0;
     s->body_start = 0;
+    s->joined = 0;
     s->length_at = 0;
     s->type_at = 0;
     s->retry_at = 0;
@@ -1540,28 +1541,116 @@ static __always_inline int chain_gather_window(void *ctx, int tls)
 }
 CHAIN_PROGRAM(gather_window)
 
-/* Go's net/http reads one byte in the background while a handler runs, to
- * see the client go away; a keep-alive request that arrives then loses its
- * first byte to that read, and the read of its request line starts one byte
- * in ("OST /v1/..."). So a read that returns one letter on an HTTP
- * connection is kept in the connection's entry, and the next read is parsed
- * with it in front. Only reads that are no request line pay the lookup. */
-static __always_inline u8 carried_method(struct scratch *s, u64 first8, u32 *after)
+/* ---------------------------------------------------------------- a request's head in pieces
+ *
+ * A request line or header block may come in more than one read (a server's)
+ * or write (a client's), cut at any byte: granian first reads 24 bytes (the
+ * length of the HTTP/2 preface, to tell the protocols apart), so a request
+ * line longer than that arrives as "POST /v1/chat/completion" and then
+ * "s HTTP/1.1\r\n..."; Go's net/http reads one byte in the background while
+ * a handler runs, which takes the first letter of the next keep-alive
+ * request. Such a piece, one that opens a request but does not hold the
+ * blank line ending its headers (or the first bytes of HTTP/2's preface),
+ * is held per connection instead of being
+ * sent, and the connection's next request-half bytes are classified with
+ * it in front: one event, with the pieces' bytes and when the first one
+ * moved. A piece is held only when its syscall's bytes all fit in the head
+ * (under SCAN_HEAD_BYTES, the most a single read would have been scanned for
+ * too), so the join sees what one read of the whole would have.
+ *
+ * Bounded: one entry per connection whose head is open now (a few
+ * microseconds apart for all the stacks above), in an LRU; conn_ids are
+ * never reused, so an entry left by a connection that closed between its
+ * pieces is never joined to another and ages out. */
+struct open_head {
+    u64 first_ns;   /* when the first piece moved: a read's exit, a write's entry */
+    u32 len;        /* bytes held */
+    u32 pieces;     /* syscalls held so far */
+    u8 bytes[SCAN_HEAD_BYTES];
+};
+BPF_TABLE("lru_hash", u64, struct open_head, request_heads_open, 1024);
+BPF_PERCPU_ARRAY(open_head_build, struct open_head, 1);   /* too big for the stack */
+/* Where join_open_head() lays the pieces end to end: twice the head, so that
+ * the verifier sees any copy of under SCAN_HEAD_BYTES at an offset under
+ * SCAN_HEAD_BYTES stay inside it. */
+struct head_join {
+    u8 bytes[SCRATCH_BYTES];
+};
+BPF_PERCPU_ARRAY(head_join_area, struct head_join, 1);
+
+/* Bytes that could still become a request line: a method's first letters
+ * (up to and with its space), nothing after them yet. */
+static __always_inline int opens_a_method(struct scratch *s, u64 first8)
 {
-    struct conn_state *state = event_conn(s);
-    if (!state)
-        return HTTP_METHOD_UNKNOWN;
-    u32 carried = state->carried;
-    u8 c = s->head[0];
-    state->carried = s->n == 1 && c >= 'A' && c <= 'Z' ? 0x100 | c : 0;
-    if (!carried || s->n < 8)
-        return HTTP_METHOD_UNKNOWN;
-    u32 at = 0;
-    u8 method = parse_method((first8 << 8) | (carried & 0xff), &at);
-    if (method == HTTP_METHOD_UNKNOWN || at == 0)
-        return HTTP_METHOD_UNKNOWN;
-    *after = at - 1;
-    return method;
+    u32 n = s->n;
+    if (n == 0 || n >= 8)
+        return 0;
+    u64 low = (1ULL << (8 * n)) - 1;
+    return (first8 == (LE8("GET \0\0\0\0") & low)) || (first8 == (LE8("POST \0\0\0") & low)) ||
+           (first8 == (LE8("PUT \0\0\0\0") & low)) || (first8 == (LE8("DELETE \0") & low)) ||
+           (first8 == (LE8("HEAD \0\0\0") & low)) || (first8 == (LE8("OPTIONS ") & low)) ||
+           (first8 == (LE8("PATCH \0\0") & low));
+}
+
+/* Holds the head as the open piece of a request (when all of the syscall's
+ * bytes are in it): 1 if held, and then the event is not sent. */
+static __always_inline int hold_open_head(struct scratch *s)
+{
+    u32 n = s->n;
+    if (n == 0 || n >= SCAN_HEAD_BYTES || (u64)n != (u64)s->ev.bytes || s->ev.joined_pieces >= 254)
+        return 0;
+    u32 zero = 0;
+    struct open_head *open = open_head_build.lookup(&zero);
+    if (!open)
+        return 0;
+    int read = s->ev.hdr.type == EVENT_SOCK_READ;
+    open->first_ns = s->ev.joined_pieces ? s->ev.first_piece_ns : (read ? s->ev.exit_ns : s->ev.hdr.ts_ns);
+    open->len = n;
+    open->pieces = s->ev.joined_pieces + 1;
+    bpf_probe_read_kernel(open->bytes, bounded(n, SCAN_HEAD_BYTES - 1), s->head);
+    u64 conn_id = s->ev.conn_id;
+    request_heads_open.update(&conn_id, open);
+    return 1;
+}
+
+/* The connection's open piece, if any, put in front of the syscall's bytes
+ * in the head: the event then stands for all of them (bytes, first_piece_ns).
+ * A further window of this syscall's buffer is not looked at past a join
+ * (its offsets are the buffer's, not the head's); what a request's scans
+ * read from the buffer itself (trace context, the body's last bytes) is
+ * told of the joined bytes through s->joined. */
+static __always_inline void join_open_head(struct scratch *s)
+{
+    u64 conn_id = s->ev.conn_id;
+    struct open_head *open = request_heads_open.lookup(&conn_id);
+    if (!open)
+        return;
+    u32 zero = 0;
+    struct head_join *joined = head_join_area.lookup(&zero);
+    if (!joined) {
+        request_heads_open.delete(&conn_id);
+        return;
+    }
+    u32 k = bounded(open->len, SCAN_HEAD_BYTES - 1);
+    u32 m = s->n < SCAN_HEAD_BYTES - k ? s->n : SCAN_HEAD_BYTES - k;
+    if (k)
+        bpf_probe_read_kernel(joined->bytes, k, open->bytes);
+    u64 first_ns = open->first_ns;
+    u32 pieces = open->pieces;
+    request_heads_open.delete(&conn_id);
+    if (m > 0 && m < SCAN_HEAD_BYTES)
+        bpf_probe_read_kernel(&joined->bytes[k], bounded(m, SCAN_HEAD_BYTES - 1), s->head);
+    u32 n = k + m;
+    if (n > 0 && n <= SCAN_HEAD_BYTES)
+        bpf_probe_read_kernel(s->head, bounded(n, SCRATCH_BYTES - 1), joined->bytes);
+    s->n = n;
+    s->joined = k;
+    s->more = 0;
+    s->tail_in_head = s->tail_in_head && (u64)n == (u64)s->ev.bytes + k;
+    s->ev.bytes += k;
+    s->ev.joined_pieces = pieces > 255 ? 255 : (u8)pieces;
+    s->ev.first_piece_ns = first_ns;
+    count(COUNTER_REQUEST_HEADS_JOINED);
 }
 
 /* classify_request and classify_response, the first programs once a
@@ -1576,15 +1665,19 @@ static __always_inline int chain_classify_request(void *ctx, int tls)
     struct scratch *s = get_scratch();
     if (!s)
         return 0;
+    join_open_head(s);
     if (h2_is_preface(s))
         return h2_connection_begins(ctx, tls, s);
+    if (h2_opens_preface(s) && hold_open_head(s))
+        return 0;
     u32 after = 0;
     u64 first8 = first_bytes(s);
     u8 method = parse_method(first8, &after);
-    if (method == HTTP_METHOD_UNKNOWN && s->http_seen)
-        method = carried_method(s, first8, &after);
     if (request_line(s, method, after)) {
         chain_call(ctx, tls, PROG_SCAN_HEADER_BLOCK);
+    } else if ((method != HTTP_METHOD_UNKNOWN && after >= s->n) || opens_a_method(s, first8)) {
+        if (hold_open_head(s))
+            return 0;   /* a method, or its first letters, and nothing after them yet */
     } else if (s->http_seen) {
         /* a request body read apart from its headers, or more of them (scan_trace_context) */
         chain_call(ctx, tls, PROG_SCAN_TRACE_CONTEXT);
@@ -1647,8 +1740,11 @@ static __always_inline int chain_scan_header_block(void *ctx, int tls)
             s->body_start = s->n;   /* headers run past the window: no body in view */
         chain_call(ctx, tls, PROG_SCAN_BODY);
     } else {
-        if (!(s->ev.flags & HTTP_FLAG_HEADERS_END))
+        if (!(s->ev.flags & HTTP_FLAG_HEADERS_END)) {
+            if (hold_open_head(s))
+                return 0;   /* the rest of the request line or headers is in the next read (write) */
             s->body_start = s->n;   /* headers run past the window: only the read's end is body */
+        }
         chain_call(ctx, tls, PROG_SCAN_TRACE_CONTEXT);
     }
     return submit(s);
@@ -1663,7 +1759,7 @@ static __always_inline int finish_request_read(void *ctx, int tls, struct scratc
     if (take_model(s))
         return submit(s);
     u64 len = s->last_len;
-    if (!s->model_pass && len > s->n && !(s->ev.flags & HTTP_FLAG_VECTORED)) {
+    if (!s->model_pass && len > s->n - s->joined && !(s->ev.flags & HTTP_FLAG_VECTORED)) {
         u32 t = len > SCAN_HEAD_BYTES ? SCAN_HEAD_BYTES : (u32)len;
         if (t > 0 && t <= SCAN_HEAD_BYTES)
             bpf_probe_read_user(s->head, t, (void *)(s->last_base + len - t));
@@ -1799,6 +1895,10 @@ CHAIN_PROGRAM(h2_frames)
  * body read on a connection costs one lookup in trace_headers_open. */
 BPF_PERCPU_ARRAY(trace_scan_area, struct trace_scan, 1);
 BPF_TABLE("lru_hash", u64, struct trace_open, trace_headers_open, 16384);
+/* The bytes of a traceparent or tracestate value cut by a syscall's end, for
+ * the connection's next one: rare (a value across reads), so fewer entries. */
+BPF_TABLE("lru_hash", u64, struct trace_partial, trace_values_open, 1024);
+BPF_PERCPU_ARRAY(trace_partial_build, struct trace_partial, 1);
 
 /* The first window of a syscall: the head, after the byte that ended the
  * last syscall when this one goes on with an open header block. 0: nothing to scan. */
@@ -1806,12 +1906,14 @@ static __always_inline int trace_first_window(struct scratch *s, struct trace_sc
 {
     u64 conn_id = s->ev.conn_id;
     u32 shift = 0, before = 0;
+    struct trace_open open = {};
     if (s->ev.kind != HTTP_KIND_REQUEST) {
-        struct trace_open *open = trace_headers_open.lookup(&conn_id);
-        if (!open)
+        struct trace_open *left = trace_headers_open.lookup(&conn_id);
+        if (!left)
             return 0;
-        before = open->scanned;
-        t->buf[0] = open->ended_line ? '\n' : ' ';
+        open = *left;
+        before = open.scanned;
+        t->buf[0] = open.ended_line ? '\n' : ' ';
         shift = 1;
     }
     __builtin_memset(&t->ev, 0, sizeof(t->ev));
@@ -1825,9 +1927,19 @@ static __always_inline int trace_first_window(struct scratch *s, struct trace_sc
     t->windows = 0;
     t->ended = 0;
     t->parent_at = t->parent_end = t->state_at = t->state_end = 0;
+    /* A value the last syscall ended inside goes on from this one's first byte. */
+    t->continues = open.continues;
+    t->parent_have = open.parent_have;
+    t->state_have = open.state_have;
+    if (open.continues & TRACE_CONTINUES_PARENT) {
+        t->parent_at = 1;
+        t->ev.header_offset = open.parent_line_at;
+    }
+    if (open.continues & TRACE_CONTINUES_STATE)
+        t->state_at = 1;
     t->start = -(s32)shift;
     u32 n = s->n > SCAN_HEAD_BYTES - shift ? SCAN_HEAD_BYTES - shift : s->n;
-    u64 size = trace_bounded(n, 2 * SCAN_HEAD_BYTES - 1);
+    u64 size = bounded(n, 2 * SCAN_HEAD_BYTES - 1);
     if (size > 0 && size <= SCAN_HEAD_BYTES)
         bpf_probe_read_kernel(&t->buf[shift & 1], size, s->head);
     t->n = n + shift;
@@ -1836,7 +1948,15 @@ static __always_inline int trace_first_window(struct scratch *s, struct trace_sc
      * request's headers and body as one iovec); else the head is all there is. */
     u64 bytes = (u64)s->ev.bytes, len = s->n;
     t->user_base = 0;
-    if (!(s->ev.flags & HTTP_FLAG_VECTORED)) {
+    if (s->joined) {
+        /* Earlier pieces in front of the head (join_open_head): the buffer
+         * holds the bytes from s->joined on (later windows start there at the
+         * earliest, a value begun in the pieces is read from the head). */
+        if (!(s->ev.flags & HTTP_FLAG_VECTORED)) {
+            t->user_base = s->last_base - s->joined;
+            len = bytes;
+        }
+    } else if (!(s->ev.flags & HTTP_FLAG_VECTORED)) {
         t->user_base = s->last_base;
         len = bytes;
     } else if (s->n == SCAN_HEAD_BYTES && s->iovs[0].len >= SCAN_HEAD_BYTES) {
@@ -1850,11 +1970,28 @@ static __always_inline int trace_first_window(struct scratch *s, struct trace_sc
 }
 
 /* After the last window of a syscall: the event, and whether the header
- * block goes on in the connection's next read (write). */
+ * block goes on in the connection's next read (write), with the bytes of a
+ * value cut by this syscall's end. */
 static __always_inline void trace_finish(struct scratch *s, struct trace_scan *t)
 {
     u64 conn_id = s->ev.conn_id;
-    trace_values(t, t->user_base);
+    const struct trace_partial *partial = t->continues ? trace_values_open.lookup(&conn_id) : 0;
+    s32 seen = t->start + (s32)t->n;
+    u32 scanned = t->scanned_before + (seen > 0 ? (u32)seen : 0);
+    /* Open only while every byte so far was looked at and the block has not ended. */
+    int stays_open = !(t->ended || seen < 0 || !t->whole || (u64)seen < (u64)s->ev.bytes ||
+                       scanned >= TRACE_HEADER_BYTES);
+    struct trace_open open = {.scanned = scanned,
+                              .ended_line = t->buf[(t->n - 1) & SCRATCH_MASK] == '\n'};
+    u32 zero = 0;
+    struct trace_partial *keep = stays_open ? trace_partial_build.lookup(&zero) : 0;
+    if (keep)
+        trace_keep_partial(t, &open, keep, seen, t->user_base, s->head, s->joined, partial);
+    trace_values(t, t->user_base, s->head, s->joined, partial);
+    if (open.continues)
+        trace_values_open.update(&conn_id, keep);
+    else if (t->continues)
+        trace_values_open.delete(&conn_id);
     struct trace_context_event *ev = &t->ev;
     if (t->ended)
         ev->flags |= TRACE_CONTEXT_FLAG_HEADERS_END;
@@ -1863,16 +2000,11 @@ static __always_inline void trace_finish(struct scratch *s, struct trace_scan *t
     if (ev->flags & (TRACE_CONTEXT_FLAG_TRACEPARENT | TRACE_CONTEXT_FLAG_TRACESTATE |
                      TRACE_CONTEXT_FLAG_TRACEPARENT_CUT | TRACE_CONTEXT_FLAG_TRACESTATE_CUT))
         send_event(ev, sizeof(*ev));
-    s32 seen = t->start + (s32)t->n;
-    u32 scanned = t->scanned_before + (seen > 0 ? (u32)seen : 0);
-    /* Open only while every byte so far was looked at and the block has not ended. */
-    if (t->ended || seen < 0 || !t->whole || (u64)seen < (u64)s->ev.bytes || scanned >= TRACE_HEADER_BYTES) {
+    if (!stays_open) {
         if (s->ev.kind != HTTP_KIND_REQUEST || !(s->ev.flags & HTTP_FLAG_HEADERS_END) || t->scanned_before)
             trace_headers_open.delete(&conn_id);
         return;
     }
-    struct trace_open open = {.scanned = scanned,
-                              .ended_line = t->buf[(t->n - 1) & SCRATCH_MASK] == '\n'};
     trace_headers_open.update(&conn_id, &open);
 }
 
@@ -1891,9 +2023,11 @@ static __always_inline int chain_scan_trace_context(void *ctx, int tls)
     } else {
         /* A further window of the user buffer, from TRACE_WINDOW_OVERLAP before the last one's end. */
         s32 from = t->start + (s32)t->n - TRACE_WINDOW_OVERLAP;
+        if (from < (s32)s->joined)
+            from = s->joined;   /* the bytes before are the held pieces', which the head had */
         u32 left = from >= 0 && (u32)from < t->len ? t->len - (u32)from : 0;
         u32 n = left > SCAN_HEAD_BYTES ? SCAN_HEAD_BYTES : left;
-        u64 size = trace_bounded(n, 2 * SCAN_HEAD_BYTES - 1);
+        u64 size = bounded(n, 2 * SCAN_HEAD_BYTES - 1);
         if (size > 0 && size <= SCAN_HEAD_BYTES)
             bpf_probe_read_user(t->buf, size, (void *)(t->user_base + (u32)from));
         t->start = from;

@@ -35,6 +35,19 @@
 struct trace_open {
     u32 scanned;       /* bytes of the header block looked at so far */
     u32 ended_line;    /* the last byte seen was a '\n': the next bytes start a line */
+    u32 continues;     /* TRACE_CONTINUES_*: a value the last syscall ended inside (trace_values_open) */
+    u32 parent_have;   /* how many of its bytes were seen */
+    u32 state_have;
+    u32 parent_line_at; /* where the traceparent line starts in the request */
+};
+#define TRACE_CONTINUES_PARENT 1
+#define TRACE_CONTINUES_STATE 2
+
+/* The bytes of the values a syscall ended inside, for the next one to finish
+ * (sock.bpf.c keeps them per connection in trace_values_open). */
+struct trace_partial {
+    u8 parent[TRACEPARENT_MAX_BYTES];
+    u8 state[TRACESTATE_MAX_BYTES];
 };
 
 /* The per-CPU state of one syscall's scan, from window to window. Offsets
@@ -42,6 +55,7 @@ struct trace_open {
  * syscall's first window, whose buf[0] stands for the last byte before it). */
 struct trace_scan {
     u8 buf[SCRATCH_BYTES];
+    u8 value[4 * TRACESTATE_MAX_BYTES];   /* where a value is put together from its parts (trace_value) */
     struct trace_context_event ev;
     u64 io_exit_ns;     /* the syscall this state is about */
     u64 user_base;      /* where its bytes lie in user memory, 0: only the head (in buf) */
@@ -55,16 +69,9 @@ struct trace_scan {
     u32 ended;          /* the blank line was found */
     u32 parent_at, parent_end;  /* the traceparent value's bounds (+ 1; 0: not found / not yet) */
     u32 state_at, state_end;
+    u32 continues;      /* TRACE_CONTINUES_*: values begun in an earlier syscall (at offset 0 here) */
+    u32 parent_have, state_have;   /* ... and how many of their bytes it saw */
 };
-
-/* v & mask, kept by the compiler: where it can prove v <= mask it drops the
- * AND, and the verifier, which tracks 32-bit bounds less well, then refuses
- * a helper's size argument. */
-static __always_inline u64 trace_bounded(u64 v, u64 mask)
-{
-    asm volatile("" : "+r"(v));
-    return v & mask;
-}
 
 /* A '\n' at q in buf: the blank line ending the headers (1), the end of a
  * value's line, or the start of a traceparent or tracestate line. */
@@ -75,9 +82,10 @@ static __always_inline int trace_newline(struct trace_scan *t, u32 q)
     u8 before = q >= 1 ? t->buf[(q - 1) & SCRATCH_MASK] : 0;
     u32 cr = before == '\r';
     u32 end = (u32)(at - (s32)cr) + 1;
-    if (t->parent_at && !t->parent_end && end > t->parent_at)
+    /* >=: an empty value's line ends right at its start (not at the next line's end) */
+    if (t->parent_at && !t->parent_end && end >= t->parent_at)
         t->parent_end = end;
-    if (t->state_at && !t->state_end && end > t->state_at)
+    if (t->state_at && !t->state_end && end >= t->state_at)
         t->state_end = end;
     if (before == '\n' || (cr && q >= 2 && t->buf[(q - 2) & SCRATCH_MASK] == '\n')) {
         t->ended = 1;
@@ -117,40 +125,70 @@ static __always_inline int trace_scan_window(struct trace_scan *t)
     return 0;
 }
 
-/* Copies a value found whole, [at, end) of the syscall's bytes (both + 1,
- * the optional blanks after the colon included: user space strips them),
- * from the user buffer (plain I/O) or from buf (vectored: the head only).
- * Returns its length; *cut when it was longer than max. */
+/* Copies a value, [at, end) of the syscall's bytes (both + 1, the optional
+ * blanks after the colon included: user space strips them), after the
+ * `carried` bytes an earlier syscall saw of it (a value cut by that
+ * syscall's end), into dst. This syscall's part comes from the user buffer
+ * (plain I/O) or from buf (vectored: the head only); a part that lies in
+ * pieces held before this syscall (its first `held` bytes, which are the
+ * head's: join_open_head in sock.bpf.c) comes from the head. The parts are
+ * put together in t->value first. Returns the length; *cut when the value
+ * was longer than max. */
 static __always_inline u32 trace_value(struct trace_scan *t, char *dst, u32 max, u32 at, u32 end,
-                                       u64 user_base, int *cut)
+                                       u64 user_base, const u8 *head, u32 held,
+                                       const u8 *carried, u32 carried_len, int *cut)
 {
-    if (!at || !end || end <= at)
+    if (!at || !end || end < at || carried_len > max || (carried_len && !carried))
         return 0;
-    u32 from = at - 1, len = end - at;
-    if (len > max) {
-        len = max;
+    u32 from = at - 1, total = carried_len + (end - at);
+    if (total > max) {
+        total = max;
         *cut = 1;
     }
-    /* max is a power of two: the mask changes nothing but lets the verifier see the bound */
-    u64 size = trace_bounded(len, 2 * max - 1);   /* max is a power of two: == len */
-    if (size == 0 || size > max)
+    /* max is a power of two: each mask changes nothing but lets the verifier see the bound */
+    u64 size = bounded(total, 2 * max - 1);
+    u64 c = bounded(carried_len, 2 * max - 1);
+    if (size == 0 || size > max || c > size)
         return 0;
-    if (user_base)
-        bpf_probe_read_user(dst, size, (void *)(user_base + from));
-    else
-        bpf_probe_read_kernel(dst, size, &t->buf[(u32)((s32)from - t->start) & (SCAN_HEAD_BYTES - 1)]);
+    if (c > 0)
+        bpf_probe_read_kernel(t->value, c, carried);
+    u64 rest = bounded(size - c, 2 * max - 1);
+    u8 *to = &t->value[c & (2 * max - 1)];
+    if (rest > 0 && rest <= max) {
+        if (user_base && from < held) {
+            u64 in_head = bounded(held - from < rest ? held - from : rest, 2 * max - 1);
+            if (in_head > 0 && in_head <= max)
+                bpf_probe_read_kernel(to, in_head, &head[from & (SCAN_HEAD_BYTES - 1)]);
+            u64 after = bounded(rest - in_head, 2 * max - 1);
+            if (after > 0 && after <= max)
+                bpf_probe_read_user(&t->value[(c + in_head) & (2 * max - 1)], after,
+                                    (void *)(user_base + held));
+        } else if (user_base) {
+            bpf_probe_read_user(to, rest, (void *)(user_base + from));
+        } else {
+            bpf_probe_read_kernel(to, rest, &t->buf[(u32)((s32)from - t->start) & (SCAN_HEAD_BYTES - 1)]);
+        }
+    }
+    /* a line cut between its '\r' and '\n': the '\r' came with the carried part */
+    if (t->value[(size - 1) & (2 * max - 1)] == '\r')
+        size = bounded(size - 1, 2 * max - 1);
+    if (size > 0 && size <= max)
+        bpf_probe_read_kernel(dst, size, t->value);
     return (u32)size;
 }
 
 /* The event's values once the scan of a syscall is over: a value whose line
- * end was not seen is flagged cut and left empty. */
-static __always_inline void trace_values(struct trace_scan *t, u64 user_base)
+ * end was not seen is flagged cut and left empty. `partial` holds the bytes
+ * of values an earlier syscall ended inside (t->continues). */
+static __always_inline void trace_values(struct trace_scan *t, u64 user_base, const u8 *head, u32 held,
+                                         const struct trace_partial *partial)
 {
     struct trace_context_event *ev = &t->ev;
     int cut = 0;
     if (t->parent_at) {
+        u32 have = t->continues & TRACE_CONTINUES_PARENT ? t->parent_have : 0;
         u32 got = trace_value(t, ev->traceparent, TRACEPARENT_MAX_BYTES, t->parent_at, t->parent_end,
-                              user_base, &cut);
+                              user_base, head, held, partial ? partial->parent : 0, have, &cut);
         ev->traceparent_len = got;
         if (got)
             ev->flags |= TRACE_CONTEXT_FLAG_TRACEPARENT;
@@ -159,13 +197,47 @@ static __always_inline void trace_values(struct trace_scan *t, u64 user_base)
     }
     cut = 0;
     if (t->state_at) {
+        u32 have = t->continues & TRACE_CONTINUES_STATE ? t->state_have : 0;
         u32 got = trace_value(t, ev->tracestate, TRACESTATE_MAX_BYTES, t->state_at, t->state_end,
-                              user_base, &cut);
+                              user_base, head, held, partial ? partial->state : 0, have, &cut);
         ev->tracestate_len = got;
         if (got)
             ev->flags |= TRACE_CONTEXT_FLAG_TRACESTATE;
         if (cut || !t->state_end)
             ev->flags |= TRACE_CONTEXT_FLAG_TRACESTATE_CUT;
+    }
+}
+
+/* A syscall that ends inside a value whose line goes on in the next one:
+ * its bytes so far (after any carried before) into `keep`, and the value is
+ * taken off this syscall's event. Left as it is (flagged cut there) when
+ * too long already. */
+static __always_inline void trace_keep_partial(struct trace_scan *t, struct trace_open *open,
+                                               struct trace_partial *keep, s32 seen, u64 user_base,
+                                               const u8 *head, u32 held, const struct trace_partial *partial)
+{
+    int cut = 0;
+    if (t->parent_at && !t->parent_end && seen >= 0) {
+        u32 have = t->continues & TRACE_CONTINUES_PARENT ? t->parent_have : 0;
+        u32 got = trace_value(t, (char *)keep->parent, TRACEPARENT_MAX_BYTES, t->parent_at, (u32)seen + 1,
+                              user_base, head, held, partial ? partial->parent : 0, have, &cut);
+        if (!cut) {
+            open->continues |= TRACE_CONTINUES_PARENT;
+            open->parent_have = got;
+            open->parent_line_at = t->ev.header_offset;
+            t->parent_at = 0;
+        }
+    }
+    cut = 0;
+    if (t->state_at && !t->state_end && seen >= 0) {
+        u32 have = t->continues & TRACE_CONTINUES_STATE ? t->state_have : 0;
+        u32 got = trace_value(t, (char *)keep->state, TRACESTATE_MAX_BYTES, t->state_at, (u32)seen + 1,
+                              user_base, head, held, partial ? partial->state : 0, have, &cut);
+        if (!cut) {
+            open->continues |= TRACE_CONTINUES_STATE;
+            open->state_have = got;
+            t->state_at = 0;
+        }
     }
 }
 

@@ -186,6 +186,10 @@ class IoRecord:
     wire_ns: int | None = None
     role: ConnRole = ConnRole.SERVER  # CLIENT: the target's own outbound call (it writes the request)
     retry_count: int | None = None  # a request's x-stainless-retry-count (0 on a first attempt)
+    # A request whose line or headers came in pieces, joined in the kernel: how
+    # many earlier reads (writes) it holds, and when the first of them moved.
+    joined_pieces: int = 0
+    first_piece_ns: int | None = None
 
     @property
     def is_read(self) -> bool:
@@ -540,6 +544,7 @@ class H2HeadersRecord:
     traceparent: str | None
     tracestate: str | None = None
     tracestate_cut: bool = False
+    first_piece_ns: int | None = None  # the block's first bytes moved (layout 4; None before)
 
 
 Event = (ConnRecord | IoRecord | UsdtRecord | StackSampleRecord | NetXmitRecord | NetAckRecord
@@ -605,6 +610,8 @@ def _io(etype: EventType, ev: Any) -> IoRecord:
         wire_ns=ev.wire_ns or None,
         role=member(ConnRole, ev.role, "connection role"),
         retry_count=ev.retry_count - 1 if ev.retry_count else None,
+        joined_pieces=ev.joined_pieces,
+        first_piece_ns=ev.first_piece_ns if ev.joined_pieces else None,
     )
 
 
@@ -783,6 +790,7 @@ def _h2_headers(etype: EventType, ev: Any) -> H2HeadersRecord:
         tracestate=(ev.tracestate[: ev.tracestate_len].decode("ascii", "replace")
                     if ev.tracestate_len else None),
         tracestate_cut=bool(ev.tracestate_cut),
+        first_piece_ns=ev.first_piece_ns or None,
     )
 
 
@@ -808,8 +816,10 @@ DECODERS: dict[EventType, Decoder] = {
     EventType.CONN_PEER: Decoder(ConnEvent, _conn),
     EventType.TLS_HANDSHAKE: Decoder(ConnEvent, _conn),
     EventType.TLS_TIED: Decoder(ConnEvent, _conn),
-    EventType.SOCK_READ: Decoder(IoEvent, _io),
-    EventType.SOCK_WRITE: Decoder(IoEvent, _io),
+    # Layout 4 appended first_piece_ns: a layout-3 recording's shorter I/O
+    # events read with it zero (and joined_pieces, once padding, zero too).
+    EventType.SOCK_READ: Decoder(IoEvent, _io, min_size=IoEvent.first_piece_ns.offset),
+    EventType.SOCK_WRITE: Decoder(IoEvent, _io, min_size=IoEvent.first_piece_ns.offset),
     EventType.USDT: Decoder(UsdtEvent, _usdt),
     EventType.CPU_SAMPLE: Decoder(StackSampleEvent, _stack_sample),
     EventType.OFFCPU_SAMPLE: Decoder(StackSampleEvent, _stack_sample),
@@ -830,7 +840,7 @@ DECODERS: dict[EventType, Decoder] = {
     EventType.LLAMA_STEP: Decoder(LlamaStepEvent, _llama_step),
     EventType.TRACE_CONTEXT: Decoder(TraceContextEvent, _trace_context),
     EventType.H2_FRAMES: Decoder(H2FramesEvent, _h2_frames, min_size=H2FramesEvent.frames.offset),
-    EventType.H2_HEADERS: Decoder(H2HeadersEvent, _h2_headers),
+    EventType.H2_HEADERS: Decoder(H2HeadersEvent, _h2_headers, min_size=H2HeadersEvent.first_piece_ns.offset),
 }
 
 

@@ -189,6 +189,8 @@ def encode_event(last: H2HeaderPiece, first: H2HeaderPiece, fields: dict[bytes, 
     ev.hdr.ts_ns = last.hdr.ts_ns
     ev.conn_id, ev.exit_ns, ev.stream_id = last.conn_id, last.exit_ns, first.stream_id
     ev.dir, ev.role, ev.transport = last.dir, last.role, last.transport
+    # A block cut across syscalls (a server reading in pieces) began with the first of them.
+    ev.first_piece_ns = first.exit_ns if first.dir == 0 else first.hdr.ts_ns
     flags = 0
     if first.frame_flags & H2FrameFlag.END_STREAM and first.frame_type == H2FrameType.HEADERS:
         flags |= H2HeadersFlag.END_STREAM

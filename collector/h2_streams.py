@@ -120,8 +120,9 @@ class H2Streams:
             if stream is not None:
                 return  # the request's trailers
             req = Request(pid=ev.pid, tid=ev.tid, conn=ev.conn_id, method=ev.method, path=ev.path,
-                          t_ingress_ns=t, transport=ev.transport.name.lower(), role=ev.role.name.lower(),
-                          peer=self._peer_of(ev.conn_id), protocol="h2", h2_stream=ev.stream_id)
+                          t_ingress_ns=ev.first_piece_ns or t, transport=ev.transport.name.lower(),
+                          role=ev.role.name.lower(), peer=self._peer_of(ev.conn_id), protocol="h2",
+                          h2_stream=ev.stream_id)
             if ev.content == H2Content.GRPC and (names := grpc_method(ev.path)) is not None:
                 req.rpc_service, req.rpc_method = names
             set_trace_context(req, ev.traceparent, ev.tracestate, self._stats,

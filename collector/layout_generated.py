@@ -12,7 +12,7 @@ import ctypes
 import enum
 
 # The header's integer #defines.
-INFERPROBE_LAYOUT_VERSION = 3
+INFERPROBE_LAYOUT_VERSION = 4
 SCAN_HEAD_BYTES = 512
 SCAN_TAIL_BYTES = 64
 MAX_BODY_WINDOWS = 24
@@ -273,6 +273,7 @@ class Counter(enum.IntEnum):
     CONNS_LOCAL_IPC = 10
     CONNS_TLS_NO_PLAINTEXT = 11
     CONNS_SELF_PAIR = 12
+    REQUEST_HEADS_JOINED = 13
     NET_QUEUED = 14
     NET_XMITTED = 15
 
@@ -489,7 +490,7 @@ class ConnEvent(ctypes.Structure):
 
 
 class IoEvent(ctypes.Structure):
-    """struct io_event: 264 bytes"""
+    """struct io_event: 272 bytes"""
 
     _fields_ = [
         ("hdr", EventHeader),                               # offset 0, 24 bytes
@@ -517,8 +518,10 @@ class IoEvent(ctypes.Structure):
         ("transport", ctypes.c_uint8),                      # offset 246, 1 byte
         ("role", ctypes.c_uint8),                           # offset 247, 1 byte
         ("retry_count", ctypes.c_uint8),                    # offset 248, 1 byte
-        ("pad_retry", ctypes.c_uint8 * 7),                  # offset 249, 7 bytes
+        ("joined_pieces", ctypes.c_uint8),                  # offset 249, 1 byte
+        ("pad_retry", ctypes.c_uint8 * 6),                  # offset 250, 6 bytes
         ("wire_ns", ctypes.c_uint64),                       # offset 256, 8 bytes
+        ("first_piece_ns", ctypes.c_uint64),                # offset 264, 8 bytes
     ]
 
 
@@ -803,7 +806,7 @@ class H2HeaderPiece(ctypes.Structure):
 
 
 class H2HeadersEvent(ctypes.Structure):
-    """struct h2_headers_event: 448 bytes"""
+    """struct h2_headers_event: 456 bytes"""
 
     _fields_ = [
         ("hdr", EventHeader),                               # offset 0, 24 bytes
@@ -828,6 +831,7 @@ class H2HeadersEvent(ctypes.Structure):
         ("pad_tracestate", ctypes.c_uint16),                # offset 186, 2 bytes
         ("tracestate", ctypes.c_char * 256),                # offset 188, 256 bytes
         ("tracestate_cut", ctypes.c_uint32),                # offset 444, 4 bytes
+        ("first_piece_ns", ctypes.c_uint64),                # offset 448, 8 bytes
     ]
 
 

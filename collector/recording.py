@@ -191,7 +191,8 @@ def check_layout(path: Path, meta: dict) -> None:
     meta.layout_version): decoding a newer layout with today's structs would
     read fields at the wrong offsets. An older layout, or none stated, is read
     as today: events shorter than today's struct are counted as undecodable
-    (layout 2 only appended fields to io_event)."""
+    (layout 2 only appended fields to io_event), except layout 3's I/O events,
+    which lack only layout 4's first_piece_ns (collector/events.py DECODERS)."""
     layout = meta.get("layout_version")
     if layout is None:
         return

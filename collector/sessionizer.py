@@ -99,6 +99,12 @@ def moment(ev: IoRecord) -> int:
     return ev.exit_ns if ev.is_read else ev.ts_ns
 
 
+def arrived(ev: IoRecord) -> int:
+    """When a request began to move: the first of the pieces its head came in
+    (joined in the kernel), else the syscall's own moment."""
+    return ev.first_piece_ns if ev.first_piece_ns is not None else moment(ev)
+
+
 def is_request_side(ev: IoRecord) -> bool:
     """The request half of an exchange: what a server reads, what a client writes."""
     return ev.is_read != (ev.role == ConnRole.CLIENT)
@@ -242,7 +248,7 @@ class Sessionizer:
                 conn=ev.conn_id,
                 method=ev.method,
                 path=ev.path,
-                t_ingress_ns=moment(ev),
+                t_ingress_ns=arrived(ev),
                 bytes_in=ev.bytes,
                 model=ev.model,
                 transport=ev.transport.name.lower(),

@@ -1,7 +1,9 @@
 """The LLM stream shapes on FastAPI/uvicorn (StreamingResponse): the same
 endpoints, payloads and log as stream_shapes.js and stream_shapes.go.
 
-Usage: stream_shapes_fastapi.py LOG; prints the port. Each token write's
+Usage: stream_shapes_fastapi.py LOG; prints the port. Another ASGI server
+imports `app` from here with the log's path in STREAM_SHAPES_LOG
+(stream_shapes_granian.py). Each token write's
 CLOCK_MONOTONIC (time.monotonic_ns) is taken as the generator yields it
 (token_ns), and again when the generator resumes (token_written_ns): uvicorn
 writes each yielded chunk in the send() Starlette awaits before it asks for
@@ -29,7 +31,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 SHAPES = json.loads((Path(__file__).with_name("stream_shapes_payloads.json")).read_text())
 PLACEHOLDER = re.compile(r"\{(\w+)\}")
-LOG = open(sys.argv[1], "a")  # noqa: SIM115 - the server's lifetime
+LOG = open(os.environ.get("STREAM_SHAPES_LOG") or sys.argv[1], "a")  # noqa: SIM115 - the server's lifetime
 app = FastAPI()
 
 

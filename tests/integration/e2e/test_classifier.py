@@ -434,9 +434,12 @@ def test_a_request_whose_first_byte_a_one_byte_read_took_is_still_a_request(pyth
         server.wait(timeout=10)
         events, _ = capture.finish()
     reads = [e for e in bytes_moved(events, server.pid) if e.is_read]
-    assert [(e.kind, e.method, e.path, e.bytes) for e in reads] == [
-        (HttpKind.REQUEST, "GET", "/first", 32),
-        (HttpKind.DATA, None, None, 1),
-        (HttpKind.REQUEST, "POST", "/next", 59),
-        (HttpKind.DATA, None, None, 1),
+    # The one-byte read is held (bpf/sock.bpf.c, request_heads_open) and sent as the front of the next.
+    assert [(e.kind, e.method, e.path, e.bytes, e.joined_pieces) for e in reads] == [
+        (HttpKind.REQUEST, "GET", "/first", 32, 0),
+        (HttpKind.REQUEST, "POST", "/next", 60, 1),
+        (HttpKind.DATA, None, None, 1, 0),
     ]
+    # The request began with its first byte, before the server slept 50 ms and read the rest.
+    joined = reads[1]
+    assert joined.first_piece_ns is not None and joined.exit_ns - joined.first_piece_ns >= 40_000_000

@@ -1,9 +1,9 @@
-"""End to end: the stream shapes real LLM servers emit, on Node, Go, C and Python.
+"""End to end: the stream shapes real LLM servers emit, on Node, Go, C, Python and Rust.
 
 Servers (tests/servers/): Node's http module, Go's net/http and FastAPI/uvicorn serve the same
-three shapes from one payload file (stream_shapes_payloads.json): OpenAI's
-unnamed SSE events with a usage chunk and [DONE], Anthropic's named SSE
-events, and Ollama's NDJSON lines ending with "done": true. A C server ends
+three shapes from one payload file (stream_shapes_payloads.json), and granian (Rust: hyper
+and tokio) serves the FastAPI app: OpenAI's unnamed SSE events with a usage chunk and
+[DONE], Anthropic's named SSE events, and Ollama's NDJSON lines ending with "done": true. A C server ends
 its chunked body in pieces as cpp-httplib (llama.cpp's server) does, then
 shuts the connection down.
 
@@ -93,9 +93,18 @@ def fastapi_server(tmp_path: Path, log: Path) -> list[str]:
     return [sys.executable, str(SERVERS / "stream_shapes_fastapi.py"), str(log)]
 
 
+def granian_server(tmp_path: Path, log: Path) -> list[str]:
+    if shutil.which("granian", path=str(Path(sys.executable).parent)) is None:
+        pytest.skip("granian is not installed (the test extra installs it)")
+    return [sys.executable, str(SERVERS / "stream_shapes_granian.py"), str(log)]
+
+
 STACKS = {
     "node": (node_server, list(SHAPES)),
     "fastapi": (fastapi_server, list(SHAPES)),
+    # granian reads a new connection's first 24 bytes alone (to tell HTTP/2's preface
+    # apart), which cuts a longer request line in two: the kernel joins the pieces.
+    "granian": (granian_server, list(SHAPES)),
     "go": (go_server, list(SHAPES)),
     "c": (c_server, ["/pieces", "/trailers"]),
 }
@@ -156,6 +165,7 @@ class Served:
     process: subprocess.Popen
     port: int
     log: Path
+    pid: int   # the process that serves: the server's own, or its worker (granian)
 
 
 def start_server(name: str, tmp_path: Path) -> Served:
@@ -167,7 +177,10 @@ def start_server(name: str, tmp_path: Path) -> Served:
     env = {**os.environ, **(self_signed_certificate(tmp_path) if tls else {})}
     process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env)
     try:
-        return Served(stack, tls, process, int(process.stdout.readline()), log)
+        port = int(process.stdout.readline())
+        # granian's launcher prints its worker's pid after the port
+        pid = int(process.stdout.readline()) if stack == "granian" else process.pid
+        return Served(stack, tls, process, port, log, pid)
     except ValueError:
         stop_process(process)
         raise
@@ -182,7 +195,7 @@ def recorded(tmp_path_factory) -> dict:
     try:
         skipped = start_each(CASES, lambda name: start_server(name, base / name), into=servers)
         recording = base / "run.ipr"
-        rec = Recorder([s.process.pid for s in servers.values()], recording, "--duration", "300")
+        rec = Recorder([s.pid for s in servers.values()], recording, "--duration", "300")
         try:
             asked = {name: drive(s.port, STACKS[s.stack][1], keep_alive=s.stack != "c", tls=s.tls)
                      for name, s in servers.items()}
@@ -194,7 +207,7 @@ def recorded(tmp_path_factory) -> dict:
             stop_process(s.process)
     report_raw, text = report_json_text(recording), report_terminal_text(recording)
     report = json.loads(report_raw)
-    cases = {name: {"stack": s.stack, "tls": s.tls, "report": report_of_pid(report, s.process.pid),
+    cases = {name: {"stack": s.stack, "tls": s.tls, "report": report_of_pid(report, s.pid),
                     "asked": asked[name],
                     "served": [json.loads(line) for line in s.log.read_text().splitlines()]}
              for name, s in servers.items()}

@@ -1,0 +1,87 @@
+"""`inferprobe doctor -p PID` names rustls, the TLS a Rust binary or extension links in.
+
+rustls has no library of its own: it is compiled into each Rust program
+that uses it, usually stripped, so no symbol names it. A granian worker
+serving HTTPS (its TLS is rustls, in granian's Rust extension) also maps
+Python's libssl, which doctor used to give as the answer although none of
+the worker's connections go through it. And hf_xet (Hugging Face's Xet
+storage client, a Rust extension huggingface_hub downloads through) links
+rustls the same way. A Python process that maps only libssl names no rustls.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support.cli import run_doctor
+from tests.support.kernel import needs_root
+from tests.support.paths import SERVERS
+from tests.support.processes import stop_process
+
+pytestmark = needs_root
+
+RUSTLS_LINE = re.compile(r"! TLS: rustls (\d+\.\d+\.\d+) linked into (\S+?):")
+
+
+def tls_lines(pid: int) -> list[str]:
+    result = run_doctor("-p", str(pid))
+    assert result.returncode == 0, result.stderr
+    return [line for line in result.stdout.splitlines() if " TLS: " in line]
+
+
+@pytest.fixture
+def granian_tls_worker(tmp_path: Path):
+    if not (Path(sys.executable).parent / "granian").exists():
+        pytest.skip("granian is not installed (the test extra installs it)")
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
+                    "/CN=127.0.0.1", "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    env = {"STREAM_SHAPES_TLS_CERT": str(cert), "STREAM_SHAPES_TLS_KEY": str(key), "PATH": "/usr/bin:/bin"}
+    server = subprocess.Popen([sys.executable, str(SERVERS / "stream_shapes_granian.py"), str(tmp_path / "log")],
+                              stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        server.stdout.readline()   # the port
+        yield int(server.stdout.readline())
+    finally:
+        stop_process(server)
+
+
+def python_importing(module: str) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-c", f"import {module}, sys; print('ready', flush=True); "
+                             "sys.stdin.read()"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    return proc
+
+
+def test_a_granian_https_worker_is_named_as_rustls_not_openssl(granian_tls_worker):
+    lines = tls_lines(granian_tls_worker)
+    rustls = [m for line in lines if (m := RUSTLS_LINE.search(line))]
+    assert len(rustls) == 1, lines
+    assert "granian" in rustls[0].group(2)
+    # rustls leads: the libssl the worker maps is not what its connections use
+    assert RUSTLS_LINE.search(lines[0]), lines
+
+
+def test_hf_xet_is_named_as_rustls():
+    pytest.importorskip("hf_xet")
+    proc = python_importing("hf_xet")
+    try:
+        lines = tls_lines(proc.pid)
+    finally:
+        stop_process(proc)
+    assert any((m := RUSTLS_LINE.search(line)) and "hf_xet" in m.group(2) for line in lines), lines
+
+
+def test_a_process_with_only_openssl_names_no_rustls():
+    proc = python_importing("ssl")
+    try:
+        lines = tls_lines(proc.pid)
+    finally:
+        stop_process(proc)
+    assert lines and not any("rustls" in line for line in lines), lines
+    assert any("OpenSSL" in line for line in lines), lines
