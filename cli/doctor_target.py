@@ -22,9 +22,14 @@ class TargetLine:
 
 def tls_lines(pid: int) -> list[TargetLine]:
     from inferprobe.collector.go_binary import go_tls_targets
-    from inferprobe.collector.tls_libraries import tls_libraries
+    from inferprobe.collector.tls_libraries import linked_tls, tls_libraries
 
-    lines = []
+    # rustls first: a process that links it (granian serving HTTPS) often maps libssl as well
+    # (Python's ssl module), which would otherwise read as the answer.
+    lines = [TargetLine("TLS", False, f"rustls {lib.version} linked into {lib.path}: Rust's TLS, compiled in "
+                                      "without functions inferprobe can hook; connections it encrypts show "
+                                      "as unrecognised traffic, not as requests")
+             for lib in linked_tls(pid)]
     for lib in tls_libraries(pid):
         if lib.hookable:
             functions = ", ".join(sorted(lib.functions))

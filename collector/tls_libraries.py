@@ -10,9 +10,14 @@ connection is which library it goes through:
   SSL_* functions (Node bundles OpenSSL that way): hooked;
 - Go's crypto/tls, compiled into Go binaries (collector/go_binary.py): hooked
   where that module finds the probe points;
-- others a process may map (GnuTLS, NSS's libssl3, wolfSSL, rustls has no
-  library of its own): named, so doctor and the report can say why their
-  connections stay unread, never hooked.
+- others a process may map (GnuTLS, NSS's libssl3, wolfSSL): named, so
+  doctor and the report can say why their connections stay unread, never
+  hooked;
+- rustls, which has no library of its own: it is compiled into each Rust
+  program or Python extension that uses it (granian, hf_xet, uv, Rust LLM
+  gateways), usually stripped. `linked_tls` finds it by the source paths
+  its panic messages leave in the file ("rustls-0.23.46/src/conn.rs"), for
+  doctor to name; never hooked.
 
 Functions are found by name in the file's symbol tables, as bcc resolves
 uprobe targets; a file is read once however many processes map it.
@@ -20,6 +25,7 @@ uprobe targets; a file is read once however many processes map it.
 
 from __future__ import annotations
 
+import mmap
 import os
 import re
 from dataclasses import dataclass, field
@@ -54,6 +60,14 @@ UNHOOKED = {
 }
 
 
+# rustls's crate directory in the source paths Rust keeps for panic messages.
+RUSTLS_SOURCE = re.compile(rb"/rustls-(\d+\.\d+\.\d+)/src/")
+# Files larger than this are not searched for it: the largest files a process
+# maps are ML libraries (libtorch_cpu ~0.5 GB), and a Rust program linking
+# rustls is tens of MB (granian's extension 21 MB, uv 40 MB).
+LINKED_TLS_SCAN_BYTES = 256 << 20
+
+
 @dataclass(frozen=True, slots=True)
 class TlsLibrary:
     pid: int
@@ -61,6 +75,7 @@ class TlsLibrary:
     kind: str  # "openssl" (libssl.so), "openssl-static" (in the executable), or an unhooked library's name
     file_key: tuple[int, int]  # (st_dev, st_ino): one file under many names
     functions: dict[str, int] = field(default_factory=dict, compare=False)  # hooked name -> address
+    version: str | None = None  # where the file states it (rustls's crate version)
 
     @property
     def host_path(self) -> str:
@@ -110,3 +125,31 @@ def tls_libraries(pid: int) -> list[TlsLibrary]:
             if pattern.match(name):
                 found.append(TlsLibrary(pid=pid, path=mapped.path, kind=library, file_key=key))
     return sorted(found, key=lambda lib: (not lib.hookable, lib.path))
+
+
+@lru_cache(maxsize=256)
+def _rustls_version(host_path: str, file_key: tuple[int, int]) -> str | None:
+    """The rustls crate version a file was built with, None when it holds none."""
+    try:
+        with open(host_path, "rb") as f:
+            if os.fstat(f.fileno()).st_size > LINKED_TLS_SCAN_BYTES:
+                return None
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+                found = RUSTLS_SOURCE.search(data)
+                return found.group(1).decode() if found else None
+    except (OSError, ValueError):   # unreadable, or empty (mmap refuses a 0-byte file)
+        return None
+
+
+def linked_tls(pid: int) -> list[TlsLibrary]:
+    """TLS stacks compiled into the files pid maps, which no library name gives
+    away (rustls): for doctor to name, since inferprobe does not read them."""
+    found = []
+    for mapped in executable_files(pid):
+        if LIBSSL.match(os.path.basename(mapped.path)):
+            continue
+        version = _rustls_version(mapped.host_path, mapped.file_key)
+        if version is not None:
+            found.append(TlsLibrary(pid=pid, path=mapped.path, kind="rustls", file_key=mapped.file_key,
+                                    version=version))
+    return found

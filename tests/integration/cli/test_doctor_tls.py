@@ -42,8 +42,8 @@ def granian_tls_worker(tmp_path: Path):
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
                     "/CN=127.0.0.1", "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
     env = {"STREAM_SHAPES_TLS_CERT": str(cert), "STREAM_SHAPES_TLS_KEY": str(key), "PATH": "/usr/bin:/bin"}
-    server = subprocess.Popen([sys.executable, str(SERVERS / "stream_shapes_granian.py"), str(tmp_path / "log")],
-                              stdout=subprocess.PIPE, text=True, env=env)
+    launcher = [sys.executable, str(SERVERS / "stream_shapes_granian.py"), str(tmp_path / "log")]
+    server = subprocess.Popen(launcher, stdout=subprocess.PIPE, text=True, env=env)
     try:
         server.stdout.readline()   # the port
         yield int(server.stdout.readline())
