@@ -625,7 +625,11 @@ enum h2_frame_type {
 #define H2_PART_FLAG_GRPC      0x04  /* DATA of a stream whose payload is gRPC length-prefixed messages */
 #define H2_PART_FLAG_SSE_DATA  0x08  /* DATA whose payload starts with an SSE "data:" line */
 #define H2_PART_FLAG_UNWALKED  0x10  /* DATA whose messages were not followed (padded, or framing lost) */
-#define H2_PART_FLAG_SSE_DONE  0x20  /* DATA whose payload starts with "data: [DONE]": the end marker, no token */
+#define H2_PART_FLAG_SSE_DONE  0x20  /* DATA whose payload holds "data: [DONE]", the end marker (at its start
+                                      * when not SCANNED) */
+#define H2_PART_FLAG_SCANNED   0x40  /* DATA of a text stream whose lines were scanned as an HTTP/1 body's:
+                                      * messages holds its token events (SSE, else NDJSON lines) */
+#define H2_PART_FLAG_JSON_DONE 0x80  /* SCANNED DATA holding "done": true, NDJSON's end marker (Ollama) */
 
 struct h2_frame {
     __u32 stream_id;
@@ -634,7 +638,8 @@ struct h2_frame {
     __u8 type;         /* enum h2_frame_type (others: extension frames, skipped) */
     __u8 flags;        /* H2_FRAME_FLAG_* as sent */
     __u8 part;         /* H2_PART_FLAG_* */
-    __u8 messages;     /* DATA of gRPC: messages this part completes (capped at 255) */
+    __u8 messages;     /* DATA of gRPC: messages this part completes; SCANNED DATA: its token
+                        * events (capped at 255) */
 };
 
 #define H2_FLAG_PREFACE   0x0001  /* this syscall carried the connection preface */

@@ -101,6 +101,13 @@ struct scratch {
     u32 h2_part;        /* the current frame's part in h2ev.frames, H2_NO_PART if none yet */
     u32 h2_iov_at;      /* the next of the iovecs read into iovs[] */
     u32 h2_iov_cached;  /* how many iovs[] holds */
+    /* A DATA payload of a text stream to scan (sock.bpf.c, h2_data_lines):
+     * where it lies in user memory, how long, its part in h2ev.frames, and
+     * how many this syscall scanned. */
+    u64 h2_scan_at;
+    u32 h2_scan_len;
+    u32 h2_scan_part;
+    u32 h2_scans;
     struct h2_frames_event h2ev;
     struct user_iovec iovs[MAX_IOVECS];   /* copy_iovecs: the next iovecs, read at once */
     u64 frame_word[MAX_IOVECS];           /* find_framing: a framing buffer's bytes, 0: read it */

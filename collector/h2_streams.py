@@ -10,10 +10,13 @@ and gRPC over HTTP/2):
   content-type); a later one is its trailers (grpc-status);
 - on the response half, each syscall whose DATA frames complete one or more
   gRPC messages is one token chunk (how many messages it completed is kept,
-  as SSE events are for HTTP/1); for SSE over HTTP/2, each DATA frame that
-  starts with a "data:" line other than "data: [DONE]" (one event each: the
-  events after the first in a frame are not counted yet); for NDJSON, each
-  non-empty DATA frame;
+  as SSE events are for HTTP/1); for SSE and NDJSON over HTTP/2, each
+  syscall whose DATA frames hold token events, counted in the kernel as an
+  HTTP/1 body's are (SSE "data:" lines less "data: [DONE]" and empty or
+  finish chunks; NDJSON lines), "data: [DONE]" or "done": true anywhere in
+  a frame being the end marker. Past the frames the kernel scans per
+  syscall, a frame that starts with a "data:" line other than [DONE] is one
+  event, a non-empty NDJSON frame one line;
 - END_STREAM on the response half (DATA or trailers) completes it;
   RST_STREAM on either half aborts it; GOAWAY aborts the streams above the
   last one the peer said it would handle; a close aborts what is open.
@@ -180,7 +183,7 @@ class H2Streams:
                 continue
             req.bytes_out += part.value
             req.write_tids.add(ev.tid)
-            if H2PartFlag.SSE_DONE in part.part and req.t_done_ns is None:
+            if part.part & (H2PartFlag.SSE_DONE | H2PartFlag.JSON_DONE) and req.t_done_ns is None:
                 req.t_done_ns = t
             events = self._token_events(req, part)
             if events:
@@ -207,6 +210,11 @@ class H2Streams:
     def _token_events(req: Request, part) -> int:
         if req.stream_format == "grpc" or H2PartFlag.GRPC in part.part:
             return part.messages
+        if H2PartFlag.SCANNED in part.part and req.stream_format == "sse":
+            return part.messages   # its events, counted in the kernel as an HTTP/1 body's are
+        if H2PartFlag.SCANNED in part.part and req.stream_format == "ndjson":
+            # its lines; the "done" line is the end marker, not a token
+            return max(part.messages - 1, 0) if H2PartFlag.JSON_DONE in part.part else part.messages
         if req.stream_format == "sse":
             return 1 if H2PartFlag.SSE_DATA in part.part and H2PartFlag.SSE_DONE not in part.part else 0
         if req.stream_format == "ndjson":

@@ -405,6 +405,8 @@ class H2PartFlag(enum.IntFlag):
     SSE_DATA = 0x0008
     UNWALKED = 0x0010
     SSE_DONE = 0x0020
+    SCANNED = 0x0040
+    JSON_DONE = 0x0080
 
 
 class H2Flag(enum.IntFlag):

@@ -3,10 +3,15 @@
 // prints one JSON line per call with its own CLOCK_MONOTONIC times: when the
 // call began, when each "data:" event (not [DONE]) arrived, when it ended.
 //
-//   node h2_sse_client.js PORT CALLS TOKENS SECRET [tls]
+//   node h2_sse_client.js PORT CALLS TOKENS SECRET [tls] [finish]
+//
+// "finish" asks the server to end each stream as OpenAI does, a finish chunk
+// (an empty delta: no token) and [DONE] in one write.
 "use strict";
 const http2 = require("http2");
-const [port, calls, ntokens, secret, tls] = process.argv.slice(2);
+const [port, calls, ntokens, secret, ...options] = process.argv.slice(2);
+const tls = options.includes("tls") ? "tls" : undefined;
+const finish = options.includes("finish");
 const now = () => process.hrtime.bigint().toString();  // CLOCK_MONOTONIC on Linux
 
 const session = tls === "tls"
@@ -27,12 +32,14 @@ for (let c = 0; c < Number(calls); c++) {
     while ((end = buffered.indexOf("\n\n")) >= 0) {
       const event = buffered.slice(0, end);
       buffered = buffered.slice(end + 2);
-      if (event.startsWith("data: ") && event !== "data: [DONE]") received.push(t);
+      if (event.startsWith("data: ") && event !== "data: [DONE]" && !event.includes('"delta":{}')) {
+        received.push(t);
+      }
     }
   });
   req.on("end", () => {
     console.log(JSON.stringify({ kind: "sse", start_ns: began, received_ns: received, end_ns: now() }));
     if (--left === 0) session.close();
   });
-  req.end(JSON.stringify({ tokens: Number(ntokens), gap_ms: 15 + 5 * c, secret }));
+  req.end(JSON.stringify({ tokens: Number(ntokens), gap_ms: 15 + 5 * c, secret, finish }));
 }

@@ -6,6 +6,7 @@
 //                                 grpc-status trailer (what any gRPC client reads)
 //   POST /llm.Generator/Complete  gRPC unary
 //   POST /v1/chat/completions     SSE over HTTP/2: one "data:" event per token, then [DONE]
+//                                 (with "finish": true after a finish chunk, in one frame)
 //
 // The request body (JSON, or one gRPC message holding JSON) says how many
 // tokens and how far apart. Prints "LISTENING <port>".
@@ -51,9 +52,14 @@ server.on("stream", (stream, headers) => {
     } else {
       const ask = JSON.parse(raw.toString() || "{}");
       stream.respond({ ":status": 200, "content-type": "text/event-stream" });
+      // With "finish": true the stream ends as OpenAI's does, a finish chunk (an empty
+      // delta) and the end marker written together: one DATA frame holding both.
+      const last = ask.finish
+        ? 'data: {"choices":[{"delta":{},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
+        : "data: [DONE]\n\n";
       tokens(stream, ask,
         (i) => stream.write(`data: {"choices":[{"delta":{"content":"token${i}"}}]}\n\n`),
-        () => stream.end("data: [DONE]\n\n"));
+        () => stream.end(last));
     }
   });
 });
