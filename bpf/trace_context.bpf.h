@@ -177,6 +177,24 @@ static __always_inline u32 trace_value(struct trace_scan *t, char *dst, u32 max,
     return (u32)size;
 }
 
+/* One of the event's values (traceparent or tracestate) from its bounds,
+ * after the `have` bytes an earlier syscall saw of it: its length, and its
+ * flags in *flags (found; cut: too long, or its line end not seen). */
+static __always_inline u32 trace_event_value(struct trace_scan *t, char *dst, u32 max, u32 at, u32 end,
+                                             u32 have, const u8 *carried, u64 user_base, const u8 *head,
+                                             u32 held, u16 *flags, u16 found_flag, u16 cut_flag)
+{
+    if (!at)
+        return 0;
+    int cut = 0;
+    u32 got = trace_value(t, dst, max, at, end, user_base, head, held, carried, have, &cut);
+    if (got)
+        *flags |= found_flag;
+    if (cut || !end)
+        *flags |= cut_flag;
+    return got;
+}
+
 /* The event's values once the scan of a syscall is over: a value whose line
  * end was not seen is flagged cut and left empty. `partial` holds the bytes
  * of values an earlier syscall ended inside (t->continues). */
@@ -184,60 +202,51 @@ static __always_inline void trace_values(struct trace_scan *t, u64 user_base, co
                                          const struct trace_partial *partial)
 {
     struct trace_context_event *ev = &t->ev;
+    ev->traceparent_len = trace_event_value(
+        t, ev->traceparent, TRACEPARENT_MAX_BYTES, t->parent_at, t->parent_end,
+        t->continues & TRACE_CONTINUES_PARENT ? t->parent_have : 0, partial ? partial->parent : 0,
+        user_base, head, held, &ev->flags, TRACE_CONTEXT_FLAG_TRACEPARENT, TRACE_CONTEXT_FLAG_TRACEPARENT_CUT);
+    ev->tracestate_len = trace_event_value(
+        t, ev->tracestate, TRACESTATE_MAX_BYTES, t->state_at, t->state_end,
+        t->continues & TRACE_CONTINUES_STATE ? t->state_have : 0, partial ? partial->state : 0,
+        user_base, head, held, &ev->flags, TRACE_CONTEXT_FLAG_TRACESTATE, TRACE_CONTEXT_FLAG_TRACESTATE_CUT);
+}
+
+/* A value the syscall ended inside (at set, its line end not seen): its bytes
+ * so far, after the `have` an earlier syscall saw, into keep and *kept; 1 if
+ * kept, 0 when too long already (then it is flagged cut on the event). */
+static __always_inline int trace_keep_value(struct trace_scan *t, u8 *keep, u32 max, u32 at, s32 seen,
+                                            u32 have, const u8 *carried, u64 user_base, const u8 *head,
+                                            u32 held, u32 *kept)
+{
+    if (!at || seen < 0)
+        return 0;
     int cut = 0;
-    if (t->parent_at) {
-        u32 have = t->continues & TRACE_CONTINUES_PARENT ? t->parent_have : 0;
-        u32 got = trace_value(t, ev->traceparent, TRACEPARENT_MAX_BYTES, t->parent_at, t->parent_end,
-                              user_base, head, held, partial ? partial->parent : 0, have, &cut);
-        ev->traceparent_len = got;
-        if (got)
-            ev->flags |= TRACE_CONTEXT_FLAG_TRACEPARENT;
-        if (cut || !t->parent_end)
-            ev->flags |= TRACE_CONTEXT_FLAG_TRACEPARENT_CUT;
-    }
-    cut = 0;
-    if (t->state_at) {
-        u32 have = t->continues & TRACE_CONTINUES_STATE ? t->state_have : 0;
-        u32 got = trace_value(t, ev->tracestate, TRACESTATE_MAX_BYTES, t->state_at, t->state_end,
-                              user_base, head, held, partial ? partial->state : 0, have, &cut);
-        ev->tracestate_len = got;
-        if (got)
-            ev->flags |= TRACE_CONTEXT_FLAG_TRACESTATE;
-        if (cut || !t->state_end)
-            ev->flags |= TRACE_CONTEXT_FLAG_TRACESTATE_CUT;
-    }
+    *kept = trace_value(t, (char *)keep, max, at, (u32)seen + 1, user_base, head, held, carried, have, &cut);
+    return !cut;
 }
 
 /* A syscall that ends inside a value whose line goes on in the next one:
- * its bytes so far (after any carried before) into `keep`, and the value is
- * taken off this syscall's event. Left as it is (flagged cut there) when
- * too long already. */
+ * its bytes so far into `keep` and `open`, and the value is taken off this
+ * syscall's event. */
 static __always_inline void trace_keep_partial(struct trace_scan *t, struct trace_open *open,
                                                struct trace_partial *keep, s32 seen, u64 user_base,
                                                const u8 *head, u32 held, const struct trace_partial *partial)
 {
-    int cut = 0;
-    if (t->parent_at && !t->parent_end && seen >= 0) {
-        u32 have = t->continues & TRACE_CONTINUES_PARENT ? t->parent_have : 0;
-        u32 got = trace_value(t, (char *)keep->parent, TRACEPARENT_MAX_BYTES, t->parent_at, (u32)seen + 1,
-                              user_base, head, held, partial ? partial->parent : 0, have, &cut);
-        if (!cut) {
-            open->continues |= TRACE_CONTINUES_PARENT;
-            open->parent_have = got;
-            open->parent_line_at = t->ev.header_offset;
-            t->parent_at = 0;
-        }
+    if (!t->parent_end &&
+        trace_keep_value(t, keep->parent, TRACEPARENT_MAX_BYTES, t->parent_at, seen,
+                         t->continues & TRACE_CONTINUES_PARENT ? t->parent_have : 0,
+                         partial ? partial->parent : 0, user_base, head, held, &open->parent_have)) {
+        open->continues |= TRACE_CONTINUES_PARENT;
+        open->parent_line_at = t->ev.header_offset;
+        t->parent_at = 0;
     }
-    cut = 0;
-    if (t->state_at && !t->state_end && seen >= 0) {
-        u32 have = t->continues & TRACE_CONTINUES_STATE ? t->state_have : 0;
-        u32 got = trace_value(t, (char *)keep->state, TRACESTATE_MAX_BYTES, t->state_at, (u32)seen + 1,
-                              user_base, head, held, partial ? partial->state : 0, have, &cut);
-        if (!cut) {
-            open->continues |= TRACE_CONTINUES_STATE;
-            open->state_have = got;
-            t->state_at = 0;
-        }
+    if (!t->state_end &&
+        trace_keep_value(t, keep->state, TRACESTATE_MAX_BYTES, t->state_at, seen,
+                         t->continues & TRACE_CONTINUES_STATE ? t->state_have : 0,
+                         partial ? partial->state : 0, user_base, head, held, &open->state_have)) {
+        open->continues |= TRACE_CONTINUES_STATE;
+        t->state_at = 0;
     }
 }
 

@@ -32,10 +32,10 @@ from inferprobe.collector.connection_tallies import BUCKETS, ConnectionTallies, 
 from inferprobe.collector.events import IoRecord
 from inferprobe.collector.probe_sets.host_wide import host_wide_set
 
-from tests.integration.e2e.test_stream_shapes import self_signed_certificate
 from tests.support.kernel import KernelCapture, needs_root
 from tests.support.paths import SERVERS
 from tests.support.processes import ServerProcess, stop_process
+from tests.support.tls import self_signed_certificate
 
 pytestmark = [needs_root, pytest.mark.bpf]
 

@@ -22,6 +22,7 @@ from tests.support.cli import run_doctor
 from tests.support.kernel import needs_root
 from tests.support.paths import SERVERS
 from tests.support.processes import stop_process
+from tests.support.tls import self_signed_certificate
 
 pytestmark = needs_root
 
@@ -38,10 +39,7 @@ def tls_lines(pid: int) -> list[str]:
 def granian_tls_worker(tmp_path: Path):
     if not (Path(sys.executable).parent / "granian").exists():
         pytest.skip("granian is not installed (the test extra installs it)")
-    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
-                    "/CN=127.0.0.1", "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
-    env = {"STREAM_SHAPES_TLS_CERT": str(cert), "STREAM_SHAPES_TLS_KEY": str(key), "PATH": "/usr/bin:/bin"}
+    env = {**self_signed_certificate(tmp_path), "PATH": "/usr/bin:/bin"}
     launcher = [sys.executable, str(SERVERS / "stream_shapes_granian.py"), str(tmp_path / "log")]
     server = subprocess.Popen(launcher, stdout=subprocess.PIPE, text=True, env=env)
     try:

@@ -29,12 +29,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.e2e.test_stream_shapes import self_signed_certificate
 from tests.support.go import build_go_program
 from tests.support.kernel import needs_root
 from tests.support.node import node_binary, node_package
 from tests.support.paths import PROGRAMS, SERVERS
 from tests.support.processes import Recorder, inferprobe_cmd, stop_process
+from tests.support.tls import self_signed_certificate
 
 pytestmark = [needs_root, pytest.mark.bpf]
 

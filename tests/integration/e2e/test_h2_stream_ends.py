@@ -26,7 +26,6 @@ import json
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -34,6 +33,7 @@ from tests.support.kernel import needs_root
 from tests.support.node import node_binary
 from tests.support.paths import PROGRAMS, SERVERS
 from tests.support.processes import Recorder, report_json_text, stop_process
+from tests.support.tls import self_signed_certificate
 
 pytestmark = [needs_root, pytest.mark.bpf]
 
@@ -42,19 +42,13 @@ HYPERCORN_PATHS = ("/v1/chat/completions", "/api/generate")   # OpenAI SSE, Olla
 SECRET = "sk-SECRET-h2end-77c1"
 
 
-def certificate(tmp: Path) -> tuple[str, str]:
-    key, cert = tmp / "key.pem", tmp / "cert.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
-                    "/CN=127.0.0.1", "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
-    return str(cert), str(key)
-
-
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory) -> dict:
     pytest.importorskip("hypercorn")
     pytest.importorskip("h2")
     base = tmp_path_factory.mktemp("h2end")
-    cert, key = certificate(base)
+    tls = self_signed_certificate(base)
+    cert, key = tls["STREAM_SHAPES_TLS_CERT"], tls["STREAM_SHAPES_TLS_KEY"]
     hypercorn = subprocess.Popen(
         [sys.executable, str(SERVERS / "stream_shapes_hypercorn.py"), str(base / "log"), cert, key],
         stdout=subprocess.PIPE, text=True, cwd=SERVERS)

@@ -31,12 +31,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.e2e.test_stream_shapes import self_signed_certificate
 from tests.support.go import build_go_program
 from tests.support.kernel import needs_root
 from tests.support.paths import PROGRAMS, SERVERS
 from tests.support.processes import Recorder, report_json_text, report_terminal_text, stop_process
 from tests.support.shared_recording import case_of, report_of_pid, start_each
+from tests.support.tls import self_signed_certificate
 
 pytestmark = [needs_root, pytest.mark.bpf]
 

@@ -46,6 +46,7 @@ from tests.support.kernel import needs_root
 from tests.support.node import node_binary
 from tests.support.paths import PROGRAMS, SERVERS
 from tests.support.processes import Recorder, report_json_text, stop_process
+from tests.support.tls import self_signed_certificate
 
 pytestmark = [needs_root, pytest.mark.bpf]
 
@@ -139,14 +140,6 @@ class Case:
     client: subprocess.Popen
 
 
-def tls_env(tmp_path: Path) -> dict[str, str]:
-    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-                    "-subj", "/CN=127.0.0.1", "-keyout", str(key), "-out", str(cert)],
-                   check=True, capture_output=True)
-    return {"STREAM_SHAPES_TLS_CERT": str(cert), "STREAM_SHAPES_TLS_KEY": str(key)}
-
-
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory) -> dict:
     """Each stack's server and its splitting client under one recorder, all driven at once."""
@@ -156,7 +149,7 @@ def recorded(tmp_path_factory) -> dict:
     cases: dict[str, Case] = {}
     try:
         for name, stack in STACKS.items():
-            env = {**os.environ, **(tls_env(base) if stack.tls else {})}
+            env = {**os.environ, **(self_signed_certificate(base) if stack.tls else {})}
             server = subprocess.Popen(stack.server(base / f"{name}.log"), stdout=subprocess.PIPE, text=True,
                                       env=env)
             port = int(server.stdout.readline().split()[-1])   # "PORT" or "LISTENING PORT"

@@ -47,6 +47,7 @@ from tests.support.node import node_binary
 from tests.support.paths import SERVERS
 from tests.support.processes import Recorder, report_json_text, report_terminal_text, stop_process
 from tests.support.shared_recording import case_of, report_of_pid, start_each
+from tests.support.tls import self_signed_certificate
 
 pytestmark = [needs_root, pytest.mark.bpf]
 
@@ -109,18 +110,6 @@ STACKS = {
     "c": (c_server, ["/pieces", "/trailers"]),
 }
 TLS_STACKS = ("node", "fastapi", "go")  # the servers with an HTTPS mode (STREAM_SHAPES_TLS_*)
-
-
-def self_signed_certificate(tmp_path: Path) -> dict[str, str]:
-    """A key and certificate for 127.0.0.1, made now with the openssl tool; the servers' env."""
-    openssl = shutil.which("openssl")
-    if openssl is None:
-        pytest.skip("the openssl command is not installed (Debian's openssl package)")
-    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
-    subprocess.run([openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-                    "-subj", "/CN=127.0.0.1", "-keyout", str(key), "-out", str(cert)],
-                   check=True, capture_output=True)
-    return {"STREAM_SHAPES_TLS_CERT": str(cert), "STREAM_SHAPES_TLS_KEY": str(key)}
 
 
 def connect(port: int, tls: bool) -> http.client.HTTPConnection:

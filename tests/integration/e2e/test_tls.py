@@ -27,10 +27,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.e2e.test_stream_shapes import self_signed_certificate, write_errors
+from tests.integration.e2e.test_stream_shapes import write_errors
 from tests.support.kernel import needs_root
 from tests.support.paths import PROGRAMS, SERVERS
 from tests.support.processes import Recorder, report_json_text, stop_process
+from tests.support.tls import self_signed_certificate
 
 pytestmark = [needs_root, pytest.mark.bpf]
 
