@@ -38,7 +38,7 @@
  * needs more is given up (H2_FLAG_LOST_SYNC), never half-read. */
 #define H2_STEPS 24
 #define H2_MAX_RUNS 16
-/* DATA payloads of text streams scanned per syscall (sock.bpf.c, h2_data_lines). */
+/* DATA payloads of text streams scanned per syscall (sock.bpf.c, h2_scan_data). */
 #define H2_DATA_SCANS 4
 
 /* Where the walk is in one direction of a connection. */

@@ -101,7 +101,7 @@ struct scratch {
     u32 h2_part;        /* the current frame's part in h2ev.frames, H2_NO_PART if none yet */
     u32 h2_iov_at;      /* the next of the iovecs read into iovs[] */
     u32 h2_iov_cached;  /* how many iovs[] holds */
-    /* A DATA payload of a text stream to scan (sock.bpf.c, h2_data_lines):
+    /* A DATA payload of a text stream to scan (sock.bpf.c, h2_scan_data):
      * where it lies in user memory, how long, its part in h2ev.frames, and
      * how many this syscall scanned. */
     u64 h2_scan_at;

@@ -817,17 +817,15 @@ enum classify_prog {
     PROG_SCAN_FIELDS = 6,
     PROG_SCAN_TRACE_CONTEXT = 7,
     PROG_H2_FRAMES = 8,
-    PROG_H2_DATA_LINES = 9,
-    PROG_H2_DATA_FIELDS = 10,
 };
-BPF_PROG_ARRAY(classifiers, 11);
+BPF_PROG_ARRAY(classifiers, 9);
 
 #ifdef TLS_PROBES
 /* The same chain for the TLS probes' plaintext: uprobes are kprobe-type
  * programs, and the kernel lets a program tail-call only programs of its
  * own type, so each chain program is loaded twice (CHAIN_PROGRAM below)
  * and each copy calls on through the array of its kind. */
-BPF_PROG_ARRAY(classifiers_tls, 11);
+BPF_PROG_ARRAY(classifiers_tls, 9);
 
 /* A TLS session of a target process: the library's handle for it (SSL *,
  * Go's *tls.Conn) and the connection state the classifier keeps, as socks
@@ -1264,7 +1262,7 @@ static __always_inline void h2_payload_step(struct scratch *s, struct h2_dir *d,
             else if (at_start)
                 part->part |= h2_sse_start(at, take);
             /* On the response half, the payload's lines are scanned as an HTTP/1
-             * body's (h2_data_lines): a frame may hold several events, a finish
+             * body's (h2_scan_data): a frame may hold several events, a finish
              * chunk and the end marker together (hypercorn's last frame). */
             if (!d->padded && take && h2_response_half(s) && s->h2_scans < H2_DATA_SCANS) {
                 s->h2_scan_at = at;
@@ -1302,6 +1300,39 @@ static __always_inline void h2_give_up(struct scratch *s, struct h2_dir *d)
     d->lost = 1;
     s->h2ev.flags |= H2_FLAG_LOST_SYNC;
     count(COUNTER_H2_LOST_SYNC);
+}
+
+/* What scan_body and scan_fields found in a DATA payload (h2_scan_data),
+ * into its part of the event: its token events (SSE "data:" lines less the
+ * end marker and empty or finish chunks; NDJSON lines where it has no
+ * "data:"), the end markers; then back to the walk (h2_frames), a run not
+ * counted. */
+static __always_inline int h2_data_scanned(void *ctx, int tls, struct scratch *s)
+{
+    struct h2_frame *part = &s->h2ev.frames[s->h2_scan_part & (H2_FRAMES_PER_EVENT - 1)];
+    u32 lines = s->data_lines;
+    if ((s->done & 1) && lines)
+        lines--;
+    lines = s->empty_events < lines ? lines - s->empty_events : 0;
+    if (!s->data_lines && !s->deferred && !s->named_events)
+        lines = s->json_lines;
+    part->messages = lines > 255 ? 255 : lines;
+    part->part |= H2_PART_FLAG_SCANNED;
+    if (s->done)
+        part->part |= H2_PART_FLAG_SSE_DONE;
+    if (s->json_done)
+        part->part |= H2_PART_FLAG_JSON_DONE;
+    s->h2_scan_len = 0;
+    if (s->h2_runs)
+        s->h2_runs--;
+    chain_call(ctx, tls, PROG_H2_FRAMES);
+    /* The tail call failed: the rest of the syscall cannot be walked. */
+    u64 conn_id = s->h2ev.conn_id;
+    struct h2_conn *conn = h2_conns.lookup(&conn_id);
+    if (conn)
+        h2_give_up(s, &conn->dir[s->h2ev.dir & 1]);
+    h2_send_event(s, 0);
+    return 0;
 }
 
 /* The preface, read (a server) or written (a client): the connection is
@@ -1471,6 +1502,7 @@ static __always_inline int classify_io(void *ctx, u64 id, struct pending_io io, 
     s->more = 0;
     s->body_start = 0;
     s->joined = 0;
+    s->h2_scan_len = 0;   /* not an HTTP/2 DATA payload (h2_scan_data) */
     s->length_at = 0;
     s->type_at = 0;
     s->retry_at = 0;
@@ -1799,6 +1831,11 @@ static __always_inline int chain_scan_body(void *ctx, int tls)
     if (s->ev.kind == HTTP_KIND_RESPONSE && !(s->ev.flags & HTTP_FLAG_HEADERS_END))
         s->more = 0;   /* headers past the head: where the body starts is unknown */
     scan_sse(s);
+    if (s->h2_scan_len) {
+        /* an HTTP/2 DATA payload (h2_scan_data): its fields, then back to the frame walk */
+        chain_call(ctx, tls, PROG_SCAN_FIELDS);
+        return h2_data_scanned(ctx, tls, s);
+    }
     take_event_name(s);
     /* The first window also goes through scan_fields, to learn whether the
      * stream is NDJSON; so do the last and the first within SCAN_HEAD_BYTES
@@ -1834,6 +1871,8 @@ static __always_inline int chain_scan_fields(void *ctx, int tls)
      * the windows (finish_body), from 0 too. One scan in the program, which
      * the verifier walks once. */
     scan_json_fields(s, s->windows || s->tail_pass || s->model_pass ? 0 : s->body_start);
+    if (s->h2_scan_len)
+        return h2_data_scanned(ctx, tls, s);   /* an HTTP/2 DATA payload (h2_scan_data) */
     if (s->request_side)
         return finish_request_read(ctx, tls, s);
     if (s->tail_pass)
@@ -1858,36 +1897,33 @@ CHAIN_PROGRAM(scan_fields)
  * H2_MAX_RUNS. Whoever calls the first run began the walk (h2_walk_begin:
  * classify_io at the syscall's first byte, h2_connection_begins after the
  * preface). */
-/* What the scan of a DATA payload found, into its part of the event: its
- * token events (SSE "data:" lines less the end marker and empty or finish
- * chunks; NDJSON lines where it has no "data:"), the end markers; then back
- * to the walk (chain_h2_frames, defined below), a run not counted. */
-static __always_inline int h2_data_scanned(void *ctx, int tls, struct scratch *s)
+/* A DATA payload of a text stream (SSE, NDJSON) on the response half, as
+ * the walk found it (s->h2_scan_*): its first SCAN_HEAD_BYTES read into the
+ * head, for scan_body and scan_fields to scan as an HTTP/1 body write (with
+ * s->h2_scan_len set they hand their counts to h2_data_scanned, which goes
+ * back to the walk where it stopped). At most H2_DATA_SCANS payloads per
+ * syscall: each costs three tail calls of the 33 a chain may make, beside
+ * the walk's H2_MAX_RUNS; one past them counts as its first bytes say. A
+ * line cut by the frame's end (or the head's) is not counted. */
+static __always_inline void h2_scan_data(struct scratch *s)
 {
-    struct h2_frame *part = &s->h2ev.frames[s->h2_scan_part & (H2_FRAMES_PER_EVENT - 1)];
-    u32 lines = s->data_lines;
-    if ((s->done & 1) && lines)
-        lines--;
-    lines = s->empty_events < lines ? lines - s->empty_events : 0;
-    if (!s->data_lines && !s->deferred && !s->named_events)
-        lines = s->json_lines;
-    part->messages = lines > 255 ? 255 : lines;
-    part->part |= H2_PART_FLAG_SCANNED;
-    if (s->done)
-        part->part |= H2_PART_FLAG_SSE_DONE;
-    if (s->json_done)
-        part->part |= H2_PART_FLAG_JSON_DONE;
-    s->h2_scan_len = 0;
-    if (s->h2_runs)
-        s->h2_runs--;
-    chain_call(ctx, tls, PROG_H2_FRAMES);
-    /* The tail call failed: the rest of the syscall cannot be walked. */
-    u64 conn_id = s->h2ev.conn_id;
-    struct h2_conn *conn = h2_conns.lookup(&conn_id);
-    if (conn)
-        h2_give_up(s, &conn->dir[s->h2ev.dir & 1]);
-    h2_send_event(s, 0);
-    return 0;
+    u32 n = s->h2_scan_len < SCAN_HEAD_BYTES ? s->h2_scan_len : SCAN_HEAD_BYTES;
+    if (n > 0 && n <= SCAN_HEAD_BYTES)
+        bpf_probe_read_user(s->head, n, (void *)s->h2_scan_at);
+    s->n = n;
+    s->body_start = 0;
+    s->windows = 0;
+    s->more = 0;
+    s->json_lines = 0;
+    s->json_deferred = 0;
+    s->json_done = 0;
+    s->empty_events = 0;
+    s->output_at = 0;
+    s->input_at = 0;
+    s->model_at = 0;
+    s->tail_pass = 0;
+    s->model_pass = 0;
+    s->head[SCRATCH_BYTES - 1] = 0;   /* what a line end at 0 finds before it (stream_fields.bpf.h) */
 }
 
 static __always_inline int chain_h2_frames(void *ctx, int tls)
@@ -1925,7 +1961,8 @@ static __always_inline int chain_h2_frames(void *ctx, int tls)
     }
     if (s->h2_scan_len && !d->lost) {
         s->h2_scans++;
-        chain_call(ctx, tls, PROG_H2_DATA_LINES);
+        h2_scan_data(s);
+        chain_call(ctx, tls, PROG_SCAN_BODY);
         s->h2_scan_len = 0;   /* the tail call failed: the part keeps what its first bytes said */
     }
     if (d->lost) {
@@ -1940,50 +1977,6 @@ static __always_inline int chain_h2_frames(void *ctx, int tls)
 }
 CHAIN_PROGRAM(h2_frames)
 
-/* A DATA payload of a text stream (SSE, NDJSON) on the response half, as
- * h2_frames found it (s->h2_scan_*): its first SCAN_HEAD_BYTES read into the
- * head and scanned by the HTTP/1 body's scanners, its lines here
- * (sse.bpf.h), its JSON fields in h2_data_fields (the two in one program
- * exceed the verifier's budget, as in scan_body); then the walk goes on
- * where it stopped. At most H2_DATA_SCANS payloads per syscall: each costs
- * three tail calls of the 33 a chain may make, beside the walk's
- * H2_MAX_RUNS; one past them counts as its first bytes say. A line cut by
- * the frame's end (or the head's) is not counted. */
-static __always_inline int chain_h2_data_lines(void *ctx, int tls)
-{
-    struct scratch *s = get_scratch();
-    if (!s)
-        return 0;
-    u32 n = s->h2_scan_len < SCAN_HEAD_BYTES ? s->h2_scan_len : SCAN_HEAD_BYTES;
-    if (n > 0 && n <= SCAN_HEAD_BYTES)
-        bpf_probe_read_user(s->head, n, (void *)s->h2_scan_at);
-    s->n = n;
-    s->body_start = 0;
-    s->windows = 0;
-    s->more = 0;
-    s->json_lines = 0;
-    s->json_deferred = 0;
-    s->json_done = 0;
-    s->empty_events = 0;
-    s->output_at = 0;
-    s->input_at = 0;
-    s->model_at = 0;
-    s->head[SCRATCH_BYTES - 1] = 0;   /* what a line end at 0 finds before it (stream_fields.bpf.h) */
-    scan_sse(s);
-    chain_call(ctx, tls, PROG_H2_DATA_FIELDS);
-    return h2_data_scanned(ctx, tls, s);
-}
-CHAIN_PROGRAM(h2_data_lines)
-
-static __always_inline int chain_h2_data_fields(void *ctx, int tls)
-{
-    struct scratch *s = get_scratch();
-    if (!s)
-        return 0;
-    scan_json_fields(s, 0);
-    return h2_data_scanned(ctx, tls, s);
-}
-CHAIN_PROGRAM(h2_data_fields)
 
 /* ---------------------------------------------------------------- W3C trace context
  *

@@ -25,8 +25,6 @@ CLASSIFIER_PROGRAMS = [
     "scan_fields",
     "scan_trace_context",
     "h2_frames",
-    "h2_data_lines",
-    "h2_data_fields",
 ]
 
 

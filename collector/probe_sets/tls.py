@@ -44,7 +44,7 @@ from inferprobe.collector.uprobe_attach import Probe, attach_functions
 # The chain programs plaintext can reach: never the iovec gatherers (a
 # library call has one buffer), so their copies are not loaded.
 TLS_CHAIN_PROGRAMS = ("classify_request", "classify_response", "scan_header_block", "scan_body",
-                      "scan_fields", "scan_trace_context", "h2_frames", "h2_data_lines", "h2_data_fields")
+                      "scan_fields", "scan_trace_context", "h2_frames")
 
 
 @dataclass

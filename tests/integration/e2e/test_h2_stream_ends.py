@@ -6,7 +6,7 @@ reason, or the usage) and "data: [DONE]"; an Ollama one with a line saying
 "done": true. Servers often write the end together with the last token or
 the finish chunk, so over HTTP/2 one DATA frame holds several events. The
 kernel scans such a frame's lines as it scans an HTTP/1 body write
-(bpf/sock.bpf.c, h2_data_lines).
+(bpf/sock.bpf.c, h2_scan_data).
 
 Stacks: hypercorn (Python) serving the FastAPI app of the stream-shape
 tests over HTTP/2 on TLS (ALPN h2), called by httpx's HTTP/2 client; and
