@@ -28,8 +28,6 @@ import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from prometheus_client.parser import text_string_to_metric_families
-
 SCRAPE_INTERVAL_S = 0.25
 SCRAPE_TIMEOUT_S = 2.0
 MAX_SERIES = 2000  # per scrape: an engine with thousands of label sets keeps the first ones
@@ -69,6 +67,10 @@ def parse_url(url: str) -> Target:
 def parse_exposition(text: str, max_series: int = MAX_SERIES) -> tuple[list[list], int]:
     """[[name, labels, value], ...] of every sample, and how many series past
     max_series were dropped. Raises ValueError for text that is not Prometheus'."""
+    # Imported here: prometheus_client's package import costs the recorder 9 MB
+    # resident, and only a recording of an engine with /metrics parses any.
+    from prometheus_client.parser import text_string_to_metric_families
+
     samples: list[list] = []
     dropped = 0
     for family in text_string_to_metric_families(text):
