@@ -103,6 +103,9 @@ async def stream(path: str, request: Request) -> Response:
 def main() -> None:
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
+    # Listening before the port is printed: a client may connect at once (uvicorn's own
+    # listen() comes later, in its start-up, and only sets the backlog again).
+    sock.listen(2048)
     print(sock.getsockname()[1], flush=True)
     cert, key = os.environ.get("STREAM_SHAPES_TLS_CERT"), os.environ.get("STREAM_SHAPES_TLS_KEY")
     tls = {"ssl_certfile": cert, "ssl_keyfile": key} if cert and key else {}
