@@ -114,4 +114,30 @@ struct scratch {
     u8 frame_role[MAX_IOVECS];            /* enum frame_role, for framing_chains */
 };
 
+/* The state the body scanners (sse.bpf.h, stream_fields.bpf.h,
+ * body_windows.bpf.h) carry from window to window, cleared before they scan
+ * a new buffer: a syscall's (classify_io) or an HTTP/2 DATA payload's
+ * (h2_scan_data in sock.bpf.c). */
+static __always_inline void reset_body_scans(struct scratch *s)
+{
+    s->window_start = 0;
+    s->windows = 0;
+    s->more = 0;
+    s->body_start = 0;
+    s->output_at = 0;
+    s->input_at = 0;
+    s->model_at = 0;
+    s->model_pass = 0;
+    s->tail_read = 0;
+    s->tail_pass = 0;
+    s->json_mode = 0;
+    s->json_lines = 0;
+    s->json_deferred = 0;
+    s->json_done = 0;
+    s->empty_events = 0;
+    s->fields_near_end = 0;
+    s->named_events = 0;
+    s->head[SCRATCH_BYTES - 1] = 0;   /* what a line end at 0 finds before it (stream_fields.bpf.h) */
+}
+
 #endif /* INFERPROBE_SCRATCH_BPF_H */

@@ -1497,30 +1497,13 @@ static __always_inline int classify_io(void *ctx, u64 id, struct pending_io io, 
     s->chunked = io.chunked;
     s->n = 0;
     s->tail_in_head = 0;
-    s->window_start = 0;
-    s->windows = 0;
-    s->more = 0;
-    s->body_start = 0;
     s->joined = 0;
     s->h2_scan_len = 0;   /* not an HTTP/2 DATA payload (h2_scan_data) */
     s->length_at = 0;
     s->type_at = 0;
     s->retry_at = 0;
     s->last_len = 0;
-    s->output_at = 0;
-    s->input_at = 0;
-    s->model_at = 0;
-    s->model_pass = 0;
-    s->tail_read = 0;
-    s->tail_pass = 0;
-    s->json_mode = 0;
-    s->json_lines = 0;
-    s->json_deferred = 0;
-    s->json_done = 0;
-    s->empty_events = 0;
-    s->fields_near_end = 0;
-    s->named_events = 0;
-    s->head[SCRATCH_BYTES - 1] = 0;   /* what a line end at 0 finds before it (stream_fields.bpf.h) */
+    reset_body_scans(s);
 
     if (ret < 0) {
         ev->kind = HTTP_KIND_ERROR;
@@ -1911,19 +1894,7 @@ static __always_inline void h2_scan_data(struct scratch *s)
     if (n > 0 && n <= SCAN_HEAD_BYTES)
         bpf_probe_read_user(s->head, n, (void *)s->h2_scan_at);
     s->n = n;
-    s->body_start = 0;
-    s->windows = 0;
-    s->more = 0;
-    s->json_lines = 0;
-    s->json_deferred = 0;
-    s->json_done = 0;
-    s->empty_events = 0;
-    s->output_at = 0;
-    s->input_at = 0;
-    s->model_at = 0;
-    s->tail_pass = 0;
-    s->model_pass = 0;
-    s->head[SCRATCH_BYTES - 1] = 0;   /* what a line end at 0 finds before it (stream_fields.bpf.h) */
+    reset_body_scans(s);
 }
 
 static __always_inline int chain_h2_frames(void *ctx, int tls)
