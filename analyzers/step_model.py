@@ -18,7 +18,9 @@ fit is calibrated per batch size where the recording has steps of that size,
 apart for steps that carried prompt tokens and steps that did not (a prompt
 changes what dominates a step): each keeps the ratios of its steps'
 measured to fitted times, their median sets its level and their spread is
-what the replay draws from. A size with too few steps takes the ratios of
+what the replay draws from; a size with fewer than TAIL_STEPS steps, too few
+to show its own tail, draws the spread of all the sizes of its kind, as time
+added to its own level (see _with_tail). A size with too few steps takes the ratios of
 all the sizes of its kind; past the largest size recorded, the largest
 size's: that is an extrapolation, and every output says so.
 
@@ -42,6 +44,7 @@ MIN_STEPS = 20  # fewer steps than this say nothing a fit could be trusted with
 MIN_BATCH_SIZES = 3  # distinct decode batch sizes needed to fit the cost of one more sequence
 RIDGE = 1e-9  # keeps the solve defined when two terms are exactly collinear
 MIN_GROUP = 5  # steps of one batch size that calibrate that size on their own
+TAIL_STEPS = 100  # steps of one batch size that show its own p99 (see _with_tail)
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,8 @@ class LinearFit:
     # (size, whether the step carried prompt tokens) -> its steps' measured / fitted, for the
     # groups with at least MIN_GROUP steps
     group_ratios: tuple[tuple[tuple[int, bool], tuple[float, ...]], ...] = ()
+    # the same groups' median measured step times, ns (what _with_tail scales spreads by)
+    group_times_ns: tuple[tuple[tuple[int, bool], float], ...] = ()
 
     def predict(self, features: dict[str, float]) -> float:
         """The linear part alone."""
@@ -74,12 +79,14 @@ class LinearFit:
         if self.group is None or not self.group_ratios:
             return self.residual_ratios
         key = (int(features.get(self.group, 0.0)), _prefilling(features))
-        groups = dict(self.group_ratios)
-        if key in groups:
-            return groups[key]
+        groups, times = dict(self.group_ratios), dict(self.group_times_ns)
         same_kind = [(size, r) for (size, kind), r in self.group_ratios if kind == key[1]]
+        spreads = [(r, times.get((size, key[1]), 0.0)) for size, r in same_kind]
+        if key in groups:
+            return _with_tail(groups[key], times.get(key, 0.0), spreads)
         if same_kind and key[0] > max(size for size, _ in same_kind):
-            return max(same_kind)[1]
+            largest = max(size for size, _ in same_kind)
+            return _with_tail(groups[(largest, key[1])], times.get((largest, key[1]), 0.0), spreads)
         pooled = tuple(x for _, r in same_kind for x in r)
         return pooled or self.residual_ratios
 
@@ -145,28 +152,61 @@ def _fit_terms(samples: Sequence[dict[str, float]], ys: Sequence[float],
         dropped.append(f"{worst} (its fitted cost was negative)")
 
 
+def _with_tail(own: tuple[float, ...], own_ns: float,
+               kind: list[tuple[tuple[float, ...], float]]) -> tuple[float, ...]:
+    """A size's ratios as the replay draws them. Its median is its level; its spread is its own
+    only where it has the steps to show a tail (TAIL_STEPS). Fewer steps of one size are
+    typically those of a quiet moment (the first client alone, before the others came), and a
+    p99 drawn from them alone misses the slow steps that the host's other work causes at any
+    size. There the spread is that of every size of its kind (`kind`: each size's ratios and
+    median step time), as time: a step is slowed by what preempts it (the clients, the
+    recorder, an interrupt on a host of few cores), which costs the same milliseconds to a
+    short step and a long one. So each of their steps' time above or below its size's median
+    is added to this size's median time, never taken below this size's fastest step.
+
+    llama.cpp on this repository's 2-core VM (tests/integration/engines/test_advise.py): steps
+    of 3 sequences, 31.4 ms at the median, 36.2 ms at p99 in the recording at -np 3; then at
+    -np 1, steps of one, 10.9 ms and 14.0 ms: +3-5 ms at p99 for both, where a ratio (1.15x)
+    would have said 12.5 ms."""
+    if len(own) >= TAIL_STEPS or own_ns <= 0:
+        return own
+    level = float(percentile(own, 50) or 1.0)
+    floor = min(own)
+    return tuple(max(floor, level * (1 + (x / mid - 1) * size_ns / own_ns))
+                 for r, size_ns in kind if (mid := float(percentile(r, 50) or 0.0)) > 0 and size_ns > 0
+                 for x in r)
+
+
 def _prefilling(features: dict[str, float]) -> bool:
     return features.get("prefill_tokens", 0.0) > 0 or features.get("prefill_seqs", 0.0) > 0
 
 
-def _group_ratios(model: LinearFit, samples: Sequence[dict[str, float]], ys: Sequence[float],
-                  group: str | None) -> tuple[tuple[tuple[int, bool], tuple[float, ...]], ...]:
+GroupKey = tuple[int, bool]
+
+
+def _groups(model: LinearFit, samples: Sequence[dict[str, float]], ys: Sequence[float], group: str | None
+            ) -> tuple[tuple[tuple[GroupKey, tuple[float, ...]], ...], tuple[tuple[GroupKey, float], ...]]:
+    """Per (size, kind) with at least MIN_GROUP steps: the steps' measured / fitted ratios, and
+    their median measured time."""
     if group is None:
-        return ()
-    by: dict[tuple[int, bool], list[float]] = {}
+        return (), ()
+    by: dict[GroupKey, list[tuple[float, float]]] = {}
     for s, y in zip(samples, ys, strict=True):
         if (p := model.predict(s)) > 0:
-            by.setdefault((int(s.get(group, 0.0)), _prefilling(s)), []).append(y / p)
-    return tuple((key, tuple(r)) for key, r in sorted(by.items()) if len(r) >= MIN_GROUP)
+            by.setdefault((int(s.get(group, 0.0)), _prefilling(s)), []).append((y / p, y))
+    kept = [(key, steps) for key, steps in sorted(by.items()) if len(steps) >= MIN_GROUP]
+    return (tuple((key, tuple(r for r, _ in steps)) for key, steps in kept),
+            tuple((key, float(percentile([y for _, y in steps], 50) or 0.0)) for key, steps in kept))
 
 
 def _linear(what: str, samples: Sequence[dict[str, float]], ys: Sequence[float], terms: list[str],
             group: str | None) -> tuple[LinearFit, list[str]]:
     kept, intercept, coef, dropped = _fit_terms(samples, ys, terms)
     model = LinearFit(what, tuple(kept), intercept, tuple(coef), (), len(samples), 0.0, 0.0, (), group)
+    ratios, times = _groups(model, samples, ys, group)
     return LinearFit(what, model.terms, intercept, model.coef_ns, (), len(samples), 0.0, 0.0,
                      tuple(y / p for s, y in zip(samples, ys, strict=True) if (p := model.predict(s)) > 0),
-                     group, _group_ratios(model, samples, ys, group)), dropped
+                     group, ratios, times), dropped
 
 
 def fit(what: str, samples: Sequence[dict[str, float]], ys: Sequence[float],
@@ -191,4 +231,4 @@ def fit(what: str, samples: Sequence[dict[str, float]], ys: Sequence[float],
     return LinearFit(what, model.terms, model.intercept_ns, model.coef_ns, tuple(dropped + negative),
                      model.samples, float(percentile(errors, 50) or 0.0),
                      float(percentile(errors, 90) or 0.0),
-                     model.residual_ratios, group, model.group_ratios)
+                     model.residual_ratios, group, model.group_ratios, model.group_times_ns)

@@ -61,6 +61,31 @@ def test_fit_leaves_out_a_term_with_no_spread_and_one_whose_cost_comes_out_negat
     assert model.cv_median_error > 0.01
 
 
+def test_a_size_with_few_steps_draws_the_other_sizes_slow_steps_as_time_added_to_its_own():
+    """Steps of 3 sequences: 30 ms, every tenth preempted for 5 ms more; steps of 1: a quiet
+    10 ms, too few to show a tail of their own. Drawn for a step of one, the slow steps are
+    10 + 5 ms (the preemption's time), not 10 x (35 / 30)."""
+    samples, ys = [], []
+    for i in range(200):
+        samples.append({"decode_seqs": 3.0})
+        ys.append(30 * MS + (5 * MS if i % 10 == 0 else 0))
+    for _ in range(20):
+        samples.append({"decode_seqs": 1.0})
+        ys.append(10 * MS)
+    for i in range(200):
+        samples.append({"decode_seqs": 2.0})
+        ys.append(20 * MS + (5 * MS if i % 10 == 0 else 0))
+    model = fit("step", samples, ys, ("decode_seqs",), group="decode_seqs")
+    one = {"decode_seqs": 1.0}
+    times = sorted(model.predict(one) * r for r in model.ratios_for(one))
+    assert times[0] == pytest.approx(10 * MS, rel=0.02)
+    assert times[-1] == pytest.approx(15 * MS, rel=0.02)
+    assert sum(t > 12 * MS for t in times) == pytest.approx(len(times) / 10, abs=2)
+    # a size with steps enough for its own tail keeps it
+    three = {"decode_seqs": 3.0}
+    assert max(model.predict(three) * r for r in model.ratios_for(three)) == pytest.approx(35 * MS, rel=0.02)
+
+
 def test_too_few_steps_cannot_be_fitted():
     samples, ys = _steps(10)
     with pytest.raises(CannotFit, match="10 step samples"):
