@@ -28,6 +28,10 @@ static __always_inline int next_body_window(struct scratch *s)
     }
     s->window_start += n - WINDOW_OVERLAP;
     s->windows++;
+    /* What scan_fields counts (empty events) it counts once: in the overlap
+     * only if it did not scan the window before. */
+    s->fields_fresh_from = s->fields_saw_window ? WINDOW_OVERLAP : 0;
+    s->fields_saw_window = 0;
     /* An "event:" line whose data line is in the next window: its name moves
      * with the bytes (one cut before the overlap is lost, and its data counts
      * as unnamed). */

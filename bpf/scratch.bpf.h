@@ -74,6 +74,9 @@ struct scratch {
     u32 json_done;      /* "done": true seen */
     u32 empty_events;   /* "choices":[] and "delta":{} seen: SSE events without a token */
     u32 fields_near_end; /* scan_fields ran on the first window near the write's end */
+    u32 fields_saw_window;  /* scan_fields scanned this window */
+    u32 fields_fresh_from;  /* where the bytes begin that scan_fields has not seen: WINDOW_OVERLAP in a
+                             * window after one it scanned, else 0 (next_body_window) */
     u32 event_name_at;  /* the SSE event's "event:" line: where its name starts, + 1 */
     u32 named_events;
     u32 first_name_at;  /* this window's first such name: where (+ 1) and how long */
@@ -136,6 +139,8 @@ static __always_inline void reset_body_scans(struct scratch *s)
     s->json_done = 0;
     s->empty_events = 0;
     s->fields_near_end = 0;
+    s->fields_saw_window = 0;
+    s->fields_fresh_from = 0;
     s->named_events = 0;
     s->head[SCRATCH_BYTES - 1] = 0;   /* what a line end at 0 finds before it (stream_fields.bpf.h) */
 }

@@ -1540,6 +1540,7 @@ static __always_inline int finish_body(void *ctx, int tls, struct scratch *s)
         __builtin_memcpy(s->head, s->tail, SCAN_TAIL_BYTES);
         s->n = s->tail_read;
         s->tail_pass = 1;
+        s->fields_fresh_from = 0;
         chain_call(ctx, tls, PROG_SCAN_FIELDS);
     }
     return submit(s);
@@ -1852,7 +1853,10 @@ static __always_inline int chain_scan_fields(void *ctx, int tls)
     /* Later windows from 0: a count cut by the edge of the one before is whole
      * in the overlap (a count seen twice is the same count). The tail, after
      * the windows (finish_body), from 0 too. One scan in the program, which
-     * the verifier walks once. */
+     * the verifier walks once. What is counted rather than taken (an empty
+     * event) is counted in a window right after one this scanned only where
+     * that one could not see its end (fields_fresh_from, next_body_window). */
+    s->fields_saw_window = 1;
     scan_json_fields(s, s->windows || s->tail_pass || s->model_pass ? 0 : s->body_start);
     if (s->h2_scan_len)
         return h2_data_scanned(ctx, tls, s);   /* an HTTP/2 DATA payload (h2_scan_data) */

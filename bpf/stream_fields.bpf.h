@@ -98,8 +98,8 @@ static __always_inline void json_key_at(struct scratch *s, u32 u)
     if (c == '[') {
         /* "choices":[] or "choices": [] */
         u32 k = s->head[(u - 1) & SCRATCH_MASK] == ' ' ? u - 1 : u;
-        if (s->head[(u + 1) & SCRATCH_MASK] == ']' && EQUALS(load8(s->head, k - 10), "\"choices", 8) &&
-            EQUALS(load8(s->head, k - 2), "\":", 2))
+        if (u + 2 <= n && u + 1 >= s->fields_fresh_from && s->head[(u + 1) & SCRATCH_MASK] == ']' &&
+            EQUALS(load8(s->head, k - 10), "\"choices", 8) && EQUALS(load8(s->head, k - 2), "\":", 2))
             s->empty_events++;
         return;
     }
@@ -115,7 +115,8 @@ static __always_inline void json_key_at(struct scratch *s, u32 u)
                 s->json_done = 1;
         } else if (EQUALS(load8(s->head, u - 1), "\"delta\":", 8)) {
             u32 v = s->head[(u + 7) & SCRATCH_MASK] == ' ' ? u + 8 : u + 7;
-            if (v + 2 <= n && s->head[v & SCRATCH_MASK] == '{' && s->head[(v + 1) & SCRATCH_MASK] == '}')
+            if (v + 2 <= n && v + 1 >= s->fields_fresh_from && s->head[v & SCRATCH_MASK] == '{' &&
+                s->head[(v + 1) & SCRATCH_MASK] == '}')
                 s->empty_events++;
         }
         return;

@@ -355,6 +355,23 @@ STEPS += [
       Expect(HUGE_PAYLOAD_SPLIT, sse_events=1)]),
 ]
 
+# A write longer than the head is scanned in windows that overlap by WINDOW_OVERLAP bytes: an
+# event without a token whose "choices":[] or "delta":{} lies in the overlap was once counted
+# by both windows, and took a token with it (nginx's proxy buffers put OpenAI's usage chunk there).
+USAGE_LINE = b'data: {"id":"c","choices":[],"usage":{"prompt_tokens":9,"completion_tokens":12}}\n\n'
+FINISH_LINE = b'data: {"choices":[{"finish_reason":"stop","index":0,"delta":{}}]}\n\n'
+IN_OVERLAP = SSE_WINDOW - (SSE_WINDOW - SSE_WINDOW_STEP) // 2   # a byte the first two windows both hold
+STEPS += [
+    (Expect(REQ_VEC, HttpKind.REQUEST, H.HEADERS_END, method="GET", path="/vec", header_bytes=len(REQ_VEC)),
+     [Expect(SSE_HEAD, HttpKind.RESPONSE, H.HEADERS_END | H.EVENT_STREAM | H.CHUNKED, status=200,
+             header_bytes=len(SSE_HEAD)),
+      Expect(line_at(IN_OVERLAP - USAGE_LINE.index(b"[]"), USAGE_LINE, pad_after=120), sse_events=1,
+             output_tokens=12, input_tokens=9),
+      Expect(line_at(IN_OVERLAP - FINISH_LINE.index(b"{}"), FINISH_LINE, pad_after=120), sse_events=1),
+      Expect(split(line_at(IN_OVERLAP - USAGE_LINE.index(b"[]"), USAGE_LINE, pad_after=120), 100),
+             sse_events=1, output_tokens=12, input_tokens=9)]),
+]
+
 
 def ends_with_blank_line(e: Expect) -> bool:
     """What the kernel flags BLANK_LINE_END on every write with a body: it ends
