@@ -125,10 +125,11 @@ class Stack:
     h2: bool = False   # the server serves HTTP/2 (h2c): its request is frames, its preface cut too
 
 
-# Node's http2 server (nghttp2) answers an SSE stream of H2_TOKENS tokens, 3 ms apart so that the
-# client reads each alone (a read of two is one chunk).
+# Node's http2 server (nghttp2) answers an SSE stream of H2_TOKENS tokens, far enough apart that
+# the client reads each alone (a read of two is one chunk): 3 ms was once too little in a full run
+# (CI-like load on 2 cores: one request of the node-h2 client read both at once).
 H2_TOKENS = 2
-H2_BODY = json.dumps({"tokens": H2_TOKENS, "gap_ms": 3, "first_delay_ms": 0})   # apart: one read each
+H2_BODY = json.dumps({"tokens": H2_TOKENS, "gap_ms": 25, "first_delay_ms": 0})   # apart: one read each
 STACKS = {"fastapi": Stack(fastapi_server, http1_client), "node": Stack(node_server, http1_client),
           "fastapi-tls": Stack(fastapi_server, http1_client, tls=True),
           "node-h2": Stack(node_h2_server, h2_client, h2=True)}
