@@ -16,6 +16,7 @@ from inferprobe.analyzers import (
     engine_metrics_section,
     http_section,
     phase_sources,
+    proxy_section,
     stacks_section,
     usdt_section,
 )
@@ -26,6 +27,7 @@ Analyzer = Callable[[AnalysisInput], AnalyzerResult | None]
 ANALYZERS: tuple[Analyzer, ...] = (
     http_section.analyze,
     client_section.analyze,
+    proxy_section.analyze,
     usdt_section.analyze,
     phase_sources.analyze,
     batching_section.analyze,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from inferprobe.analyzers import client_calls, no_requests, unread_traffic, verdict
+from inferprobe.analyzers import client_calls, no_requests, proxy_hops, unread_traffic, verdict
 from inferprobe.analyzers import locks as lock_analysis
 from inferprobe.analyzers import network as network_analysis
 from inferprobe.analyzers.batching import BatchingAdvice, Target, advise
@@ -33,7 +33,7 @@ from inferprobe.analyzers.ttft_percentiles import (
 from inferprobe.collector.containers import ProcessIdentities
 from inferprobe.collector.events import GpuRecord, UsdtRecord
 from inferprobe.collector.ingest import ingest
-from inferprobe.collector.recording import Recording
+from inferprobe.collector.recording import Recording, target_names
 from inferprobe.collector.server_view import ServerView
 from inferprobe.collector.timeline import Connection, Request, SessionStats
 
@@ -77,11 +77,15 @@ class ReportData:
     # The engine's step-time model and the what-if sweep of its batch cap (analyzers/batching.py);
     # None where no engine step timeline was recorded.
     batching: BatchingAdvice | None = None
+    # A traced proxy in front of a traced backend: the connections tying the hops
+    # (analyzers/proxy_hops.py); the headline counts each client request once, at the hop
+    # that served the user.
+    hop_ties: list[proxy_hops.Tie] = field(default_factory=list)
 
     @property
     def headline_requests(self) -> list[Request]:
         """The requests the headline numbers (overall) summarize: headline_of(requests)."""
-        return headline_of(self.requests)
+        return headline_of(self.requests, self.hop_ties)
 
     @property
     def probe_sets(self) -> dict:
@@ -95,11 +99,13 @@ class ReportData:
         return self.recording.lost_events
 
 
-def headline_of(requests: list[Request]) -> list[Request]:
-    """The headline numbers, per endpoint, model and container are the requests served; a
-    target's outbound calls (an engine's own OTLP exports, say) are in the client view. A
-    process that only calls out (an application traced as a client) has its calls as them."""
-    return [r for r in requests if r.role == "server"] or requests
+def headline_of(requests: list[Request], hop_ties: list[proxy_hops.Tie] | None = None) -> list[Request]:
+    """The headline numbers, per endpoint, model and container are the requests served to
+    users: a target's outbound calls (an engine's own OTLP exports, say) are in the client
+    view, and a backend's requests from a traced proxy are the proxy's requests again (in
+    its hops section). A process that only calls out (an application traced as a client)
+    has its calls as them."""
+    return proxy_hops.user_facing(requests, hop_ties or []) or requests
 
 
 def scraper_connections(requests: list[Request], connections: dict[int, Connection],
@@ -146,10 +152,12 @@ def build(recording: Recording, mutex_threshold: float = lock_analysis.DEFAULT_M
         if isinstance(recording.meta.get("probe_sets"), dict) else None)
     network_findings = network_analysis.findings(network)
     calls = client_calls.group(requests, ingested.connections)
+    hop_ties = proxy_hops.ties(ingested.connections.values(), requests)
     # The server-side verdicts (where a served request's time went) read served requests
-    # only: a client's outbound call spends that time in its peer (analyzers/client_section.py).
-    served = [r for r in requests if r.role == "server"]
-    headline = headline_of(requests)
+    # only: a client's outbound call spends that time in its peer (analyzers/client_section.py),
+    # and a proxy's request in its backend (analyzers/proxy_hops.py, whose finding is the proxy's).
+    served = proxy_hops.engine_side(requests, hop_ties)
+    headline = headline_of(requests, hop_ties)
     at_ttft = requests_at_ttft_percentiles(served)
     breakdown = break_down(served, at_ttft)
     series = over_time(served, usdt, recording.meta.get("started_monotonic_ns"))
@@ -159,7 +167,9 @@ def build(recording: Recording, mutex_threshold: float = lock_analysis.DEFAULT_M
     batching = advise(server, requests, target, current_setting) if server.steps else None
     inp = AnalysisInput(recording=recording, requests=requests, events=decoded, locks=locks,
                         network=network, network_findings=network_findings, gpu=gpu, client_calls=calls,
-                        batching=batching)
+                        batching=batching,
+                        proxy_hops=proxy_hops.analyze(requests, ingested.connections.values(),
+                                                      target_names(recording.meta)))
     for analyze in ANALYZERS:
         result = analyze(inp)
         if result is not None:
@@ -200,4 +210,5 @@ def build(recording: Recording, mutex_threshold: float = lock_analysis.DEFAULT_M
         gpu=gpu,
         engine_metrics=engine_metrics,
         batching=batching,
+        hop_ties=hop_ties,
     )

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from inferprobe.analyzers.gpu import GpuSummary
     from inferprobe.analyzers.locks import LockAnalysis
     from inferprobe.analyzers.network import ConnectionNetwork
+    from inferprobe.analyzers.proxy_hops import ProxyHops
     from inferprobe.flamegraphs.profile import Profile
 
 
@@ -40,6 +41,7 @@ class AnalysisInput:
     gpu: GpuSummary | None = None
     client_calls: Sequence[ClientCall] = ()  # analyzers/client_calls.py: the targets' outbound calls
     batching: BatchingAdvice | None = None  # analyzers/batching.py: None without an engine step timeline
+    proxy_hops: ProxyHops | None = None  # analyzers/proxy_hops.py: None without a traced proxy + backend
 
 
 @dataclass(frozen=True)

@@ -158,7 +158,7 @@ struct conn_event {
     __u16 peer_port;    /* host byte order */
     __u8 peer_addr[16]; /* IPv4 in the first 4 bytes, IPv6 in all 16 */
     __u16 role;         /* enum conn_role */
-    __u16 pad_role;
+    __u16 local_port;   /* EVENT_CONN_CONNECTED: the client's own port, host order (0: unknown) */
     __s32 result;       /* EVENT_CONN_OPEN of a client: connect()'s return (0, -EINPROGRESS, -errno) */
 };
 

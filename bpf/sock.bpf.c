@@ -681,7 +681,12 @@ TRACEPOINT_PROBE(sock, inet_sock_set_state)
         return 0;   /* refused, reset or timed out: connect() or the first I/O reports it */
     struct conn_event *ev = conn_event_reserve(EVENT_CONN_CONNECTED, bpf_ktime_get_ns(), conn.pid_tgid,
                                                conn.conn_id, -1, CONN_ROLE_CLIENT);
-    return ev ? conn_event_submit(ev) : 0;
+    if (!ev)
+        return 0;
+    /* The port the kernel bound for it: the peer port its server sees, which ties
+     * a traced proxy's upstream call to the traced backend's request. */
+    ev->local_port = args->sport;
+    return conn_event_submit(ev);
 }
 
 /* The fd the current thread is reading, if it is in a read-family syscall:

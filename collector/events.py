@@ -151,6 +151,7 @@ class ConnRecord:
     peer_addr: bytes
     role: ConnRole = ConnRole.SERVER  # CLIENT: the target connect()ed it (an outbound call)
     result: int = 0  # a client's CONN_OPEN: connect()'s return (0, -EINPROGRESS, -errno)
+    local_port: int = 0  # a client's CONN_CONNECTED: its own port (0 where unknown, or before it was sent)
 
 
 @dataclass(frozen=True, slots=True)
@@ -571,7 +572,8 @@ def _conn(etype: EventType, ev: Any) -> ConnRecord:
     hdr = ev.hdr
     return ConnRecord(type=etype, pid=hdr.pid, tid=hdr.tid, ts_ns=hdr.ts_ns, conn_id=ev.conn_id, fd=ev.fd,
                       family=ev.family, peer_port=ev.peer_port, peer_addr=bytes(ev.peer_addr),
-                      role=member(ConnRole, ev.role, "connection role"), result=ev.result)
+                      role=member(ConnRole, ev.role, "connection role"), result=ev.result,
+                      local_port=ev.local_port)
 
 
 def _io(etype: EventType, ev: Any) -> IoRecord:

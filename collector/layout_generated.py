@@ -486,7 +486,7 @@ class ConnEvent(ctypes.Structure):
         ("peer_port", ctypes.c_uint16),                     # offset 38, 2 bytes
         ("peer_addr", ctypes.c_uint8 * 16),                 # offset 40, 16 bytes
         ("role", ctypes.c_uint16),                          # offset 56, 2 bytes
-        ("pad_role", ctypes.c_uint16),                      # offset 58, 2 bytes
+        ("local_port", ctypes.c_uint16),                    # offset 58, 2 bytes
         ("result", ctypes.c_int32),                         # offset 60, 4 bytes
     ]
 

@@ -169,6 +169,11 @@ class Recording:
         return self.counter("lost_events")
 
 
+def target_names(meta: dict) -> dict[int, str]:
+    """Each target's name (its comm) by pid, as the recorder listed them."""
+    return {int(t["pid"]): t.get("comm") or "unknown" for t in meta.get("targets", []) if "pid" in t}
+
+
 def iter_events(payload: bytes) -> Iterator[bytes]:
     offset = 0
     end = len(payload)

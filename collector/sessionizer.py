@@ -161,6 +161,7 @@ class Sessionizer:
             elif ev.type == EventType.CONN_CONNECTED:
                 if ev.conn_id in self.connections:
                     self.connections[ev.conn_id].t_connect_end_ns = ev.ts_ns
+                    self.connections[ev.conn_id].local_port = ev.local_port or None
             elif ev.type == EventType.CONN_PEER:
                 self._on_peer(ev)
             elif ev.type == EventType.TLS_HANDSHAKE:

@@ -164,6 +164,9 @@ class Connection:
     t_connect_end_ns: int | None = None
     connect_result: int = 0
     t_tls_done_ns: int | None = None  # its TLS handshake completed (OpenSSL), where one was seen
+    # A client connection's own port, from its TCP handshake (None: a server's, or not seen):
+    # the peer port its server sees, which ties a proxy's hop to the next (analyzers/proxy_hops.py).
+    local_port: int | None = None
 
 
 @dataclass(slots=True)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from inferprobe.collector.containers import ProcessIdentities
 from inferprobe.collector.errors import InferprobeError
+from inferprobe.collector.recording import target_names
 from inferprobe.exporters.clock import WallClock
 from inferprobe.exporters.spans import Attributes, server_info
 
@@ -22,10 +23,6 @@ class ExportProblem(InferprobeError):
     """Traces could not be delivered."""
 
     exit_code = 6
-
-
-def target_names(meta: dict) -> dict[int, str]:
-    return {int(t["pid"]): t.get("comm") or "unknown" for t in meta.get("targets", [])}
 
 
 def make_shipper(meta: dict, clock: WallClock, opts: dict, live: bool) -> tuple[SpanShipper, str]:

@@ -196,7 +196,8 @@ def itl_split_json(itl: Sequence[ItlBreakdown]) -> dict | None:
 
 def finding_json(f: Finding) -> dict:
     return {"kind": f.kind, "share": f.share, "of": f.of, "sentence": f.sentence,
-            "recommendation": f.recommendation, "evidence": f.evidence, "source": f.source}
+            "recommendation": f.recommendation, "evidence": f.evidence, "source": f.source,
+            "value": f.value, "figures": dict(f.figures)}
 
 
 def summary_json(s: CadenceSummary) -> dict:
@@ -251,6 +252,10 @@ def to_json(data: ReportData) -> dict:
         **json_locks.top_level(data.locks),
         "connections": [connection_json(c) for c in data.connections],
         "client_calls": [client_call_json(c) for c in data.client_calls],
+        # a traced proxy's connections to its traced backend (analyzers/proxy_hops.py): the
+        # backend's requests on them are not in "summary" or "endpoints"
+        "proxy_hops": [{"proxy_pid": t.proxy_pid, "proxy_conn": t.proxy_conn, "backend_pid": t.backend_pid,
+                        "backend_conn": t.backend_conn} for t in data.hop_ties],
         "network": network_json(data.network, data.network_findings, data.recording.snapshots.get("network"),
                                 "network" in data.probe_sets.get("active", {})),
     }
@@ -270,4 +275,5 @@ def connection_json(c: Connection) -> dict:
         "t_connect_end_ns": c.t_connect_end_ns,
         "connect_result": c.connect_result,
         "t_tls_done_ns": c.t_tls_done_ns,
+        "local_port": c.local_port,
     }

@@ -16,6 +16,7 @@ from inferprobe.analyzers.client_section import ANCHOR as CLIENT_CALLS_ANCHOR
 from inferprobe.analyzers.decompose import TTFT_PHASES
 from inferprobe.analyzers.engine_metrics_section import ANCHOR as ENGINE_METRICS_ANCHOR
 from inferprobe.analyzers.phase_sources import ANCHOR as PHASE_SOURCES_ANCHOR
+from inferprobe.analyzers.proxy_hops import ANCHOR as PROXY_HOPS_ANCHOR
 from inferprobe.analyzers.report_data import ReportData
 from inferprobe.analyzers.units import ms
 from inferprobe.reports import tables
@@ -94,10 +95,11 @@ def render_text(data: ReportData, console: Console) -> None:
     _render_probe_sets(data, console)
     _render_decomposition(data, console)
     _render_scheduler(data, console)
-    # The outbound calls (analyzers/client_section.py); where the phases came from and
-    # the engine's own /metrics (analyzers/phase_sources.py, engine_metrics_section.py).
-    _render_sections(data, console, (CLIENT_CALLS_ANCHOR, PHASE_SOURCES_ANCHOR, ENGINE_METRICS_ANCHOR,
-                                     BATCHING_ANCHOR))
+    # The outbound calls (analyzers/client_section.py), a proxy's hops (proxy_section.py);
+    # where the phases came from and the engine's own /metrics (analyzers/phase_sources.py,
+    # engine_metrics_section.py).
+    _render_sections(data, console, (CLIENT_CALLS_ANCHOR, PROXY_HOPS_ANCHOR, PHASE_SOURCES_ANCHOR,
+                                     ENGINE_METRICS_ANCHOR, BATCHING_ANCHOR))
     _render_network(data, console)
     render_locks(data, console)
     render_gpu(data.gpu, console)

@@ -87,6 +87,9 @@ if [[ $FOR == test ]]; then
     packages+=(cmake ninja-build g++)
     # gdb: gpu-attach loads the CUPTI shim into a running process through it (tests/integration/gpu)
     packages+=(gdb)
+    # nginx-light: the proxy-hop tests put nginx in front of a streaming backend (started with
+    # their own config; Debian's service is not started without systemd, and is left alone with it)
+    packages+=(nginx-light)
 fi
 if ((PLAN)); then
     printf 'apt: %s\n' "${packages[*]}"

@@ -109,8 +109,10 @@ def main() -> None:
     print(sock.getsockname()[1], flush=True)
     cert, key = os.environ.get("STREAM_SHAPES_TLS_CERT"), os.environ.get("STREAM_SHAPES_TLS_KEY")
     tls = {"ssl_certfile": cert, "ssl_keyfile": key} if cert and key else {}
-    # keep-alive past a recorder's start-up (uvicorn closes idle connections after 5 s)
-    config = uvicorn.Config(app, log_level="warning", timeout_keep_alive=75, **tls)
+    # keep-alive past a recorder's start-up (uvicorn closes idle connections after 5 s);
+    # no proxy headers: behind a proxy that sends X-Forwarded-For (Go's ReverseProxy), uvicorn
+    # would give the forwarded address as the client, port 0, and the log is of the socket
+    config = uvicorn.Config(app, log_level="warning", timeout_keep_alive=75, proxy_headers=False, **tls)
     uvicorn.Server(config).run(sockets=[sock])
 
 
