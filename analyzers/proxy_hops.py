@@ -35,6 +35,9 @@ ANCHOR = "analyzer-proxy-hops"
 # events of the backend's writes: a proxy that passes a stream through writes what it read,
 # and reads merge two of the backend's writes only where they came close together.
 BURST_FACTOR = 2.0
+# A token written by the backend and read by the proxy this much later waited in the kernel:
+# between two processes of one host it moves in microseconds (0.1 ms here).
+HELD_NS = 5_000_000
 
 
 @dataclass(frozen=True)
@@ -112,11 +115,33 @@ class HopStats:
                    sum(per_write) / len(per_write) if per_write else None)
 
 
+def exchanges(tie: Tie, requests: Sequence[Request]) -> list[tuple[Request, Request]]:
+    """(the proxy's call, the backend's request) on one tied connection: by HTTP/2 stream id
+    where both are streams of it (the same ids at both ends), else in order (HTTP/1.x
+    carries one exchange at a time)."""
+    calls = sorted((r for r in requests if r.conn == tie.proxy_conn and r.role == "client"),
+                   key=lambda r: r.t_ingress_ns)
+    served = sorted((r for r in requests if r.conn == tie.backend_conn and r.role == "server"),
+                    key=lambda r: r.t_ingress_ns)
+    if calls and all(r.h2_stream is not None for r in (*calls, *served)):
+        by_stream = {r.h2_stream: r for r in served}
+        return [(c, by_stream[c.h2_stream]) for c in calls if c.h2_stream in by_stream]
+    return list(zip(calls, served, strict=False))
+
+
+def first_token_held(tie: Tie, requests: Sequence[Request]) -> list[int]:
+    """Per exchange on the tie, from the backend's first token write to the proxy's read that
+    returned it: the time the token spent in the kernel between the two processes."""
+    return [call.token_ns[0] - served.token_ns[0] for call, served in exchanges(tie, requests)
+            if call.token_ns and served.token_ns]
+
+
 @dataclass(frozen=True)
 class ProxyHops:
     ties: tuple[Tie, ...]
     hops: tuple[HopStats, ...]
     findings: tuple[Finding, ...]
+    held_ns: tuple[tuple[int, ...], ...] = ()   # first_token_held, per tie in `ties`
 
 
 def analyze(requests: Sequence[Request], connections: Iterable[Connection],
@@ -133,9 +158,13 @@ def analyze(requests: Sequence[Request], connections: Iterable[Connection],
         groups.setdefault((r.pid, behind), []).append(r)
     hops = tuple(HopStats.of(pid, names.get(pid, f"pid {pid}"), behind, reqs)
                  for (pid, behind), reqs in sorted(groups.items(), key=lambda kv: (bool(kv[0][1]), kv[0][0])))
-    findings = tuple(f for proxy in sorted({t.proxy_pid for t in tied})
-                     if (f := _burst_finding(proxy, hops)) is not None)
-    return ProxyHops(tuple(tied), hops, findings)
+    held = tuple(tuple(first_token_held(t, requests)) for t in tied)
+    proxies = sorted({t.proxy_pid for t in tied})
+    findings = [f for proxy in proxies if (f := _burst_finding(proxy, hops)) is not None]
+    findings += [f for proxy in proxies
+                 if (f := _held_finding(proxy, hops, [h for t, h in zip(tied, held, strict=True)
+                                                      if t.proxy_pid == proxy])) is not None]
+    return ProxyHops(tuple(tied), hops, tuple(findings), held)
 
 
 def _burst_finding(proxy: int, hops: Sequence[HopStats]) -> Finding | None:
@@ -173,6 +202,42 @@ def _burst_finding(proxy: int, hops: Sequence[HopStats]) -> Finding | None:
                  "proxy_events_per_write": front.events_per_write,
                  "backend_events_per_write": backend.events_per_write,
                  "proxy_itl_p50_ns": front.itl_ns.p50, "backend_itl_p50_ns": backend.itl_ns.p50},
+    )
+
+
+def _held_finding(proxy: int, hops: Sequence[HopStats], held: list[tuple[int, ...]]) -> Finding | None:
+    """The backend's first token reached the proxy late: HELD_NS or more after the backend
+    wrote it, on at least two calls and a tenth of them. Between two processes of one host
+    that is the kernel holding bytes back, not either program."""
+    values = [v for per_tie in held for v in per_tie]
+    slow = sorted(v for v in values if v >= HELD_NS)
+    front = next((h for h in hops if h.pid == proxy and not h.behind), None)
+    if front is None or len(slow) < 2 or len(slow) * 10 < len(values):
+        return None
+    typical = slow[len(slow) // 2]
+    share = None
+    if front.ttft_ns.p99:
+        share = min(1.0, slow[-1] / front.ttft_ns.p99)
+    return Finding(
+        kind="proxy.held_between_hops",
+        sentence=(f"On {len(slow)} of {len(values)} calls from the proxy {front.name} (pid {front.pid}) to "
+                  f"its backend, the backend's first token reached the proxy {_ms(typical)} after the "
+                  f"backend wrote it (median of those; up to {_ms(slow[-1])}), where it took "
+                  f"{_ms(min(values))} at best; its clients' first token came {_ms(front.ttft_ns.p50)} after "
+                  f"the request (p50)."),
+        source="proxy_hops",
+        recommendation=("The token waited in the kernel between the two processes, written and not yet "
+                        "read. A small write held back until the previous segment is acknowledged (Nagle's "
+                        "algorithm against a delayed ACK, ~40 ms on Linux), typically on a reused "
+                        "keep-alive connection, looks like this: record again with --network to see the "
+                        "connection's segments, and set TCP_NODELAY on both ends of the proxy's upstream "
+                        "connections."),
+        share=share,
+        of="p99 TTFT at the proxy's clients" if share is not None else "",
+        evidence=ANCHOR if share is not None else "",
+        value=float(typical),
+        figures={"proxy_pid": front.pid, "calls": len(values), "held_calls": len(slow),
+                 "held_p50_ns": typical, "held_max_ns": slow[-1], "held_min_ns": min(values)},
     )
 
 

@@ -20,6 +20,7 @@ from inferprobe.analyzers.engine_metrics import EngineMetricsSummary
 from inferprobe.analyzers.engine_metrics_section import summary_of as engine_metrics_of
 from inferprobe.analyzers.findings import Finding, FindingList
 from inferprobe.analyzers.gpu import GpuSummary, summarize_gpu
+from inferprobe.analyzers.proxy_hops import ProxyHops, Tie
 from inferprobe.analyzers.registry import ANALYZERS
 from inferprobe.analyzers.request_analysis import RequestAnalysis, per_request
 from inferprobe.analyzers.scheduler import SchedulerSummary, stall_ns_by_request, summarize_scheduler
@@ -80,7 +81,11 @@ class ReportData:
     # A traced proxy in front of a traced backend: the connections tying the hops
     # (analyzers/proxy_hops.py); the headline counts each client request once, at the hop
     # that served the user.
-    hop_ties: list[proxy_hops.Tie] = field(default_factory=list)
+    proxy_hops: ProxyHops | None = None
+
+    @property
+    def hop_ties(self) -> list[Tie]:
+        return list(self.proxy_hops.ties) if self.proxy_hops is not None else []
 
     @property
     def headline_requests(self) -> list[Request]:
@@ -99,7 +104,7 @@ class ReportData:
         return self.recording.lost_events
 
 
-def headline_of(requests: list[Request], hop_ties: list[proxy_hops.Tie] | None = None) -> list[Request]:
+def headline_of(requests: list[Request], hop_ties: list[Tie] | None = None) -> list[Request]:
     """The headline numbers, per endpoint, model and container are the requests served to
     users: a target's outbound calls (an engine's own OTLP exports, say) are in the client
     view, and a backend's requests from a traced proxy are the proxy's requests again (in
@@ -152,7 +157,8 @@ def build(recording: Recording, mutex_threshold: float = lock_analysis.DEFAULT_M
         if isinstance(recording.meta.get("probe_sets"), dict) else None)
     network_findings = network_analysis.findings(network)
     calls = client_calls.group(requests, ingested.connections)
-    hop_ties = proxy_hops.ties(ingested.connections.values(), requests)
+    hops = proxy_hops.analyze(requests, ingested.connections.values(), target_names(recording.meta))
+    hop_ties = list(hops.ties) if hops is not None else []
     # The server-side verdicts (where a served request's time went) read served requests
     # only: a client's outbound call spends that time in its peer (analyzers/client_section.py),
     # and a proxy's request in its backend (analyzers/proxy_hops.py, whose finding is the proxy's).
@@ -168,8 +174,7 @@ def build(recording: Recording, mutex_threshold: float = lock_analysis.DEFAULT_M
     inp = AnalysisInput(recording=recording, requests=requests, events=decoded, locks=locks,
                         network=network, network_findings=network_findings, gpu=gpu, client_calls=calls,
                         batching=batching,
-                        proxy_hops=proxy_hops.analyze(requests, ingested.connections.values(),
-                                                      target_names(recording.meta)))
+                        proxy_hops=hops)
     for analyze in ANALYZERS:
         result = analyze(inp)
         if result is not None:
@@ -210,5 +215,5 @@ def build(recording: Recording, mutex_threshold: float = lock_analysis.DEFAULT_M
         gpu=gpu,
         engine_metrics=engine_metrics,
         batching=batching,
-        hop_ties=hop_ties,
+        proxy_hops=hops,
     )

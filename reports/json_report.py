@@ -254,8 +254,10 @@ def to_json(data: ReportData) -> dict:
         "client_calls": [client_call_json(c) for c in data.client_calls],
         # a traced proxy's connections to its traced backend (analyzers/proxy_hops.py): the
         # backend's requests on them are not in "summary" or "endpoints"
-        "proxy_hops": [{"proxy_pid": t.proxy_pid, "proxy_conn": t.proxy_conn, "backend_pid": t.backend_pid,
-                        "backend_conn": t.backend_conn} for t in data.hop_ties],
+        "proxy_hops": [] if data.proxy_hops is None else [
+            {"proxy_pid": t.proxy_pid, "proxy_conn": t.proxy_conn, "backend_pid": t.backend_pid,
+             "backend_conn": t.backend_conn, "first_token_held_ns": list(held)}
+            for t, held in zip(data.proxy_hops.ties, data.proxy_hops.held_ns, strict=True)],
         "network": network_json(data.network, data.network_findings, data.recording.snapshots.get("network"),
                                 "network" in data.probe_sets.get("active", {})),
     }

@@ -131,3 +131,34 @@ def test_the_sessionizer_keeps_the_port_on_the_client_connection():
     conn = ingested.connections[9]
     seen = (conn.role, conn.peer_port, conn.local_port, conn.t_connect_end_ns)
     assert seen == ("client", 8000, 41234, 2000)
+
+
+def test_a_first_token_held_between_the_hops_is_measured_per_exchange_and_named():
+    """The proxy's call reads the backend's first token 38 ms after the backend wrote it, on
+    reused connections (all but each first exchange): a finding with those figures."""
+    requests, conns = [], [server_conn(1, PROXY, 50000, 0), client_conn(2, 41000, 0),
+                           server_conn(3, BACKEND, 41000, MS // 2)]
+    for i in range(5):
+        t0 = i * 1000 * MS
+        held = 0.1 if i == 0 else 38.0
+        requests += [streamed(PROXY, 1, t0, [(ms + held + 1.5, n) for ms, n in STEADY]),
+                     streamed(PROXY, 2, t0 + MS // 4, [(ms + held + 1.0, n) for ms, n in STEADY], "client"),
+                     streamed(BACKEND, 3, t0 + MS // 2, [(ms + 0.5, n) for ms, n in STEADY])]
+    hops = proxy_hops.analyze(requests, conns, {PROXY: "gateway"})
+    assert hops is not None
+    (held,) = hops.held_ns
+    # the backend read 0.25 ms after the call was sent: each token read `held` + 0.25 ms after its write
+    assert [round(h / MS, 2) for h in held] == [0.35, 38.25, 38.25, 38.25, 38.25]
+    (finding,) = hops.findings
+    assert finding.kind == "proxy.held_between_hops" and "On 4 of 5 calls" in finding.sentence
+    assert finding.figures["held_p50_ns"] == held[1] and "TCP_NODELAY" in finding.recommendation
+
+
+def test_http2_exchanges_pair_by_stream_id_not_order():
+    tie = proxy_hops.Tie(2, PROXY, 3, BACKEND)
+    calls = [streamed(PROXY, 2, 0, STEADY, "client"), streamed(PROXY, 2, MS, STEADY, "client")]
+    served = [streamed(BACKEND, 3, MS // 2, STEADY), streamed(BACKEND, 3, MS // 4, STEADY)]
+    calls[0].h2_stream, calls[1].h2_stream = 1, 3
+    served[0].h2_stream, served[1].h2_stream = 1, 3   # the backend read stream 3's head first
+    pairs = proxy_hops.exchanges(tie, calls + served)
+    assert [(c.h2_stream, s.h2_stream) for c, s in pairs] == [(1, 1), (3, 3)]
