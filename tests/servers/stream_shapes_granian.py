@@ -11,6 +11,7 @@ HTTPS with its own TLS (rustls, inside its Rust extension).
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -47,6 +48,9 @@ def main() -> None:
             if server.poll() is not None or time.monotonic() > deadline:
                 sys.exit(f"granian did not listen on {port}")
             time.sleep(0.1)
+    # The tests stop this launcher with SIGTERM, whose default action would leave granian
+    # running: exit through the finally below instead.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     workers = children(server.pid)
     print(port, flush=True)
     print(workers[0], flush=True)

@@ -63,8 +63,10 @@ class NamespacedServer:
     def __init__(self, log: Path):
         script = (f"ip link set lo up && exec {sys.executable} {SERVERS / 'sse_server.py'} "
                   f"--host 127.0.0.1 --port 0 --log {log}")
-        self.proc = subprocess.Popen(["unshare", "--pid", "--fork", "--mount", "--net", "sh", "-c", script],
-                                     stdout=subprocess.PIPE, text=True)
+        # --kill-child: unshare passes no signal on, and stop() ends unshare: without it the
+        # server (pid 1 of its namespace) outlived the test and served on for the rest of the run
+        self.proc = subprocess.Popen(["unshare", "--pid", "--fork", "--kill-child", "--mount", "--net", "sh",
+                                      "-c", script], stdout=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline()
         if not line.startswith("LISTENING"):
             self.proc.kill()

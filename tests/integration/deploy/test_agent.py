@@ -216,11 +216,12 @@ def test_agent_runs_inside_new_namespaces(tmp_path):
     try:
         agent = Agent(tmp_path / "ring", "--keep", "60s", "--segment", "60s",
                       prefix=["unshare", "--pid", "--fork", "--mount", "--net"])
-        script = (f"ip link set lo up && {sys.executable} {SERVERS / 'sse_server.py'} --host 127.0.0.1 "
+        # exec: stop_process(inner) ends the shell's process, which must be the server's
+        script = (f"ip link set lo up && exec {sys.executable} {SERVERS / 'sse_server.py'} --host 127.0.0.1 "
                   f"--port 0 --log {tmp_path / 'inner.jsonl'}")
         inner = subprocess.Popen(["unshare", "--net", "sh", "-c", script], stdout=subprocess.PIPE, text=True)
         inner_port = int(inner.stdout.readline().split(":")[-1])
-        inner_pid = int(Path(f"/proc/{inner.pid}/task/{inner.pid}/children").read_text().split()[0])
+        inner_pid = inner.pid   # unshare without --fork execs the shell, and the shell the server
         time.sleep(2)   # the agent's next refresh lists the new listener
         for _ in range(3):
             _completion(outside.port)
