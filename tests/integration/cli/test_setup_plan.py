@@ -15,7 +15,7 @@ import pytest
 from tests.support.paths import REPO
 
 TEST_ONLY = {"prometheus", "chromium", "golang-go", "nodejs", "strace", "wrk", "bpftool", "openssl",
-             "cmake", "ninja-build", "g++", "gdb"}
+             "cmake", "ninja-build", "g++", "gdb", "nginx-light"}
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="scripts/setup.sh refuses to run without root")
 
 
