@@ -150,9 +150,12 @@ def read_window(directory: Path, last_s: float, now: float | None = None) -> Rec
         merged.stats.extend(part.stats)
         merged.engine_scrapes.extend(part.engine_scrapes)
         merged.snapshots.update(part.snapshots)
-    # The open segment has no END yet: the window is complete up to its last flush.
-    merged.final = last.final or (last.stats[-1] if last.stats else {})
-    merged.final = {**merged.final, "end_reason": merged.final.get("end_reason", "window")}
+    # The open segment has no END yet: the window is complete up to its last flush. One the
+    # agent opened moments ago has flushed nothing, and the agent's counts (sampling and
+    # tallies, since it started) are then the newest segment's that has them: without them
+    # a report right after a rotation said nothing of the sampling (CI, test_agent).
+    newest = next((p.final or p.stats[-1] for p in reversed(parts) if p.final or p.stats), {})
+    merged.final = {**newest, "end_reason": last.final.get("end_reason", "window") if last.final else "window"}
     merged.final = _window_tallies(merged.final, before)
     problems = [p.problem for p in parts[:-1] if p.problem]
     merged.problem = "; ".join(problems) or None

@@ -59,6 +59,19 @@ def test_a_window_reads_the_newest_run_as_one_recording(tmp_path):
     ring.close({"end_reason": "test"})
 
 
+def test_a_window_read_just_after_a_rotation_keeps_the_agents_counts(tmp_path):
+    """The segment the agent opened a moment ago has flushed nothing yet: the sampling and
+    tallies of the one it closed stand in, and the window is still a window."""
+    state = {"sampling": {"conns_accepted": 40, "conns_followed": 9}}
+    ring = SegmentRing(tmp_path, {"host": "h"}, 600, 10, lambda: {**state, "end_reason": "rotated"})
+    ring.writer.add_event(b"\x01" * 4)
+    ring.rotate()
+    window = read_window(tmp_path, 60)
+    assert window.final["sampling"] == {"conns_accepted": 40, "conns_followed": 9}
+    assert window.final["end_reason"] == "window"
+    ring.close({"end_reason": "test"})
+
+
 def test_an_empty_or_stale_ring_is_one_sentence(tmp_path):
     with pytest.raises(RecordingProblem, match="no agent recordings"):
         read_window(tmp_path / "nowhere", 60)
