@@ -155,7 +155,8 @@ def read_window(directory: Path, last_s: float, now: float | None = None) -> Rec
     # tallies, since it started) are then the newest segment's that has them: without them
     # a report right after a rotation said nothing of the sampling (CI, test_agent).
     newest = next((p.final or p.stats[-1] for p in reversed(parts) if p.final or p.stats), {})
-    merged.final = {**newest, "end_reason": last.final.get("end_reason", "window") if last.final else "window"}
+    ended = last.final.get("end_reason", "window") if last.final else "window"
+    merged.final = {**newest, "end_reason": ended}
     merged.final = _window_tallies(merged.final, before)
     problems = [p.problem for p in parts[:-1] if p.problem]
     merged.problem = "; ".join(problems) or None

@@ -235,11 +235,13 @@ def test_an_itl_bound_target_gets_fewer_places_and_the_prediction_holds(recorded
     # places for 247 asked), the target is halfway between the best of them and A's own: A
     # still misses it, the advice must still go down, and the run at B still judges the model.
     sweep = _advise(recorded.recording, a.ttft_p99_ns, a.itl_p99_ns)
-    fewer = [p["itl_ns"]["p99"] for p in sweep["predictions"] if p["setting"] < recorded.engine.recorded]
+    fewer = [p["itl_ns"]["p99"] for p in sweep["predictions"]
+             if p["setting"] < recorded.engine.recorded]
     best = min(fewer)
     if best >= a.itl_p99_ns:
-        pytest.skip(f"the model predicts no setting below {recorded.engine.recorded} a p99 ITL under A's "
-                    f"{a.itl_p99_ns / 1e6:.0f} ms (best {best / 1e6:.0f} ms): nothing for fewer places to win")
+        pytest.skip(f"the model predicts no setting below {recorded.engine.recorded} a p99 ITL under "
+                    f"A's {a.itl_p99_ns / 1e6:.0f} ms (best {best / 1e6:.0f} ms): nothing for fewer places "
+                    "to win")
     target = a.itl_p99_ns * 0.85 if best <= a.itl_p99_ns * 0.85 else (best + a.itl_p99_ns) / 2
     _check_advised(recorded, int(a.ttft_p99_ns * 10), int(target), more=False)
 
