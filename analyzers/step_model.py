@@ -161,20 +161,31 @@ def _with_tail(own: tuple[float, ...], own_ns: float,
     size. There the spread is that of every size of its kind (`kind`: each size's ratios and
     median step time), as time: a step is slowed by what preempts it (the clients, the
     recorder, an interrupt on a host of few cores), which costs the same milliseconds to a
-    short step and a long one. So each of their steps' time above or below its size's median
-    is added to this size's median time, never taken below this size's fastest step.
+    short step and a long one, but comes to a short one as much less often. So each of their
+    steps' time above or below its size's median is added to this size's median time (never
+    below this size's fastest step), beside as many more of this size's median as the other
+    size's steps are longer.
 
-    llama.cpp on this repository's 2-core VM (tests/integration/engines/test_advise.py): steps
-    of 3 sequences, 31.4 ms at the median, 36.2 ms at p99 in the recording at -np 3; then at
-    -np 1, steps of one, 10.9 ms and 14.0 ms: +3-5 ms at p99 for both, where a ratio (1.15x)
-    would have said 12.5 ms."""
+    llama.cpp on this repository's 2-core VM (tests/integration/engines/test_advise.py), p99
+    ITL at -np 1 from recordings at -np 3: measured 14.47 and 16.4 ms in two runs; drawn as a
+    ratio of the steps of 3 (1.15x at p99) 12.5 ms for the first; as their time added to every
+    step, 15.5 and 20.3 ms; as here, 14.0 and 17.0 ms."""
     if len(own) >= TAIL_STEPS or own_ns <= 0:
         return own
     level = float(percentile(own, 50) or 1.0)
     floor = min(own)
-    return tuple(max(floor, level * (1 + (x / mid - 1) * size_ns / own_ns))
-                 for r, size_ns in kind if (mid := float(percentile(r, 50) or 0.0)) > 0 and size_ns > 0
-                 for x in r)
+    drawn: list[float] = []
+    for r, size_ns in kind:
+        mid = float(percentile(r, 50) or 0.0)
+        if mid <= 0 or size_ns <= 0:
+            continue
+        # A step k times shorter is hit k times less often: each of their steps once, beside
+        # k - 1 of this size's median.
+        k = max(1, round(size_ns / own_ns))
+        for x in r:
+            drawn.append(max(floor, level * (1 + (x / mid - 1) * size_ns / own_ns)))
+            drawn.extend([level] * (k - 1))
+    return tuple(drawn)
 
 
 def _prefilling(features: dict[str, float]) -> bool:

@@ -62,9 +62,10 @@ def test_fit_leaves_out_a_term_with_no_spread_and_one_whose_cost_comes_out_negat
 
 
 def test_a_size_with_few_steps_draws_the_other_sizes_slow_steps_as_time_added_to_its_own():
-    """Steps of 3 sequences: 30 ms, every tenth preempted for 5 ms more; steps of 1: a quiet
-    10 ms, too few to show a tail of their own. Drawn for a step of one, the slow steps are
-    10 + 5 ms (the preemption's time), not 10 x (35 / 30)."""
+    """Steps of 3 and 2 sequences: 30 and 20 ms, every tenth preempted for 5 ms more; steps of
+    1: a quiet 10 ms, too few to show a tail of their own. Drawn for a step of one, the slow
+    steps are 10 + 5 ms (the preemption's time), not 10 x (35 / 30), and as much rarer as a
+    step of one is shorter: 20 of 600 draws from the steps of 3, 20 of 400 from those of 2."""
     samples, ys = [], []
     for i in range(200):
         samples.append({"decode_seqs": 3.0})
@@ -80,7 +81,8 @@ def test_a_size_with_few_steps_draws_the_other_sizes_slow_steps_as_time_added_to
     times = sorted(model.predict(one) * r for r in model.ratios_for(one))
     assert times[0] == pytest.approx(10 * MS, rel=0.02)
     assert times[-1] == pytest.approx(15 * MS, rel=0.02)
-    assert sum(t > 12 * MS for t in times) == pytest.approx(len(times) / 10, abs=2)
+    # its own 20 quiet steps, 200 + 400 from the steps of 3, 200 + 200 from those of 2
+    assert len(times) == 1020 and sum(t > 12 * MS for t in times) == 40
     # a size with steps enough for its own tail keeps it
     three = {"decode_seqs": 3.0}
     assert max(model.predict(three) * r for r in model.ratios_for(three)) == pytest.approx(35 * MS, rel=0.02)
