@@ -194,9 +194,7 @@ def _burst_finding(proxy: int, hops: Sequence[HopStats]) -> Finding | None:
                         "streamed responses through unbuffered: nginx `proxy_buffering off;` on the "
                         "streaming location (or the backend sends `X-Accel-Buffering: no`), and the "
                         "response buffering setting of other proxies and gateways."),
-        share=share,
-        of="p99 TTFT at the proxy's clients" if share is not None else "",
-        evidence=ANCHOR if share is not None else "",
+        **_ranked(share),
         value=front.events_per_write / backend.events_per_write,
         figures={"proxy_pid": front.pid, "backend_pid": backend.pid,
                  "proxy_events_per_write": front.events_per_write,
@@ -232,13 +230,18 @@ def _held_finding(proxy: int, hops: Sequence[HopStats], held: list[tuple[int, ..
                         "keep-alive connection, looks like this: record again with --network to see the "
                         "connection's segments, and set TCP_NODELAY on both ends of the proxy's upstream "
                         "connections."),
-        share=share,
-        of="p99 TTFT at the proxy's clients" if share is not None else "",
-        evidence=ANCHOR if share is not None else "",
+        **_ranked(share),
         value=float(typical),
         figures={"proxy_pid": front.pid, "calls": len(values), "held_calls": len(slow),
                  "held_p50_ns": typical, "held_max_ns": slow[-1], "held_min_ns": min(values)},
     )
+
+
+def _ranked(share: float | None) -> dict:
+    """A finding's place in the verdict: its share of the proxy's clients' p99 TTFT, where known."""
+    if share is None:
+        return {}
+    return {"share": share, "of": "p99 TTFT at the proxy's clients", "evidence": ANCHOR}
 
 
 def _ms(ns: float | None) -> str:
