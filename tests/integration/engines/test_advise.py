@@ -177,6 +177,42 @@ def _speed_changed(*recordings: Path) -> str | None:
     return None
 
 
+# The replay's other premise: the host disturbs the engine's steps alike in the recording and
+# at B (the model carries the recording's slow steps over, as time: analyzers/step_model.py).
+# On this 2-core VM it does not always: llama.cpp's steps, p99 over p50 of the batch size most
+# run, took +9.9 ms in one recording at -np 3 and then +1.1 ms at -np 1 minutes later (CI,
+# 2026-12-04: 18.8 ms p99 ITL predicted, 11.9 measured), where other pairs of runs gave +4.8
+# and +3.1, +9.2 and +5.4. Where the two differ by more than NOISE_FACTOR either way, the
+# check says so and is skipped rather than judged. Only for fewer places: that is where the
+# model carries the slow steps of larger sizes over; for more, a larger size's steps are
+# slower by their own nature (a step of 6 has a tail a step of 3 has not) and the largest
+# size recorded keeps its own spread.
+NOISE_FACTOR = 3.0
+
+
+def _step_tail_ms(recording: Path) -> tuple[int, float] | None:
+    """The batch size most run without a prompt, and its steps' p99 over their median, ms."""
+    by = _decode_step_ms(recording)
+    if not by:
+        return None
+    size, times = max(by.items(), key=lambda kv: len(kv[1]))
+    if len(times) < 100:
+        return None
+    ordered = sorted(times)
+    return size, ordered[int(0.99 * (len(ordered) - 1))] - ordered[len(ordered) // 2]
+
+
+def _noise_changed(recording: Path, at_b: Path) -> str | None:
+    a, b = _step_tail_ms(recording), _step_tail_ms(at_b)
+    if a is None or b is None or b[0] >= a[0] or min(a[1], b[1]) <= 0:
+        return None
+    if max(a[1], b[1]) / min(a[1], b[1]) > NOISE_FACTOR:
+        return (f"the host slowed the engine's steps unlike in the recording (p99 over median: "
+                f"+{a[1]:.1f} ms for steps of {a[0]} at A, +{b[1]:.1f} ms for steps of {b[0]} in "
+                f"{at_b.name})")
+    return None
+
+
 def _within(predicted: float, measured: tuple[int, int], bound: float) -> bool:
     """Within the bound of the measured p99, taken as the interval it is known to (its
     order statistics, batching_load.p99_interval): the bound is the model's error, not
@@ -217,6 +253,8 @@ def _check_advised(recorded: Recorded, ttft_target: int, itl_target: int, more: 
     report = (b, predicted, at_b.as_text())
     if (drift := _speed_changed(recorded.recording, recorded.tmp / f"b{b}.ipr")) is not None:
         pytest.skip(f"{drift}: the replay assumes an engine of one speed; predicted at B {report}")
+    if (noise := _noise_changed(recorded.recording, recorded.tmp / f"b{b}.ipr")) is not None:
+        pytest.skip(f"{noise}: the replay assumes a host that disturbs it alike; predicted at B {report}")
     assert _within(predicted["ttft_ns"]["p99"], at_b.ttft_p99_interval_ns, AT_ADVISED), report
     assert _within(predicted["itl_ns"]["p99"], at_b.itl_p99_interval_ns, AT_ADVISED), report
 
