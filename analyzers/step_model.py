@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 from inferprobe.analyzers.cadence import percentile
 
@@ -79,6 +80,16 @@ class LinearFit:
         if self.group is None or not self.group_ratios:
             return self.residual_ratios
         key = (int(features.get(self.group, 0.0)), _prefilling(features))
+        # The replay asks for every step it times: each (size, kind) is worked out once.
+        if (known := self._ratios_by_key.get(key)) is None:
+            known = self._ratios_by_key[key] = self._ratios_of(key)
+        return known
+
+    @cached_property
+    def _ratios_by_key(self) -> dict[tuple[int, bool], tuple[float, ...]]:
+        return {}
+
+    def _ratios_of(self, key: tuple[int, bool]) -> tuple[float, ...]:
         groups, times = dict(self.group_ratios), dict(self.group_times_ns)
         same_kind = [(size, r) for (size, kind), r in self.group_ratios if kind == key[1]]
         spreads = [(r, times.get((size, key[1]), 0.0)) for size, r in same_kind]
