@@ -115,24 +115,30 @@ class HopStats:
                    sum(per_write) / len(per_write) if per_write else None)
 
 
-def exchanges(tie: Tie, requests: Sequence[Request]) -> list[tuple[Request, Request]]:
-    """(the proxy's call, the backend's request) on one tied connection: by HTTP/2 stream id
-    where both are streams of it (the same ids at both ends), else in order (HTTP/1.x
-    carries one exchange at a time)."""
-    calls = sorted((r for r in requests if r.conn == tie.proxy_conn and r.role == "client"),
-                   key=lambda r: r.t_ingress_ns)
-    served = sorted((r for r in requests if r.conn == tie.backend_conn and r.role == "server"),
-                    key=lambda r: r.t_ingress_ns)
+def by_connection(requests: Iterable[Request]) -> dict[int, list[Request]]:
+    """Each connection's requests, in the order they began."""
+    found: dict[int, list[Request]] = {}
+    for r in sorted(requests, key=lambda r: r.t_ingress_ns):
+        found.setdefault(r.conn, []).append(r)
+    return found
+
+
+def exchanges(tie: Tie, on_conn: dict[int, list[Request]]) -> list[tuple[Request, Request]]:
+    """(the proxy's call, the backend's request) on one tied connection (on_conn: by_connection):
+    by HTTP/2 stream id where both are streams of it (the same ids at both ends), else in
+    order (HTTP/1.x carries one exchange at a time)."""
+    calls = [r for r in on_conn.get(tie.proxy_conn, ()) if r.role == "client"]
+    served = [r for r in on_conn.get(tie.backend_conn, ()) if r.role == "server"]
     if calls and all(r.h2_stream is not None for r in (*calls, *served)):
         by_stream = {r.h2_stream: r for r in served}
         return [(c, by_stream[c.h2_stream]) for c in calls if c.h2_stream in by_stream]
     return list(zip(calls, served, strict=False))
 
 
-def first_token_held(tie: Tie, requests: Sequence[Request]) -> list[int]:
+def first_token_held(tie: Tie, on_conn: dict[int, list[Request]]) -> list[int]:
     """Per exchange on the tie, from the backend's first token write to the proxy's read that
     returned it: the time the token spent in the kernel between the two processes."""
-    return [call.token_ns[0] - served.token_ns[0] for call, served in exchanges(tie, requests)
+    return [call.token_ns[0] - served.token_ns[0] for call, served in exchanges(tie, on_conn)
             if call.token_ns and served.token_ns]
 
 
@@ -158,7 +164,8 @@ def analyze(requests: Sequence[Request], connections: Iterable[Connection],
         groups.setdefault((r.pid, behind), []).append(r)
     hops = tuple(HopStats.of(pid, names.get(pid, f"pid {pid}"), behind, reqs)
                  for (pid, behind), reqs in sorted(groups.items(), key=lambda kv: (bool(kv[0][1]), kv[0][0])))
-    held = tuple(tuple(first_token_held(t, requests)) for t in tied)
+    on_conn = by_connection(requests)
+    held = tuple(tuple(first_token_held(t, on_conn)) for t in tied)
     proxies = sorted({t.proxy_pid for t in tied})
     findings = [f for proxy in proxies if (f := _burst_finding(proxy, hops)) is not None]
     findings += [f for proxy in proxies
@@ -167,8 +174,13 @@ def analyze(requests: Sequence[Request], connections: Iterable[Connection],
     return ProxyHops(tuple(tied), hops, tuple(findings), held)
 
 
+def _front(proxy: int, hops: Sequence[HopStats]) -> HopStats | None:
+    """The proxy's own hop: the requests it served to users."""
+    return next((h for h in hops if h.pid == proxy and not h.behind), None)
+
+
 def _burst_finding(proxy: int, hops: Sequence[HopStats]) -> Finding | None:
-    front = next((h for h in hops if h.pid == proxy and not h.behind), None)
+    front = _front(proxy, hops)
     back = [h for h in hops if proxy in h.behind]
     if front is None or not back:
         return None
@@ -209,7 +221,7 @@ def _held_finding(proxy: int, hops: Sequence[HopStats], held: list[tuple[int, ..
     that is the kernel holding bytes back, not either program."""
     values = [v for per_tie in held for v in per_tie]
     slow = sorted(v for v in values if v >= HELD_NS)
-    front = next((h for h in hops if h.pid == proxy and not h.behind), None)
+    front = _front(proxy, hops)
     if front is None or len(slow) < 2 or len(slow) * 10 < len(values):
         return None
     typical = slow[len(slow) // 2]

@@ -160,5 +160,5 @@ def test_http2_exchanges_pair_by_stream_id_not_order():
     served = [streamed(BACKEND, 3, MS // 2, STEADY), streamed(BACKEND, 3, MS // 4, STEADY)]
     calls[0].h2_stream, calls[1].h2_stream = 1, 3
     served[0].h2_stream, served[1].h2_stream = 1, 3   # the backend read stream 3's head first
-    pairs = proxy_hops.exchanges(tie, calls + served)
+    pairs = proxy_hops.exchanges(tie, proxy_hops.by_connection(calls + served))
     assert [(c.h2_stream, s.h2_stream) for c, s in pairs] == [(1, 1), (3, 3)]
