@@ -25,8 +25,8 @@ from inferprobe.analyzers.engine_iterations import (
     read_trace,
 )
 from inferprobe.analyzers.step_model import MIN_BATCH_SIZES, CannotFit, fit
-from inferprobe.collector.server_view import ServerView
-from inferprobe.collector.timeline import Request
+from inferprobe.collector.ingest.server_view import ServerView
+from inferprobe.collector.model.timeline import Request
 
 MAX_SETTING = 64  # the sweep's ceiling: no engine here batches more sequences a step than this
 # Requests one replay sends at most: 5 replicas x up to 64 settings of them keep `report` to

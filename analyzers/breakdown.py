@@ -19,7 +19,7 @@ from typing import cast
 from inferprobe.analyzers.decompose import PHASES, phases_ns
 from inferprobe.analyzers.itl_phases import ITL_PHASES, gaps_at_percentiles
 from inferprobe.analyzers.ttft_percentiles import DECOMPOSITION_PERCENTILES, requests_at_ttft_percentiles
-from inferprobe.collector.timeline import Request
+from inferprobe.collector.model.timeline import Request
 
 SOURCE_USDT = "usdt"
 SOURCE_SOCKETS = "sockets"

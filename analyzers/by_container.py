@@ -1,7 +1,7 @@
 """Requests split by where their process runs: one group per cgroup (a container
 is one cgroup; a host process's cgroup is its systemd unit or the root).
 
-The identities come from the recording (collector/containers.py, read by
+The identities come from the recording (collector/processes/containers.py, read by
 the recorder once per process); a request whose process was never read
 (it came and went between two of the recorder's looks) goes under
 UNKNOWN_CGROUP rather than under a guess.
@@ -9,12 +9,12 @@ UNKNOWN_CGROUP rather than under a guess.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from inferprobe.analyzers.cadence import CadenceSummary, summarize
-from inferprobe.collector.containers import ContainerInfo, ProcessIdentities
-from inferprobe.collector.timeline import Request
+from inferprobe.collector.model.process_identity import ContainerInfo, ProcessIdentity
+from inferprobe.collector.model.timeline import Request
 
 UNKNOWN_CGROUP = "(unknown)"
 
@@ -28,7 +28,7 @@ class CgroupGroup:
     summary: CadenceSummary | None = None
 
 
-def attach_identities(requests: Sequence[Request], identities: ProcessIdentities) -> None:
+def attach_identities(requests: Sequence[Request], identities: Mapping[int, ProcessIdentity]) -> None:
     """Sets each request's process identity (Request.process) from the recording's."""
     for r in requests:
         if r.process is None:

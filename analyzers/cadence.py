@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from inferprobe.collector.timeline import Outcome, Request
+from inferprobe.collector.model.timeline import Outcome, Request
 
 # percentile returns one of its inputs, so nanosecond ints stay ints.
 Observed = TypeVar("Observed", int, float)

@@ -30,8 +30,8 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from inferprobe.collector.sessionizer import ERROR_BODY_UNREAD
-from inferprobe.collector.timeline import Connection, Outcome, Request
+from inferprobe.collector.ingest.sessionizer import ERROR_BODY_UNREAD
+from inferprobe.collector.model.timeline import Connection, Outcome, Request
 
 RETRY_WINDOW_NS = 60_000_000_000
 RETRIED_STATUSES = frozenset({408, 409, 429}) | frozenset(range(500, 600))

@@ -27,7 +27,7 @@ Without USDT probes only the socket boundaries exist:
 
 from __future__ import annotations
 
-from inferprobe.collector.timeline import Request
+from inferprobe.collector.model.timeline import Request
 
 TTFT_PHASES = ("ingress", "queue", "schedule", "prefill", "response_headers", "first_token",
                "network_flush")

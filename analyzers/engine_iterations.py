@@ -36,9 +36,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from inferprobe.analyzers.cadence import percentile
-from inferprobe.collector.llama_view import PROBE_NAME as LLAMA_PROBE
-from inferprobe.collector.server_view import ServerView
-from inferprobe.collector.timeline import DecodeStep, Request
+from inferprobe.collector.ingest.llama_view import PROBE_NAME as LLAMA_PROBE
+from inferprobe.collector.ingest.server_view import ServerView
+from inferprobe.collector.model.timeline import DecodeStep, Request
 
 MIXED = "mixed steps"
 PREFILL_THEN_DECODE = "prefill, then decode"

@@ -18,8 +18,8 @@ from inferprobe.analyzers.engine_metrics import GAUGES, OCCUPANCY, EngineMetrics
 from inferprobe.analyzers.findings import Finding
 from inferprobe.analyzers.sections import AnalysisInput, AnalyzerResult, AnalyzerSection, SourceState, Table
 from inferprobe.analyzers.units import ms
-from inferprobe.collector.recording import Recording
-from inferprobe.collector.timeline import Request
+from inferprobe.collector.model.recording import Recording
+from inferprobe.collector.model.timeline import Request
 
 ANCHOR = "analyzer-engine-metrics"
 AGREEMENT_MARGIN = 0.10

@@ -38,8 +38,8 @@ from typing import TypedDict
 from inferprobe.analyzers.cadence import Distribution, percentile
 from inferprobe.analyzers.findings import Finding
 from inferprobe.analyzers.gpu_execution import GpuExecutionSummary, summarize_execution
-from inferprobe.collector import gpu_catalog
-from inferprobe.collector.events import (
+from inferprobe.collector.model import gpu_catalog
+from inferprobe.collector.model.events import (
     EventType,
     GpuCallRecord,
     GpuFenceRecord,
@@ -48,8 +48,8 @@ from inferprobe.collector.events import (
     GpuLaunchesRecord,
     GpuRecord,
 )
-from inferprobe.collector.gpu_catalog import Category
-from inferprobe.collector.timeline import DecodeStep, Request, ServerRequest, WaitInterval
+from inferprobe.collector.model.gpu_catalog import Category
+from inferprobe.collector.model.timeline import DecodeStep, Request, ServerRequest, WaitInterval
 
 SYNC_BOUND_SHARE = 0.5  # steps waiting on the GPU at least this much: the GPU is the bottleneck
 LAUNCH_BOUND_SHARE = 0.2  # steps waiting less than this ...

@@ -1,6 +1,6 @@
 """GPU execution: what the GPU ran and when, from the CUPTI shim's records, per request and per step.
 
-Input: the shim's decoded events (collector/events.py GpuApiRecord,
+Input: the shim's decoded events (collector/model/events.py GpuApiRecord,
 GpuActivityRecord, GpuClockRecord, GpuKernelNameRecord), request timelines and
 decode-step windows. No I/O, no bcc.
 
@@ -33,7 +33,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from inferprobe.collector.events import (
+from inferprobe.collector.model.events import (
     GpuActivityKind,
     GpuActivityRecord,
     GpuApiRecord,
@@ -42,8 +42,8 @@ from inferprobe.collector.events import (
     GpuShimStatus,
     GpuShimStatusRecord,
 )
-from inferprobe.collector.layout_generated import GPU_OTHER_KERNEL_NAME_ID
-from inferprobe.collector.timeline import Request
+from inferprobe.collector.model.layout_generated import GPU_OTHER_KERNEL_NAME_ID
+from inferprobe.collector.model.timeline import Request
 
 MAX_KERNEL_ROWS = 30
 OTHER_KERNELS = "(other kernels)"

@@ -26,7 +26,7 @@ import bisect
 import math
 from collections.abc import Sequence
 
-from inferprobe.collector.timeline import Request
+from inferprobe.collector.model.timeline import Request
 
 ITL_PHASES = ("decode", "stall", "flush", "other")
 

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from inferprobe.analyzers import locks
 from inferprobe.analyzers.cadence import percentile
 from inferprobe.analyzers.engine_metrics import OCCUPANCY, QUEUE, RUNNING, gauge_values
-from inferprobe.collector.events import (
+from inferprobe.collector.ingest.pipeline import LiveIngest
+from inferprobe.collector.model.events import (
     ConnRecord,
     Event,
     FutexWaitRecord,
@@ -22,8 +23,7 @@ from inferprobe.collector.events import (
     UsdtProbe,
     UsdtRecord,
 )
-from inferprobe.collector.ingest import LiveIngest
-from inferprobe.collector.timeline import Request
+from inferprobe.collector.model.timeline import Request
 
 
 @dataclass(frozen=True)
@@ -154,7 +154,7 @@ class LiveWindow:
                 self._ingest_socket_events()
 
     def feed_engine(self, scrape: dict) -> None:
-        """One scrape of the engine's /metrics (collector/engine_scrape.py). The
+        """One scrape of the engine's /metrics (collector/attach/engine_scrape.py). The
         server's own probes, when it fires them, win: they are exact, not sampled."""
         self.scraper_ports.update(scrape.get("local_ports") or ())
         if self.gauge_source == "usdt":

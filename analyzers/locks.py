@@ -26,10 +26,10 @@ from enum import StrEnum
 from typing import cast
 
 from inferprobe.analyzers.cadence import percentile
-from inferprobe.collector.events import FutexWaitFlag, FutexWaitRecord, OffcpuReason, OffcpuRecord
-from inferprobe.collector.lock_symbols import Symbols
+from inferprobe.collector.model.events import FutexWaitFlag, FutexWaitRecord, OffcpuReason, OffcpuRecord
+from inferprobe.collector.model.lock_symbols import Symbols
+from inferprobe.collector.model.timeline import DecodeStep, Request, WaitInterval
 from inferprobe.collector.shared_constants import MUTEX_WAIT_THRESHOLD
-from inferprobe.collector.timeline import DecodeStep, Request, WaitInterval
 
 DEFAULT_MUTEX_THRESHOLD = MUTEX_WAIT_THRESHOLD
 FUTEX_LOCK_PI = 6
@@ -127,7 +127,7 @@ def classify(frames: Sequence[str], wait: FutexWaitRecord,
     (learn_gil_takers); gil_state: where its CPython _PyRuntime lies."""
     # CPython keeps the GIL's mutex and condition variables in _PyRuntime and no
     # other futex word: a wait on one is a GIL wait whatever code waits, even
-    # one too short to be scanned (collector/cpython_runtime.py).
+    # one too short to be scanned (collector/binaries/cpython_runtime.py).
     if gil_state is not None and gil_state[0] <= wait.uaddr < gil_state[1]:
         return WaitKind.GIL, "futex: the GIL's own mutex or condition (in CPython's _PyRuntime)"
     sem = _semaphore_flags(frames, wait, gil_takers)

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from inferprobe.analyzers.cadence import Distribution
 from inferprobe.analyzers.findings import Finding
 from inferprobe.analyzers.units import ms
-from inferprobe.collector.events import (
+from inferprobe.collector.model.events import (
     Event,
     IoRecord,
     NetAckRecord,
@@ -35,7 +35,7 @@ from inferprobe.collector.events import (
     NetVia,
     NetXmitRecord,
 )
-from inferprobe.collector.timeline import Connection
+from inferprobe.collector.model.timeline import Connection
 
 ETH_HEADER = 14
 TCP_HEADER = 20

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from inferprobe.analyzers import unread_traffic
-from inferprobe.collector.recording import Recording
-from inferprobe.collector.timeline import Connection, Request
+from inferprobe.collector.model.recording import Recording
+from inferprobe.collector.model.timeline import Connection, Request
 
 
 def explain(recording: Recording, requests: Sequence[Request],

@@ -13,8 +13,8 @@ from collections import Counter
 from inferprobe.analyzers.engine_metrics import OCCUPANCY
 from inferprobe.analyzers.engine_metrics_section import summary_of
 from inferprobe.analyzers.sections import AnalysisInput, AnalyzerResult, AnalyzerSection, Table, source_states
-from inferprobe.collector.events import LlamaStepRecord, UsdtProbe, UsdtRecord
-from inferprobe.collector.llama_view import phase_source
+from inferprobe.collector.ingest.llama_view import phase_source
+from inferprobe.collector.model.events import LlamaStepRecord, UsdtProbe, UsdtRecord
 
 ANCHOR = "analyzer-phase-sources"
 WHAT = {

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from inferprobe.analyzers.cadence import Distribution
 from inferprobe.analyzers.findings import Finding
-from inferprobe.collector.timeline import Connection, Request
+from inferprobe.collector.model.timeline import Connection, Request
 
 ANCHOR = "analyzer-proxy-hops"
 # A proxy is said to bunch tokens where its writes carry at least this many times the token

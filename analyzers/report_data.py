@@ -31,12 +31,12 @@ from inferprobe.analyzers.ttft_percentiles import (
     decomposition,
     requests_at_ttft_percentiles,
 )
-from inferprobe.collector.containers import ProcessIdentities
-from inferprobe.collector.events import GpuRecord, UsdtRecord
-from inferprobe.collector.ingest import ingest
-from inferprobe.collector.recording import Recording, target_names
-from inferprobe.collector.server_view import ServerView
-from inferprobe.collector.timeline import Connection, Request, SessionStats
+from inferprobe.collector.ingest.pipeline import ingest
+from inferprobe.collector.ingest.server_view import ServerView
+from inferprobe.collector.model.events import GpuRecord, UsdtRecord
+from inferprobe.collector.model.process_identity import identities_from_snapshot
+from inferprobe.collector.model.recording import Recording, target_names
+from inferprobe.collector.model.timeline import Connection, Request, SessionStats
 
 
 @dataclass(frozen=True)
@@ -141,8 +141,8 @@ def build(recording: Recording, mutex_threshold: float = lock_analysis.DEFAULT_M
     engine_metrics = engine_metrics_of(recording)
     if engine_metrics is not None:  # the recorder's own scrapes are no traffic of the server's
         requests = without_scrapes(requests, ingested.connections, engine_metrics)
-    # Where each request's process ran, as the recorder read it (collector/containers.py).
-    attach_identities(requests, ProcessIdentities.from_snapshot(recording.snapshots.get("processes")))
+    # Where each request's process ran, as the recorder read it (collector/processes/containers.py).
+    attach_identities(requests, identities_from_snapshot(recording.snapshots.get("processes")))
     usdt = [ev for ev in decoded if isinstance(ev, UsdtRecord)]
     scheduler = summarize_scheduler(server)
     locks = lock_analysis.analyze(requests, decoded, recording.snapshots.get("locks"), mutex_threshold,

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from inferprobe.analyzers.cadence import percentile
 from inferprobe.analyzers.decompose import phases_ns
 from inferprobe.analyzers.itl_phases import itl_phases_ns
-from inferprobe.collector.timeline import Request, WaitInterval
+from inferprobe.collector.model.timeline import Request, WaitInterval
 
 if TYPE_CHECKING:  # the live exporters import this module; they need none of the analyzers
     from inferprobe.analyzers.client_calls import Attempt

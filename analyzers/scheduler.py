@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from inferprobe.analyzers.cadence import Distribution
-from inferprobe.collector.server_view import ServerView
-from inferprobe.collector.timeline import DecodeStep
+from inferprobe.collector.ingest.server_view import ServerView
+from inferprobe.collector.model.timeline import DecodeStep
 
 MAX_SERIES_POINTS = 500
 # A gauge's values: downsampling keeps them as they were, counts stay ints.

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from inferprobe.analyzers.findings import Finding
-from inferprobe.collector.events import Event
-from inferprobe.collector.recording import Recording
-from inferprobe.collector.timeline import Request
+from inferprobe.collector.model.events import Event
+from inferprobe.collector.model.recording import Recording
+from inferprobe.collector.model.timeline import Request
 
 if TYPE_CHECKING:
     from inferprobe.analyzers.batching import BatchingAdvice

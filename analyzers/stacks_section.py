@@ -57,7 +57,7 @@ def _facts(kind: str, snap: dict, stacks: fold.Stacks) -> Table:
     ]
     for pid, proc in sorted(snap.get("processes", {}).items()):
         status = PYTHON_STATUS.get(proc.get("python"), str(proc.get("python")))
-        if proc.get("python") == "frames":  # collector/python_stacks.py
+        if proc.get("python") == "frames":  # collector/binaries/python_stacks.py
             status = f"named: walked from its thread states (CPython {proc.get('python_version')})"
         elif proc.get("python_unsupported"):
             status = f"not walked: {proc['python_unsupported']}"

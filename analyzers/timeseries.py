@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from inferprobe.analyzers.cadence import percentile
-from inferprobe.collector.events import UsdtProbe, UsdtRecord
-from inferprobe.collector.timeline import Request
+from inferprobe.collector.model.events import UsdtProbe, UsdtRecord
+from inferprobe.collector.model.timeline import Request
 
 TARGET_BINS = 60
 NICE_WIDTHS_S = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 1800, 3600)

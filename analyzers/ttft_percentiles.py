@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from inferprobe.analyzers.cadence import percentile
 from inferprobe.analyzers.decompose import ttft_phases_ns
-from inferprobe.collector.timeline import Request
+from inferprobe.collector.model.timeline import Request
 
 DECOMPOSITION_PERCENTILES = (50, 90, 99)
 

@@ -19,7 +19,7 @@ pool opens ahead and never uses): nothing on them went unread.
 
 from __future__ import annotations
 
-from inferprobe.collector.recording import Recording
+from inferprobe.collector.model.recording import Recording
 
 
 def _closed_and_open(recording: Recording, counter: str, snapshot_key: str) -> int:
@@ -42,8 +42,9 @@ def local_ipc_connections(recording: Recording) -> int:
 
 
 def self_pair_ends(recording: Recording) -> int:
-    """Ends of a socketpair a target holds both ends of (asyncio's self-pipe, collector/unix_peers.py)
-    that moved bytes: the process waking itself, neither IPC nor unread traffic."""
+    """Ends of a socketpair a target holds both ends of (asyncio's self-pipe,
+    collector/processes/unix_peers.py) that moved bytes: the process waking itself, neither IPC
+    nor unread traffic."""
     return _closed_and_open(recording, "conns_self_pair", "open_self_pairs")
 
 

@@ -13,7 +13,7 @@ from inferprobe.analyzers.sections import (
     probe_set_present,
     source_states,
 )
-from inferprobe.collector.events import UsdtProbe, UsdtRecord
+from inferprobe.collector.model.events import UsdtProbe, UsdtRecord
 
 
 def analyze(inp: AnalysisInput) -> AnalyzerResult | None:

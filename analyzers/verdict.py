@@ -20,8 +20,8 @@ from inferprobe.analyzers.engine_ttft import engine_advice, engine_ttft_view
 from inferprobe.analyzers.findings import Finding
 from inferprobe.analyzers.timeseries import TimeSeries
 from inferprobe.analyzers.units import ms_text
-from inferprobe.collector.probe_sets import OPT_IN_FLAGS
-from inferprobe.collector.timeline import Request
+from inferprobe.collector.model.timeline import Request
+from inferprobe.collector.shared_constants import OPT_IN_FLAGS
 
 ANCHOR_VERDICT = "verdict"
 ANCHOR_DECOMPOSITION = "decomposition"
@@ -66,7 +66,7 @@ PHASE_MEANING = {
     "schedule": "from request_scheduled to its prefill_start",
 }
 # The same phases measured inside llama.cpp through its engine steps (llama_decode, llama_process)
-# (collector/llama_view.py), where there is no request_queued probe.
+# (collector/ingest/llama_view.py), where there is no request_queued probe.
 ENGINE_UPROBE_PHASE_MEANING = {
     "queue": "from the request's read to its sequence's first llama.cpp engine step",
 }

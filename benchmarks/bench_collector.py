@@ -6,7 +6,7 @@ token_emit USDT probe N times as fast as it can; each firing is one 56-byte
 event in the kernel ring buffer. Each consumer drains it into a recording
 file (RecordingWriter), in alternating rounds within one run:
 
-  bulk      collector/ringbuf.py: maps the ring, copies committed runs whole
+  bulk      collector/attach/ringbuf.py: maps the ring, copies committed runs whole
   callback  bcc's open_ring_buffer + ring_buffer_poll, one Python call per
             event copying it out (what the collector did before)
 
@@ -34,9 +34,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 
-from inferprobe.collector.loader import load_tracer  # noqa: E402
-from inferprobe.collector.recording import RecordingWriter  # noqa: E402
-from inferprobe.collector.ringbuf import RingBufferReader  # noqa: E402
+from inferprobe.collector.attach.loader import load_tracer  # noqa: E402
+from inferprobe.collector.attach.ringbuf import RingBufferReader  # noqa: E402
+from inferprobe.collector.model.recording import RecordingWriter  # noqa: E402
 
 
 def build_flood(tmp: Path) -> Path:

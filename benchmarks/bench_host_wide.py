@@ -86,7 +86,7 @@ def main() -> int:
     ap.add_argument("--listeners", type=int, default=20, help="idle listening processes")
     args = ap.parse_args()
 
-    from inferprobe.collector.host_wide import ListenerScan
+    from inferprobe.collector.processes.host_wide import ListenerScan
 
     tmp = Path(tempfile.mkdtemp(prefix="bench_host_wide."))
     exe = build(tmp)

@@ -213,8 +213,8 @@ class DrainedTracer:
 
     def __init__(self, pid: int, ringbuf_pages: int = 2048, sets: tuple[str, ...] | None = None,
                  options: dict | None = None) -> None:
-        from inferprobe.collector.loader import DEFAULT_SETS, load_tracer
-        from inferprobe.collector.ringbuf import RingBufferReader
+        from inferprobe.collector.attach.loader import DEFAULT_SETS, load_tracer
+        from inferprobe.collector.attach.ringbuf import RingBufferReader
 
         self.tracer = load_tracer([pid], sets=sets or DEFAULT_SETS, ringbuf_pages=ringbuf_pages,
                                   options=options)

@@ -80,7 +80,7 @@ class Attacher:
     def __init__(self) -> None:
         from bcc import BPF
 
-        from inferprobe.collector import bcc_uprobes
+        from inferprobe.collector.attach import bcc_uprobes
 
         bcc_uprobes.install()   # bcc's own attach passes a garbage ref_ctr_offset (bcc_uprobes.py)
         self.bpf = BPF(text=BPF_COUNTER)

@@ -64,7 +64,7 @@ def run_phase(args, server: Server, workdir: Path, name: str, record_flags: list
             rec.communicate(timeout=120)
     samples = None
     if record_flags and "--profile" in record_flags:
-        from inferprobe.collector.recording import read_recording
+        from inferprobe.collector.model.recording import read_recording
 
         samples = read_recording(workdir / f"{name}.ipr").snapshots["profile"]["counters"]["samples"]
     return {
@@ -109,7 +109,7 @@ def overhead(args) -> dict:
 
 
 def render_timing(n_samples: int = 100_000, distinct: int = 5000) -> dict:
-    from inferprobe.collector.symbolizer import Symbolizer
+    from inferprobe.collector.binaries.symbolizer import Symbolizer
     from inferprobe.flamegraphs import fold, speedscope, svg
 
     sym = Symbolizer()

@@ -41,7 +41,7 @@ PROGRAMS = {"profile": "profile_on_cpu", "offcpu": "offcpu_on_switch"}
 
 
 def run_phase(args, python: str, walk: bool | None) -> dict:
-    from inferprobe.collector.loader import load_tracer
+    from inferprobe.collector.attach.loader import load_tracer
 
     extra = ["--sleeper"] if args.set == "offcpu" else []
     proc = subprocess.Popen([python, str(BURNER), *extra], stdout=subprocess.PIPE, text=True)

@@ -31,7 +31,7 @@ CONFIGS = {
 
 
 def one_start(extra: tuple[str, ...], tmp: Path, name: str) -> dict:
-    from inferprobe.collector.recording import read_recording
+    from inferprobe.collector.model.recording import read_recording
 
     server = Server(log=None)
     try:

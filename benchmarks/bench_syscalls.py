@@ -61,7 +61,7 @@ from bench_overhead import (
     stop_process,
 )
 
-from inferprobe.collector import loader
+from inferprobe.collector.attach import loader
 
 REPO = Path(__file__).resolve().parent.parent
 MODES = ("untraced", "empty", "traced")

@@ -46,9 +46,9 @@ from bench_overhead import (
     stop_process,
 )
 
-from inferprobe.collector import host_wide
-from inferprobe.collector.connection_tallies import read_tallies
-from inferprobe.collector.probe_sets.host_wide import host_wide_set
+from inferprobe.collector.attach.probe_sets.host_wide import host_wide_set
+from inferprobe.collector.model.connection_tallies import read_tallies
+from inferprobe.collector.processes import host_wide
 
 
 def run_client(exe: Path, port: int, requests: int, tokens: int) -> float:

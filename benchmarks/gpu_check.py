@@ -363,14 +363,14 @@ def profiler_totals(prof: dict) -> dict:
 
 def shim_totals(records: list, shim_run: dict) -> tuple[dict, list, object]:
     from inferprobe.analyzers import gpu_execution as gx
-    from inferprobe.collector.events import (
+    from inferprobe.collector.model.events import (
         GpuActivityKind,
         GpuActivityRecord,
         GpuApiRecord,
         GpuClockRecord,
         GpuKernelNameRecord,
     )
-    from inferprobe.collector.timeline import Outcome, Request
+    from inferprobe.collector.model.timeline import Outcome, Request
 
     apis = [r for r in records if isinstance(r, GpuApiRecord)]
     joined = gx.join([r for r in records if isinstance(r, GpuActivityRecord)], apis,
@@ -415,7 +415,7 @@ def within(a: float, b: float, rel: float) -> bool:
 
 def shim_check(args, results: dict) -> bool:
     import_inferprobe()
-    from inferprobe.collector.cupti_dump import read_dump
+    from inferprobe.collector.ingest.cupti_dump import read_dump
 
     print("\n== CUPTI shim against torch.profiler")
     with tempfile.TemporaryDirectory() as tmp:
@@ -479,7 +479,7 @@ def attach_check(args, results: dict) -> bool:
         pid = int(child.stdout.readline().split()[1])
         # What `inferprobe gpu-attach` runs (cli/gpu_attach.py is flags around it), in this process: the
         # CLI's other commands import packages this GPU image may not have (pyelftools, snappy).
-        from inferprobe.collector import cupti_attach
+        from inferprobe.collector.attach import cupti_attach
         from inferprobe.collector.errors import InferprobeError
 
         cupti_attach.GDB = args.attach_gdb
@@ -512,7 +512,7 @@ def attach_check(args, results: dict) -> bool:
 
 
 def read_dump_records(path: Path, pid: int) -> list:
-    from inferprobe.collector.cupti_dump import read_dump
+    from inferprobe.collector.ingest.cupti_dump import read_dump
 
     return read_dump(path, pid) if path.exists() else []
 

@@ -1,11 +1,11 @@
 /* common.bpf.h: what every probe set shares when compiled together.
  *
- * collector/loader.py compiles the enabled probe sets as one translation unit
+ * collector/attach/loader.py compiles the enabled probe sets as one translation unit
  * (one clang run at start-up instead of one per set), so the target filter,
  * the event ring buffer and the counters exist once and every set reports
  * through them. Include this first from every *.bpf.c.
  *
- * Compile-time settings arrive as -D flags from collector/loader.py:
+ * Compile-time settings arrive as -D flags from collector/attach/loader.py:
  *   RINGBUF_PAGES          size of the event ring buffer, in pages
  *   RINGBUF_WAKEUP_BYTES   bytes a CPU writes between two wake-ups of the reader
  *   HAVE_EXIT_GROUP_DEAD   sched_process_exit has the group_dead field
@@ -93,7 +93,7 @@ static __always_inline void fill_header(struct event_header *hdr, u32 type, u64 
  * Python loop. On a syscall-heavy server that was most of the overhead. So
  * events are written without a wake-up, each CPU wakes the reader once it
  * has written RINGBUF_WAKEUP_BYTES, and the reader also drains on a timer
- * (collector/ringbuf.py), which bounds the delay when traffic is light. */
+ * (collector/attach/ringbuf.py), which bounds the delay when traffic is light. */
 static __always_inline u64 wakeup_flag(u32 size)
 {
     u32 zero = 0;

@@ -1,6 +1,6 @@
 /* gpu.bpf.c: what a CPU thread asks of the GPU, from uprobes on the CUDA libraries.
  *
- * NVIDIA's driver has no kernel tracepoints, so collector/probe_sets/gpu.py
+ * NVIDIA's driver has no kernel tracepoints, so collector/attach/probe_sets/gpu.py
  * attaches the handlers below to the exported functions of libcuda (driver
  * API) and libcudart (runtime API) in each target process: gpu_enter_<FN>
  * at entry, gpu_return_<FN> at return, one pair per enum gpu_function.
@@ -202,7 +202,7 @@ static __always_inline int gpu_call(struct pt_regs *ctx, u32 fn)
             /* The application's cudaMemcpyKind, unchecked by anyone before
              * the driver: a value enum gpu_copy_kind does not name (a bug in
              * the caller, or a later CUDA's kind) would make the decoder drop
-             * the whole event (collector/events.py refuses unknown enum
+             * the whole event (collector/model/events.py refuses unknown enum
              * values), so it is sent as GPU_COPY_DEFAULT and the copy still
              * counts. An int argument: only the register's low 32 bits. */
             u32 kind = (u32)PT_REGS_PARM4(ctx);

@@ -10,7 +10,7 @@
  * its children follow by fork, its I/O goes through sock.bpf.c, and the
  * classifier keeps only connections whose first bytes are a request line.
  * Processes already listening when tracing starts are found in /proc by
- * collector/host_wide.py; the same module releases adopted processes that
+ * collector/processes/host_wide.py; the same module releases adopted processes that
  * serve only non-HTTP connections (host_wide_rejected below).
  *
  * Cost when nothing matches: the hot hooks (read, write, close, sched) are
@@ -24,7 +24,7 @@
  * Unfollowed connections get no socket-table entry, so their I/O costs the
  * target-path lookup only and sends nothing.
  *
- * Needs sock.bpf.c pasted before it (collector/loader.py pastes "sockets"
+ * Needs sock.bpf.c pasted before it (collector/attach/loader.py pastes "sockets"
  * first); sock.bpf.c calls host_wide_adopt() and host_wide_follow(),
  * declared in common.bpf.h.
  */

@@ -3,7 +3,7 @@
  * This is the one place the byte layout of an event is defined. It is
  * included by the BPF programs (compiled by bcc); scripts/gen_layout.py
  * compiles it with the host C compiler and writes its structs, enums and
- * integer #defines into collector/layout_generated.py, the Python mirror
+ * integer #defines into collector/model/layout_generated.py, the Python mirror
  * (rerun it after any change here: tests/collector/test_layout_generated.py
  * fails until then).
  *
@@ -385,7 +385,7 @@ enum lock_counter {
     LOCK_COUNTER_MAX = 12,
 };
 
-/* The CUDA library functions the gpu probe set hooks (collector/gpu_catalog.py
+/* The CUDA library functions the gpu probe set hooks (collector/model/gpu_catalog.py
  * has their symbol names). The ranges are the categories the BPF side acts on:
  * 1-15 launches, 16-31 waits, 32-47 copies, 48-59 memory, 60-63 queries. */
 enum gpu_function {
@@ -425,7 +425,7 @@ enum gpu_function {
     GPU_FN_MAX = 64,
 };
 /* Where each category of gpu_function starts (the ranges above); user space
- * (collector/gpu_catalog.py) branches on the same numbers. */
+ * (collector/model/gpu_catalog.py) branches on the same numbers. */
 #define GPU_FN_FIRST_WAIT 16
 #define GPU_FN_FIRST_COPY 32
 #define GPU_FN_FIRST_MEMORY 48
@@ -495,7 +495,7 @@ enum local_ipc {
     LOCAL_IPC_NONE = 0,      /* not a Unix-domain socket */
     LOCAL_IPC_PROCESSES = 1, /* processes of this host (or a peer not known): vLLM's ZMQ */
     LOCAL_IPC_SELF_PAIR = 2, /* a socketpair whose other end the same process holds, seeded by user space
-                              * (collector/unix_peers.py): a wake-up channel, such as asyncio's self-pipe */
+                              * (collector/processes/unix_peers.py): a wake-up channel, such as asyncio's self-pipe */
 };
 
 /* Indexes of the per-CPU counters array (user space sums them). */
@@ -595,7 +595,7 @@ struct trace_context_event {
  * frame headers and what the classifier derived (gRPC message ends, an SSE
  * "data:" line start), never payload bytes. Header blocks (HPACK) go to
  * user space through a ring of their own, h2_header_pieces, which nothing
- * records: collector/h2_header_blocks.py decodes them at once and keeps
+ * records: collector/ingest/h2_header_blocks.py decodes them at once and keeps
  * only the fields docs/http2.md lists, as an h2_headers_event. */
 #define H2_FRAMES_PER_EVENT 16
 #define H2_HEADER_PIECE_BYTES 4096
@@ -702,7 +702,7 @@ enum h2_content {
 
 #define H2_TRACEPARENT_BYTES 55
 
-/* A header block, decoded in user space (collector/h2_header_blocks.py) from
+/* A header block, decoded in user space (collector/ingest/h2_header_blocks.py) from
  * h2_header_pieces: the fields docs/http2.md lists, nothing else. Written to
  * recordings like a kernel event. */
 struct h2_headers_event {

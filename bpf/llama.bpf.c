@@ -1,6 +1,6 @@
 /* llama.bpf.c: llama.cpp's engine steps, from uprobes on its C API.
  *
- * collector/probe_sets/llama.py picks one of two ways per file, by the
+ * collector/attach/probe_sets/llama.py picks one of two ways per file, by the
  * symbols it exports (docs/engines.md):
  *
  * - llama_decode(struct llama_context *ctx, struct llama_batch batch), the
@@ -98,7 +98,7 @@ struct llama_scan {
 };
 
 BPF_PERCPU_ARRAY(llama_scratch, struct llama_scan, 1);
-BPF_PROG_ARRAY(llama_scan_prog, 1);  /* [0] = llama_scan_run, set by collector/probe_sets/llama.py */
+BPF_PROG_ARRAY(llama_scan_prog, 1);  /* [0] = llama_scan_run, set by collector/attach/probe_sets/llama.py */
 
 static __always_inline int llama_finish(struct llama_scan *sc)
 {

@@ -21,7 +21,7 @@
  * that waited, or released.
  *
  * Which semaphore waits are signals: uprobes in each target's libc
- * (attached per process by collector/probe_sets/semaphores.py) remember
+ * (attached per process by collector/attach/probe_sets/semaphores.py) remember
  * which thread took a semaphore with a sem_trywait that returned 0, until
  * the next sem_post or sem_init on it (lock_sem_taker). A futex wait on
  * that semaphore by the thread that took it is FUTEX_WAIT_FLAG_SEM_OWN: only
@@ -29,7 +29,7 @@
  * Condition, Event and Queue waits), not for a lock someone holds; by any
  * other thread it is FUTEX_WAIT_FLAG_SEM_HELD.
  *
- * -D settings from collector/probe_sets/locks.py:
+ * -D settings from collector/attach/probe_sets/locks.py:
  *   LOCK_FLOOR_NS, LOCK_SCAN_FLOOR_NS, OFFCPU_FLOOR_NS
  *   HAVE_FUTEX_WAITV, HAVE_FUTEX2 (futex_wait/futex_wake syscalls),
  *   HAVE_LOCK_CONTENTION (lock:contention_begin/end)
@@ -206,7 +206,7 @@ static __always_inline u32 lk_scan_stack(u64 sp, u64 *hits)
  * recorded: its return probe would sit on the waiting stack.
  *
  * The probes sit on each function's first jump where it has one
- * (collector/uprobe_points.py), which its compare-and-swap loop may pass
+ * (collector/binaries/uprobe_points.py), which its compare-and-swap loop may pass
  * again: every program here gives the same result when it runs twice, and
  * the return program acts once (it deletes what it read). */
 int lock_sem_trywait_enter(struct pt_regs *ctx)

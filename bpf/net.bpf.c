@@ -24,7 +24,7 @@
  * and sock:sock_recv_length, which fire in the target's thread while
  * sock.bpf.c's pending map still says which connection that thread is on.
  *
- * Needs sock.bpf.c compiled before it (collector/loader.py pastes the
+ * Needs sock.bpf.c compiled before it (collector/attach/loader.py pastes the
  * "sockets" set first): it reads `pending`, `struct pending_io` and DIR_WRITE.
  */
 #include "common.bpf.h"

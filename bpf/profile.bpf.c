@@ -1,6 +1,6 @@
 /* profile.bpf.c: on-CPU stack sampling of the target threads.
  *
- * collector/probe_sets/stacks.py attaches profile_on_cpu to the software
+ * collector/attach/probe_sets/stacks.py attaches profile_on_cpu to the software
  * cpu-clock perf event on every CPU at a fixed rate (hardware PMUs are often
  * absent in VMs, so never the cycles event). Each sample that lands on a
  * target thread is counted per (pid, tid, user stack, kernel stack) in

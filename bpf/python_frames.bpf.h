@@ -16,7 +16,7 @@
  *             call's first frame; skipped). 3.10 has one C call per frame.
  *
  * Offsets arrive per process in struct python_layout, filled by
- * collector/python_layouts.py (3.13's own _Py_DebugOffsets, or a table for
+ * collector/binaries/python_layouts.py (3.13's own _Py_DebugOffsets, or a table for
  * 3.10-3.12 checked against the live process). Each frame's first
  * layout->frame_read bytes are read in one helper call and the fields taken
  * from that copy: one read per frame rather than four.

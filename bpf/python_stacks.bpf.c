@@ -1,12 +1,12 @@
 /* python_stacks.bpf.c: the Python stack of the current thread, kept once per
  * distinct stack, for every set that takes stacks (profile, offcpu, locks).
  *
- * Pasted once into the program by collector/loader.py before the sets that
+ * Pasted once into the program by collector/attach/loader.py before the sets that
  * name it in their shared_sources, so these maps and python_stack_id() exist
  * once however many stack sets are on (bcc rewrites map calls only in the
  * main text, which is why they are not in python_frames.bpf.h).
  *
- * User space (collector/python_stacks.py) fills python_layouts with each
+ * User space (collector/binaries/python_stacks.py) fills python_layouts with each
  * CPython target's offsets and python_threads with every thread's
  * PyThreadState address, refreshed about once a second. A thread started
  * since is looked up here, in the interpreter's own thread list, at its
@@ -97,7 +97,7 @@ static __always_inline s32 python_stack_id(u32 tgid, u32 tid)
     return id;
 }
 
-/* sched:sched_process_exit, attached once by collector/python_stacks.py: the
+/* sched:sched_process_exit, attached once by collector/binaries/python_stacks.py: the
  * exiting thread's entry goes, so its tid, reused later, starts afresh. */
 int python_thread_exit(void *args)
 {

@@ -98,7 +98,7 @@ BPF_TABLE("lru_hash", struct sock_key, struct conn_state, socks, 65536);
  * closes leave other fds' and other processes' cached entries valid;
  * slots are shared by hash, and a collision only costs a socks lookup.
  * Caches stamped with an older generation are ignored. User space seeds
- * socks before the targets are set (collector/loader.py), so no target
+ * socks before the targets are set (collector/attach/loader.py), so no target
  * thread can have cached a seeded socket as untracked. */
 #define SOCKS_GENERATION_SLOTS 4096
 BPF_ARRAY(socks_generation, u64, SOCKS_GENERATION_SLOTS);
@@ -169,7 +169,7 @@ enum pending_found {
 
 /* Per thread, from a syscall's entry to its exit.
  *
- * Where the kernel allows it (5.13+ with BTF: collector/probe_sets/sockets.py
+ * Where the kernel allows it (5.13+ with BTF: collector/attach/probe_sets/sockets.py
  * decides), in task-local storage: a lookup through the task, ~10 ns, where
  * a hash update plus delete cost ~180 ns on every traced syscall
  * (benchmarks/bench_syscalls.py). The kernel frees it with the thread; an
@@ -226,7 +226,7 @@ struct thread_io {
 BPF_TASK_STORAGE(pending_task, struct thread_io);
 #ifdef READS_AT_EXIT
 /* tid -> fd of the read-family syscall each target thread was blocked in
- * when tracing began (collector/probe_sets/sockets.py reads
+ * when tracing began (collector/attach/probe_sets/sockets.py reads
  * /proc/<pid>/task/<tid>/syscall before the targets are set): read_exit
  * cannot tell otherwise a read begun before attach from one begun after. */
 BPF_HASH(reads_at_attach, u32, s32, 4096);
@@ -355,7 +355,7 @@ static __always_inline int open_at_attach(struct conn_state *state)
  * registers (syscall_on_connection); the start is unknown, so io->ts_ns stays 0 and io_exit uses the exit
  * time and flags the event. Taken at most once per thread: it creates the
  * storage. x86-64 and Linux 5.15+ only (HAVE_TASK_PT_REGS, set by
- * collector/probe_sets/sockets.py): elsewhere the first argument's register
+ * collector/attach/probe_sets/sockets.py): elsewhere the first argument's register
  * already holds the return value at exit. */
 static __always_inline int recover_in_flight(u64 id, struct pending_io *io, u16 dir,
                                              u16 vectored, u16 is_msghdr)
@@ -1027,7 +1027,7 @@ static __always_inline struct scratch *get_scratch(void)
  * frame headers and derived counts only. Header blocks go to user space
  * through h2_header_pieces, a ring nothing records: HPACK's dynamic table
  * needs every block of the connection, in order, and cannot be kept in the
- * kernel; collector/h2_header_blocks.py decodes them at once and keeps only
+ * kernel; collector/ingest/h2_header_blocks.py decodes them at once and keeps only
  * the fields docs/http2.md lists. A connection begun before attach shows
  * no preface: it stays unrecognised traffic, never guessed at. */
 BPF_TABLE("lru_hash", u64, struct h2_conn, h2_conns, 16384);                 /* conn_id -> walk state */
@@ -2140,7 +2140,7 @@ TRACEPOINT_PROBE(syscalls, sys_exit_sendmsg) { return io_exit(args, args->ret, D
 #ifdef TLS_PROBES
 /* ---------------------------------------------------------------- TLS: plaintext at the library boundary
  *
- * Uprobes on the TLS library (collector/probe_sets/tls.py attaches them)
+ * Uprobes on the TLS library (collector/attach/probe_sets/tls.py attaches them)
  * hand the plaintext of each SSL_read/SSL_write to the same chain as a
  * socket syscall's bytes, through its kprobe-type copy (classifiers_tls):
  * one classifier, whatever carried the bytes. As for sockets, the bytes
@@ -2191,7 +2191,7 @@ static __always_inline struct conn_state *tls_read_carrier(u32 tgid, struct tls_
  * ciphertext from. Its requests already carry the session's own id, so the
  * socket takes that id, and EVENT_TLS_TIED tells user space which (pid, fd)
  * it was: the connection opened there gives the requests its peer and
- * connect times (collector/sessionizer.py), and its ciphertext is no longer
+ * connect times (collector/ingest/sessionizer.py), and its ciphertext is no longer
  * "unrecognised" traffic. Only a socket of the same role not yet under TLS
  * nor carrying plain HTTP qualifies. */
 static __always_inline void tls_tie_late(u32 tgid, struct tls_session *session, struct tls_call *call,
@@ -2419,7 +2419,7 @@ int tls_ssl_free(struct pt_regs *ctx)
 }
 /* Go crypto/tls: (*Conn).Read and (*Conn).Write, at their entry and at each
  * of their return instructions (never a uretprobe: it breaks goroutine
- * stacks), under Go's register ABI (collector/go_binary.py): the receiver
+ * stacks), under Go's register ABI (collector/binaries/go_binary.py): the receiver
  * in RAX, the buffer in RBX, n in RAX at the return, the goroutine in R14.
  * The fd comes from the *tls.Conn itself, through the struct offsets user
  * space read from the binary's DWARF, per process. */

@@ -18,7 +18,7 @@
  * llama.cpp's server: the last data chunk, then "0\r\n", then "\r\n"; or the
  * last data chunk and "0\r\n" in one write, then trailers and the blank line):
  * "\r\n0\r\n" is the last chunk's line after a chunk, "\r\n\r\n" an empty line.
- * The session decides with the response's state (collector/sessionizer.py).
+ * The session decides with the response's state (collector/ingest/sessionizer.py).
  * `mask` bounds the reads inside `buf` for the verifier. */
 static __always_inline void end_lines(struct scratch *s, const u8 *buf, u32 len, u32 mask)
 {

@@ -17,7 +17,7 @@
  * What leaves the kernel: the two values only, each from after its name's
  * colon to its line's end (never a byte of the next line), at most
  * TRACEPARENT_MAX_BYTES and TRACESTATE_MAX_BYTES; their shape is checked in
- * user space (collector/trace_context.py). Names are matched in any case.
+ * user space (collector/ingest/trace_context.py). Names are matched in any case.
  *
  * Needs struct scratch (scratch.bpf.h), the byte tools (scan_bytes.bpf.h)
  * and struct trace_scan below, which sock.bpf.c keeps in a per-CPU map of

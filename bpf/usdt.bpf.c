@@ -1,6 +1,6 @@
 /* usdt.bpf.c: the inferprobe USDT probes of an instrumented server.
  *
- * One handler per probe; collector/probe_sets/usdt.py attaches each handler
+ * One handler per probe; collector/attach/probe_sets/usdt.py attaches each handler
  * to the probe of the same name in every target process that has it (found
  * in the ELF notes of the files it maps). A handler copies the probe's
  * integer arguments into a usdt_event: the probes carry ids and counts only,

@@ -16,7 +16,7 @@ from rich.console import Console
 from inferprobe.analyzers.batching import Target
 from inferprobe.analyzers.report_data import build
 from inferprobe.collector.errors import InferprobeError
-from inferprobe.collector.recording import read_recording
+from inferprobe.collector.model.recording import read_recording
 
 EXAMPLES = """
 \b

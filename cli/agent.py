@@ -21,7 +21,9 @@ from inferprobe.cli.export_options import otlp_options
 from inferprobe.cli.host_wide_options import host_wide_filters, host_wide_options, listening_now
 from inferprobe.cli.options import apply_kernel_headers, duration_option, kernel_headers_option
 from inferprobe.cli.record import _meta, _own_rss_kb, _Stop
-from inferprobe.collector import attach_failures, cpu_budget, host_wide, segment_ring
+from inferprobe.collector.attach import attach_failures, cpu_budget
+from inferprobe.collector.model import segment_ring
+from inferprobe.collector.processes import host_wide
 
 EXAMPLES = """
 \b
@@ -125,10 +127,10 @@ def agent(all_hosts, ports, comm, cgroup, ring_dir, keep, segment, max_cpu, otlp
     the last --keep of recordings in --ring for `inferprobe report --last`,
     and holds tracing under --max-cpu by sampling connections.
     """
-    from inferprobe.collector.connection_tallies import read_tallies
-    from inferprobe.collector.event_stream import EventStream
-    from inferprobe.collector.loader import load_tracer
-    from inferprobe.collector.probe_sets.host_wide import host_wide_set
+    from inferprobe.collector.attach.event_stream import EventStream
+    from inferprobe.collector.attach.loader import load_tracer
+    from inferprobe.collector.attach.probe_sets.host_wide import host_wide_set
+    from inferprobe.collector.model.connection_tallies import read_tallies
     from inferprobe.exporters.agent_metrics import AgentMetrics
     from inferprobe.exporters.setup import bind_prometheus, start_live_export
     from inferprobe.exporters.tally_metrics import TallyCollector

@@ -8,9 +8,9 @@ import sys
 import click
 
 from inferprobe.cli.options import kernel_headers_option
-from inferprobe.collector import preflight
+from inferprobe.collector.attach import preflight
+from inferprobe.collector.attach.preflight import Check
 from inferprobe.collector.errors import EnvironmentProblem
-from inferprobe.collector.preflight import Check
 
 EXAMPLES = """
 \b
@@ -106,7 +106,7 @@ def render_target(pid: int) -> None:
     from rich.text import Text
 
     from inferprobe.cli.doctor_target import target_lines
-    from inferprobe.collector import targets
+    from inferprobe.collector.processes import targets
 
     targets.check_alive(pid)
     symbols = _symbols()

@@ -21,8 +21,8 @@ class TargetLine:
 
 
 def tls_lines(pid: int) -> list[TargetLine]:
-    from inferprobe.collector.go_binary import go_tls_targets
-    from inferprobe.collector.tls_libraries import linked_tls, tls_libraries
+    from inferprobe.collector.binaries.go_binary import go_tls_targets
+    from inferprobe.collector.binaries.tls_libraries import linked_tls, tls_libraries
 
     # rustls first: a process that links it (granian serving HTTPS) often maps libssl as well
     # (Python's ssl module), which would otherwise read as the answer.
@@ -52,7 +52,7 @@ def tls_lines(pid: int) -> list[TargetLine]:
 
 
 def python_lines(pid: int) -> list[TargetLine]:
-    from inferprobe.collector.python_threads import describe
+    from inferprobe.collector.binaries.python_threads import describe
 
     found = describe(pid)
     return [TargetLine("Python", found[0], found[1])] if found else []
@@ -60,9 +60,9 @@ def python_lines(pid: int) -> list[TargetLine]:
 
 def engine_lines(pid: int) -> list[TargetLine]:
     """llama.cpp found in the target (hooked through uprobes), and the engine's own /metrics."""
-    from inferprobe.collector import targets
-    from inferprobe.collector.engine_scrape import discover
-    from inferprobe.collector.probe_sets.llama import llama_targets
+    from inferprobe.collector.attach.engine_scrape import discover
+    from inferprobe.collector.attach.probe_sets.llama import llama_targets
+    from inferprobe.collector.processes import targets
 
     lines = []
     found = llama_targets(pid)

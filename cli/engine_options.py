@@ -6,8 +6,8 @@ from collections.abc import Callable
 
 import click
 
-from inferprobe.collector import targets as target_procs
-from inferprobe.collector.engine_scrape import discover, looks_like_engine, parse_url, probe
+from inferprobe.collector.attach.engine_scrape import discover, looks_like_engine, parse_url, probe
+from inferprobe.collector.processes import targets as target_procs
 
 
 def engine_metrics_options(f: Callable) -> Callable:

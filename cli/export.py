@@ -6,7 +6,7 @@ import click
 
 from inferprobe.analyzers.report_data import build
 from inferprobe.cli.export_options import otlp_options
-from inferprobe.collector.recording import read_recording
+from inferprobe.collector.model.recording import read_recording
 from inferprobe.exporters.clock import WallClock
 from inferprobe.exporters.setup import ExportProblem, make_shipper
 

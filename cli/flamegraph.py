@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from inferprobe.collector.errors import InferprobeError
-from inferprobe.collector.recording import read_recording
+from inferprobe.collector.model.recording import read_recording
 from inferprobe.flamegraphs import fold
 
 EXAMPLES = """

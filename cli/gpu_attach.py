@@ -1,6 +1,6 @@
 """`inferprobe gpu-attach`: GPU execution times from a running CUDA process, without a restart.
 
-Loads the CUPTI shim into the process (collector/cupti_attach.py) so that its
+Loads the CUPTI shim into the process (collector/attach/cupti_attach.py) so that its
 kernel, copy and memset records reach `record` through the shim's USDT
 probes; --detach stops the collection. Flags in, one call out.
 """
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import click
 
-from inferprobe.collector import cupti_attach
-from inferprobe.collector.cupti_shim import ShimStatus
+from inferprobe.collector.attach import cupti_attach
+from inferprobe.collector.binaries.cupti_shim import ShimStatus
 from inferprobe.collector.errors import TargetProblem
 
 EXAMPLES = """

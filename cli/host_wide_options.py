@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from inferprobe.collector import host_wide
+from inferprobe.collector.processes import host_wide
 
 
 def host_wide_options(f):

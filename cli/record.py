@@ -23,14 +23,14 @@ from inferprobe.cli.options import (
     optional_pid_option,
 )
 from inferprobe.cli.stack_options import STACK_FLAGS, stack_options, stack_set_options, stack_sets
-from inferprobe.collector import attach_failures
-from inferprobe.collector import targets as target_procs
-from inferprobe.collector.containers import ProcessIdentities, any_in_container
-from inferprobe.collector.engine_scrape import Scraper
+from inferprobe.collector.attach import attach_failures
+from inferprobe.collector.attach.engine_scrape import Scraper
 from inferprobe.collector.errors import TargetProblem
-from inferprobe.collector.events import LAYOUT_VERSION
-from inferprobe.collector.probe_sets import OPT_IN_FLAGS
-from inferprobe.collector.recording import RecordingWriter
+from inferprobe.collector.model.events import LAYOUT_VERSION
+from inferprobe.collector.model.recording import RecordingWriter
+from inferprobe.collector.processes import targets as target_procs
+from inferprobe.collector.processes.containers import ProcessIdentities, any_in_container
+from inferprobe.collector.shared_constants import OPT_IN_FLAGS
 
 EXAMPLES = """
 \b
@@ -255,9 +255,9 @@ def record(pids, all_hosts, ports, comm, cgroup, duration, output, ringbuf_mb,
     probe is in place; Ctrl-C or SIGTERM stops and still writes a complete
     recording.
     """
-    from inferprobe.collector.event_stream import EventStream
-    from inferprobe.collector.loader import load_tracer
-    from inferprobe.collector.probe_sets.host_wide import host_wide_set
+    from inferprobe.collector.attach.event_stream import EventStream
+    from inferprobe.collector.attach.loader import load_tracer
+    from inferprobe.collector.attach.probe_sets.host_wide import host_wide_set
     from inferprobe.exporters.clock import measure_offset
     from inferprobe.exporters.setup import bind_prometheus, start_live_export
 

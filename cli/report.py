@@ -13,8 +13,8 @@ import click
 from rich.console import Console
 
 from inferprobe.analyzers.report_data import ReportData, build
-from inferprobe.collector.connection_tallies import ConnectionTallies, summary_line
-from inferprobe.collector.recording import read_recording
+from inferprobe.collector.model.connection_tallies import ConnectionTallies, summary_line
+from inferprobe.collector.model.recording import read_recording
 from inferprobe.collector.shared_constants import MUTEX_WAIT_THRESHOLD
 from inferprobe.reports.json_report import to_json
 from inferprobe.reports.terminal import render_text
@@ -86,7 +86,7 @@ def _recording(path: str | None, last: str | None, ring_dir: str):
         return read_recording(path)
     from pathlib import Path
 
-    from inferprobe.collector.segment_ring import parse_span, read_window
+    from inferprobe.collector.model.segment_ring import parse_span, read_window
 
     try:
         span = parse_span(last or "")

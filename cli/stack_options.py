@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from inferprobe.collector.probe_sets.stacks import DEFAULT_HZ, DEFAULT_OFFCPU_MIN_US
+from inferprobe.collector.attach.probe_sets.stacks import DEFAULT_HZ, DEFAULT_OFFCPU_MIN_US
 
 _OPTIONS = [
     click.option(

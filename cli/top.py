@@ -25,10 +25,10 @@ from inferprobe.analyzers.live import LiveLocks, LiveWindow
 from inferprobe.analyzers.locks import DEFAULT_MUTEX_THRESHOLD, WaitClassifier
 from inferprobe.cli.engine_options import engine_metrics_options, engine_metrics_source
 from inferprobe.cli.options import apply_kernel_headers, kernel_headers_option, pid_option
-from inferprobe.collector import targets as target_procs
-from inferprobe.collector.engine_scrape import Scraper
-from inferprobe.collector.ingest import decode_all
-from inferprobe.collector.ringbuf_format import iter_ring_records
+from inferprobe.collector.attach.engine_scrape import Scraper
+from inferprobe.collector.ingest.pipeline import decode_all
+from inferprobe.collector.model.ringbuf_format import iter_ring_records
+from inferprobe.collector.processes import targets as target_procs
 from inferprobe.reports.terminal_top import dashboard, plain_line
 
 EXAMPLES = """
@@ -88,9 +88,9 @@ def top(pids, window, interval, no_usdt, locks, mutex_threshold, engine_metrics_
     Attaches like `record` (no change to the server) and shows the last
     --window seconds, refreshed every --interval. q or Ctrl-C detach.
     """
-    from inferprobe.collector.event_stream import EventStream
-    from inferprobe.collector.live_symbols import LiveSymbols
-    from inferprobe.collector.loader import load_tracer
+    from inferprobe.collector.attach.event_stream import EventStream
+    from inferprobe.collector.attach.live_symbols import LiveSymbols
+    from inferprobe.collector.attach.loader import load_tracer
 
     apply_kernel_headers(kernel_headers)
     pids = list(dict.fromkeys(pids))

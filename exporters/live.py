@@ -2,7 +2,7 @@
 
 The record loop hands every ring buffer chunk to `tee` (which only keeps a
 reference) and calls `tick()` once per loop turn, between ring-buffer polls.
-tick() hands the new events to the ingest stage (collector/ingest.py's
+tick() hands the new events to the ingest stage (collector/ingest/pipeline.py's
 LiveIngest: decode, sessionize in completion order, the server's view, each
 request that ended tied to it, memory kept flat) and each request that ended
 to the span shipper (a non-blocking put) and to the metrics.
@@ -14,11 +14,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from inferprobe.collector.containers import ProcessIdentities
-from inferprobe.collector.events import LlamaStepRecord, UsdtRecord
-from inferprobe.collector.ingest import LiveIngest
-from inferprobe.collector.ringbuf_format import iter_ring_records
-from inferprobe.collector.timeline import Request
+from inferprobe.collector.ingest.pipeline import LiveIngest
+from inferprobe.collector.model.events import LlamaStepRecord, UsdtRecord
+from inferprobe.collector.model.ringbuf_format import iter_ring_records
+from inferprobe.collector.model.timeline import Request
+from inferprobe.collector.processes.containers import ProcessIdentities
 from inferprobe.exporters.clock import WallClock, measure_offset
 from inferprobe.exporters.metrics import Metrics
 from inferprobe.exporters.otlp import SpanShipper

@@ -22,9 +22,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from inferprobe.analyzers.engine_metrics import OCCUPANCY, QUEUE, RUNNING, gauge_values
 from inferprobe.analyzers.request_analysis import NONE, RequestAnalysis
 from inferprobe.collector.errors import InferprobeError
-from inferprobe.collector.events import LlamaStepPhase, LlamaStepRecord, UsdtProbe, UsdtRecord
+from inferprobe.collector.model.events import LlamaStepPhase, LlamaStepRecord, UsdtProbe, UsdtRecord
+from inferprobe.collector.model.timeline import Outcome, Request
 from inferprobe.collector.shared_constants import MUTEX_WAIT_THRESHOLD
-from inferprobe.collector.timeline import Outcome, Request
 from inferprobe.exporters.spans import output_tokens, phases
 
 # GenAI semantic conventions, metrics gen_ai.server.time_to_first_token,
@@ -51,7 +51,7 @@ LABELS = ("endpoint", "model", "status_class", "target")
 CLIENT_LABELS = ("server_address", "endpoint", "model", "status_class", "target")
 MAX_PEERS = 64
 # Where containers are traced (record --all, or a target in one): each request's
-# container id (collector/containers.py; "" for a process in none), capped too.
+# container id (collector/processes/containers.py; "" for a process in none), capped too.
 CONTAINER_LABEL = "container_id"
 MAX_CONTAINERS = 256
 
@@ -275,7 +275,7 @@ class Metrics:
 
     # -- the engine's own /metrics ------------------------------------------------
     def observe_engine(self, samples: list) -> None:
-        """One scrape of the engine's endpoint (collector/engine_scrape.py), mapped
+        """One scrape of the engine's endpoint (collector/attach/engine_scrape.py), mapped
         onto the card's gauges by analyzers/engine_metrics.py's table."""
         target = next(iter(self._targets.values()), "unknown")
         gauges = {QUEUE: self.queue_length, RUNNING: self.running, OCCUPANCY: self.occupancy}

@@ -28,7 +28,7 @@ from urllib.parse import unquote, urlparse
 from inferprobe.analyzers.client_calls import ClientCall
 from inferprobe.analyzers.request_analysis import NONE, RequestAnalysis
 from inferprobe.collector.errors import InferprobeError
-from inferprobe.collector.timeline import Request
+from inferprobe.collector.model.timeline import Request
 from inferprobe.exporters.clock import WallClock
 from inferprobe.exporters.spans import (
     DEFAULT_MAX_TOKEN_EVENTS,

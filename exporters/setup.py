@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from inferprobe.collector.containers import ProcessIdentities
 from inferprobe.collector.errors import InferprobeError
-from inferprobe.collector.recording import target_names
+from inferprobe.collector.model.recording import target_names
+from inferprobe.collector.processes.containers import ProcessIdentities
 from inferprobe.exporters.clock import WallClock
 from inferprobe.exporters.spans import Attributes, server_info
 
@@ -44,7 +44,7 @@ def make_shipper(meta: dict, clock: WallClock, opts: dict, live: bool) -> tuple[
     def resource_for_pid(pid: int) -> Attributes:
         exe = names.get(pid)
         if exe is None and live:
-            from inferprobe.collector.targets import process_name
+            from inferprobe.collector.processes.targets import process_name
 
             exe = process_name(pid) or default_name
         return resource_attributes(service, pid, exe or default_name)

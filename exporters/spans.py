@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from inferprobe.analyzers.client_calls import ClientCall
 from inferprobe.analyzers.decompose import phases_ns
 from inferprobe.analyzers.request_analysis import NONE, RequestAnalysis
-from inferprobe.collector.timeline import Outcome, Request, WaitInterval
+from inferprobe.collector.model.timeline import Outcome, Request, WaitInterval
 
 DEFAULT_MAX_TOKEN_EVENTS = 256
 MAX_WAIT_SPANS = 32  # per kind and request: the longest, then a count on the root
@@ -81,7 +81,7 @@ def remote_parent(req: Request) -> RemoteParent | None:
 
 
 def process_attributes(req: Request) -> Attributes:
-    """Where the process ran (collector/containers.py): OpenTelemetry's container.id and
+    """Where the process ran (collector/processes/containers.py): OpenTelemetry's container.id and
     k8s.pod.uid, and inferprobe's cgroup and in-namespace pid, where known."""
     p = req.process
     if p is None:

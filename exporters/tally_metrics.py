@@ -1,4 +1,4 @@
-"""The kernel's connection tallies as Prometheus metrics (collector/connection_tallies.py).
+"""The kernel's connection tallies as Prometheus metrics (collector/model/connection_tallies.py).
 
 These count every connection the host-wide targets accepted, whether the
 agent followed it in full or not, so they stay exact when the CPU budget
@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from inferprobe.collector.connection_tallies import ConnectionTallies, Log2Histogram
+from inferprobe.collector.model.connection_tallies import ConnectionTallies, Log2Histogram
 
 FIRST_BUCKET, LAST_BUCKET = 10, 38   # 2^10 ns = 1.024 us ... 2^38 ns = 274.9 s
 

@@ -4,7 +4,7 @@ The format flamegraph.pl, speedscope and inferno read. Here a profile is a
 dict from a tuple of frames (root first) to its weight: samples for on-CPU
 profiles, microseconds for off-CPU ones. Nothing in this module reads /proc or
 ELF files: the recording already holds resolved frames (see
-collector/probe_sets/stacks.py and collector/symbolizer.py).
+collector/attach/probe_sets/stacks.py and collector/binaries/symbolizer.py).
 """
 
 from __future__ import annotations

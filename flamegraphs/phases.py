@@ -24,9 +24,9 @@ import bisect
 from collections import defaultdict
 
 from inferprobe.collector.errors import RecordingProblem
-from inferprobe.collector.events import EventType, HttpKind, IoRecord, StackSampleRecord, UsdtProbe
-from inferprobe.collector.ingest import Ingested, ingest
-from inferprobe.collector.recording import Recording
+from inferprobe.collector.ingest.pipeline import Ingested, ingest
+from inferprobe.collector.model.events import EventType, HttpKind, IoRecord, StackSampleRecord, UsdtProbe
+from inferprobe.collector.model.recording import Recording
 from inferprobe.flamegraphs import fold
 from inferprobe.flamegraphs.fold import Stacks
 

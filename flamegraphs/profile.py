@@ -10,9 +10,8 @@ import datetime as dt
 from dataclasses import dataclass, field
 
 from inferprobe.collector.errors import RecordingProblem
-from inferprobe.collector.python_stacks import NATIVE_GAP
-from inferprobe.collector.recording import Recording
-from inferprobe.collector.symbolizer import TRUNCATED
+from inferprobe.collector.model.recording import Recording
+from inferprobe.collector.model.stack_markers import NATIVE_GAP, TRUNCATED
 from inferprobe.flamegraphs import fold
 from inferprobe.flamegraphs.fold import Stacks
 
@@ -56,9 +55,8 @@ def _when(recording: Recording) -> str:
     return dt.datetime.fromtimestamp(wall_ns / 1e9, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-# A native walk cut short: "[truncated]" (collector/symbolizer.py), or the gap between the
-# Python frames and the native ones where Python frames stand in for the lost root
-# (collector/python_stacks.py).
+# A native walk cut short, or the gap between the Python frames and the native ones where
+# Python frames stand in for the lost root (collector/model/stack_markers.py).
 CUT_MARKERS = (TRUNCATED, NATIVE_GAP)
 
 

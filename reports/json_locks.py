@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from inferprobe.analyzers.cadence import percentile
 from inferprobe.analyzers.locks import ContendedLock, LockAnalysis
-from inferprobe.collector.timeline import Request
+from inferprobe.collector.model.timeline import Request
 
 MAX_FRAMES = 12
 

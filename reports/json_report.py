@@ -17,7 +17,7 @@ from inferprobe.analyzers.findings import Finding
 from inferprobe.analyzers.locks import LockAnalysis
 from inferprobe.analyzers.report_data import ReportData
 from inferprobe.analyzers.request_analysis import RequestAnalysis
-from inferprobe.collector.timeline import Connection, Request
+from inferprobe.collector.model.timeline import Connection, Request
 from inferprobe.reports import json_locks
 from inferprobe.reports.json_batching import batching_json
 from inferprobe.reports.json_gpu import gpu_json

@@ -16,7 +16,7 @@
 # The result: $CUPTI_CACHE/<cuda version>-<source hash>/libinferprobe_cupti.so
 # with libcupti.so.12 beside it, found through an $ORIGIN rpath, so the folder
 # can move. `inferprobe gpu-attach` and the tests find it the same way
-# (inferprobe.collector.cupti_shim). Idempotent: a second run prints the path.
+# (inferprobe.collector.binaries.cupti_shim). Idempotent: a second run prints the path.
 set -euo pipefail
 
 CUDA_WHEEL_VERSION="${CUDA_WHEEL_VERSION:-12.9.79}"

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Generates collector/layout_generated.py, the Python mirror of bpf/inferprobe.h.
+"""Generates collector/model/layout_generated.py, the Python mirror of bpf/inferprobe.h.
 
-    python scripts/gen_layout.py            rewrite collector/layout_generated.py
+    python scripts/gen_layout.py            rewrite collector/model/layout_generated.py
     python scripts/gen_layout.py -o FILE    write it elsewhere (the test diffs that)
 
 How: compile a tiny C file that includes the header with the host C compiler
@@ -46,7 +46,7 @@ from elftools.elf.elffile import ELFFile
 
 ROOT = Path(__file__).resolve().parent.parent
 HEADER = ROOT / "bpf" / "inferprobe.h"
-OUTPUT = ROOT / "collector" / "layout_generated.py"
+OUTPUT = ROOT / "collector" / "model" / "layout_generated.py"
 
 # Python names that CamelCase of the C name would not give, and prefixes the
 # enumerators do not show (an enum of one member has no common prefix).
@@ -241,7 +241,7 @@ the host C compiler; do not edit. After a change to the header run
 `python scripts/gen_layout.py`: tests/unit/collector/test_layout_generated.py fails
 until this file matches the header again.
 
-Decoding lives in collector/events.py; this file only says where the bytes are.
+Decoding lives in collector/model/events.py; this file only says where the bytes are.
 """
 
 import ctypes

@@ -9,7 +9,7 @@ from __future__ import annotations
 import ctypes
 import itertools
 
-from inferprobe.collector import events as ev
+from inferprobe.collector.model import events as ev
 
 NO_FLAGS = ev.HttpFlag(0)
 _clock = itertools.count(1_000_000_000, 1_000)
@@ -219,7 +219,7 @@ def recording(raws: list[bytes], *, active: dict[str, str] | None = None,
     the raw events in order, the probe sets that were active (name -> what they capture)."""
     from pathlib import Path
 
-    from inferprobe.collector.recording import Recording
+    from inferprobe.collector.model.recording import Recording
 
     meta = {
         "host": "factory-host",

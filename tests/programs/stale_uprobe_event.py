@@ -5,7 +5,7 @@ the probe into tracefs' uprobe_events under a name ending in "_bcc_<its pid>").
 Before attaching, this process writes an entry of exactly that name itself, as
 an agent killed with SIGKILL leaves one behind for the next agent with its pid
 (pid 1 of a restarted container). It then attaches a uprobe on libc's getpid()
-through collector/bcc_uprobes.py, calls getpid() CALLS times and prints one JSON
+through collector/attach/bcc_uprobes.py, calls getpid() CALLS times and prints one JSON
 line: whether the stale entry was there before, whether the attach went through
 tracefs (the kernel then refuses to remove the event of that name: a probe uses
 it), the hits the probe counted, and whether the entry is gone
@@ -20,7 +20,7 @@ import os
 
 from bcc import BPF
 
-from inferprobe.collector import bcc_uprobes
+from inferprobe.collector.attach import bcc_uprobes
 
 CALLS = 100
 UPROBE_EVENTS = "/sys/kernel/tracing/uprobe_events"

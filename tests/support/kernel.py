@@ -15,8 +15,8 @@ class KernelCapture:
 
     def __init__(self, pid: int | list[int], sets: tuple[str, ...] = ("sockets",),
                  options: dict | None = None, ringbuf_pages: int = 64) -> None:
-        from inferprobe.collector.loader import load_tracer
-        from inferprobe.collector.ringbuf import RingBufferReader
+        from inferprobe.collector.attach.loader import load_tracer
+        from inferprobe.collector.attach.ringbuf import RingBufferReader
 
         self._chunks: list[bytes] = []
         pids = pid if isinstance(pid, list) else [pid]
@@ -25,8 +25,8 @@ class KernelCapture:
 
     def finish(self) -> tuple[list, dict]:
         """Drains and unloads; returns (decoded events, the kernel's counters)."""
-        from inferprobe.collector.events import decode
-        from inferprobe.collector.ringbuf_format import iter_ring_records
+        from inferprobe.collector.model.events import decode
+        from inferprobe.collector.model.ringbuf_format import iter_ring_records
 
         self.reader.drain()
         counters = self.tracer.counters()
@@ -52,6 +52,6 @@ class KernelCapture:
 def bytes_moved(events: list, pid: int) -> list:
     """The process's socket reads and writes that moved bytes, in the order
     the kernel sent them (collector IoRecords)."""
-    from inferprobe.collector.events import IoRecord
+    from inferprobe.collector.model.events import IoRecord
 
     return [e for e in events if isinstance(e, IoRecord) and e.pid == pid and e.bytes > 0]

@@ -1,6 +1,6 @@
 """The builders in factories.py produce events that decode back to their inputs."""
 
-from inferprobe.collector.events import EventType, HttpFlag, HttpKind
+from inferprobe.collector.model.events import EventType, HttpFlag, HttpKind
 
 from tests.factories import conn_open, decoded, request, sse_chunk
 
@@ -20,7 +20,7 @@ def test_chunk_and_open_builders_round_trip():
 
 
 def test_usdt_builder_round_trips():
-    from inferprobe.collector.events import UsdtProbe
+    from inferprobe.collector.model.events import UsdtProbe
 
     from tests.factories import usdt
 
@@ -29,7 +29,7 @@ def test_usdt_builder_round_trips():
 
 
 def test_an_sse_exchange_in_a_recording_is_one_complete_request_with_its_tokens():
-    from inferprobe.collector.ingest import ingest
+    from inferprobe.collector.ingest.pipeline import ingest
 
     from tests.factories import MS, recording, sse_exchange
 

@@ -27,10 +27,10 @@ from pathlib import Path
 
 import pytest
 
-from inferprobe.collector import host_wide
-from inferprobe.collector.connection_tallies import BUCKETS, ConnectionTallies, read_tallies
-from inferprobe.collector.events import IoRecord
-from inferprobe.collector.probe_sets.host_wide import host_wide_set
+from inferprobe.collector.attach.probe_sets.host_wide import host_wide_set
+from inferprobe.collector.model.connection_tallies import BUCKETS, ConnectionTallies, read_tallies
+from inferprobe.collector.model.events import IoRecord
+from inferprobe.collector.processes import host_wide
 
 from tests.support.kernel import KernelCapture, needs_root
 from tests.support.paths import SERVERS

@@ -1,6 +1,6 @@
 """The generated layout is the one bcc compiles for the BPF target.
 
-collector/layout_generated.py is read from the host compiler's DWARF; the
+collector/model/layout_generated.py is read from the host compiler's DWARF; the
 BPF programs are compiled by bcc's clang for the BPF target. For fixed-width
 fields the two lay structs out alike (scripts/gen_layout.py says why); this
 checks it where bcc runs. Each size and offset becomes the length of an
@@ -14,8 +14,8 @@ import ctypes
 
 import pytest
 
-from inferprobe.collector import layout_generated
-from inferprobe.collector.loader import BPF_DIR
+from inferprobe.collector.attach.loader import BPF_DIR
+from inferprobe.collector.model import layout_generated
 
 from tests.support.kernel import needs_root
 

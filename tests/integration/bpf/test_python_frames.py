@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from inferprobe.collector.recording import read_recording
+from inferprobe.collector.model.recording import read_recording
 from inferprobe.flamegraphs import fold
 
 from tests.support.cli import json_report
@@ -296,7 +296,7 @@ def test_off_cpu_sleep_is_under_the_python_function_that_slept(tmp_path):
 
 
 def test_per_phase_graph_keeps_the_python_frames(tmp_path):
-    from inferprobe.collector.recording import read_recording as read
+    from inferprobe.collector.model.recording import read_recording as read
     from inferprobe.flamegraphs import profile
 
     python = INTERPRETERS["debian-3.11"] or INTERPRETERS["pyenv-3.11"]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from inferprobe.collector.recording import read_recording
+from inferprobe.collector.model.recording import read_recording
 from inferprobe.flamegraphs import fold
 
 from tests.programs.build import Program, build

@@ -15,7 +15,7 @@ import socket
 import subprocess
 import time
 
-from inferprobe.collector.recording import read_recording
+from inferprobe.collector.model.recording import read_recording
 
 from tests.support.kernel import needs_root
 from tests.support.processes import LISTENING_SERVER, Recorder, inferprobe_cmd

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from inferprobe.collector.recording import read_recording
+from inferprobe.collector.model.recording import read_recording
 
 from tests.support.cli import json_report
 from tests.support.kernel import needs_root

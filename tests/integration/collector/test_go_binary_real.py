@@ -30,8 +30,9 @@ from pathlib import Path
 import pytest
 from elftools.elf.elffile import ELFFile
 
-from inferprobe.collector import bcc_uprobes, go_struct_offsets
-from inferprobe.collector.go_binary import (
+from inferprobe.collector.attach import bcc_uprobes
+from inferprobe.collector.binaries import go_struct_offsets
+from inferprobe.collector.binaries.go_binary import (
     READ_SYMBOL,
     WRITE_SYMBOL,
     GoFunction,
@@ -39,8 +40,13 @@ from inferprobe.collector.go_binary import (
     go_binary_verdict,
     go_tls_targets,
 )
-from inferprobe.collector.go_buildinfo import parse_version
-from inferprobe.collector.go_struct_offsets import TYPES, structs_by_name, structs_by_walk, table_offsets
+from inferprobe.collector.binaries.go_buildinfo import parse_version
+from inferprobe.collector.binaries.go_struct_offsets import (
+    TYPES,
+    structs_by_name,
+    structs_by_walk,
+    table_offsets,
+)
 
 from tests.support.kernel import needs_root
 from tests.support.paths import PROGRAMS, SERVERS

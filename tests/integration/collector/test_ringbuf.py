@@ -13,11 +13,11 @@ import time
 
 import pytest
 
-from inferprobe.collector.events import UsdtProbe, decode
-from inferprobe.collector.loader import load_tracer
-from inferprobe.collector.recording import RecordingWriter, read_recording
-from inferprobe.collector.ringbuf import RingBufferReader
-from inferprobe.collector.ringbuf_format import iter_ring_records
+from inferprobe.collector.attach.loader import load_tracer
+from inferprobe.collector.attach.ringbuf import RingBufferReader
+from inferprobe.collector.model.events import UsdtProbe, decode
+from inferprobe.collector.model.recording import RecordingWriter, read_recording
+from inferprobe.collector.model.ringbuf_format import iter_ring_records
 
 from tests.support.kernel import needs_root
 from tests.support.paths import REPO
@@ -130,7 +130,7 @@ def _frame(raw: bytes) -> bytes:
 
 
 def _raw_events(events):
-    from inferprobe.collector import events as ev
+    from inferprobe.collector.model import events as ev
 
     for e in events:
         u = ev.UsdtEvent()

@@ -1,7 +1,7 @@
 """The recorder's own USDT probe set against the probe library's contract.
 
 tests/*/probes check the library with a tracer of its own; this checks that
-what `record` compiles (bpf/usdt.bpf.c) and decodes (collector/events.py)
+what `record` compiles (bpf/usdt.bpf.c) and decodes (collector/model/events.py)
 gives back every firing exactly. That it follows the same table is
 tests/unit/collector/test_usdt_set.py.
 """
@@ -12,10 +12,10 @@ import sys
 
 import pytest
 
-from inferprobe.collector.events import UsdtRecord, decode
-from inferprobe.collector.loader import load_tracer
-from inferprobe.collector.ringbuf import RingBufferReader
-from inferprobe.collector.ringbuf_format import iter_ring_records
+from inferprobe.collector.attach.loader import load_tracer
+from inferprobe.collector.attach.ringbuf import RingBufferReader
+from inferprobe.collector.model.events import UsdtRecord, decode
+from inferprobe.collector.model.ringbuf_format import iter_ring_records
 from inferprobe.probes import PROBES, usdt
 
 from tests.programs.usdt_trace import HERE, Child, expected_events

@@ -22,9 +22,9 @@ from typing import NamedTuple
 import pytest
 
 from inferprobe.analyzers.decompose import TTFT_PHASES
-from inferprobe.collector.events import UsdtRecord, decode
-from inferprobe.collector.recording import read_recording
-from inferprobe.collector.server_view import build_server_view
+from inferprobe.collector.ingest.server_view import build_server_view
+from inferprobe.collector.model.events import UsdtRecord, decode
+from inferprobe.collector.model.recording import read_recording
 from inferprobe.demo.loadgen import RequestIds, token_events
 from inferprobe.demo.sse_client import connect, request_once, run_load
 

@@ -28,9 +28,9 @@ from pathlib import Path
 import pytest
 
 from inferprobe.cli.agent import BUDGET_INTERVAL_S
-from inferprobe.collector.cpu_budget import bpf_run_time
-from inferprobe.collector.recording import read_recording
-from inferprobe.collector.segment_ring import list_segments
+from inferprobe.collector.attach.cpu_budget import bpf_run_time
+from inferprobe.collector.model.recording import read_recording
+from inferprobe.collector.model.segment_ring import list_segments
 
 from tests.integration.deploy.agent_support import Agent, OtlpSink, metric
 from tests.support.backends import free_port

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from inferprobe.collector.tls_libraries import tls_libraries
+from inferprobe.collector.binaries.tls_libraries import tls_libraries
 
 from tests.integration.deploy.agent_support import Agent, hold_uprobe, metric
 from tests.support.backends import free_port

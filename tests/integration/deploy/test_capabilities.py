@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from inferprobe.collector.recording import read_recording
-from inferprobe.collector.segment_ring import list_segments
+from inferprobe.collector.model.recording import read_recording
+from inferprobe.collector.model.segment_ring import list_segments
 
 from tests.integration.deploy.agent_support import Agent
 from tests.support.backends import free_port

@@ -17,8 +17,8 @@ import time
 
 import pytest
 
-from inferprobe.collector.events import EventType, HttpFlag, HttpKind
-from inferprobe.collector.probe_sets.sockets import task_pt_regs_usable
+from inferprobe.collector.attach.probe_sets.sockets import task_pt_regs_usable
+from inferprobe.collector.model.events import EventType, HttpFlag, HttpKind
 
 from tests.support.kernel import KernelCapture, bytes_moved, needs_root
 from tests.support.processes import LISTENING_SERVER

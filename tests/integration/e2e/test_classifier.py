@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from inferprobe.collector.events import HttpFlag, HttpKind, IoRecord
+from inferprobe.collector.model.events import HttpFlag, HttpKind, IoRecord
 
 from tests.support.kernel import KernelCapture, bytes_moved, needs_root
 from tests.support.processes import LISTENING_SERVER

@@ -19,7 +19,7 @@ import subprocess
 
 import pytest
 
-from inferprobe.collector.events import EventType, HttpFlag
+from inferprobe.collector.model.events import EventType, HttpFlag
 
 from tests.support.kernel import KernelCapture, bytes_moved, needs_root
 from tests.support.pythons import PY312

@@ -35,7 +35,7 @@ import subprocess
 
 import pytest
 
-from inferprobe.collector.events import ConnRecord, EventType, HttpKind
+from inferprobe.collector.model.events import ConnRecord, EventType, HttpKind
 
 from tests.support.kernel import KernelCapture, bytes_moved, needs_root
 from tests.support.processes import LISTENING_SERVER

@@ -30,8 +30,8 @@ from pathlib import Path
 
 import pytest
 
-from inferprobe.collector.events import TraceContextFlag, TraceContextRecord, decode
-from inferprobe.collector.recording import read_recording
+from inferprobe.collector.model.events import TraceContextFlag, TraceContextRecord, decode
+from inferprobe.collector.model.recording import read_recording
 
 from tests.support.go import build_go_program
 from tests.support.kernel import needs_root

@@ -221,8 +221,8 @@ def test_no_header_value_or_body_reaches_the_recording_or_the_reports(recorded):
 
 
 def test_spans_name_the_grpc_service_and_method(recorded, grpc_traced):
-    from inferprobe.collector.ingest import ingest
-    from inferprobe.collector.recording import read_recording
+    from inferprobe.collector.ingest.pipeline import ingest
+    from inferprobe.collector.model.recording import read_recording
     from inferprobe.exporters.spans import ServerInfo, root_attributes, root_name
 
     requests = ingest(read_recording(recorded["recording"]).events).requests

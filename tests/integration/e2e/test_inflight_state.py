@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from inferprobe.collector.loader import load_tracer
+from inferprobe.collector.attach.loader import load_tracer
 
 from tests.support.kernel import needs_root
 from tests.support.processes import LISTENING_SERVER

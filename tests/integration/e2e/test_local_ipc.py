@@ -25,7 +25,7 @@ import time
 
 import pytest
 
-from inferprobe.collector.recording import read_recording
+from inferprobe.collector.model.recording import read_recording
 
 from tests.programs.build import build
 from tests.support.kernel import needs_root

@@ -77,7 +77,7 @@ sys.stdin.readline()
 
 
 def test_the_kernel_target_set_follows_forks_and_exits():
-    from inferprobe.collector.loader import load_tracer, target_pids
+    from inferprobe.collector.attach.loader import load_tracer, target_pids
 
     proc = subprocess.Popen([sys.executable, "-c", FORKER], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True)

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from inferprobe.collector.recording import read_recording
+from inferprobe.collector.model.recording import read_recording
 
 from tests.servers import sse_client
 from tests.support.kernel import needs_root

@@ -149,7 +149,7 @@ SPEED_DRIFT = 0.15
 def _decode_step_ms(recording: Path) -> dict[int, list[float]]:
     """Durations of the steps that carried no prompt, by batch size, in time order."""
     from inferprobe.analyzers import report_data
-    from inferprobe.collector.recording import read_recording
+    from inferprobe.collector.model.recording import read_recording
 
     data = report_data.build(read_recording(recording))
     by: dict[int, list[float]] = {}

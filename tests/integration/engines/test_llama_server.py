@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from inferprobe.analyzers import report_data
-from inferprobe.collector.recording import read_recording
+from inferprobe.collector.model.recording import read_recording
 
 from tests.support.kernel import needs_root
 from tests.support.llama_server import LlamaServer, built_llama_server, versions

@@ -11,8 +11,8 @@ import subprocess
 
 import pytest
 
-from inferprobe.collector.events import LlamaRunRecord, LlamaStepPhase, LlamaStepRecord
-from inferprobe.collector.llama_view import SYNC_WAITED_NS, pair_steps
+from inferprobe.collector.ingest.llama_view import SYNC_WAITED_NS, pair_steps
+from inferprobe.collector.model.events import LlamaRunRecord, LlamaStepPhase, LlamaStepRecord
 
 from tests.programs.build import build
 from tests.support.kernel import KernelCapture, needs_root

@@ -17,9 +17,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from inferprobe.collector.events import ConnRecord, IoRecord, decode
-from inferprobe.collector.recording import read_recording
-from inferprobe.collector.sessionizer import sessionize
+from inferprobe.collector.ingest.sessionizer import sessionize
+from inferprobe.collector.model.events import ConnRecord, IoRecord, decode
+from inferprobe.collector.model.recording import read_recording
 from inferprobe.exporters.clock import WallClock
 from inferprobe.exporters.metrics import DURATION_BUCKETS, TTFT_BUCKETS
 from inferprobe.exporters.spans import TOKEN_EVENT, TOKEN_SUMMARY_EVENT, phases

@@ -30,7 +30,8 @@ pytest.importorskip(
     reason="the nvidia-cuda-runtime-cu12 wheel is not installed (pip install -e '.[test]')",
 )
 
-from inferprobe.collector.events import (  # noqa: E402
+from inferprobe.collector.attach.probe_sets.gpu import DRM_TRACEPOINTS, TRACEFS_EVENTS  # noqa: E402
+from inferprobe.collector.model.events import (  # noqa: E402
     GpuCallRecord,
     GpuCopyKind,
     GpuFlushReason,
@@ -38,8 +39,7 @@ from inferprobe.collector.events import (  # noqa: E402
     GpuLaunchesRecord,
     decode,
 )
-from inferprobe.collector.probe_sets.gpu import DRM_TRACEPOINTS, TRACEFS_EVENTS  # noqa: E402
-from inferprobe.collector.recording import read_recording  # noqa: E402
+from inferprobe.collector.model.recording import read_recording  # noqa: E402
 
 pytestmark = [needs_root, pytest.mark.bpf]
 

@@ -40,8 +40,10 @@ pytest.importorskip(
     reason="the nvidia-cuda-runtime-cu12 wheel is not installed (pip install -e '.[test]')",
 )
 
-from inferprobe.collector import cupti_attach, cupti_dump, cupti_shim  # noqa: E402
-from inferprobe.collector.events import (  # noqa: E402
+from inferprobe.collector.attach import cupti_attach  # noqa: E402
+from inferprobe.collector.binaries import cupti_shim  # noqa: E402
+from inferprobe.collector.ingest import cupti_dump  # noqa: E402
+from inferprobe.collector.model.events import (  # noqa: E402
     GpuActivityKind,
     GpuActivityRecord,
     GpuApiRecord,
@@ -51,7 +53,7 @@ from inferprobe.collector.events import (  # noqa: E402
     GpuShimStatusRecord,
     decode,
 )
-from inferprobe.collector.recording import Recording, read_recording  # noqa: E402
+from inferprobe.collector.model.recording import Recording, read_recording  # noqa: E402
 
 PROGRAM = REPO / "tests" / "programs" / "cuda_calls.py"
 SHIM = cupti_shim.built_shim()
@@ -224,7 +226,7 @@ def test_every_field_of_the_shims_records_reaches_a_recording(shim_recording):
 @needs_shim
 def test_the_dump_file_carries_the_records_the_probes_carry(tmp_path):
     """INFERPROBE_CUPTI_DUMP (for GPU hosts without BPF, benchmarks/gpu_check.py): the shim's own
-    self-test records, read back through collector/cupti_dump.py, equal what the probes carry."""
+    self-test records, read back through collector/ingest/cupti_dump.py, equal what the probes carry."""
     dump = tmp_path / "shim.dump"
     code = (f"import ctypes, os, time; lib = ctypes.CDLL({str(SHIM)!r}); "
             "print(lib.inferprobe_cupti_start()); lib.inferprobe_cupti_selftest(); time.sleep(1.3); "

@@ -130,7 +130,7 @@ def _ss_and_sample(ns: str, pid: int, port: int):
     """ss output bracketed by two samples of ours: ACKs still draining through
     the tbf can move cwnd and rtt between any two reads, so ss must lie
     between (or on) what we read just before and just after it."""
-    from inferprobe.collector.tcp_state import TcpStateSampler
+    from inferprobe.collector.processes.tcp_state import TcpStateSampler
 
     sampler = TcpStateSampler()
     sampler.sample([pid])
@@ -149,7 +149,7 @@ def _ss_field(text: str, name: str) -> str | None:
 def _wire_groups(recording_path):
     """chunk index -> (wire ns, segment) from the analyzer, for the one stream."""
     from inferprobe.analyzers.report_data import build
-    from inferprobe.collector.recording import read_recording
+    from inferprobe.collector.model.recording import read_recording
 
     data = build(read_recording(recording_path))
     assert len(data.network) == 1, [c.conn_id for c in data.network]

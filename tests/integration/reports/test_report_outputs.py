@@ -107,7 +107,7 @@ def test_every_finding_has_evidence_and_matches_the_analyzer(reports):
     from inferprobe.analyzers.cadence import percentile
     from inferprobe.analyzers.report_data import build
     from inferprobe.analyzers.units import ms_text as ms
-    from inferprobe.collector.recording import read_recording
+    from inferprobe.collector.model.recording import read_recording
 
     data = build(read_recording(reports["recording"]))
     doc = _tree(reports["html"])

@@ -176,7 +176,7 @@ def test_beyond_the_batch_sizes_recorded_the_nearest_setting_that_meets_the_targ
 
 
 def _req(conn: int, ingress_ms: float, end_ms: float, peer: str | None = None):
-    from inferprobe.collector.timeline import Request
+    from inferprobe.collector.model.timeline import Request
 
     return Request(pid=1, tid=1, conn=conn, method="POST", path="/v1/completions",
                    t_ingress_ns=int(ingress_ms * MS), t_end_ns=int(end_ms * MS), peer=peer)

@@ -1,8 +1,12 @@
 """Requests grouped by their process's cgroup."""
 
 from inferprobe.analyzers.by_container import UNKNOWN_CGROUP, attach_identities, by_cgroup
-from inferprobe.collector.containers import ContainerInfo, ProcessIdentities, ProcessIdentity
-from inferprobe.collector.timeline import Outcome, Request
+from inferprobe.collector.model.process_identity import (
+    ContainerInfo,
+    ProcessIdentity,
+    identities_from_snapshot,
+)
+from inferprobe.collector.model.timeline import Outcome, Request
 
 CID = "ef" * 32
 
@@ -13,7 +17,7 @@ def _req(pid: int, t: int) -> Request:
 
 
 def test_requests_split_by_cgroup_with_their_pids_and_namespace_pids():
-    identities = ProcessIdentities.from_snapshot({"processes": [
+    identities = identities_from_snapshot({"processes": [
         ProcessIdentity(10, None, "/system.slice/api.service", None).as_json(),
         ProcessIdentity(20, 1, f"/docker/{CID}", ContainerInfo(CID, "docker")).as_json(),
         ProcessIdentity(21, 7, f"/docker/{CID}", ContainerInfo(CID, "docker")).as_json(),

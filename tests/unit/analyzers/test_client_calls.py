@@ -11,7 +11,7 @@ from opentelemetry.trace import SpanKind
 
 from inferprobe.analyzers.client_calls import attempts_by_request, group, slow_calls
 from inferprobe.analyzers.request_analysis import per_request
-from inferprobe.collector.timeline import Connection, Outcome, Request
+from inferprobe.collector.model.timeline import Connection, Outcome, Request
 from inferprobe.exporters.clock import OffsetSample, WallClock
 from inferprobe.exporters.metrics import Metrics
 from inferprobe.exporters.otlp import SpanShipper, resource_attributes

@@ -8,8 +8,8 @@ import pytest
 
 from inferprobe.analyzers.engine_metrics import OCCUPANCY, QUEUE, RUNNING, gauge_values, summarize
 from inferprobe.analyzers.engine_metrics_section import ttft_disagreement
-from inferprobe.collector.engine_scrape import parse_exposition
-from inferprobe.collector.timeline import Outcome, Request
+from inferprobe.collector.attach.engine_scrape import parse_exposition
+from inferprobe.collector.model.timeline import Outcome, Request
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "engine_metrics"
 MS = 1_000_000
@@ -96,7 +96,7 @@ def test_scrapes_round_trip_through_a_recording_into_every_output(tmp_path):
     from rich.console import Console
 
     from inferprobe.analyzers import report_data
-    from inferprobe.collector.recording import RecordingWriter, read_recording
+    from inferprobe.collector.model.recording import RecordingWriter, read_recording
     from inferprobe.reports.json_report import to_json
     from inferprobe.reports.terminal import render_text
 

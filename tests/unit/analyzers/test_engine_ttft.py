@@ -8,7 +8,7 @@ from inferprobe.analyzers.breakdown import break_down
 from inferprobe.analyzers.engine_metrics import summarize
 from inferprobe.analyzers.engine_ttft import engine_ttft_view
 from inferprobe.analyzers.verdict import ttft_phase_finding
-from inferprobe.collector.timeline import Outcome, Request
+from inferprobe.collector.model.timeline import Outcome, Request
 
 MS = 1_000_000
 LABELS = {"engine": "0", "model_name": "smol"}
@@ -102,7 +102,7 @@ def _real_vllm_scrapes() -> list[dict]:
     streams (tests/fixtures/engine_metrics/vllm-0.32.0-*-burst.prom)."""
     from pathlib import Path
 
-    from inferprobe.collector.engine_scrape import parse_exposition
+    from inferprobe.collector.attach.engine_scrape import parse_exposition
 
     fixtures = Path(__file__).parents[2] / "fixtures" / "engine_metrics"
     return [_scrape(t, parse_exposition((fixtures / f"vllm-0.32.0-{when}-burst.prom").read_text())[0])

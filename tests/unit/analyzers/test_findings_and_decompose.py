@@ -7,8 +7,8 @@ import pytest
 from inferprobe.analyzers.breakdown import break_down
 from inferprobe.analyzers.findings import Finding, FindingList
 from inferprobe.analyzers.timeseries import over_time
-from inferprobe.collector.events import EventType, UsdtProbe, UsdtRecord
-from inferprobe.collector.timeline import Outcome, Request
+from inferprobe.collector.model.events import EventType, UsdtProbe, UsdtRecord
+from inferprobe.collector.model.timeline import Outcome, Request
 
 MS = 1_000_000
 

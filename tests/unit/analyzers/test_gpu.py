@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from inferprobe.analyzers.gpu import _hist_p99, summarize_gpu
-from inferprobe.collector.events import GpuCopyKind, GpuFunction, decode
-from inferprobe.collector.timeline import DecodeStep, Outcome, Request, ServerRequest
+from inferprobe.collector.model.events import GpuCopyKind, GpuFunction, decode
+from inferprobe.collector.model.timeline import DecodeStep, Outcome, Request, ServerRequest
 
 from tests.factories import gpu_call, gpu_launches
 

@@ -13,9 +13,9 @@ import pytest
 
 from inferprobe.analyzers import gpu_execution as gx
 from inferprobe.analyzers.gpu import summarize_gpu
-from inferprobe.collector import events as ev
-from inferprobe.collector.layout_generated import GPU_OTHER_KERNEL_NAME_ID
-from inferprobe.collector.timeline import DecodeStep, Outcome, Request, ServerRequest
+from inferprobe.collector.model import events as ev
+from inferprobe.collector.model.layout_generated import GPU_OTHER_KERNEL_NAME_ID
+from inferprobe.collector.model.timeline import DecodeStep, Outcome, Request, ServerRequest
 
 US = 1_000
 MS = 1_000_000

@@ -6,10 +6,10 @@ import random
 
 from inferprobe.analyzers.breakdown import itl_breakdown
 from inferprobe.analyzers.itl_phases import ITL_PHASES, gap_phases_ns, itl_phases_ns, split_gap
-from inferprobe.collector.correlate import correlate
-from inferprobe.collector.events import UsdtProbe as P
-from inferprobe.collector.server_view import build_server_view
-from inferprobe.collector.sessionizer import sessionize
+from inferprobe.collector.ingest.correlate import correlate
+from inferprobe.collector.ingest.server_view import build_server_view
+from inferprobe.collector.ingest.sessionizer import sessionize
+from inferprobe.collector.model.events import UsdtProbe as P
 from inferprobe.reports.json_report import itl_split_json
 
 from tests.factories import conn_open, decoded, request, sse_chunk, sse_headers, usdt

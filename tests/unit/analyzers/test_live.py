@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from inferprobe.analyzers.live import LOCK_HISTORY_NS, LiveLocks, LiveWindow
 from inferprobe.analyzers.locks import Symbols, WaitClassifier
-from inferprobe.collector.events import EventType, FutexWaitFlag, FutexWaitRecord
+from inferprobe.collector.model.events import EventType, FutexWaitFlag, FutexWaitRecord
 
 from tests import factories as f
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from inferprobe.analyzers import locks
-from inferprobe.collector.events import EventType, FutexWaitFlag, FutexWaitRecord
+from inferprobe.collector.model.events import EventType, FutexWaitFlag, FutexWaitRecord
 
 NO_FLAGS = FutexWaitFlag(0)
 
@@ -100,7 +100,7 @@ def test_union_length_merges_overlaps():
 
 
 def test_span_lists_its_lock_waits_clipped_to_the_request():
-    from inferprobe.collector.timeline import Outcome, Request
+    from inferprobe.collector.model.timeline import Outcome, Request
 
     r = Request(pid=1, tid=5, conn=1, method="GET", path="/", t_ingress_ns=100, outcome=Outcome.COMPLETE,
                 t_end_ns=200)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from inferprobe.analyzers.network import WriteOnWire, match_writes
-from inferprobe.collector.events import EventType, NetAckRecord, NetFlag, NetVia, NetXmitRecord
+from inferprobe.collector.model.events import EventType, NetAckRecord, NetFlag, NetVia, NetXmitRecord
 
 HEADER = 66
 NO_FLAGS = NetFlag(0)

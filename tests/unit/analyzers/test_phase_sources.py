@@ -6,10 +6,10 @@ from pathlib import Path
 
 from inferprobe.analyzers.phase_sources import analyze
 from inferprobe.analyzers.sections import AnalysisInput
-from inferprobe.collector.events import EventType, LlamaRunRecord, LlamaStepPhase, LlamaStepRecord
-from inferprobe.collector.llama_view import build_llama_view
-from inferprobe.collector.recording import Recording
-from inferprobe.collector.timeline import Outcome, Request
+from inferprobe.collector.ingest.llama_view import build_llama_view
+from inferprobe.collector.model.events import EventType, LlamaRunRecord, LlamaStepPhase, LlamaStepRecord
+from inferprobe.collector.model.recording import Recording
+from inferprobe.collector.model.timeline import Outcome, Request
 
 MS = 1_000_000
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from inferprobe.analyzers import proxy_hops
 from inferprobe.analyzers.report_data import headline_of
-from inferprobe.collector.events import ConnRole, EventType
-from inferprobe.collector.timeline import Connection, Outcome, Request
+from inferprobe.collector.model.events import ConnRole, EventType
+from inferprobe.collector.model.timeline import Connection, Outcome, Request
 
 from tests.factories import _conn_event, decoded
 
@@ -121,7 +121,7 @@ def test_the_connected_event_carries_the_clients_own_port():
 
 
 def test_the_sessionizer_keeps_the_port_on_the_client_connection():
-    from inferprobe.collector.ingest import ingest
+    from inferprobe.collector.ingest.pipeline import ingest
 
     from tests.factories import conn_open
 

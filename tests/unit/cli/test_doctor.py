@@ -6,8 +6,8 @@ import os
 import platform
 from pathlib import Path
 
-from inferprobe.collector import preflight
-from inferprobe.collector.preflight import Check
+from inferprobe.collector.attach import preflight
+from inferprobe.collector.attach.preflight import Check
 
 from tests.support.cli import run_doctor
 

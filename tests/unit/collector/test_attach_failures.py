@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
-from inferprobe.collector.attach_failures import RECENT_KEPT, AttachFailures, describe
-from inferprobe.collector.bcc_uprobes import MAX_EVENT_NAME, short_event_name
+from inferprobe.collector.attach.attach_failures import RECENT_KEPT, AttachFailures, describe
+from inferprobe.collector.attach.bcc_uprobes import MAX_EVENT_NAME, short_event_name
 
 
 def test_each_failure_is_said_once_and_counted_by_probe_set():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from inferprobe.collector.connection_tallies import (
+from inferprobe.collector.model.connection_tallies import (
     BUCKETS,
     ConnectionTallies,
     Log2Histogram,

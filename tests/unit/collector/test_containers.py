@@ -2,10 +2,9 @@
 
 import pytest
 
-from inferprobe.collector.containers import (
-    ContainerInfo,
+from inferprobe.collector.model.process_identity import ContainerInfo, ProcessIdentity
+from inferprobe.collector.processes.containers import (
     ProcessIdentities,
-    ProcessIdentity,
     parse_cgroup_path,
     parse_ns_pids,
     parse_proc_cgroup,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from inferprobe.collector.cpu_budget import MIN_RATIO, CpuBudget, bpf_run_time, parse_share
+from inferprobe.collector.attach.cpu_budget import MIN_RATIO, CpuBudget, bpf_run_time, parse_share
 
 
 class Clocked(CpuBudget):

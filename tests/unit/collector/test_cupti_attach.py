@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from inferprobe.collector import cupti_attach
-from inferprobe.collector.cupti_shim import ShimStatus
+from inferprobe.collector.attach import cupti_attach
+from inferprobe.collector.binaries.cupti_shim import ShimStatus
 from inferprobe.collector.errors import EnvironmentProblem, TargetProblem
 
 ROOT_CAPS = "CapEff:\t000001ffffffffff\n"

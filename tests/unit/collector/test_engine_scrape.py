@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from inferprobe.collector.engine_scrape import Scraper, discover, parse_exposition, parse_url, probe
+from inferprobe.collector.attach.engine_scrape import Scraper, discover, parse_exposition, parse_url, probe
 
 FIXTURE = (Path(__file__).parents[2] / "fixtures" / "engine_metrics" / "vllm.prom").read_text()
 

@@ -1,4 +1,4 @@
-"""Contract: collector/events.py decodes exactly what bpf/inferprobe.h lays out.
+"""Contract: collector/model/events.py decodes exactly what bpf/inferprobe.h lays out.
 
 The mirrors are generated from the header's DWARF (scripts/gen_layout.py);
 this test checks them another way: it compiles a small C program that
@@ -18,8 +18,8 @@ import subprocess
 
 import pytest
 
-from inferprobe.collector import events, layout_generated
-from inferprobe.collector.loader import BPF_DIR
+from inferprobe.collector.attach.loader import BPF_DIR
+from inferprobe.collector.model import events, layout_generated
 
 CC = shutil.which("cc") or shutil.which("gcc")
 

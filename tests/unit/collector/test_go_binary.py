@@ -10,8 +10,8 @@ import struct
 
 import pytest
 
-from inferprobe.collector.go_binary import NotHookable, go_binary_verdict, return_instructions
-from inferprobe.collector.go_buildinfo import (
+from inferprobe.collector.binaries.go_binary import NotHookable, go_binary_verdict, return_instructions
+from inferprobe.collector.binaries.go_buildinfo import (
     FLAG_BIG_ENDIAN,
     FLAG_INLINE_STRINGS,
     MAGIC,
@@ -20,8 +20,8 @@ from inferprobe.collector.go_buildinfo import (
     parse_version,
     version_from_header,
 )
-from inferprobe.collector.go_pclntab import MAGIC_GO116, MAGIC_GO120, PclntabError, function_entries
-from inferprobe.collector.go_struct_offsets import FALLBACK_TABLE, table_offsets
+from inferprobe.collector.binaries.go_pclntab import MAGIC_GO116, MAGIC_GO120, PclntabError, function_entries
+from inferprobe.collector.binaries.go_struct_offsets import FALLBACK_TABLE, table_offsets
 
 
 def uvarint(n: int) -> bytes:

@@ -1,12 +1,12 @@
-"""collector/h2_header_blocks.py: pieces as the kernel sends them, to the fields kept."""
+"""collector/ingest/h2_header_blocks.py: pieces as the kernel sends them, to the fields kept."""
 
 from __future__ import annotations
 
 from hpack import Encoder
 
-from inferprobe.collector.events import H2Content, H2FrameFlag, H2FrameType, H2HeadersFlag, decode
-from inferprobe.collector.h2_header_blocks import HeaderBlocks, fragment
-from inferprobe.collector.layout_generated import H2HeaderPiece
+from inferprobe.collector.ingest.h2_header_blocks import HeaderBlocks, fragment
+from inferprobe.collector.model.events import H2Content, H2FrameFlag, H2FrameType, H2HeadersFlag, decode
+from inferprobe.collector.model.layout_generated import H2HeaderPiece
 
 HEADERS, CONTINUATION = H2FrameType.HEADERS, H2FrameType.CONTINUATION
 END_STREAM, END_HEADERS = H2FrameFlag.END_STREAM, H2FrameFlag.END_HEADERS

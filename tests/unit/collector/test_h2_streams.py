@@ -1,9 +1,10 @@
-"""collector/h2_streams.py through the sessionizer: frames and header blocks as the kernel and
+"""collector/ingest/h2_streams.py through the sessionizer: frames and header blocks as the kernel and
 the header decoder hand them over, including several streams' frames in one syscall."""
 
 from __future__ import annotations
 
-from inferprobe.collector.events import (
+from inferprobe.collector.ingest.sessionizer import sessionize
+from inferprobe.collector.model.events import (
     ConnRole,
     EventType,
     H2Content,
@@ -15,8 +16,7 @@ from inferprobe.collector.events import (
     H2PartFlag,
     Transport,
 )
-from inferprobe.collector.sessionizer import sessionize
-from inferprobe.collector.timeline import Outcome
+from inferprobe.collector.model.timeline import Outcome
 
 DATA, HEADERS, RST_STREAM, GOAWAY = 0, 1, 3, 7
 ENDS, GRPC = H2PartFlag.ENDS, H2PartFlag.ENDS | H2PartFlag.GRPC

@@ -6,9 +6,9 @@ import os
 
 import pytest
 
-from inferprobe.collector import host_wide
 from inferprobe.collector.errors import TargetProblem
-from inferprobe.collector.host_wide import Filters, make_filters, passes, resolve_cgroup
+from inferprobe.collector.processes import host_wide
+from inferprobe.collector.processes.host_wide import Filters, make_filters, passes, resolve_cgroup
 
 
 def test_cgroup_paths_resolve_to_the_directory_inode_and_depth(tmp_path):

@@ -1,11 +1,11 @@
-"""collector/hpack_fields.py against blocks made by the hpack package's encoder (RFC 7541)."""
+"""collector/ingest/hpack_fields.py against blocks made by the hpack package's encoder (RFC 7541)."""
 
 from __future__ import annotations
 
 import pytest
 from hpack import Encoder
 
-from inferprobe.collector.hpack_fields import FieldDecoder, HpackError
+from inferprobe.collector.ingest.hpack_fields import FieldDecoder, HpackError
 
 REQUEST = [(":method", "POST"), (":scheme", "http"), (":path", "/llm.Generator/Stream?x=1"),
            (":authority", "127.0.0.1:50051"), ("content-type", "application/grpc"),

@@ -1,4 +1,4 @@
-"""The ingest stage (collector/ingest.py): raw events -> decoded events, requests,
+"""The ingest stage (collector/ingest/pipeline.py): raw events -> decoded events, requests,
 the server's view, each request tied to it; whole recordings and live batches.
 
 Fed with the exact bytes the kernel writes (tests/factories.py); no root needed.
@@ -6,10 +6,10 @@ Fed with the exact bytes the kernel writes (tests/factories.py); no root needed.
 
 from __future__ import annotations
 
-from inferprobe.collector.events import EventType
-from inferprobe.collector.events import UsdtProbe as P
-from inferprobe.collector.ingest import SERVER_MEMORY_NS, LiveIngest, decode_all, ingest
-from inferprobe.collector.server_view import build_server_view
+from inferprobe.collector.ingest.pipeline import SERVER_MEMORY_NS, LiveIngest, decode_all, ingest
+from inferprobe.collector.ingest.server_view import build_server_view
+from inferprobe.collector.model.events import EventType
+from inferprobe.collector.model.events import UsdtProbe as P
 
 from tests.factories import conn_close, conn_open, decoded, request, sse_chunk, sse_headers, usdt
 

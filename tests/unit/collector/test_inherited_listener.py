@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from inferprobe.analyzers.no_requests import explain
-from inferprobe.collector import targets
-from inferprobe.collector.recording import Recording
-from inferprobe.collector.timeline import Connection
+from inferprobe.collector.model.recording import Recording
+from inferprobe.collector.model.timeline import Connection
+from inferprobe.collector.processes import targets
 
 PARENT = r"""
 import multiprocessing, os, socket, subprocess, sys, time
@@ -148,7 +148,7 @@ def test_an_api_server_whose_only_traffic_was_ipc_is_called_idle():
 
 def test_an_asyncio_server_whose_only_traffic_was_its_own_wake_ups_is_called_idle():
     # Its worker threads wake its loop through the loop's self-pipe, a socketpair it
-    # holds both ends of (collector/unix_peers.py): still open at the stop
+    # holds both ends of (collector/processes/unix_peers.py): still open at the stop
     meta = {"targets": [{"pid": 10}], "listening": ["tcp 0.0.0.0:8000"]}
     recording = Recording(path=Path("r.ipr"), meta=meta, final={"io_skipped": 40},
                           snapshots={"sockets": {"open_self_pairs": 2}})

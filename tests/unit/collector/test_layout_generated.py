@@ -1,4 +1,4 @@
-"""collector/layout_generated.py is what scripts/gen_layout.py makes of bpf/inferprobe.h today.
+"""collector/model/layout_generated.py is what scripts/gen_layout.py makes of bpf/inferprobe.h today.
 
 Regenerates the module from the header (host C compiler + pyelftools, no
 root) and compares it with the committed one, so a struct field, an enum
@@ -19,7 +19,7 @@ import pytest
 from tests.support.paths import REPO
 
 GENERATOR = REPO / "scripts" / "gen_layout.py"
-COMMITTED = REPO / "collector" / "layout_generated.py"
+COMMITTED = REPO / "collector" / "model" / "layout_generated.py"
 HEADER = REPO / "bpf" / "inferprobe.h"
 
 pytestmark = pytest.mark.skipif(

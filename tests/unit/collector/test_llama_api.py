@@ -1,12 +1,12 @@
 """Which llama.cpp API a file exports, and where llama_batch_allocr keeps its batch
-(collector/llama_api.py)."""
+(collector/binaries/llama_api.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from inferprobe.collector import llama_api
-from inferprobe.collector.llama_api import DECODE, GET_BATCH, PROCESS, member_offset_of_getter
+from inferprobe.collector.binaries import llama_api
+from inferprobe.collector.binaries.llama_api import DECODE, GET_BATCH, PROCESS, member_offset_of_getter
 
 # 11434's llama_batch_allocr::init(const llama_batch_ext &, const llama_vocab &, bool)
 ALLOCR_INIT = "_ZN18llama_batch_allocr4initERK15llama_batch_extRK11llama_vocabb"

@@ -1,10 +1,10 @@
-"""llama_decode steps -> sequences, phases, FIFO ties and gauges (collector/llama_view.py)."""
+"""llama_decode steps -> sequences, phases, FIFO ties and gauges (collector/ingest/llama_view.py)."""
 
 from __future__ import annotations
 
-from inferprobe.collector.events import EventType, LlamaRunRecord, LlamaStepPhase, LlamaStepRecord
-from inferprobe.collector.llama_view import build_llama_view, pair_steps, phase_source
-from inferprobe.collector.timeline import Outcome, Request
+from inferprobe.collector.ingest.llama_view import build_llama_view, pair_steps, phase_source
+from inferprobe.collector.model.events import EventType, LlamaRunRecord, LlamaStepPhase, LlamaStepRecord
+from inferprobe.collector.model.timeline import Outcome, Request
 
 MS = 1_000_000
 

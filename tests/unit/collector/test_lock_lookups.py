@@ -1,5 +1,6 @@
 """What the locks set looks up in a live process: its glibc's semaphore functions
-(collector/probe_sets/semaphores.py) and CPython's _PyRuntime (collector/cpython_runtime.py)."""
+(collector/attach/probe_sets/semaphores.py) and CPython's _PyRuntime
+(collector/binaries/cpython_runtime.py)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ import sys
 
 import pytest
 
-from inferprobe.collector import cpython_runtime, uprobe_points
-from inferprobe.collector.probe_sets import semaphores
+from inferprobe.collector.attach.probe_sets import semaphores
+from inferprobe.collector.binaries import cpython_runtime, uprobe_points
 
 from tests.support.pythons import PY312
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from inferprobe.collector.python_code import line_of_310, line_of_311
-from inferprobe.collector.python_layouts import TABLE
-from inferprobe.collector.python_stacks import NATIVE_GAP, segments, splice
-from inferprobe.collector.symbolizer import TRUNCATED
+from inferprobe.collector.binaries.python_code import line_of_310, line_of_311
+from inferprobe.collector.binaries.python_layouts import TABLE
+from inferprobe.collector.binaries.python_stacks import segments, splice
+from inferprobe.collector.model.stack_markers import NATIVE_GAP, TRUNCATED
 
 PYTHONS = sorted(str(p) for minor in ("10", "11", "12", "13")
                  for p in Path("/root/.pyenv/versions").glob(f"3.{minor}.*/bin/python3.{minor}"))
@@ -89,7 +89,7 @@ def test_splice_puts_unwalked_python_frames_first_and_marks_the_gap():
 
 
 def test_lock_symbols_put_the_python_frames_after_the_native_ones():
-    from inferprobe.collector.lock_symbols import Symbols
+    from inferprobe.collector.model.lock_symbols import Symbols
 
     snap = {"symbols": {"7": {"16": {"function": "futex_wait", "after_call": True},
                               "32": {"function": "PyThread_acquire_lock_timed", "after_call": True}}},

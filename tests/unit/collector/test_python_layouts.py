@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from inferprobe.collector import cpython_runtime
-from inferprobe.collector.python_layouts import (
+from inferprobe.collector.binaries import cpython_runtime
+from inferprobe.collector.binaries.python_layouts import (
     DEBUG_OFFSETS_BYTES,
     TABLE,
     LayoutProblem,
     from_debug_offsets,
     table_layout,
 )
-from inferprobe.collector.python_threads import ProcessMemory
+from inferprobe.collector.binaries.python_threads import ProcessMemory
 
 SOURCE = Path(__file__).resolve().parents[2] / "programs" / "python_offsets.c"
 PYENV = Path("/root/.pyenv/versions")

@@ -6,8 +6,8 @@ import subprocess
 import pytest
 
 from inferprobe.collector.errors import RecordingProblem
-from inferprobe.collector.events import LAYOUT_VERSION
-from inferprobe.collector.recording import (
+from inferprobe.collector.model.events import LAYOUT_VERSION
+from inferprobe.collector.model.recording import (
     FILE_HEADER,
     FORMAT_VERSION,
     MAGIC,

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from inferprobe.collector.errors import RecordingProblem
-from inferprobe.collector.segment_ring import SegmentRing, list_segments, parse_span, read_window
+from inferprobe.collector.model.segment_ring import SegmentRing, list_segments, parse_span, read_window
 
 
 def _ring(tmp_path, keep_s=60.0, segment_s=10.0) -> SegmentRing:
@@ -85,7 +85,7 @@ def test_an_empty_or_stale_ring_is_one_sentence(tmp_path):
 
 
 def _tallies(turns: int, bucket: int, sum_ns: int) -> dict:
-    from inferprobe.collector.connection_tallies import COUNTERS, HISTOGRAMS
+    from inferprobe.collector.model.connection_tallies import COUNTERS, HISTOGRAMS
 
     return {**{k: 0 for k in COUNTERS}, "turns": turns, "connections": turns,
             "histograms": {k: {"buckets": {str(bucket): turns} if k == "turn" else {}, "sum_ns": sum_ns}

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from inferprobe.analyzers.decompose import TTFT_PHASES, phases_ns
 from inferprobe.analyzers.scheduler import find_stalls, stall_ns_by_request, summarize_scheduler
-from inferprobe.collector.events import UsdtProbe as P
-from inferprobe.collector.ingest import ingest
-from inferprobe.collector.server_view import build_server_view
+from inferprobe.collector.ingest.pipeline import ingest
+from inferprobe.collector.ingest.server_view import build_server_view
+from inferprobe.collector.model.events import UsdtProbe as P
 
 from tests.factories import conn_close, conn_open, decoded, request, sse_chunk, sse_headers, usdt
 

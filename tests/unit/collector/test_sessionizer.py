@@ -1,7 +1,7 @@
 """The HTTP/1.1 state machine on event sequences that real servers produce."""
 
-from inferprobe.collector.events import ConnRole, HttpFlag, HttpKind, HttpMethod
-from inferprobe.collector.sessionizer import ERROR_BODY_UNREAD, sessionize
+from inferprobe.collector.ingest.sessionizer import ERROR_BODY_UNREAD, sessionize
+from inferprobe.collector.model.events import ConnRole, HttpFlag, HttpKind, HttpMethod
 
 from tests.factories import (
     conn_close,

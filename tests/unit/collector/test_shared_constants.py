@@ -89,8 +89,8 @@ CATEGORY_WORDS = {"launch": ("LAUNCH",), "wait": ("SYNCHRONIZE", "WAIT_EVENT"), 
 
 
 def test_every_gpu_function_lies_in_the_range_of_its_kind():
-    from inferprobe.collector import gpu_catalog
-    from inferprobe.collector.events import GPU_FN_MAX, GpuFunction
+    from inferprobe.collector.model import gpu_catalog
+    from inferprobe.collector.model.events import GPU_FN_MAX, GpuFunction
 
     for fn in GpuFunction:
         category = gpu_catalog.category(fn)

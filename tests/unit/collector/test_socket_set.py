@@ -7,9 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from inferprobe.collector.preflight import BTF_VMLINUX, check_btf
-from inferprobe.collector.probe_sets import TargetContext
-from inferprobe.collector.probe_sets.sockets import SocketProbes, task_pt_regs_usable, task_storage_usable
+from inferprobe.collector.attach.preflight import BTF_VMLINUX, check_btf
+from inferprobe.collector.attach.probe_sets import TargetContext
+from inferprobe.collector.attach.probe_sets.sockets import (
+    SocketProbes,
+    task_pt_regs_usable,
+    task_storage_usable,
+)
 
 HAVE_BTF = Path(BTF_VMLINUX).exists()
 

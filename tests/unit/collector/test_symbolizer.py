@@ -1,4 +1,4 @@
-"""The one symbolizer (collector/symbolizer.py) on this very process: no root needed."""
+"""The one symbolizer (collector/binaries/symbolizer.py) on this very process: no root needed."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import os
 import subprocess
 import sys
 
-from inferprobe.collector import symbolizer
-from inferprobe.collector.proc_maps import parse_maps, read_maps
-from inferprobe.collector.symbolizer import Symbolizer
+from inferprobe.collector.binaries import symbolizer
+from inferprobe.collector.binaries.symbolizer import Symbolizer
+from inferprobe.collector.processes.proc_maps import parse_maps, read_maps
 
 MAPS = """\
 7f0000000000-7f0000001000 r--p 00000000 08:01 1234   /usr/lib/libfoo.so

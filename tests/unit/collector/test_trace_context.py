@@ -2,9 +2,9 @@
 
 import pytest
 
-from inferprobe.collector import events as ev
-from inferprobe.collector.sessionizer import sessionize
-from inferprobe.collector.trace_context import TraceParent, clean_tracestate, parse_traceparent
+from inferprobe.collector.ingest.sessionizer import sessionize
+from inferprobe.collector.ingest.trace_context import TraceParent, clean_tracestate, parse_traceparent
+from inferprobe.collector.model import events as ev
 
 from tests.factories import conn_close, decoded, request, sse_chunk, sse_headers
 
@@ -105,8 +105,8 @@ def test_an_invalid_or_cut_traceparent_is_ignored_and_counted():
 
 
 def test_records_whose_io_never_came_are_bounded():
-    from inferprobe.collector.timeline import SessionStats
-    from inferprobe.collector.trace_context import MAX_WAITING, TraceContextJoiner
+    from inferprobe.collector.ingest.trace_context import MAX_WAITING, TraceContextJoiner
+    from inferprobe.collector.model.timeline import SessionStats
 
     joiner = TraceContextJoiner(SessionStats())
     for k in range(MAX_WAITING + 10):

@@ -8,8 +8,8 @@ import socket
 import subprocess
 import sys
 
-from inferprobe.collector import targets
-from inferprobe.collector.unix_peers import self_paired_fds
+from inferprobe.collector.processes import targets
+from inferprobe.collector.processes.unix_peers import self_paired_fds
 
 
 def _unix_sockets_of(pid: int) -> dict[int, int]:

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import re
 
-from inferprobe.collector.events import UsdtProbe
-from inferprobe.collector.loader import BPF_DIR
+from inferprobe.collector.attach.loader import BPF_DIR
+from inferprobe.collector.model.events import UsdtProbe
 from inferprobe.probes import PROBES
 
 

@@ -20,8 +20,8 @@ import yaml
 from click.testing import CliRunner
 
 from inferprobe.cli.main import cli
-from inferprobe.collector.cpu_budget import parse_share
-from inferprobe.collector.segment_ring import parse_span
+from inferprobe.collector.attach.cpu_budget import parse_share
+from inferprobe.collector.model.segment_ring import parse_span
 from inferprobe.exporters.otlp import resolve_settings
 
 ROOT = Path(__file__).resolve().parents[3]

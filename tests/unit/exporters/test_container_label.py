@@ -1,7 +1,7 @@
 """The container_id label: on only where containers are traced, "" for a process in none, capped."""
 
-from inferprobe.collector.containers import ContainerInfo, ProcessIdentity
-from inferprobe.collector.timeline import Outcome, Request
+from inferprobe.collector.model.process_identity import ContainerInfo, ProcessIdentity
+from inferprobe.collector.model.timeline import Outcome, Request
 from inferprobe.exporters import metrics as m
 
 CID = "cd" * 32

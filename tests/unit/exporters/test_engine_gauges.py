@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from inferprobe.analyzers.live import LiveWindow
-from inferprobe.collector.engine_scrape import parse_exposition
-from inferprobe.collector.events import EventType, UsdtProbe, UsdtRecord
+from inferprobe.collector.attach.engine_scrape import parse_exposition
+from inferprobe.collector.model.events import EventType, UsdtProbe, UsdtRecord
 from inferprobe.exporters.metrics import Metrics
 from inferprobe.reports.terminal_top import plain_line
 
@@ -49,7 +49,7 @@ def test_top_shows_the_engine_gauges_and_leaves_out_its_own_scrapes():
 
 
 def test_llama_steps_give_running_sequences_and_stalls_live():
-    from inferprobe.collector.events import LlamaRunRecord, LlamaStepPhase, LlamaStepRecord
+    from inferprobe.collector.model.events import LlamaRunRecord, LlamaStepPhase, LlamaStepRecord
 
     m = Metrics({7: "llama-server"})
 

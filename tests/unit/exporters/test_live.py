@@ -6,7 +6,7 @@ from __future__ import annotations
 import struct
 from types import SimpleNamespace
 
-from inferprobe.collector.events import UsdtProbe as P
+from inferprobe.collector.model.events import UsdtProbe as P
 from inferprobe.exporters.clock import WallClock
 from inferprobe.exporters.live import LiveExport
 

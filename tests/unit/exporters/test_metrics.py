@@ -9,8 +9,8 @@ import subprocess
 import pytest
 from prometheus_client import generate_latest
 
-from inferprobe.collector.events import EventType, UsdtProbe, UsdtRecord
-from inferprobe.collector.timeline import Outcome, Request
+from inferprobe.collector.model.events import EventType, UsdtProbe, UsdtRecord
+from inferprobe.collector.model.timeline import Outcome, Request
 from inferprobe.exporters.metrics import MAX_MODELS, Metrics
 
 from tests.support.processes import inferprobe_cmd

@@ -11,7 +11,7 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
-from inferprobe.collector.timeline import Outcome, Request
+from inferprobe.collector.model.timeline import Outcome, Request
 from inferprobe.exporters.clock import OffsetSample, WallClock
 from inferprobe.exporters.otlp import SpanShipper, resource_attributes
 

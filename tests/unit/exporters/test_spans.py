@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from inferprobe.analyzers.decompose import phases_ns
 from inferprobe.analyzers.request_analysis import RequestAnalysis
-from inferprobe.collector.timeline import Outcome, Request, ServerRequest
+from inferprobe.collector.model.timeline import Outcome, Request, ServerRequest
 from inferprobe.exporters.spans import (
     TOKEN_EVENT,
     TOKEN_SUMMARY_EVENT,
@@ -111,7 +111,7 @@ def test_operation_names_and_server_info():
 
 
 def test_lock_and_gpu_waits_become_child_spans_after_the_phases():
-    from inferprobe.collector.timeline import WaitInterval
+    from inferprobe.collector.model.timeline import WaitInterval
 
     req = _streamed(3)
     t0 = req.t_ingress_ns
@@ -135,7 +135,7 @@ def test_lock_and_gpu_waits_become_child_spans_after_the_phases():
 
 
 def test_wait_spans_keep_the_longest_and_count_the_rest():
-    from inferprobe.collector.timeline import WaitInterval
+    from inferprobe.collector.model.timeline import WaitInterval
 
     req = _streamed(2)
     t0 = req.t_ingress_ns

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from inferprobe.collector.containers import ContainerInfo, ProcessIdentity
-from inferprobe.collector.timeline import Outcome, Request
+from inferprobe.collector.model.process_identity import ContainerInfo, ProcessIdentity
+from inferprobe.collector.model.timeline import Outcome, Request
 from inferprobe.exporters.clock import OffsetSample, WallClock
 from inferprobe.exporters.otlp import SpanShipper, resource_attributes
 

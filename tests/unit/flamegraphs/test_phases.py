@@ -3,8 +3,8 @@ ingest stage's requests and server view; no root needed."""
 
 from __future__ import annotations
 
-from inferprobe.collector.events import UsdtProbe as P
-from inferprobe.collector.ingest import ingest
+from inferprobe.collector.ingest.pipeline import ingest
+from inferprobe.collector.model.events import UsdtProbe as P
 from inferprobe.flamegraphs.phases import PhaseTagger
 
 from tests.factories import conn_open, request, sse_chunk, sse_headers, usdt

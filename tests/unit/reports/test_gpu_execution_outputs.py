@@ -11,7 +11,7 @@ from rich.console import Console
 
 from inferprobe.analyzers.gpu import summarize_gpu
 from inferprobe.analyzers.request_analysis import per_request
-from inferprobe.collector.timeline import Outcome, Request, ServerRequest
+from inferprobe.collector.model.timeline import Outcome, Request, ServerRequest
 from inferprobe.exporters.metrics import Metrics
 from inferprobe.exporters.spans import GPU_EXECUTION_SPAN, request_trace
 from inferprobe.reports.json_gpu import gpu_json

@@ -19,7 +19,7 @@ from inferprobe.analyzers.network import ConnectionNetwork
 from inferprobe.analyzers.report_data import ReportData, build
 from inferprobe.analyzers.sections import AnalyzerSection, FlameGraph, SourceState
 from inferprobe.analyzers.units import ms
-from inferprobe.collector.events import GpuCopyKind, GpuFunction
+from inferprobe.collector.model.events import GpuCopyKind, GpuFunction
 from inferprobe.flamegraphs.profile import Profile
 from inferprobe.reports.html import render_html
 from inferprobe.reports.json_report import to_json

@@ -1,0 +1,96 @@
+"""Probe sets: the groups of BPF programs `record` can turn on.
+
+A probe set is one bpf/<name>.bpf.c plus the Python that decides whether it
+applies to the targets, attaches what bcc does not attach by itself (USDT,
+uprobes, perf events), seeds its maps, and at the end snapshots whatever it
+aggregated in the kernel (stack maps, histograms) into the recording.
+
+All active sets are compiled as one translation unit by collector/attach/loader.py:
+one clang run at start-up, one ring buffer, one target filter. To add a set:
+write bpf/<name>.bpf.c (include "common.bpf.h"), subclass ProbeSet here, and
+list it in available_sets().
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from inferprobe.collector.attach.attach_failures import AttachFailures
+
+
+@dataclass
+class TargetContext:
+    """What every probe set may look at while preparing to attach."""
+
+    pids: list[int]  # the targets and their descendants
+    options: dict = field(default_factory=dict)  # per-set settings from the command line
+    # Per-process attaches that failed: recorded by the sets, said and counted by the recorder.
+    attach_failures: AttachFailures = field(default_factory=AttachFailures)
+
+
+class ProbeSet:
+    """Base class: a set that needs nothing beyond its tracepoints."""
+
+    name: str = ""
+    source: str = ""  # file name under bpf/
+    shared_sources: tuple[str, ...] = ()  # bpf/ files several sets use, pasted once before them
+    description: str = ""
+    observed_types: tuple[int, ...] = ()  # event types passed to observe() while recording
+    # Maps holding in-flight state (per connection, thread, pending call): the
+    # recorder reports their sizes so a leak would show (and tests check it).
+    state_maps: tuple[str, ...] = ()
+
+    def prepare(self, ctx: TargetContext) -> str | None:
+        """Looks at the targets; returns why the set cannot be used, or None."""
+        return None
+
+    def cflags(self) -> list[str]:
+        return []
+
+    def usdt_contexts(self) -> list:
+        """bcc USDT objects; they must exist before compiling (bcc generates
+        the argument readers from them)."""
+        return []
+
+    def attach_usdt(self, bpf, ctx: TargetContext) -> None:
+        """Attaches the probes of usdt_contexts(), right after the programs loaded. Here any
+        failure fails the load; a set whose targets come and go attaches per process instead."""
+        for context in self.usdt_contexts():
+            context.attach_uprobes(bpf, False)
+
+    def after_load(self, bpf, ctx: TargetContext) -> None:
+        """Attaches what bcc did not attach by itself and seeds maps."""
+
+    def refresh(self, bpf, ctx: TargetContext) -> list[str] | None:
+        """Called by `record` about once a second while recording: attach to
+        what appeared since (a library loaded later, a new child process),
+        sample user-space state (socket options, tcp_info), or keep the maps
+        of processes that may exit before the end. Returns lines worth
+        telling the user, if any."""
+        return None
+
+    def observe(self, raw: bytes) -> None:
+        """Sees each raw event of observed_types as it arrives (keep it cheap)."""
+
+    def snapshot(self, bpf) -> dict | None:
+        """Kernel-side aggregates to store in the recording when it stops."""
+        return None
+
+    def release(self) -> None:
+        """Drops native handles; called just before the BPF programs are detached."""
+
+
+def available_sets() -> dict[str, type[ProbeSet]]:
+    from inferprobe.collector.attach.probe_sets.gpu import GpuProbes
+    from inferprobe.collector.attach.probe_sets.host_wide import HostWideProbes
+    from inferprobe.collector.attach.probe_sets.llama import LlamaProbes
+    from inferprobe.collector.attach.probe_sets.locks import LockProbes
+    from inferprobe.collector.attach.probe_sets.network import NetworkProbes
+    from inferprobe.collector.attach.probe_sets.sockets import SocketProbes
+    from inferprobe.collector.attach.probe_sets.stacks import OffcpuProbes, ProfileProbes
+    from inferprobe.collector.attach.probe_sets.tls import TlsProbes
+    from inferprobe.collector.attach.probe_sets.usdt import UsdtProbes
+
+    # sockets first: the TLS set loads into the chain the sockets set set up.
+    return {cls.name: cls for cls in (SocketProbes, TlsProbes, UsdtProbes, NetworkProbes, ProfileProbes,
+                                      OffcpuProbes, LockProbes, GpuProbes, LlamaProbes, HostWideProbes)}

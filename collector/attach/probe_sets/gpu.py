@@ -1,0 +1,278 @@
+"""The GPU probe set (bpf/gpu.bpf.c): CUDA launches, waits, copies and allocations.
+
+Finds the CUDA driver (libcuda.so.*) and runtime (libcudart.so.*, also the
+copies bundled in wheels such as nvidia-cuda-runtime's or torch's) in every
+target's /proc/PID/maps and attaches uprobes to the functions of
+collector/model/gpu_catalog.py that the library exports. Libraries loaded later
+(torch maps libcuda only when CUDA is first used; engine worker processes
+start after the server) are picked up by refresh(), which `record` calls
+about once a second.
+
+Per process, not host-wide: a uprobe attached with a pid fires only in that
+process, so other processes using the same library file pay nothing.
+
+DRM: dma_fence and gpu_scheduler tracepoints are compiled in when the
+running kernel has them.
+
+CUPTI: a target that maps inferprobe's CUPTI shim (loaded by `inferprobe
+gpu-attach` or CUDA_INJECTION64_PATH, collector/binaries/cupti_shim.py) has its USDT
+probes attached too: what the GPU ran, by correlation id. bcc generates USDT
+argument readers when it compiles, so a shim loaded after `record` started is
+only noted; the next recording reads it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from inferprobe.collector.attach.probe_sets import ProbeSet, TargetContext
+from inferprobe.collector.attach.uprobe_attach import Probe, attach_functions
+from inferprobe.collector.binaries import cupti_shim
+from inferprobe.collector.model import gpu_catalog
+from inferprobe.collector.model.events import GpuFunction
+from inferprobe.collector.model.gpu_catalog import Category, Library
+from inferprobe.collector.processes import targets as target_procs
+from inferprobe.collector.processes.proc_maps import executable_files
+
+TRACEFS_EVENTS = Path("/sys/kernel/tracing/events")
+DEFAULT_RUN_MAX_LAUNCHES = 256
+DEFAULT_RUN_MAX_NS = 10_000_000
+# (tracefs directory, -D flag) of each DRM tracepoint gpu.bpf.c can use.
+DRM_TRACEPOINTS = {
+    "dma_fence/dma_fence_wait_start": "GPU_HAVE_DMA_FENCE",
+    "gpu_scheduler/drm_sched_job": "GPU_HAVE_DRM_SCHED_JOB",
+    "gpu_scheduler/drm_run_job": "GPU_HAVE_DRM_RUN_JOB",
+    "gpu_scheduler/drm_sched_process_job": "GPU_HAVE_DRM_SCHED_PROCESS_JOB",
+}
+DRM_COUNT_NAMES = ("drm_sched_job_by_targets", "drm_run_job_host", "drm_sched_process_job_host")
+HIST_SLOTS = 32
+SHIM_PROBES = ("api", "activity", "clock", "kernel_name", "status")
+
+
+@dataclass(frozen=True)
+class MappedLibrary:
+    pid: int
+    path: str  # as the process sees it (its mount namespace)
+    library: Library
+    file_key: tuple[int, int]  # (st_dev, st_ino): one file under many names
+
+    @property
+    def host_path(self) -> str:
+        """A path to the same file from here, also for a process in a container."""
+        return f"/proc/{self.pid}/root{self.path}"
+
+
+def cuda_libraries(pid: int) -> list[MappedLibrary]:
+    """The CUDA libraries pid has mapped (executable mappings only)."""
+    found = []
+    for mapped in executable_files(pid):
+        lib = gpu_catalog.classify_library(os.path.basename(mapped.path))
+        if lib is not None:
+            found.append(MappedLibrary(pid=pid, path=mapped.path, library=lib, file_key=mapped.file_key))
+    return found
+
+
+@dataclass(frozen=True)
+class HookedSymbol:
+    function: GpuFunction
+    symbol: str
+    address: int  # the symbol's value in the file; variants sharing one are hooked once
+
+
+def exported_functions(path: str, lib: Library) -> list[HookedSymbol]:
+    """The catalogue's functions (and their _v2/_ptsz/... variants) that path exports."""
+    from bcc import BPF
+
+    pattern = gpu_catalog.symbol_pattern(lib)
+    found: dict[int, HookedSymbol] = {}
+    for raw_name, address in BPF.get_user_functions_and_addresses(path, pattern.pattern):
+        symbol = raw_name.decode()
+        match = pattern.match(symbol)
+        if not match or address == 0:
+            continue
+        fn = gpu_catalog.BY_C_NAME[match.group(1)]
+        # Aliases share an address; prefer the plain name in what we report.
+        if address not in found or len(symbol) < len(found[address].symbol):
+            found[address] = HookedSymbol(function=fn, symbol=symbol, address=address)
+    return sorted(found.values(), key=lambda h: (h.function, h.symbol))
+
+
+def drm_tracepoints() -> dict[str, str]:
+    """DRM tracepoints of the running kernel that gpu.bpf.c can use: name -> flag."""
+    return {tp: flag for tp, flag in DRM_TRACEPOINTS.items() if (TRACEFS_EVENTS / tp).is_dir()}
+
+
+@dataclass
+class Attachment:
+    pid: int
+    path: str
+    library: str
+    t_attached_ns: int  # CLOCK_MONOTONIC: calls before this were not seen
+    symbols: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)  # symbol -> why
+
+
+class GpuProbes(ProbeSet):
+    name = "gpu"
+    state_maps = ("gpu_calls", "gpu_runs")
+    source = "gpu.bpf.c"
+    description = "CUDA launches, GPU waits, copies and allocations (uprobes), DRM fence waits"
+
+    def __init__(self) -> None:
+        self.mode = "auto"
+        self.run_max_launches = DEFAULT_RUN_MAX_LAUNCHES
+        self.run_max_ns = DEFAULT_RUN_MAX_NS
+        self.drm: dict[str, str] = {}
+        self.attachments: list[Attachment] = []
+        self._done: set[tuple[int, tuple[int, int]]] = set()  # (pid, file) attached or failed
+        self._symbols: dict[tuple[int, int], list[HookedSymbol]] = {}
+        self._pending: list[MappedLibrary] = []
+        self.shim_pids: dict[int, str] = {}  # pid -> the CUPTI shim's path as it maps it
+        self._shim_noted: set[int] = set()
+        self._shim_contexts: list = []
+
+    def prepare(self, ctx: TargetContext) -> str | None:
+        self.mode = ctx.options.get("gpu", "auto")
+        self.run_max_launches = int(ctx.options.get("gpu_run_max_launches", DEFAULT_RUN_MAX_LAUNCHES))
+        self.run_max_ns = int(ctx.options.get("gpu_run_max_ns", DEFAULT_RUN_MAX_NS))
+        self._pending = [lib for pid in ctx.pids for lib in cuda_libraries(pid)]
+        self.drm = drm_tracepoints()
+        self.shim_pids = {pid: path for pid in ctx.pids if (path := cupti_shim.mapped_shim(pid))}
+        if not self._pending and self.mode != "on":
+            return ("no target maps a CUDA library (libcuda.so, libcudart.so); "
+                    "record --gpu watches for one loaded later")
+        self.description = self._describe()
+        return None
+
+    def _describe(self) -> str:
+        libs = sorted({f"{m.library.value} ({m.path})" for m in self._pending})
+        uprobes = (f"uprobes on {', '.join(libs)}" if libs
+                   else "no CUDA library mapped yet: re-scanning every second")
+        drm = ", ".join(sorted(self.drm)) or "none in this kernel"
+        launches = ("every launch streamed" if self.run_max_launches == 1 else
+                    f"launches summed in the kernel per run of up to {self.run_max_launches}")
+        shim = (f"CUPTI shim in pid {', '.join(map(str, sorted(self.shim_pids)))}" if self.shim_pids
+                else "no CUPTI shim (GPU execution times: inferprobe gpu-attach)")
+        return f"CUDA calls via {uprobes}; {launches}; DRM tracepoints: {drm}; {shim}"
+
+    def cflags(self) -> list[str]:
+        return [f"-DGPU_RUN_MAX_LAUNCHES={self.run_max_launches}",
+                f"-DGPU_RUN_MAX_NS={self.run_max_ns}ULL",
+                *(f"-D{flag}" for flag in sorted(set(self.drm.values()))),
+                *(["-DGPU_HAVE_CUPTI_SHIM"] if self.shim_pids else [])]
+
+    def usdt_contexts(self) -> list:
+        from bcc import USDT
+
+        if not self._shim_contexts:
+            for pid in sorted(self.shim_pids):
+                context = USDT(pid=pid)
+                for name in SHIM_PROBES:
+                    context.enable_probe(probe=f"{cupti_shim.PROVIDER}:{name}", fn_name=f"gpu_shim_{name}")
+                self._shim_contexts.append(context)
+        return self._shim_contexts
+
+    def release(self) -> None:
+        # As in the usdt set: free bcc's USDT contexts before BPF.cleanup() (a
+        # double close in bcc 0.26), which also lowers the shim's semaphores.
+        self._shim_contexts.clear()
+        gc.collect()
+
+    def after_load(self, bpf, ctx: TargetContext) -> None:
+        for mapped in self._pending:
+            self._attach(bpf, mapped)
+        self._pending = []
+
+    def refresh(self, bpf, ctx: TargetContext) -> list[str]:
+        """Attaches to CUDA libraries that targets (and new children) mapped since."""
+        notes = []
+        for pid in target_procs.with_descendants(ctx.pids):
+            for mapped in cuda_libraries(pid):
+                if (pid, mapped.file_key) in self._done:
+                    continue
+                att = self._attach(bpf, mapped)
+                notes.append(f"gpu: attached to {len(att.symbols)} functions of {mapped.path} "
+                             f"in pid {pid}")
+            if pid not in self.shim_pids and pid not in self._shim_noted and cupti_shim.mapped_shim(pid):
+                self._shim_noted.add(pid)
+                notes.append(f"gpu: pid {pid} loaded the CUPTI shim after recording began; its GPU "
+                             "times are read by the next recording (run gpu-attach before record)")
+        return notes
+
+    def _attach(self, bpf, mapped: MappedLibrary) -> Attachment:
+        self._done.add((mapped.pid, mapped.file_key))
+        att = Attachment(pid=mapped.pid, path=mapped.path, library=mapped.library.value,
+                         t_attached_ns=0)
+        self.attachments.append(att)
+        symbols = self._symbols.get(mapped.file_key)
+        if symbols is None:
+            try:
+                symbols = exported_functions(mapped.host_path, mapped.library)
+            except Exception as err:  # bcc raises bare Exception for unreadable ELF files
+                att.failed["*"] = str(err)
+                return att
+            self._symbols[mapped.file_key] = symbols
+        hooked_names, failed = attach_functions(bpf, mapped.host_path, mapped.pid, [
+            (hooked.symbol, [Probe(hooked.address, f"gpu_enter_GPU_FN_{hooked.function.name}"),
+                             *([] if self._entry_only(hooked.function) else
+                               [Probe(hooked.address, f"gpu_return_GPU_FN_{hooked.function.name}",
+                                      on_return=True)])])
+            for hooked in symbols])
+        att.symbols.extend(hooked_names)
+        att.failed.update(failed)
+        att.t_attached_ns = time.monotonic_ns()
+        return att
+
+    @staticmethod
+    def _entry_only(fn: GpuFunction) -> bool:
+        # Driver launches are the innermost layer: no return probe (gpu.bpf.c).
+        return gpu_catalog.category(fn) == Category.LAUNCH and gpu_catalog.library(fn) == Library.DRIVER
+
+    def snapshot(self, bpf) -> dict:
+        return {
+            "mode": self.mode,
+            "run_max_launches": self.run_max_launches,
+            "run_max_ns": self.run_max_ns,
+            "drm_tracepoints": sorted(self.drm),
+            "cupti_shim": {str(pid): path for pid, path in sorted(self.shim_pids.items())},
+            "attachments": [vars(a) for a in self.attachments],
+            "functions": self._function_stats(bpf),
+            "open_runs": self._open_runs(bpf),
+            "drm_counts": self._drm_counts(bpf),
+        }
+
+    @staticmethod
+    def _function_stats(bpf) -> dict[str, dict]:
+        table = bpf[b"gpu_fn_stats"]
+        out = {}
+        for fn in GpuFunction:
+            per_cpu = table[ctypes.c_int(int(fn))]
+            total = {"calls": 0, "nested": 0, "errors": 0, "total_ns": 0, "bytes": 0}
+            hist = [0] * HIST_SLOTS
+            for cpu in per_cpu:
+                for key in total:
+                    total[key] += getattr(cpu, key)
+                for i in range(HIST_SLOTS):
+                    hist[i] += cpu.hist[i]
+            if total["calls"] or total["nested"]:
+                out[fn.name] = {**total, "hist_log2_ns": hist}
+        return out
+
+    @staticmethod
+    def _open_runs(bpf) -> list[dict]:
+        """Launch runs not yet sent (no step boundary since): kept so no launch is lost."""
+        runs = []
+        for key, run in bpf[b"gpu_runs"].items():
+            runs.append({"pid": run.pid, "tid": key.value, "first_ns": run.first_ns, "last_ns": run.last_ns,
+                         "launch_ns": run.launch_ns, "kernels": run.kernels, "graphs": run.graphs})
+        return runs
+
+    @staticmethod
+    def _drm_counts(bpf) -> dict[str, int]:
+        table = bpf[b"gpu_drm_counts"]
+        return {name: int(sum(table[ctypes.c_int(i)])) for i, name in enumerate(DRM_COUNT_NAMES)}

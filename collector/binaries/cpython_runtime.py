@@ -1,0 +1,103 @@
+"""Where CPython's _PyRuntime lies in a live process, and which version it is.
+
+The Python frame walk (collector/binaries/python_threads.py) starts from _PyRuntime:
+its interpreter list leads to every thread state. The locks set uses its
+extent, for this reason:
+
+CPython 3.11 keeps the GIL's condition variable and mutex (and the
+forced-switch pair) inline in the _PyRuntime global (ceval.gil); every other
+lock of the runtime there is a pointer to a heap semaphore (PyThread_type_lock).
+So a futex word inside _PyRuntime is the GIL's: a thread waiting on the GIL's
+mutex for a few microseconds, too short for the stack scan, is known as a GIL
+wait by its address alone (analyzers/locks.py, docs/locks.md).
+
+Looked up at record time, while the process exists, in the executables and
+libpython libraries it maps (opened through /proc/PID/root, so a process in
+a container is read from its own files).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+from elftools.common.exceptions import ELFError
+from elftools.elf.elffile import ELFFile
+from elftools.elf.sections import SymbolTableSection
+
+from inferprobe.collector.binaries.elf_symbols import elf_file
+from inferprobe.collector.processes.proc_maps import read_maps
+
+SYMBOL = "_PyRuntime"
+VERSION_SYMBOL = "Py_Version"  # const unsigned long, PY_VERSION_HEX (3.11+)
+_VERSION_IN_NAME = re.compile(r"python(\d)\.(\d+)")
+
+
+@dataclass(frozen=True)
+class Interpreter:
+    """The CPython a process runs, as its mappings and ELF symbols tell."""
+
+    path: str  # the executable or libpython defining _PyRuntime (as the process sees it)
+    runtime: int  # address of _PyRuntime in the process
+    runtime_size: int
+    version_addr: int | None  # address of Py_Version, where the build exports it
+    name_version: tuple[int, int] | None  # the version in the file's name (python3.11, libpython3.11.so)
+
+
+def _is_candidate(path: str) -> bool:
+    # An interpreter binary (python3.11) or libpython3.11.so.1.0: other
+    # libraries (CUDA, torch) are large and never define the symbol.
+    name = os.path.basename(path)
+    return name.startswith("python") or name.startswith("libpython")
+
+
+def _symbols(path: str) -> tuple[dict[str, tuple[int, int]], bool] | None:
+    """{name: (value, size)} of SYMBOL and VERSION_SYMBOL in path, and whether it is position-independent."""
+    found: dict[str, tuple[int, int]] = {}
+    try:
+        with open(path, "rb") as f:
+            elf = ELFFile(f)
+            for secname in (".dynsym", ".symtab"):
+                sec = elf.get_section_by_name(secname)
+                if not isinstance(sec, SymbolTableSection):
+                    continue
+                for name in (SYMBOL, VERSION_SYMBOL):
+                    for sym in sec.get_symbol_by_name(name) or ():
+                        if sym["st_info"]["type"] == "STT_OBJECT" and sym["st_value"] and sym["st_size"]:
+                            found.setdefault(name, (sym["st_value"], sym["st_size"]))
+            relocated = elf["e_type"] != "ET_EXEC"
+    except (OSError, ELFError, ValueError):
+        return None
+    return (found, relocated) if SYMBOL in found else None
+
+
+def find_interpreter(pid: int) -> Interpreter | None:
+    """The CPython in pid's address space, or None (not CPython, or its symbols are stripped)."""
+    maps = [m for m in read_maps(pid) if _is_candidate(m.path)]
+    for path in dict.fromkeys(m.path for m in maps):
+        host_path = f"/proc/{pid}/root{path}"
+        found = _symbols(host_path)
+        if found is None:
+            continue
+        symbols, relocated = found
+        bias = 0
+        if relocated:
+            first = min((m for m in maps if m.path == path), key=lambda m: m.start)
+            elf = elf_file(host_path)
+            vaddr = elf.vaddr_of_offset(first.offset) if elf is not None else None
+            if vaddr is None:
+                continue
+            bias = first.start - vaddr
+        value, size = symbols[SYMBOL]
+        version = symbols.get(VERSION_SYMBOL)
+        named = _VERSION_IN_NAME.search(os.path.basename(path))
+        return Interpreter(path, bias + value, size, bias + version[0] if version else None,
+                           (int(named.group(1)), int(named.group(2))) if named else None)
+    return None
+
+
+def runtime_range(pid: int) -> tuple[int, int] | None:
+    """[start, end) of _PyRuntime in pid's address space, or None (not CPython)."""
+    interp = find_interpreter(pid)
+    return (interp.runtime, interp.runtime + interp.runtime_size) if interp is not None else None

@@ -1,0 +1,217 @@
+"""Python stacks for the stack sets: the BPF maps fed, the kernel's stacks named and merged.
+
+PythonTargets keeps, per traced CPython process, its checked layout
+(collector/binaries/python_threads.py) and a code-object cache (collector/
+python_code.py). It fills python_layouts and python_threads
+(bpf/python_stacks.bpf.c) at attach and on each refresh, names every
+process it could not walk (unsupported()), and turns a python_stacks entry
+into frames.
+
+splice() merges those frames into the native stack, root first. In 3.11+
+one C call of _PyEval_EvalFrameDefault runs several Python frames (calls
+between Python functions do not recurse in C); the walk marks where each C
+call's frames begin (3.11 is_entry, 3.12+ the owner-CSTACK shim; in 3.10
+every frame is its own call), so the k-th eval-loop frame from the leaf is
+replaced by the k-th group of Python frames from the leaf and the flame
+graph reads handler -> engine.step -> torch... When the native walk did not
+reach that far (libpython without frame pointers: the usual case for
+distribution and pyenv builds), the Python frames that have no eval-loop
+frame to stand in for are put first, then NATIVE_GAP, then what the native
+walk found: the Python part is whole, the native part between is unknown.
+"""
+
+from __future__ import annotations
+
+import os
+import weakref
+from dataclasses import dataclass, field
+
+from inferprobe.collector.binaries import python_threads
+from inferprobe.collector.binaries.python_code import CodeResolver
+from inferprobe.collector.binaries.python_layouts import LayoutProblem, PythonLayout
+from inferprobe.collector.binaries.python_threads import PythonProcess
+from inferprobe.collector.model.stack_markers import NATIVE_GAP, TRUNCATED, UNREADABLE
+
+EVAL_FRAMES = frozenset({"_PyEval_EvalFrameDefault"})
+LAYOUT_CFRAME = 0x1  # PYTHON_LAYOUT_CFRAME, bpf/python_frames.bpf.h
+LAYOUT_PTHREAD_TID = 0x2  # PYTHON_LAYOUT_PTHREAD_TID
+OWNED_BY_CSTACK = 3
+_EXIT_HOOKED: weakref.WeakSet = weakref.WeakSet()  # bcc programs whose python_thread_exit is attached
+CODE_MASK = (1 << 56) - 1  # the frame's code field carries the entry/owner byte in bits 56-63
+
+
+def bpf_layout_fields(proc: PythonProcess) -> dict[str, int]:
+    """struct python_layout's values for one checked CPython process."""
+    layout = proc.layout
+    pthread = layout.tstate_native_thread_id is None
+    return {
+        "flags": (LAYOUT_CFRAME if layout.cframe_frame is not None else 0)
+        | (LAYOUT_PTHREAD_TID if pthread else 0),
+        "tstate_frame": layout.tstate_frame,
+        "cframe_frame": layout.cframe_frame or 0,
+        "frame_previous": layout.frame_previous,
+        "frame_code": layout.frame_code,
+        "frame_instr": layout.frame_instr,
+        "frame_entry": layout.frame_entry if layout.frame_entry is not None else 0,
+        "frame_read": layout.frame_read,
+        "interp_threads_head": layout.interp_threads_head,
+        "tstate_next": layout.tstate_next,
+        "tstate_tid": layout.tstate_thread_id if pthread else (layout.tstate_native_thread_id or 0),
+        "pthread_tid": proc.pthread_tid_offset or 0,
+        "interp": proc.main_interpreter or 0,
+        **_pid_namespace(proc.pid),
+    }
+
+
+def _pid_namespace(pid: int) -> dict[str, int]:
+    """The process's pid namespace for BPF, where it is not this one's (0s: the same)."""
+    try:
+        theirs, ours = os.stat(f"/proc/{pid}/ns/pid"), os.stat("/proc/self/ns/pid")
+    except OSError:
+        return {"pidns_dev": 0, "pidns_ino": 0}
+    if (theirs.st_dev, theirs.st_ino) == (ours.st_dev, ours.st_ino):
+        return {"pidns_dev": 0, "pidns_ino": 0}
+    return {"pidns_dev": theirs.st_dev, "pidns_ino": theirs.st_ino}
+
+
+def segments(layout: PythonLayout, raw: list[tuple[int, int]]) -> list[list[tuple[int, int]]]:
+    """Raw (code field, instruction) frames, innermost first, grouped by C call of the
+    eval loop (innermost group first); shim frames dropped."""
+    groups: list[list[tuple[int, int]]] = [[]]
+    kind = layout.entry_kind
+    for code_field, instr in raw:
+        marker = code_field >> 56
+        frame = (code_field & CODE_MASK, instr)
+        if kind == "owner-shim" and marker == OWNED_BY_CSTACK:
+            groups.append([])
+            continue
+        groups[-1].append(frame)
+        if kind == "every-frame" or (kind == "is-entry" and marker):
+            groups.append([])
+    return [g for g in groups if g]
+
+
+def splice(native: list[str], python_groups: list[list[str]]) -> list[str]:
+    """Native frames (root first) with the Python frame groups (innermost group first, each
+    group innermost first) in place of the eval-loop frames."""
+    if not python_groups:
+        return native
+    # A CPython run with -X perf also names its trampolines from the perf map
+    # (py::function:file): the walked frames say the same, with lines.
+    native = [name for name in native if not name.startswith("py::")]
+    evals = [i for i, name in enumerate(native) if name in EVAL_FRAMES]
+    matched = min(len(evals), len(python_groups))
+    # innermost eval frame <-> innermost group
+    replace = {evals[len(evals) - 1 - k]: python_groups[k] for k in range(matched)}
+    out: list[str] = []
+    unmatched = python_groups[matched:]
+    if unmatched:
+        for group in reversed(unmatched):
+            out.extend(reversed(group))
+        out.append(NATIVE_GAP)
+    for i, name in enumerate(native):
+        if name == TRUNCATED and unmatched:
+            continue  # the gap marker says it
+        if i in replace:
+            out.extend(reversed(replace[i]))
+        else:
+            out.append(name)
+    return out
+
+
+@dataclass
+class PythonTargets:
+    """The traced CPython processes, as the stack sets see them."""
+
+    processes: dict[int, PythonProcess] = field(default_factory=dict)
+    problems: dict[int, str] = field(default_factory=dict)  # pid -> why its frames are not walked
+    not_python: set[int] = field(default_factory=set)
+    resolvers: dict[int, CodeResolver] = field(default_factory=dict)
+
+    def _attach(self, pid: int) -> PythonProcess | None:
+        if pid in self.processes:
+            return self.processes[pid]
+        if pid in self.not_python or pid in self.problems:
+            return None
+        try:
+            proc = python_threads.attach(pid)
+        except LayoutProblem as e:
+            self.problems[pid] = str(e)
+            return None
+        except OSError:
+            return None  # gone
+        if proc is None:
+            self.not_python.add(pid)
+            return None
+        self.processes[pid] = proc
+        self.resolvers[pid] = CodeResolver(proc.memory, proc.layout)
+        return proc
+
+    @staticmethod
+    def _attach_exit_hook(bpf) -> None:
+        # one program for every set: the first PythonTargets of this bpf attaches it
+        if bpf not in _EXIT_HOOKED:
+            bpf.attach_tracepoint(tp=b"sched:sched_process_exit", fn_name=b"python_thread_exit")
+            _EXIT_HOOKED.add(bpf)
+
+    def refresh(self, bpf, pids: list[int]) -> None:
+        """Attaches to new CPython processes and writes every thread's state address to BPF
+        (BPF looks up threads started since in the interpreter's list itself)."""
+        self._attach_exit_hook(bpf)
+        layouts, threads = bpf["python_layouts"], bpf["python_threads"]
+        for pid in pids:
+            known = pid in self.processes
+            proc = self._attach(pid)
+            if proc is None:
+                continue
+            if not known:
+                leaf = layouts.Leaf()
+                for name, value in bpf_layout_fields(proc).items():
+                    setattr(leaf, name, value)
+                layouts[layouts.Key(pid)] = leaf
+            before = set(proc.tstates)
+            try:
+                now = proc.threads()
+            except OSError:
+                continue
+            for tid, tstate in now.items():
+                threads[threads.Key(tid)] = threads.Leaf(tstate)
+            for tid in before - set(now):
+                try:
+                    del threads[threads.Key(tid)]
+                except KeyError:
+                    pass
+
+    def unsupported(self) -> dict[int, str]:
+        return dict(self.problems)
+
+    def version_of(self, pid: int) -> str | None:
+        proc = self.processes.get(pid)
+        return f"{proc.version[0]}.{proc.version[1]}" if proc else None
+
+    def frames(self, pid: int, entry) -> list[list[str]]:
+        """A python_stacks entry of pid as groups of frame labels (innermost group first)."""
+        proc, resolver = self.processes.get(pid), self.resolvers.get(pid)
+        if proc is None or resolver is None:
+            return []
+        depth = min(int(entry.depth), len(entry.frames))
+        raw = [(int(entry.frames[i].code), int(entry.frames[i].instr)) for i in range(depth)]
+        out = []
+        for group in segments(proc.layout, raw):
+            labels = []
+            for code, instr in group:
+                frame = resolver.frame(code, instr)
+                labels.append(frame.label if frame else UNREADABLE)
+            out.append(labels)
+        return out
+
+    def close(self) -> None:
+        for proc in self.processes.values():
+            proc.memory.close()
+        self.processes.clear()
+
+
+def read_stacks(bpf) -> dict[int, object]:
+    """python_stacks: id -> entry (ctypes), read once."""
+    return {int(k.value): v for k, v in bpf["python_stacks"].items()}
+
