@@ -7,6 +7,7 @@ problems the user can fix).
 
 from __future__ import annotations
 
+import importlib
 import sys
 
 import click
@@ -23,7 +24,37 @@ def _version() -> str:
         return "0+unknown"
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+# Each command by the module that defines it, imported only when that command runs (or
+# `--help` lists them all): `record` pulls in bcc, the loader and every probe set, which an
+# offline `report` on a laptop never needs. click's documented lazy-loading pattern.
+COMMANDS = {
+    "advise": "inferprobe.cli.advise:advise",
+    "agent": "inferprobe.cli.agent:agent",
+    "demo": "inferprobe.cli.demo:demo",
+    "doctor": "inferprobe.cli.doctor:doctor",
+    "export": "inferprobe.cli.export:export",
+    "flamegraph": "inferprobe.cli.flamegraph:flamegraph",
+    "gpu-attach": "inferprobe.cli.gpu_attach:gpu_attach",
+    "record": "inferprobe.cli.record:record",
+    "report": "inferprobe.cli.report:report",
+    "top": "inferprobe.cli.top:top",
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS:
+            return None
+        module, _, attr = COMMANDS[cmd_name].partition(":")
+        command = getattr(importlib.import_module(module), attr)
+        assert isinstance(command, click.Command) and command.name == cmd_name, COMMANDS[cmd_name]
+        return command
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(_version(), prog_name="inferprobe")
 def cli() -> None:
     """eBPF latency tracing for LLM inference servers.
@@ -31,33 +62,6 @@ def cli() -> None:
     Run `inferprobe doctor` first on a new host, then `inferprobe record`
     next to a running server and `inferprobe report` on the recording.
     """
-
-
-def _register() -> None:
-    from inferprobe.cli.advise import advise
-    from inferprobe.cli.agent import agent
-    from inferprobe.cli.demo import demo
-    from inferprobe.cli.doctor import doctor
-    from inferprobe.cli.export import export
-    from inferprobe.cli.flamegraph import flamegraph
-    from inferprobe.cli.gpu_attach import gpu_attach
-    from inferprobe.cli.record import record
-    from inferprobe.cli.report import report
-    from inferprobe.cli.top import top
-
-    cli.add_command(advise)
-    cli.add_command(agent)
-    cli.add_command(demo)
-    cli.add_command(doctor)
-    cli.add_command(export)
-    cli.add_command(record)
-    cli.add_command(report)
-    cli.add_command(top)
-    cli.add_command(flamegraph)
-    cli.add_command(gpu_attach)
-
-
-_register()
 
 
 def main(argv: list[str] | None = None) -> int:
