@@ -8,7 +8,7 @@ different layout still walks right.
 
 3.10, 3.11 and 3.12 publish nothing, so TABLE holds their offsets, taken
 with offsetof() from each version's own headers (internal/pycore_*.h; the
-unit test tests/unit/collector/test_python_layouts.py recompiles that where
+unit test tests/unit/collector/binaries/test_python_layouts.py recompiles that where
 the headers are installed and compares). Within a minor version these
 structs do not change (CPython keeps them stable for debuggers), but a
 table is only trusted after it is checked against the live process

@@ -3,9 +3,9 @@
 The layouts themselves (ctypes structs, enums, flags, #define constants) are
 generated from the header into collector/model/layout_generated.py and re-exported
 here, so the rest of inferprobe imports them from this module. This is the
-only Python module that reads event bytes. tests/unit/collector/test_event_layout.py
+only Python module that reads event bytes. tests/unit/collector/model/test_event_layout.py
 checks the generated mirrors against the header compiled by the host C
-compiler, tests/unit/collector/test_layout_generated.py that the generated file is
+compiler, tests/unit/collector/model/test_layout_generated.py that the generated file is
 up to date, and tests/integration/bpf/test_layout_bcc.py that bcc compiles the same sizes.
 
 Unknown values, one policy: a value outside its C enum (an event type, a USDT
@@ -810,7 +810,7 @@ class Decoder:
 
 # Which struct each event type carries and how it becomes a record. A new
 # event type is one line here (and its struct in bpf/inferprobe.h); a type
-# missing here fails tests/unit/collector/test_event_layout.py.
+# missing here fails tests/unit/collector/model/test_event_layout.py.
 DECODERS: dict[EventType, Decoder] = {
     EventType.CONN_OPEN: Decoder(ConnEvent, _conn),
     EventType.CONN_CLOSE: Decoder(ConnEvent, _conn),

@@ -1,6 +1,6 @@
 // A Go crypto/tls echo server that states, for each connection, the address
 // of its *tls.Conn and the socket fd underneath: the ground truth the Go TLS
-// tests (tests/integration/collector/test_go_binary_real.py) check the
+// tests (tests/integration/collector/binaries/test_go_binary_real.py) check the
 // tracer's struct offsets and return-instruction probes against.
 //
 // The certificate is made in the process (a throwaway ECDSA key), so the

@@ -1,6 +1,6 @@
 /* python_offsets.c: offsetof() of what the Python frame walk reads, from one CPython's
  * own headers (compiled with -I<prefix>/include/python3.X); prints JSON.
- * tests/unit/collector/test_python_layouts.py compares it with collector/binaries/python_layouts.py. */
+ * tests/unit/collector/binaries/test_python_layouts.py compares it with collector/binaries/python_layouts.py. */
 #define Py_BUILD_CORE 1
 #include <Python.h>
 #include <stddef.h>

@@ -1,5 +1,5 @@
 """Shared by the probe tests (tests/unit/probes, tests/integration/probes,
-tests/integration/collector/test_usdt_set.py): known probe values, child
+tests/integration/collector/attach/test_usdt_set.py): known probe values, child
 processes that fire every probe, a bcc tracer that reads every argument, and
 a reader for .note.stapsdt. The children are beside this file.
 

@@ -105,7 +105,7 @@ def _has_frame_pointers(python: str) -> bool:
 @pytest.mark.skipif(PY312 is None, reason="no CPython 3.12+ on this host (Debian 12 ships 3.11 and "
                     "this machine reaches no python.org or GitHub builds): the perf trampoline "
                     "cannot be exercised; the perf map reader is covered by "
-                    "tests/unit/collector/test_symbolizer.py")
+                    "tests/unit/collector/binaries/test_symbolizer.py")
 def test_python_perf_trampoline_names_python_functions(tmp_path):
     script = tmp_path / "spin.py"
     script.write_text(

@@ -5,7 +5,7 @@ this test checks them another way: it compiles a small C program that
 includes the header with the host compiler and prints sizeof / offsetof of
 every mirrored struct and the value of every mirrored enum member, flag and
 constant, then compares. Needs no root. That the mirror holds everything the
-header declares is tests/unit/collector/test_layout_generated.py's part.
+header declares is tests/unit/collector/model/test_layout_generated.py's part.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from inferprobe.collector.binaries.python_layouts import (
 )
 from inferprobe.collector.binaries.python_threads import ProcessMemory
 
-SOURCE = Path(__file__).resolve().parents[2] / "programs" / "python_offsets.c"
+SOURCE = Path(__file__).resolve().parents[3] / "programs" / "python_offsets.c"
 PYENV = Path("/root/.pyenv/versions")
 HEADERS = {
     (3, 10): sorted(PYENV.glob("3.10.*/include/python3.10")),

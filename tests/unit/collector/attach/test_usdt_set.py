@@ -1,6 +1,6 @@
 """The recorder's USDT probe set follows the probe library's table: ids and the arguments read.
 
-What the kernel then sends back is tests/integration/collector/test_usdt_set.py.
+What the kernel then sends back is tests/integration/collector/attach/test_usdt_set.py.
 """
 
 from __future__ import annotations

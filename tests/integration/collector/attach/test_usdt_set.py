@@ -3,7 +3,7 @@
 tests/*/probes check the library with a tracer of its own; this checks that
 what `record` compiles (bpf/usdt.bpf.c) and decodes (collector/model/events.py)
 gives back every firing exactly. That it follows the same table is
-tests/unit/collector/test_usdt_set.py.
+tests/unit/collector/attach/test_usdt_set.py.
 """
 
 from __future__ import annotations

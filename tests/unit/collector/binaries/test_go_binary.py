@@ -1,7 +1,7 @@
 """Go binary analysis on inputs built here byte by byte: build info in both layouts, Go's
 function table in both layouts, return instructions found by decoding, not by byte value.
 
-The same code on real binaries built with Go: tests/integration/collector/test_go_binary_real.py.
+The same code on real binaries built with Go: tests/integration/collector/binaries/test_go_binary_real.py.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ import pytest
 
 from inferprobe.collector.attach.engine_scrape import Scraper, discover, parse_exposition, parse_url, probe
 
-FIXTURE = (Path(__file__).parents[2] / "fixtures" / "engine_metrics" / "vllm.prom").read_text()
+FIXTURE = (Path(__file__).parents[3] / "fixtures" / "engine_metrics" / "vllm.prom").read_text()
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
