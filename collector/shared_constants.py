@@ -5,8 +5,9 @@ bpf/inferprobe.h through the generated layout (collector/model/layout_generated.
 and a value only Python decides is written here. The rest of inferprobe
 imports them from this module; tests/unit/collector/test_shared_constants.py
 ties the copies that cannot import (the alert rule, the dashboard, the
-README) to them. It sits in collector/, the bottom of the data flow, because
-every layer above may import collector/ and nothing else is common to all.
+README and docs/) to them. It sits in collector/, the bottom of the data
+flow, because every layer above may import collector/ and nothing else is
+common to all.
 
 The GPU category limits are GPU_FN_FIRST_* of the layout, used by
 collector/model/gpu_catalog.py and collector/model/events.py.

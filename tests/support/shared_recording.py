@@ -1,7 +1,7 @@
 """Several servers (or clients) of one test module recorded under one recorder.
 
-A recording's compile and attach is most of a test case's time (README: what a
-test recording costs), so a module whose cases can run one after the other
+A recording's compile and attach is most of a test case's time (docs/tests.md:
+what a test recording costs), so a module whose cases can run one after the other
 starts them all, records them together and gives each test its own process's
 part of the report. A case that cannot start here (a missing stack) is skipped
 alone, with its reason, and the others run.

@@ -1,8 +1,8 @@
 """The copies of the shared constants that cannot import them say the same numbers.
 
 collector/shared_constants.py holds each number once; Python imports it. The
-alert rule, the dashboard, the README and the header's own comments restate
-some of them as text: a change on one side only fails here.
+alert rule, the dashboard, the prose (README.md, docs/) and the header's own
+comments restate some of them as text: a change on one side only fails here.
 """
 
 from __future__ import annotations
@@ -73,10 +73,10 @@ def test_the_docs_name_the_same_threshold():
 
 
 def test_the_window_geometry_in_prose_is_the_kernels():
-    readme = " ".join((REPO / "README.md").read_text().split())
+    prose = " ".join((REPO / "docs" / "how-requests-are-found.md").read_text().split())
     assert (f"over its first {shared.SSE_SCANNED_BYTES_PLAIN:,} bytes "
-            f"({shared.SSE_SCANNED_BYTES_VECTORED:,} for a vectored write)") in readme
-    assert f"overlapping the one before by {shared.WINDOW_OVERLAP} bytes" in readme
+            f"({shared.SSE_SCANNED_BYTES_VECTORED:,} for a vectored write)") in prose
+    assert f"overlapping the one before by {shared.WINDOW_OVERLAP} bytes" in prose
     header = " ".join(re.sub(r"\n\s*\* ", " ", (REPO / "bpf" / "inferprobe.h").read_text()).split())
     assert (f"{shared.SCAN_HEAD_BYTES} + {shared.MAX_BODY_WINDOWS} * {shared.SSE_WINDOW_STEP} "
             f"= {shared.SSE_SCANNED_BYTES_PLAIN} bytes") in header
