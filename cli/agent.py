@@ -20,7 +20,6 @@ import click
 from inferprobe.cli.export_options import otlp_options
 from inferprobe.cli.host_wide_options import host_wide_filters, host_wide_options, listening_now
 from inferprobe.cli.options import apply_kernel_headers, duration_option, kernel_headers_option
-from inferprobe.cli.record import _meta, _own_rss_kb, _Stop
 from inferprobe.collector.attach import attach_failures, cpu_budget
 from inferprobe.collector.model import segment_ring
 from inferprobe.collector.processes import host_wide
@@ -90,14 +89,6 @@ def _say_attach_failures(tracer, agent_metrics) -> None:
         agent_metrics.set_attach_failures(failures.by_set)
 
 
-class _Reopen:
-    def __init__(self) -> None:
-        self.asked = False
-
-    def __call__(self, _signum, _frame) -> None:
-        self.asked = True
-
-
 @click.command(epilog=EXAMPLES)
 @host_wide_options
 @click.option("--ring", "ring_dir", type=click.Path(file_okay=False), default=DEFAULT_RING,
@@ -127,9 +118,9 @@ def agent(all_hosts, ports, comm, cgroup, ring_dir, keep, segment, max_cpu, otlp
     the last --keep of recordings in --ring for `inferprobe report --last`,
     and holds tracing under --max-cpu by sampling connections.
     """
-    from inferprobe.collector.attach.event_stream import EventStream
     from inferprobe.collector.attach.loader import load_tracer
     from inferprobe.collector.attach.probe_sets.host_wide import host_wide_set
+    from inferprobe.collector.attach.session import Session, own_rss_kb, recording_meta
     from inferprobe.collector.model.connection_tallies import read_tallies
     from inferprobe.exporters.agent_metrics import AgentMetrics
     from inferprobe.exporters.setup import bind_prometheus, start_live_export
@@ -148,12 +139,11 @@ def agent(all_hosts, ports, comm, cgroup, ring_dir, keep, segment, max_cpu, otlp
     tracer = _load(load_tracer, filters, pages)
     host = host_wide_set(tracer)
     budget = cpu_budget.CpuBudget(max_cpu)
-    ring = reader = live = None
-    stop, reopen = _Stop(), _Reopen()
+    ring = session = live = None
     last_sample: dict = {}
     try:
         stats_on = budget.start()
-        meta = _meta(tracer, sys.argv)
+        meta = recording_meta(tracer, sys.argv)
         meta["host_wide"] = {"filters": filters.as_dict()}
         meta["agent"] = {"max_cpu_share": max_cpu, "keep_s": keep, "segment_s": segment,
                          "bpf_stats": stats_on}
@@ -161,8 +151,9 @@ def agent(all_hosts, ports, comm, cgroup, ring_dir, keep, segment, max_cpu, otlp
 
         def closing_stats() -> dict:
             counters = tracer.counters()
+            reader = session.reader if session is not None else None
             return {"duration_s": time.monotonic() - started, "lost_events": counters["events_lost"],
-                    "events_received": reader.events if reader else 0, "rss_kb": _own_rss_kb(),
+                    "events_received": reader.events if reader else 0, "rss_kb": own_rss_kb(),
                     "h2_header_tables": reader.h2_header_tables if reader else 0,
                     "sampling": {**last_sample, **host.counters(tracer.bpf)},
                     "attach_failures": tracer.ctx.attach_failures.as_dict(),
@@ -174,55 +165,57 @@ def agent(all_hosts, ports, comm, cgroup, ring_dir, keep, segment, max_cpu, otlp
         def to_ring(chunk: bytes) -> None:
             ring.writer.add_ring_chunk(chunk)   # the current segment, whichever it is now
 
-        reader = EventStream(tracer, tracer.tap(to_ring if live is None else live.tee(to_ring)))
-        signal.signal(signal.SIGTERM, stop)
-        signal.signal(signal.SIGINT, stop)
-        signal.signal(signal.SIGHUP, reopen)
+        sink = to_ring if live is None else live.tee(to_ring)
+        session = Session(tracer, tracer.tap(sink), duration_s=duration)
+        reopen_asked = False
+
+        def reopen(_signum: int) -> None:
+            nonlocal reopen_asked
+            reopen_asked = True
+
+        session.on_signal(signal.SIGHUP, reopen)
         click.echo(f"inferprobe: attached host-wide ({len(tracer.pids)} process(es) serving now), "
                    f"ring {ring_dir} keeping {keep:g} s, CPU budget "
                    f"{'none' if max_cpu is None else f'{max_cpu:.2%} of a CPU'}"
                    f"{'' if stats_on else ' (BPF run-time statistics refused: agent CPU only)'}")
         _say_attach_failures(tracer, agent_metrics)
         sys.stdout.flush()
-        next_flush = started + 1.0
-        next_budget = started + BUDGET_INTERVAL_S
-        end_reason = "duration"
         lost = 0
-        while True:
-            reader.poll(100)
-            now = time.monotonic()
+
+        def each_poll(_now: float) -> None:
+            nonlocal reopen_asked
             if live is not None:
                 live.tick(lost)
-            if stop.reason:
-                end_reason = stop.reason
-                break
-            if duration is not None and now - started >= duration:
-                break
-            if reopen.asked or ring.due():
-                reopen.asked = False
+            if reopen_asked or ring.due():
+                reopen_asked = False
                 ring.rotate(tracer.snapshots())
-            if now >= next_budget:
-                next_budget = now + BUDGET_INTERVAL_S
-                last_sample = budget.sample().as_dict()
-                if max_cpu is not None and last_sample["follow_ratio"] != host.follow_ratio:
-                    host.set_follow_ratio(tracer.bpf, last_sample["follow_ratio"])
-                if tally_metrics is not None:
-                    tally_metrics.set(read_tallies(tracer.bpf))
-                if agent_metrics is not None:
-                    agent_metrics.update(last_sample, host.counters(tracer.bpf), len(host.target_names()),
-                                         ring.bytes_on_disk(), max_cpu)
-            if now >= next_flush:
-                next_flush = now + 1.0
-                for note in tracer.refresh():
-                    click.echo(f"inferprobe: {note}")
-                _say_attach_failures(tracer, agent_metrics)
-                sys.stdout.flush()
-                if live is not None and live.metrics is not None:
-                    live.metrics.set_targets(host.target_names())
-                stats = closing_stats()
-                lost = stats["lost_events"]
-                ring.writer.flush(stats={"t": now - started, **stats})
-        reader.drain()
+
+        def hold_budget(_now: float) -> None:
+            nonlocal last_sample
+            last_sample = budget.sample().as_dict()
+            if max_cpu is not None and last_sample["follow_ratio"] != host.follow_ratio:
+                host.set_follow_ratio(tracer.bpf, last_sample["follow_ratio"])
+            if tally_metrics is not None:
+                tally_metrics.set(read_tallies(tracer.bpf))
+            if agent_metrics is not None:
+                agent_metrics.update(last_sample, host.counters(tracer.bpf), len(host.target_names()),
+                                     ring.bytes_on_disk(), max_cpu)
+
+        def each_second(now: float) -> None:
+            nonlocal lost
+            for note in tracer.refresh():
+                click.echo(f"inferprobe: {note}")
+            _say_attach_failures(tracer, agent_metrics)
+            sys.stdout.flush()
+            if live is not None and live.metrics is not None:
+                live.metrics.set_targets(host.target_names())
+            stats = closing_stats()
+            lost = stats["lost_events"]
+            ring.writer.flush(stats={"t": now - started, **stats})
+
+        session.every(BUDGET_INTERVAL_S, hold_budget)
+        session.every(1.0, each_second)
+        end_reason = session.run(each_poll)
         final = {**closing_stats(), "end_reason": end_reason}
         if live is not None:
             final["export"] = live.close(final["lost_events"])
@@ -232,13 +225,11 @@ def agent(all_hosts, ports, comm, cgroup, ring_dir, keep, segment, max_cpu, otlp
                    f"{final['attach_failures']['total']} failed attaches, ring {ring_dir}")
     finally:
         budget.close()
-        if reader is not None:
-            reader.close()
-        tracer.close()
+        if session is not None:
+            session.close()
+        else:
+            tracer.close()
         if metrics is not None:
             metrics.close()
         if ring is not None and not ring.writer.closed:
             ring.writer.flush()
-        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            signal.signal(signum, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.default_int_handler)

@@ -3,11 +3,7 @@
 from __future__ import annotations
 
 import os
-import platform
-import signal
-import socket
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +22,6 @@ from inferprobe.cli.stack_options import STACK_FLAGS, stack_options, stack_set_o
 from inferprobe.collector.attach import attach_failures
 from inferprobe.collector.attach.engine_scrape import Scraper
 from inferprobe.collector.errors import TargetProblem
-from inferprobe.collector.model.events import LAYOUT_VERSION
 from inferprobe.collector.model.recording import RecordingWriter
 from inferprobe.collector.processes import targets as target_procs
 from inferprobe.collector.processes.containers import ProcessIdentities, any_in_container
@@ -43,32 +38,6 @@ Examples:
   inferprobe flamegraph run.ipr --kind cpu -o cpu.svg
   inferprobe report run.ipr
 """
-
-
-def _clock_offset_ns() -> int:
-    """CLOCK_REALTIME - CLOCK_MONOTONIC, to place kernel times on the wall clock."""
-    before = time.monotonic_ns()
-    wall = time.time_ns()
-    after = time.monotonic_ns()
-    return wall - (before + after) // 2
-
-
-def _listening_ancestor(pids: list[int]) -> dict | None:
-    """The ancestor that serves where the targets may not: one that listens while they do not,
-    one that holds the very listening sockets they only inherited ("shared"), or the parent
-    that listens on TCP while they listen only locally ("listens_too": an engine's parent,
-    as vLLM's API server is EngineCore's, whose own listeners are ZMQ and torch.distributed
-    IPC on Unix sockets and loopback ports)."""
-    if not target_procs.listening_sockets(pids):
-        found = target_procs.listening_ancestor(pids)
-        return None if found is None else {"pid": found[0], "relation": found[1]}
-    shared = target_procs.sharing_ancestor(pids)
-    if shared is not None:
-        return {"pid": shared[0], "relation": shared[1], "shared": True}
-    parent = target_procs.serving_parent(pids)
-    if parent is None:
-        return None
-    return {"pid": parent[0], "relation": "parent", "listens_too": True, "its_listening": parent[1]}
 
 
 def _no_listener_note(meta: dict) -> str | None:
@@ -94,42 +63,6 @@ def _no_listener_note(meta: dict) -> str | None:
     return note
 
 
-def _meta(tracer, argv: list[str]) -> dict:
-    import importlib.metadata
-
-    try:
-        bcc_version = importlib.metadata.version("bcc")
-    except importlib.metadata.PackageNotFoundError:
-        try:
-            import bcc
-
-            bcc_version = getattr(bcc, "__version__", "unknown")
-        except ImportError:
-            bcc_version = "unknown"
-    try:
-        version = importlib.metadata.version("inferprobe")
-    except importlib.metadata.PackageNotFoundError:
-        version = "unknown"
-    return {
-        "inferprobe_version": version,
-        "layout_version": LAYOUT_VERSION,
-        "host": socket.gethostname(),
-        "kernel": platform.release(),
-        "bcc_version": bcc_version,
-        "targets": [{"pid": p, "comm": target_procs.process_name(p)} for p in tracer.pids],
-        "command_line": argv,
-        "listening": target_procs.listening_sockets(tracer.pids),
-        "listening_ancestor": _listening_ancestor(tracer.pids),
-        "started_monotonic_ns": time.monotonic_ns(),
-        "realtime_offset_ns": _clock_offset_ns(),
-        "probe_sets": {
-            "active": {name: s.description for name, s in tracer.active.items()},
-            "inactive": dict(tracer.inactive),
-        },
-        "startup_s": dict(tracer.startup_s),
-    }
-
-
 def _startup_line(startup_s: dict[str, float]) -> str:
     """How long attaching took and the stage that took most: bcc's compile, today."""
     total = sum(startup_s.values())
@@ -139,31 +72,9 @@ def _startup_line(startup_s: dict[str, float]) -> str:
             "compiling and verifying BPF")
 
 
-# Probe sets that cost enough to be off unless asked for, and the flag for each.
-
 # In-flight state maps are counted (a key walk each) this often: their sizes
 # in the recording show that nothing leaks on long runs.
 MAP_COUNT_INTERVAL_S = 5.0
-
-
-def _own_rss_kb() -> int | None:
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return None
-
-
-class _Stop:
-    """Set by SIGTERM/SIGINT; the loop drains and writes before exiting."""
-
-    def __init__(self) -> None:
-        self.reason: str | None = None
-
-    def __call__(self, signum, _frame) -> None:
-        self.reason = signal.Signals(signum).name
 
 
 @click.command(epilog=EXAMPLES)
@@ -255,9 +166,9 @@ def record(pids, all_hosts, ports, comm, cgroup, duration, output, ringbuf_mb,
     probe is in place; Ctrl-C or SIGTERM stops and still writes a complete
     recording.
     """
-    from inferprobe.collector.attach.event_stream import EventStream
     from inferprobe.collector.attach.loader import load_tracer
     from inferprobe.collector.attach.probe_sets.host_wide import host_wide_set
+    from inferprobe.collector.attach.session import Session, own_rss_kb, recording_meta
     from inferprobe.exporters.clock import measure_offset
     from inferprobe.exporters.setup import bind_prometheus, start_live_export
 
@@ -300,11 +211,11 @@ def record(pids, all_hosts, ports, comm, cgroup, duration, output, ringbuf_mb,
         if name not in sets:
             tracer.inactive.setdefault(name, f"not requested (record {flag})")
     writer = None
-    reader = None
     live = None
     scraper = None
+    session = None
     try:
-        meta = _meta(tracer, sys.argv)
+        meta = recording_meta(tracer, sys.argv)
         if filters is not None:
             meta["host_wide"] = {"filters": filters.as_dict()}
         if engine is not None:
@@ -312,13 +223,12 @@ def record(pids, all_hosts, ports, comm, cgroup, duration, output, ringbuf_mb,
         writer = RecordingWriter(Path(output), meta)
         live = start_live_export(meta, metrics, otlp, otlp_opts, identities)
         sink = writer.add_ring_chunk if live is None else live.tee(writer.add_ring_chunk)
-        reader = EventStream(tracer, tracer.tap(sink))
+        # Host-wide, the targets come and go: only a recording of given pids ends with them.
+        session = Session(tracer, tracer.tap(sink), duration_s=duration,
+                          watch_pids=pids if filters is None else None)
         if engine is not None:
             scraper = Scraper(engine[0])
             scraper.start()
-        stop = _Stop()
-        signal.signal(signal.SIGTERM, stop)
-        signal.signal(signal.SIGINT, stop)
         scope = (f"to {len(tracer.pids)} process(es) ({', '.join(map(str, tracer.pids))})" if filters is None
                  else f"host-wide ({len(tracer.pids)} process(es) serving now)")
         click.echo(f"inferprobe: attached {scope} with probe sets {', '.join(tracer.active)}, "
@@ -333,13 +243,10 @@ def record(pids, all_hosts, ports, comm, cgroup, duration, output, ringbuf_mb,
             click.echo(f"inferprobe: note: {note}")
         sys.stdout.flush()
         status_line = sys.stderr.isatty()
-        started = time.monotonic()
-        next_flush = started + 1.0
-        next_map_count = started + MAP_COUNT_INTERVAL_S
-        end_reason = "duration"
         lost = 0
-        while True:
-            reader.poll(100)
+        next_map_count = session.started + MAP_COUNT_INTERVAL_S
+
+        def each_poll(_now: float) -> None:
             if scraper is not None:
                 for scrape in scraper.take():
                     writer.add_engine_scrape(scrape)
@@ -347,42 +254,36 @@ def record(pids, all_hosts, ports, comm, cgroup, duration, output, ringbuf_mb,
                         live.observe_engine(scrape)
             if live is not None:
                 live.tick(lost)
-            now = time.monotonic()
-            if stop.reason:
-                end_reason = stop.reason
-                break
-            if duration is not None and now - started >= duration:
-                break
-            if now >= next_flush:
-                next_flush = now + 1.0
-                for note in tracer.refresh():
-                    click.echo(f"inferprobe: {note}")
-                for line in attach_failures.unsaid_lines(tracer.ctx.attach_failures):
-                    click.echo(f"inferprobe: {line}")
-                if filters is not None and live is not None and live.metrics is not None:
-                    live.metrics.set_targets(host_wide_set(tracer).target_names())
-                sys.stdout.flush()
-                counters = tracer.counters()
-                lost = counters["events_lost"]
-                stats = {"t": now - started, "lost_events": counters["events_lost"],
-                         "clock": measure_offset().as_dict(), "rss_kb": _own_rss_kb(), **counters}
-                if now >= next_map_count:
-                    next_map_count = now + MAP_COUNT_INTERVAL_S
-                    identities.note(target_procs.with_descendants(tracer.pids))  # forked since
-                    stats["map_entries"] = tracer.map_entries()
-                writer.flush(stats=stats)
-                if status_line:
-                    # \x1b[K clears what a longer previous line left behind
-                    click.echo(
-                        f"\r{now - started:6.1f}s  requests {counters['requests']}  "
-                        f"events {reader.events}  lost {counters['events_lost']}\x1b[K",
-                        err=True,
-                        nl=False,
-                    )
-                if filters is None and not any(target_procs.alive(p) for p in pids):
-                    end_reason = "targets exited"
-                    break
-        reader.drain()
+
+        def each_second(now: float) -> None:
+            nonlocal lost, next_map_count
+            for note in tracer.refresh():
+                click.echo(f"inferprobe: {note}")
+            for line in attach_failures.unsaid_lines(tracer.ctx.attach_failures):
+                click.echo(f"inferprobe: {line}")
+            if filters is not None and live is not None and live.metrics is not None:
+                live.metrics.set_targets(host_wide_set(tracer).target_names())
+            sys.stdout.flush()
+            counters = tracer.counters()
+            lost = counters["events_lost"]
+            stats = {"t": now - session.started, "lost_events": counters["events_lost"],
+                     "clock": measure_offset().as_dict(), "rss_kb": own_rss_kb(), **counters}
+            if now >= next_map_count:
+                next_map_count = now + MAP_COUNT_INTERVAL_S
+                identities.note(target_procs.with_descendants(tracer.pids))  # forked since
+                stats["map_entries"] = tracer.map_entries()
+            writer.flush(stats=stats)
+            if status_line:
+                # \x1b[K clears what a longer previous line left behind
+                click.echo(
+                    f"\r{now - session.started:6.1f}s  requests {counters['requests']}  "
+                    f"events {session.reader.events}  lost {counters['events_lost']}\x1b[K",
+                    err=True,
+                    nl=False,
+                )
+
+        session.every(1.0, each_second)
+        end_reason = session.run(each_poll)
         if scraper is not None:
             for scrape in scraper.stop():
                 writer.add_engine_scrape(scrape)
@@ -394,13 +295,13 @@ def record(pids, all_hosts, ports, comm, cgroup, duration, output, ringbuf_mb,
         if status_line:
             click.echo("", err=True)
         final: dict[str, Any] = {  # the recording's closing summary, JSON
-            "duration_s": time.monotonic() - started,
+            "duration_s": session.elapsed(),
             "end_reason": end_reason,
             "lost_events": counters["events_lost"],
-            "events_received": reader.events,
+            "events_received": session.reader.events,
             "map_entries": map_entries,
-            "h2_header_tables": reader.h2_header_tables,
-            "rss_kb": _own_rss_kb(),
+            "h2_header_tables": session.reader.h2_header_tables,
+            "rss_kb": own_rss_kb(),
             "attach_failures": tracer.ctx.attach_failures.as_dict(),
             **counters,
         }
@@ -412,8 +313,8 @@ def record(pids, all_hosts, ports, comm, cgroup, duration, output, ringbuf_mb,
         # The kernel counts every request line it read, ours too: say how many were ours.
         own = f" ({scraper.stats.scrapes} of them our own metric scrapes)" if scraper is not None else ""
         click.echo(
-            f"inferprobe: wrote {output}: {counters['requests']} requests{own}, {reader.events} events, "
-            f"{counters['events_lost']} lost ({end_reason})"
+            f"inferprobe: wrote {output}: {counters['requests']} requests{own}, "
+            f"{session.reader.events} events, {counters['events_lost']} lost ({end_reason})"
         )
         if live is not None and "otlp" in final["export"]:
             o = final["export"]["otlp"]
@@ -421,15 +322,14 @@ def record(pids, all_hosts, ports, comm, cgroup, duration, output, ringbuf_mb,
     finally:
         if scraper is not None:
             scraper.stop()
-        if reader is not None:
-            reader.close()
-        tracer.close()
+        if session is not None:
+            session.close()
+        else:
+            tracer.close()
         if metrics is not None:
             metrics.close()
         if writer is not None and not writer.closed:
             # An unexpected error: keep everything received so far readable.
             writer.flush()
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
         if kernel_headers:
             os.environ.pop("BCC_KERNEL_SOURCE", None)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import os
 import select
-import signal
 import sys
 import termios
 import time
@@ -28,7 +27,6 @@ from inferprobe.cli.options import apply_kernel_headers, kernel_headers_option, 
 from inferprobe.collector.attach.engine_scrape import Scraper
 from inferprobe.collector.ingest.pipeline import decode_all
 from inferprobe.collector.model.ringbuf_format import iter_ring_records
-from inferprobe.collector.processes import targets as target_procs
 from inferprobe.reports.terminal_top import dashboard, plain_line
 
 EXAMPLES = """
@@ -88,9 +86,9 @@ def top(pids, window, interval, no_usdt, locks, mutex_threshold, engine_metrics_
     Attaches like `record` (no change to the server) and shows the last
     --window seconds, refreshed every --interval. q or Ctrl-C detach.
     """
-    from inferprobe.collector.attach.event_stream import EventStream
     from inferprobe.collector.attach.live_symbols import LiveSymbols
     from inferprobe.collector.attach.loader import load_tracer
+    from inferprobe.collector.attach.session import TARGETS_EXITED, Session
 
     apply_kernel_headers(kernel_headers)
     pids = list(dict.fromkeys(pids))
@@ -109,53 +107,45 @@ def top(pids, window, interval, no_usdt, locks, mutex_threshold, engine_metrics_
         for ev in decoded:
             model.feed(ev)
 
-    stop: list[str] = []
-    reader = None
+    session = None
     scraper = None
     try:
         if engine is not None:
             scraper = Scraper(engine[0])
             scraper.start()
-        reader = EventStream(tracer, sink)
-        signal.signal(signal.SIGINT, lambda *_: stop.append("interrupt"))
-        signal.signal(signal.SIGTERM, lambda *_: stop.append("terminate"))
-        started = time.monotonic()
+        session = Session(tracer, sink, watch_pids=pids)
         on_tty = sys.stdout.isatty()
         if not on_tty:
             click.echo(f"inferprobe: attached to {', '.join(map(str, tracer.pids))}")
-
-        def frame():
-            snap = model.snapshot(time.monotonic_ns(), tracer.counters()["events_lost"])
-            return snap, time.monotonic() - started
 
         with _Keys() as keys, contextlib.ExitStack() as stack:
             live = None
             if on_tty:
                 live = stack.enter_context(Live(console=Console(), auto_refresh=False, screen=False,
                                                 transient=False))
-            next_draw = time.monotonic()
-            while not stop:
-                reader.poll(100)
+
+            def each_poll(_now: float) -> None:
                 if scraper is not None:
                     for scrape in scraper.take():
                         model.feed_engine(scrape)
                 if keys.quit_pressed():
-                    break
-                if time.monotonic() >= next_draw:
-                    next_draw += interval
-                    snap, elapsed = frame()
-                    if live is not None:
-                        live.update(dashboard(snap, pids, elapsed), refresh=True)
-                    else:
-                        click.echo(plain_line(snap, elapsed))
-                if not any(target_procs.alive(p) for p in pids):
-                    click.echo("inferprobe: the target processes exited", err=True)
-                    break
+                    session.stop("quit")
+
+            def draw(_now: float) -> None:
+                snap = model.snapshot(time.monotonic_ns(), tracer.counters()["events_lost"])
+                if live is not None:
+                    live.update(dashboard(snap, pids, session.elapsed()), refresh=True)
+                else:
+                    click.echo(plain_line(snap, session.elapsed()))
+
+            draw(session.started)   # the first frame at once, then every --interval
+            session.every(interval, draw)
+            if session.run(each_poll) == TARGETS_EXITED:
+                click.echo("inferprobe: the target processes exited", err=True)
     finally:
         if scraper is not None:
             scraper.stop()
-        if reader is not None:
-            reader.close()
-        tracer.close()
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        if session is not None:
+            session.close()
+        else:
+            tracer.close()

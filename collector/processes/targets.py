@@ -273,6 +273,24 @@ def sharing_ancestor(pids: list[int]) -> tuple[int, str] | None:
     return None
 
 
+def serving_ancestor(pids: list[int]) -> dict | None:
+    """The ancestor that serves where the targets may not: one that listens while they do not,
+    one that holds the very listening sockets they only inherited ("shared"), or the parent
+    that listens on TCP while they listen only locally ("listens_too": an engine's parent,
+    as vLLM's API server is EngineCore's, whose own listeners are ZMQ and torch.distributed
+    IPC on Unix sockets and loopback ports). A recording keeps it as "listening_ancestor"."""
+    if not listening_sockets(pids):
+        found = listening_ancestor(pids)
+        return None if found is None else {"pid": found[0], "relation": found[1]}
+    shared = sharing_ancestor(pids)
+    if shared is not None:
+        return {"pid": shared[0], "relation": shared[1], "shared": True}
+    parent = serving_parent(pids)
+    if parent is None:
+        return None
+    return {"pid": parent[0], "relation": "parent", "listens_too": True, "its_listening": parent[1]}
+
+
 def _hex_address(field: str) -> str:
     import ipaddress
     import socket as socket_module

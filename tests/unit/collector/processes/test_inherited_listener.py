@@ -114,16 +114,16 @@ def ipc_child(request, tmp_path):
 
 
 def test_a_child_listening_for_ipc_is_pointed_at_the_listening_parent(ipc_child):
-    from inferprobe.cli.record import _listening_ancestor
+    from inferprobe.collector.processes.targets import serving_ancestor
 
     parent, child = ipc_child
     served = targets.listening_sockets([parent])
     assert any(label.startswith("unix ") for label in targets.listening_sockets([child]))
-    assert _listening_ancestor([child]) == {"pid": parent, "relation": "parent", "listens_too": True,
-                                            "its_listening": served}
-    assert _listening_ancestor([parent]) is None
+    assert serving_ancestor([child]) == {"pid": parent, "relation": "parent", "listens_too": True,
+                                         "its_listening": served}
+    assert serving_ancestor([parent]) is None
     meta = {"targets": [{"pid": child}], "listening": targets.listening_sockets([child]),
-            "listening_ancestor": _listening_ancestor([child])}
+            "listening_ancestor": serving_ancestor([child])}
     sentence = explain(Recording(path=Path("r.ipr"), meta=meta), [], [])
     assert sentence is not None and f"listens too ({served[0]})" in sentence
     assert f"record -p {parent}" in sentence and "idle" not in sentence
