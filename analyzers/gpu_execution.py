@@ -33,6 +33,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from inferprobe.analyzers.intervals import merged, union_length
 from inferprobe.collector.model.events import (
     GpuActivityKind,
     GpuActivityRecord,
@@ -171,17 +172,6 @@ def join(activity: Iterable[GpuActivityRecord], apis: Iterable[GpuApiRecord],
 
 
 # -- windows -------------------------------------------------------------------------
-
-
-def merged(intervals: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
-    """The union of intervals as disjoint, sorted ones."""
-    out: list[tuple[int, int]] = []
-    for start, end in sorted(intervals):
-        if out and start <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], end))
-        else:
-            out.append((start, end))
-    return out
 
 
 @dataclass(frozen=True)
@@ -415,7 +405,7 @@ def summarize_execution(events: Iterable[object], requests: Sequence[Request],
     by_pid: dict[int, list[tuple[int, int]]] = defaultdict(list)
     for x in result.executions:
         by_pid[x.pid].append((x.start_ns, x.end_ns))
-    busy = sum(b - a for ivs in by_pid.values() for a, b in merged(ivs))
+    busy = sum(union_length(ivs) for ivs in by_pid.values())
     return GpuExecutionSummary(
         shim={pid: s.text for pid, s in sorted(status.items())},
         collecting=any(s.status == GpuShimStatus.COLLECTING for s in status.values()) or bool(activity),

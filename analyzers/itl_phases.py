@@ -26,19 +26,10 @@ import bisect
 import math
 from collections.abc import Sequence
 
+from inferprobe.analyzers.intervals import merged
 from inferprobe.collector.model.timeline import Request
 
 ITL_PHASES = ("decode", "stall", "flush", "other")
-
-
-def _merged(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    out: list[tuple[int, int]] = []
-    for lo, hi in sorted(intervals):
-        if out and lo <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], hi))
-        else:
-            out.append((lo, hi))
-    return out
 
 
 def split_gap(a: int, b: int, emits: Sequence[int],
@@ -46,7 +37,7 @@ def split_gap(a: int, b: int, emits: Sequence[int],
     """One gap [a, b] split into ITL_PHASES; emits sorted, steps as (start, end or None)."""
     i = bisect.bisect_right(emits, b)
     e = min(max(emits[i - 1], a), b) if i else a
-    inside = _merged([(max(s, a), min(t if t is not None else e, e)) for s, t in steps
+    inside = merged([(max(s, a), min(t if t is not None else e, e)) for s, t in steps
                       if s < e and (t is None or t > a)])
     inside = [(lo, hi) for lo, hi in inside if hi > lo]
     decode = sum(hi - lo for lo, hi in inside)

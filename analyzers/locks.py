@@ -26,6 +26,7 @@ from enum import StrEnum
 from typing import cast
 
 from inferprobe.analyzers.cadence import percentile
+from inferprobe.analyzers.intervals import union_length
 from inferprobe.collector.model.events import FutexWaitFlag, FutexWaitRecord, OffcpuReason, OffcpuRecord
 from inferprobe.collector.model.lock_symbols import Symbols
 from inferprobe.collector.model.timeline import DecodeStep, Request, WaitInterval
@@ -231,22 +232,6 @@ def span_of(r: Request) -> tuple[int, int] | None:
     return r.t_ingress_ns, end
 
 
-def _union_length(intervals: list[tuple[int, int]]) -> int:
-    # cur_lo is read only once cur_hi is set, and both are set together.
-    total, cur_lo = 0, 0
-    cur_hi: int | None = None
-    for lo, hi in sorted(intervals):
-        if cur_hi is None or lo > cur_hi:
-            if cur_hi is not None:
-                total += cur_hi - cur_lo
-            cur_lo, cur_hi = lo, hi
-        else:
-            cur_hi = max(cur_hi, hi)
-    if cur_hi is not None:
-        total += cur_hi - cur_lo
-    return total
-
-
 @dataclass(frozen=True)
 class SpanLocks:
     span_ns: int
@@ -315,10 +300,10 @@ def threads_span_locks(pid: int, tids: set[int], span: tuple[int, int], index: T
     locks = by_kind[WaitKind.LOCK] + by_kind[WaitKind.GIL]
     return SpanLocks(
         span_ns=span[1] - span[0],
-        lock_wait_ns=_union_length(locks),
-        gil_wait_ns=_union_length(by_kind[WaitKind.GIL]),
-        handoff_wait_ns=_union_length(by_kind[WaitKind.HANDOFF]),
-        unknown_wait_ns=_union_length(by_kind[WaitKind.UNKNOWN]),
+        lock_wait_ns=union_length(locks),
+        gil_wait_ns=union_length(by_kind[WaitKind.GIL]),
+        handoff_wait_ns=union_length(by_kind[WaitKind.HANDOFF]),
+        unknown_wait_ns=union_length(by_kind[WaitKind.UNKNOWN]),
         runqueue_ns=runq,
         offcpu_ns=dict(offcpu),
         top_lock=per_addr.most_common(1)[0][0] if per_addr else None,

@@ -94,11 +94,6 @@ def test_classify_falls_back_to_futex_arguments_and_says_so():
     assert locks.classify(["?"], _wait(1, 0, 1, op=0, val=7))[0] == locks.WaitKind.UNKNOWN
 
 
-def test_union_length_merges_overlaps():
-    assert locks._union_length([(0, 10), (5, 15), (20, 30)]) == 25
-    assert locks._union_length([]) == 0
-
-
 def test_span_lists_its_lock_waits_clipped_to_the_request():
     from inferprobe.collector.model.timeline import Outcome, Request
 
