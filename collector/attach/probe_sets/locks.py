@@ -26,6 +26,8 @@ from inferprobe.collector.binaries import cpython_runtime
 from inferprobe.collector.binaries.python_stacks import PythonTargets, read_stacks
 from inferprobe.collector.binaries.symbolizer import Symbolizer
 from inferprobe.collector.model.events import (
+    LOCK_EXEC_GRANULE_SHIFT,
+    LOCK_EXEC_GRANULES,
     LOCK_SCAN_HITS,
     EventType,
     FutexWaitEvent,
@@ -36,8 +38,6 @@ from inferprobe.collector.processes import targets as target_procs
 from inferprobe.collector.processes.proc_maps import executable_ranges
 
 TRACEFS_EVENTS = Path("/sys/kernel/tracing/events")
-LOCK_EXEC_GRANULE_SHIFT = 16  # bpf/inferprobe.h
-LOCK_EXEC_GRANULES = 262144
 DEFAULT_FLOOR_US = 10
 DEFAULT_SCAN_FLOOR_US = 50
 DEFAULT_OFFCPU_FLOOR_US = 50
