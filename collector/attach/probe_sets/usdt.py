@@ -2,93 +2,123 @@
 
 Servers that import inferprobe.probes (or include probes/include/inferprobe/
 usdt.h) carry ELF notes for provider "inferprobe". This set finds them in
-every target process, attaches a handler to each probe present, and so turns
-their semaphores on: the probes cost nothing until this happens.
+every target process, attaches the one handler to each probe present, with
+the probe's number as the cookie, and so turns their semaphores on: the
+probes cost nothing until this happens.
+
+The handler is built ahead of time and loaded with libbpf (core_object), so a
+process that appears while recording (a new worker, an adopted server) gets
+its probes attached by refresh(): libbpf reads each probe's arguments from
+its note at attach time.
 """
 
 from __future__ import annotations
 
-import gc
+import os
 
+from inferprobe.collector.attach.libbpf import LibbpfError, Link, destroy_all
 from inferprobe.collector.attach.probe_sets import ProbeSet, TargetContext
+from inferprobe.collector.binaries.elf_symbols import usdt_probes
 from inferprobe.collector.model.events import UsdtProbe
+from inferprobe.collector.processes import proc_maps
 
-PROVIDER = b"inferprobe"
-PROBE_NAMES = [p.name.lower() for p in UsdtProbe]
+PROVIDER = "inferprobe"
+PROBE_NUMBERS = {p.name.lower(): int(p) for p in UsdtProbe}
+HANDLER = "usdt_probe"
 
 
-def _probes_in(pid: int) -> set[str]:
-    """Names of the inferprobe USDT probes in the files pid has mapped."""
-    from bcc import USDT
-
-    try:
-        found = USDT(pid=pid).enumerate_probes()
-    except Exception:  # bcc raises bare Exception for a process it cannot read
-        return set()
-    return {p.name.decode() for p in found if p.provider == PROVIDER} & set(PROBE_NAMES)
+def probe_files(pid: int,
+                looked_at: set[tuple[int, int]] | None = None) -> dict[proc_maps.MappedFile, set[str]]:
+    """The files pid maps that hold inferprobe probes, with the probes' names. A file
+    whose key is in looked_at is skipped; each one read is added to it."""
+    found = {}
+    for mapped in proc_maps.executable_files(pid):
+        if looked_at is not None:
+            if mapped.file_key in looked_at:
+                continue
+            looked_at.add(mapped.file_key)
+        names = {name for provider, name in usdt_probes(mapped.host_path, mapped.file_key)
+                 if provider == PROVIDER and name in PROBE_NUMBERS}
+        if names:
+            found[mapped] = names
+    return found
 
 
 class UsdtProbes(ProbeSet):
     name = "usdt"
-    source = "usdt.bpf.c"
+    core_object = "usdt.bpf.o"
     description = "the server's inferprobe USDT probes: queueing, prefill, decode steps, tokens"
 
     def __init__(self) -> None:
-        self.by_pid: dict[int, set[str]] = {}
+        self.by_pid: dict[int, dict[proc_maps.MappedFile, set[str]]] = {}
         self.attached: dict[int, list[str]] = {}   # pid -> the probes attached in it
-        self._contexts: list = []
-        self._context_pids: list[int] = []
-        self._failed_early: dict[int, str] = {}   # pid -> why bcc could not read its probes
+        self.links: dict[int, list[Link]] = {}   # pid -> its attachments
+        self.looked_at: dict[int, set[tuple[int, int]]] = {}   # pid -> the files read for probes
 
     def prepare(self, ctx: TargetContext) -> str | None:
-        self.by_pid = {pid: names for pid in ctx.pids if (names := _probes_in(pid))}
-        if not self.by_pid:
+        for pid in ctx.pids:
+            files = probe_files(pid, self.looked_at.setdefault(pid, set()))
+            if files:
+                self.by_pid[pid] = files
+        # Host-wide, the servers to come are adopted while recording: the set stays on to
+        # find their probes (refresh). With fixed targets it is on where they have some.
+        if not self.by_pid and "host_wide" not in ctx.options:
             return "no target maps a file with inferprobe USDT probes"
         return None
 
     def probe_names(self) -> set[str]:
-        return set().union(*self.by_pid.values()) if self.by_pid else set()
+        return {name for files in self.by_pid.values() for names in files.values() for name in names}
 
-    def cflags(self) -> list[str]:
-        # Only handlers for probes some target has: bcc cannot compile a
-        # bpf_usdt_readarg() in a function attached to no probe.
-        return [f"-DUSDT_WANT_{name}" for name in sorted(self.probe_names())]
+    def after_load(self, bpf, ctx: TargetContext) -> None:
+        for pid, files in sorted(self.by_pid.items()):
+            self._attach(pid, files, ctx)
+
+    def _attach(self, pid: int, files: dict[proc_maps.MappedFile, set[str]], ctx: TargetContext) -> int:
+        """Each process's probes on their own: one that cannot be attached (it exited, its file
+        changed, the kernel refused) loses its USDT view, and the others and the load go on.
+        Returns how many probes were attached."""
+        assert self.core is not None, "the loader loads core_object before after_load"
+        hooked = self.attached.setdefault(pid, [])
+        before = len(hooked)
+        for mapped, names in sorted(files.items(), key=lambda item: item[0].path):
+            failed: dict[str, str] = {}
+            for name in sorted(names):
+                try:
+                    self.links.setdefault(pid, []).append(self.core.attach_usdt(
+                        HANDLER, pid, mapped.host_path, PROVIDER, name, PROBE_NUMBERS[name]))
+                except LibbpfError as err:
+                    failed[name] = str(err)
+                    continue
+                hooked.append(name)
+            ctx.attach_failures.add_functions(pid, self.name, f"the USDT probes of {mapped.path}", failed)
+        return len(hooked) - before
+
+    def refresh(self, bpf, ctx: TargetContext) -> list[str] | None:
+        """Attaches the probes of what appeared since the last call: a target process that
+        is new (a worker, an adopted server) or mapped a file with probes since (an import)."""
+        if self.core is None:
+            return None
+        from inferprobe.collector.attach.loader import target_pids
+
+        # The kernel's bitmap holds threads' tids too; /proc lists processes only.
+        current = set(target_pids(bpf)) & {int(entry) for entry in os.listdir("/proc") if entry.isdigit()}
+        # What is kept per process is bounded by the live targets, not by every pid ever seen.
+        for gone in set(self.looked_at) - current:
+            destroy_all(self.links.pop(gone, []))
+            self.looked_at.pop(gone)
+            self.by_pid.pop(gone, None)
+            self.attached.pop(gone, None)
+        notes = []
+        for pid in sorted(current):
+            new = probe_files(pid, self.looked_at.setdefault(pid, set()))
+            if not new:
+                continue
+            self.by_pid.setdefault(pid, {}).update(new)
+            if attached := self._attach(pid, new, ctx):
+                notes.append(f"usdt: attached {attached} probe(s) in pid {pid}")
+        return notes
 
     def release(self) -> None:
-        # bcc 0.26 closes one fd twice when a USDT context is freed: the BPF
-        # module's BTF fd, whose number may by then belong to something else
-        # (a recording file). Freeing the contexts while that fd is still the
-        # module's, right before BPF.cleanup(), keeps the stray close harmless.
-        # Freeing them also lowers the probes' semaphores in the target.
-        self._contexts.clear()
-        self._context_pids.clear()
-        gc.collect()
-
-    def usdt_contexts(self) -> list:
-        from bcc import USDT
-
-        if not self._contexts:
-            for pid, names in sorted(self.by_pid.items()):
-                try:
-                    context = USDT(pid=pid)
-                    for name in sorted(names):
-                        context.enable_probe(probe=name, fn_name=f"usdt_{name}")
-                except Exception as err:  # bcc: bare Exception, e.g. the process exited since prepare()
-                    self._failed_early[pid] = str(err)
-                    continue
-                self._contexts.append(context)
-                self._context_pids.append(pid)
-        return self._contexts
-
-    def attach_usdt(self, bpf, ctx: TargetContext) -> None:
-        """Each process's probes on their own: one that cannot be attached (it exited, its file
-        changed, the kernel refused) loses its USDT view, and the others and the load go on."""
-        from inferprobe.collector.attach.bcc_uprobes import attach_usdt_probes
-
-        for pid, error in self._failed_early.items():
-            ctx.attach_failures.add(pid, self.name, f"USDT probes of pid {pid}", error)
-        for pid, context in zip(self._context_pids, self._contexts, strict=True):
-            hooked, failed = attach_usdt_probes(bpf, context)
-            self.attached[pid] = [name.removeprefix("usdt_") for name in hooked]
-            unhooked = {name.removeprefix("usdt_"): why for name, why in failed.items()}
-            ctx.attach_failures.add_functions(pid, self.name, "its USDT probes", unhooked)
+        # Detaching lowers the probes' semaphores in the targets again.
+        destroy_all([link for links in self.links.values() for link in links])
+        self.links.clear()

@@ -5,10 +5,8 @@ What the kernel then sends back is tests/integration/collector/attach/test_usdt_
 
 from __future__ import annotations
 
-import re
-
-from inferprobe.collector.attach.loader import BPF_DIR
 from inferprobe.collector.model.events import UsdtProbe
+from inferprobe.collector.model.layout_generated import USDT_MAX_ARGS
 from inferprobe.probes import PROBES
 
 
@@ -17,11 +15,7 @@ def test_collector_probe_ids_follow_the_library_table():
     assert [m.value for m in UsdtProbe] == list(range(1, len(PROBES) + 1))
 
 
-def test_each_bpf_handler_reads_exactly_the_documented_arguments():
-    source = (BPF_DIR / "usdt.bpf.c").read_text()
-    for p in PROBES:
-        body = re.search(rf"int usdt_{p.name}\(struct pt_regs \*ctx\)\n\{{(.*?)\n\}}", source, re.S)
-        assert body, f"no handler for {p.name}"
-        reads = re.findall(r"bpf_usdt_readarg\((\d), ctx, &ev\.args\[(\d)\]\)", body.group(1))
-        assert [(int(a), int(b)) for a, b in reads] == [(i + 1, i) for i in range(len(p.args))], p.name
-        assert f"usdt_begin(&ev, USDT_{p.name.upper()}, {len(p.args)})" in body.group(1)
+def test_the_one_handler_has_room_for_every_documented_argument():
+    # bpf/usdt.bpf.c copies at most USDT_MAX_ARGS arguments of whichever probe fired.
+    assert max(len(p.args) for p in PROBES) <= USDT_MAX_ARGS
+

@@ -1,0 +1,239 @@
+"""libbpf through ctypes: load the BPF objects built ahead of time and attach them.
+
+Why ctypes and not a C extension: the calls here are few and none is on a hot
+path (open, load, attach, detach; the ring is read by collector/attach/ringbuf.py),
+libbpf 1.x keeps its ABI stable behind versioned symbols, and ctypes needs no
+compiler where inferprobe is installed. The library is the distribution's
+libbpf.so.1 (Debian's bcc links the same one).
+
+Only what the probe sets use is bound. Every failure becomes a LibbpfError
+whose message carries libbpf's own last warning, which says what the kernel
+or the object refused.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+BTF_KIND_VAR = 14
+BTF_KIND_DATASEC = 15
+LIBBPF_WARN = 0
+
+
+class LibbpfError(Exception):
+    """libbpf or the kernel refused a step; the message says which and why."""
+
+
+class _BtfType(ctypes.Structure):
+    _fields_ = [("name_off", ctypes.c_uint32), ("info", ctypes.c_uint32), ("size_or_type", ctypes.c_uint32)]
+
+
+class _BtfVarSecinfo(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_uint32), ("offset", ctypes.c_uint32), ("size", ctypes.c_uint32)]
+
+
+class _UsdtOpts(ctypes.Structure):
+    _fields_ = [("sz", ctypes.c_size_t), ("usdt_cookie", ctypes.c_uint64)]
+
+
+_PRINT_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
+_lib: ctypes.CDLL | None = None
+_libc = ctypes.CDLL(None, use_errno=True)
+_messages = threading.local()
+
+
+def _signatures(lib: ctypes.CDLL) -> None:
+    p, i, s = ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p
+    for name, restype, argtypes in (
+        ("bpf_object__open_file", p, [s, p]),
+        ("bpf_object__load", i, [p]),
+        ("bpf_object__close", None, [p]),
+        ("bpf_object__btf", p, [p]),
+        ("bpf_object__find_map_by_name", p, [p, s]),
+        ("bpf_object__find_program_by_name", p, [p, s]),
+        ("bpf_map__reuse_fd", i, [p, i]),
+        ("bpf_map__fd", i, [p]),
+        ("bpf_map__initial_value", p, [p, ctypes.POINTER(ctypes.c_size_t)]),
+        ("bpf_program__attach_usdt", p, [p, i, s, s, s, ctypes.POINTER(_UsdtOpts)]),
+        ("bpf_link__destroy", i, [p]),
+        ("btf__find_by_name_kind", i, [p, s, ctypes.c_uint32]),
+        ("btf__type_by_id", ctypes.POINTER(_BtfType), [p, ctypes.c_uint32]),
+        ("btf__name_by_offset", s, [p, ctypes.c_uint32]),
+        ("libbpf_set_print", p, [p]),
+    ):
+        fn = getattr(lib, name)
+        fn.restype, fn.argtypes = restype, argtypes
+
+
+def library() -> ctypes.CDLL:
+    """libbpf.so.1, loaded once; LibbpfError when this host has none."""
+    global _lib
+    if _lib is None:
+        name = ctypes.util.find_library("bpf") or "libbpf.so.1"
+        try:
+            lib = ctypes.CDLL(name, use_errno=True)
+            _signatures(lib)
+        except (OSError, AttributeError) as err:
+            raise LibbpfError(f"libbpf 1.x is not usable here ({err}): install libbpf1 (apt) "
+                              "or your distribution's libbpf package") from None
+        _lib = lib
+    return _lib
+
+
+@_PRINT_FN
+def _collect_message(level: int, fmt: bytes, args: int) -> int:
+    # libbpf hands a printf format and a va_list: vsnprintf from libc formats it.
+    if level == LIBBPF_WARN:
+        buf = ctypes.create_string_buffer(1024)
+        _libc.vsnprintf(buf, ctypes.c_size_t(len(buf)), fmt, ctypes.c_void_p(args))
+        text = buf.value.decode(errors="replace").strip()
+        if text:
+            getattr(_messages, "lines", []).append(text)
+    return 0
+
+
+class _Messages:
+    """Collects libbpf's warnings while a call runs, for the error it may raise.
+
+    libbpf's print hook is process-wide (bcc installs its own): it is swapped
+    for ours around each call and put back after."""
+
+    def __enter__(self) -> list[str]:
+        _messages.lines = []
+        self._previous = library().libbpf_set_print(ctypes.cast(_collect_message, ctypes.c_void_p))
+        return _messages.lines
+
+    def __exit__(self, *exc) -> None:
+        library().libbpf_set_print(self._previous)
+
+
+def _failure(what: str, lines: list[str], code: int) -> LibbpfError:
+    """libbpf's last warning, which names the step, and the errno in words (libbpf prints -22)."""
+    words = os.strerror(code or errno.EINVAL)
+    if not lines:
+        return LibbpfError(f"{what}: {words}")
+    why = lines[-1].removeprefix("libbpf: ").rstrip(".")
+    if words not in why:
+        why = f"{why} ({words})"
+    return LibbpfError(f"{what}: {why}")
+
+
+class Link:
+    """One attachment (a USDT probe in one process); destroy() detaches it."""
+
+    def __init__(self, ptr: int, what: str) -> None:
+        self.ptr: int | None = ptr
+        self.what = what
+
+    def destroy(self) -> None:
+        if self.ptr is not None:
+            library().bpf_link__destroy(self.ptr)
+            self.ptr = None
+
+
+def destroy_all(links: list[Link]) -> None:
+    """Detaches links from threads at once: each detach waits for the kernel
+    to retire the program from the probe (an RCU grace period, ~60 ms on the
+    test VM); ctypes releases the GIL, so the waits overlap."""
+    if len(links) < 2:
+        for link in links:
+            link.destroy()
+        return
+    with ThreadPoolExecutor(max_workers=min(32, len(links))) as pool:
+        list(pool.map(Link.destroy, links))
+
+
+class BpfObject:
+    """One built object (bpf/build/<name>.bpf.o): opened, configured, loaded, attached."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        lib = library()
+        with _Messages() as lines:
+            ptr = lib.bpf_object__open_file(os.fsencode(path), None)
+        if not ptr:
+            raise _failure(f"libbpf could not open {path}", lines, ctypes.get_errno())
+        self.ptr: int | None = ptr
+        self.loaded = False
+
+    def _map(self, name: str) -> int:
+        assert self.ptr is not None, "the object is closed"
+        ptr = library().bpf_object__find_map_by_name(self.ptr, name.encode())
+        if not ptr:
+            raise LibbpfError(f"{self.path.name} has no map {name}")
+        return ptr
+
+    def reuse_map(self, name: str, fd: int) -> None:
+        """Before load: use an existing map (by fd) for the object's map of that name."""
+        if library().bpf_map__reuse_fd(self._map(name), fd) != 0:
+            raise LibbpfError(f"{self.path.name}: map {name} cannot take fd {fd} "
+                              f"({os.strerror(ctypes.get_errno())})")
+
+    def map_fd(self, name: str) -> int:
+        return library().bpf_map__fd(self._map(name))
+
+    def set_constant(self, name: str, value: int) -> None:
+        """Before load: the value of a `const volatile` integer in .rodata,
+        found by name in the object's BTF (the verifier then sees a constant)."""
+        lib = library()
+        assert self.ptr is not None and not self.loaded, "constants are set between open and load"
+        btf = lib.bpf_object__btf(self.ptr)
+        section_id = lib.btf__find_by_name_kind(btf, b".rodata", BTF_KIND_DATASEC)
+        if section_id < 0:
+            raise LibbpfError(f"{self.path.name} has no read-only globals")
+        section = lib.btf__type_by_id(btf, section_id)
+        vlen = section.contents.info & 0xFFFF
+        entries = ctypes.cast(ctypes.addressof(section.contents) + ctypes.sizeof(_BtfType),
+                              ctypes.POINTER(_BtfVarSecinfo * vlen)).contents
+        for entry in entries:
+            var = lib.btf__type_by_id(btf, entry.type).contents
+            if (var.info >> 24) & 0x1F == BTF_KIND_VAR \
+                    and lib.btf__name_by_offset(btf, var.name_off) == name.encode():
+                size = ctypes.c_size_t()
+                data = lib.bpf_map__initial_value(self._map(".rodata"), ctypes.byref(size))
+                if not data or entry.offset + entry.size > size.value:
+                    raise LibbpfError(f"{self.path.name}: .rodata is not writable before load")
+                raw = value.to_bytes(entry.size, "little", signed=value < 0)
+                ctypes.memmove(data + entry.offset, raw, entry.size)
+                return
+        raise LibbpfError(f"{self.path.name} has no read-only global {name}")
+
+    def load(self) -> None:
+        """Creates the object's own maps and has the kernel verify its programs."""
+        assert self.ptr is not None, "the object is closed"
+        with _Messages() as lines:
+            rc = library().bpf_object__load(self.ptr)
+        if rc != 0:
+            raise _failure(f"the kernel refused {self.path.name}", lines, -rc)
+        self.loaded = True
+
+    def _program(self, name: str) -> int:
+        assert self.ptr is not None, "the object is closed"
+        ptr = library().bpf_object__find_program_by_name(self.ptr, name.encode())
+        if not ptr:
+            raise LibbpfError(f"{self.path.name} has no program {name}")
+        return ptr
+
+    def attach_usdt(self, program: str, pid: int, binary: str, provider: str, probe: str,
+                    cookie: int) -> Link:
+        """Attaches program to one USDT probe of binary in pid; libbpf reads the
+        probe's notes (address, semaphore, arguments) from the file itself."""
+        opts = _UsdtOpts(ctypes.sizeof(_UsdtOpts), cookie)
+        with _Messages() as lines:
+            ptr = library().bpf_program__attach_usdt(self._program(program), pid, os.fsencode(binary),
+                                                     provider.encode(), probe.encode(), ctypes.byref(opts))
+        what = f"USDT probe {provider}:{probe} of pid {pid} ({binary})"
+        if not ptr:
+            raise _failure(f"libbpf could not attach the {what}", lines, ctypes.get_errno())
+        return Link(ptr, what)
+
+    def close(self) -> None:
+        if self.ptr is not None:
+            library().bpf_object__close(self.ptr)
+            self.ptr = None

@@ -1,0 +1,92 @@
+"""The ctypes binding to libbpf (collector/attach/libbpf.py) against the real kernel.
+
+What a built set does with it end to end is test_usdt_set.py; this checks the
+binding's own promises: a read-only global written before load is what the
+kernel holds after it, a reused map is the map the kernel's programs use,
+and each refusal is one sentence that says what and why.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import subprocess
+
+import pytest
+
+from inferprobe.collector.attach.libbpf import BpfObject, LibbpfError, library
+from inferprobe.collector.attach.loader import built_object
+
+from tests.support.kernel import needs_root
+
+pytestmark = [pytest.mark.bpf, needs_root]
+
+
+def _map_id(fd: int) -> int:
+    """The kernel's id of the map behind fd (BPF_OBJ_GET_INFO_BY_FD: struct bpf_map_info.id)."""
+    info = (ctypes.c_uint32 * 32)()
+    size = ctypes.c_uint32(ctypes.sizeof(info))
+    lib = library()
+    lib.bpf_obj_get_info_by_fd.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint32)]
+    assert lib.bpf_obj_get_info_by_fd(fd, info, ctypes.byref(size)) == 0, os.strerror(ctypes.get_errno())
+    return info[1]   # type, id, ...
+
+
+def test_a_constant_written_before_load_is_what_the_kernel_holds():
+    core = BpfObject(built_object("usdt.bpf.o"))
+    try:
+        core.set_constant("ringbuf_wakeup_bytes", 123_456_789_012)
+        core.load()
+        lib = library()
+        lib.bpf_map_lookup_elem.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
+        lib.bpf_map__value_size.argtypes = [ctypes.c_void_p]
+        rodata = core._map(".rodata")
+        value = ctypes.create_string_buffer(lib.bpf_map__value_size(rodata))
+        key = ctypes.c_uint32(0)
+        assert lib.bpf_map_lookup_elem(core.map_fd(".rodata"), ctypes.byref(key), value) == 0
+        assert (123_456_789_012).to_bytes(8, "little") in value.raw
+    finally:
+        core.close()
+
+
+def test_a_reused_map_is_the_one_the_loaded_object_uses():
+    # A ring buffer made here, as the bcc program makes the shared ring.
+    lib = library()
+    lib.bpf_map_create.restype = ctypes.c_int
+    lib.bpf_map_create.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32, ctypes.c_uint32,
+                                   ctypes.c_uint32, ctypes.c_void_p]
+    bpf_map_type_ringbuf = 27
+    ring = lib.bpf_map_create(bpf_map_type_ringbuf, b"events", 0, 0, 64 * 4096, None)
+    assert ring >= 0, os.strerror(ctypes.get_errno())
+    core = BpfObject(built_object("usdt.bpf.o"))
+    try:
+        core.reuse_map("events", ring)
+        core.load()
+        assert _map_id(core.map_fd("events")) == _map_id(ring)
+        assert _map_id(core.map_fd("counters")) != _map_id(ring)
+    finally:
+        core.close()
+        os.close(ring)
+
+
+def test_refusals_are_one_sentence_naming_what_and_why(tmp_path):
+    with pytest.raises(LibbpfError, match=r"could not open .*not-there\.bpf\.o: .*No such file"):
+        BpfObject(tmp_path / "not-there.bpf.o")
+    core = BpfObject(built_object("usdt.bpf.o"))
+    try:
+        with pytest.raises(LibbpfError, match="has no read-only global nope"):
+            core.set_constant("nope", 1)
+        core.load()
+        sleeper = subprocess.Popen(["sleep", "30"])
+        try:
+            with pytest.raises(LibbpfError) as refused:
+                core.attach_usdt("usdt_probe", sleeper.pid, "/bin/sleep", "inferprobe", "request_start", 1)
+        finally:
+            sleeper.kill()
+            sleeper.wait()
+        message = str(refused.value)
+        assert message.startswith("libbpf could not attach the USDT probe inferprobe:request_start "
+                                  f"of pid {sleeper.pid} (/bin/sleep): ")
+        assert "\n" not in message
+    finally:
+        core.close()
