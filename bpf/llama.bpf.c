@@ -42,8 +42,11 @@
  *
  * Only ids, positions and counts are read: never a token id, an embedding
  * or anything of the prompt's text.
+ *
+ * Built ahead of time (CO-RE, libbpf; common_core.bpf.h): the probe set
+ * attaches these programs as uprobes and uretprobes, per process.
  */
-#include "common.bpf.h"
+#include "common_core.bpf.h"
 
 struct llama_batch_abi {  /* include/llama.h, struct llama_batch */
     s32 n_tokens;
@@ -86,43 +89,43 @@ static __always_inline s32 llama_samples(const struct llama_batch_abi *b, s32 i)
     return flag != 0;
 }
 
-/* One run per program: llama_enter_decode reads the batch's header, then
- * llama_scan_run finds one run and tail-calls itself for the next, so the
- * verifier checks one bisection at a time (all of them unrolled in one
- * program have too many paths for it; bcc cannot hand bpf_loop a callback).
- * The state between the calls lives in a per-CPU slot. */
+/* The runs are found by bpf_loop (Linux 5.17+): one callback call per run,
+ * which the verifier checks once, where an unrolled loop of bisections had
+ * too many paths for it (and bcc, which built this before, could not hand
+ * bpf_loop a callback, so each run was a tail call). The scan's state lives
+ * in a per-CPU slot: the event is larger than the stack allows. */
 struct llama_scan {
     struct llama_step_event ev;
     struct llama_batch_abi b;
     s32 i;      /* first token not yet in a run */
 };
 
-BPF_PERCPU_ARRAY(llama_scratch, struct llama_scan, 1);
-BPF_PROG_ARRAY(llama_scan_prog, 1);  /* [0] = llama_scan_run, set by collector/attach/probe_sets/llama.py */
+struct {
+    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+    __uint(max_entries, 1);
+    __type(key, u32);
+    __type(value, struct llama_scan);
+} llama_scratch SEC(".maps");
 
-static __always_inline int llama_finish(struct llama_scan *sc)
-{
-    if (sc->i < sc->b.n_tokens)
-        sc->ev.truncated = 1;
-    return send_event(&sc->ev, sizeof(sc->ev));
-}
-
-int llama_scan_run(struct pt_regs *ctx)
+/* bpf_loop callback: finds the run that starts at sc->i; 1 ends the loop.
+ * It looks the slot up itself: the kernel passes a callback only a pointer
+ * to the caller's stack, not to a map value. */
+static long llama_scan_run(u32 index, void *unused)
 {
     u32 zero = 0;
-    struct llama_scan *sc = llama_scratch.lookup(&zero);
+    struct llama_scan *sc = bpf_map_lookup_elem(&llama_scratch, &zero);
     if (!sc)
-        return 0;
+        return 1;
     struct llama_step_event *ev = &sc->ev;
     s32 n = sc->b.n_tokens;
     s32 i = sc->i;
     u32 r = ev->n_runs;
     if (i >= n || i < 0 || r >= LLAMA_MAX_RUNS)
-        return llama_finish(sc);
+        return 1;
     s32 seq, pos;
     if (llama_token_at(&sc->b, i, &seq, &pos)) {
         ev->truncated = 1;
-        return llama_finish(sc);
+        return 1;
     }
     s32 lo = i, hi = n;  /* lo: known in the run; hi: first index known past it */
     for (int k = 0; k < LLAMA_BISECT_STEPS; k++) {
@@ -145,17 +148,13 @@ int llama_scan_run(struct pt_regs *ctx)
     run->last_logits = llama_samples(&sc->b, lo);
     ev->n_runs = r + 1;
     sc->i = lo + 1;
-    if (sc->i >= n || ev->n_runs >= LLAMA_MAX_RUNS)
-        return llama_finish(sc);
-    llama_scan_prog.call(ctx, 0);
-    ev->truncated = 1;  /* the tail call failed (the 33-call limit cannot be reached: 16 runs) */
-    return llama_finish(sc);
+    return 0;
 }
 
-/* Starts the scan of batch b as the entry event of a step that began at ts
+/* Scans batch b and sends it as the entry event of a step that began at ts
  * in context engine_ctx. */
-static __always_inline int llama_send_batch(struct pt_regs *ctx, struct llama_scan *sc,
-                                            const struct llama_batch_abi *b, u64 ts, u64 engine_ctx)
+static __always_inline int llama_send_batch(struct llama_scan *sc, const struct llama_batch_abi *b,
+                                            u64 ts, u64 engine_ctx)
 {
     __builtin_memset(&sc->ev, 0, sizeof(sc->ev));
     sc->b = *b;
@@ -164,27 +163,29 @@ static __always_inline int llama_send_batch(struct pt_regs *ctx, struct llama_sc
     sc->ev.phase = LLAMA_STEP_ENTER;
     sc->ev.n_tokens = b->n_tokens;
     sc->ev.ctx = engine_ctx;
-    llama_scan_prog.call(ctx, 0);
-    sc->ev.truncated = 1;  /* no scanner installed: the header only */
-    return llama_finish(sc);
+    bpf_loop(LLAMA_MAX_RUNS, llama_scan_run, NULL, 0);
+    if (sc->i < sc->b.n_tokens)
+        sc->ev.truncated = 1;
+    return send_event(&sc->ev, sizeof(sc->ev));
 }
 
+SEC("uprobe")
 int llama_enter_decode(struct pt_regs *ctx)
 {
     u32 zero = 0;
-    struct llama_scan *sc = llama_scratch.lookup(&zero);
+    struct llama_scan *sc = bpf_map_lookup_elem(&llama_scratch, &zero);
     if (!sc)
         return 0;
     struct llama_batch_abi b = {};
     if (bpf_probe_read_user(&b, sizeof(b), (void *)(PT_REGS_SP(ctx) + 8)))
         return 0;
-    return llama_send_batch(ctx, sc, &b, bpf_ktime_get_ns(), PT_REGS_PARM1(ctx));
+    return llama_send_batch(sc, &b, bpf_ktime_get_ns(), PT_REGS_PARM1(ctx));
 }
 
 static __always_inline int llama_send_return(s64 ret)
 {
     u32 zero = 0;
-    struct llama_scan *sc = llama_scratch.lookup(&zero);
+    struct llama_scan *sc = bpf_map_lookup_elem(&llama_scratch, &zero);
     if (!sc)
         return 0;
     struct llama_step_event *ev = &sc->ev;
@@ -195,6 +196,7 @@ static __always_inline int llama_send_return(s64 ret)
     return send_event(ev, sizeof(*ev));
 }
 
+SEC("uprobe")
 int llama_return_decode(struct pt_regs *ctx)
 {
     return llama_send_return((s32)PT_REGS_RC(ctx));
@@ -210,56 +212,71 @@ struct llama_open_step {
     u32 pad;
 };
 
-BPF_HASH(llama_open, u32, struct llama_open_step, 4096);   /* thread id -> its step in flight */
-BPF_HASH(llama_batch_offset, u32, u32, 1024);              /* tgid -> offsetof(llama_batch_allocr, batch) */
+struct {   /* thread id -> its step in flight */
+    __uint(type, BPF_MAP_TYPE_HASH);
+    __uint(max_entries, 4096);
+    __type(key, u32);
+    __type(value, struct llama_open_step);
+} llama_open SEC(".maps");
 
+struct {   /* tgid -> offsetof(llama_batch_allocr, batch), from user space */
+    __uint(type, BPF_MAP_TYPE_HASH);
+    __uint(max_entries, 1024);
+    __type(key, u32);
+    __type(value, u32);
+} llama_batch_offset SEC(".maps");
+
+SEC("uprobe")
 int llama_enter_step(struct pt_regs *ctx)
 {
     u32 tid = (u32)bpf_get_current_pid_tgid();
     struct llama_open_step open = {};
     open.ts = bpf_ktime_get_ns();
     open.ctx = PT_REGS_PARM1(ctx);
-    llama_open.update(&tid, &open);
+    bpf_map_update_elem(&llama_open, &tid, &open, BPF_ANY);
     return 0;
 }
 
+SEC("uprobe")
 int llama_enter_allocr_init(struct pt_regs *ctx)
 {
     u32 tid = (u32)bpf_get_current_pid_tgid();
-    struct llama_open_step *open = llama_open.lookup(&tid);
+    struct llama_open_step *open = bpf_map_lookup_elem(&llama_open, &tid);
     if (open && !open->sent)  /* outside a step (training's opt_epoch also calls init): ignored */
         open->allocr = PT_REGS_PARM1(ctx);
     return 0;
 }
 
+SEC("uprobe")
 int llama_return_allocr_init(struct pt_regs *ctx)
 {
     u64 pid_tgid = bpf_get_current_pid_tgid();
     u32 tid = (u32)pid_tgid, tgid = pid_tgid >> 32, zero = 0;
-    struct llama_open_step *open = llama_open.lookup(&tid);
+    struct llama_open_step *open = bpf_map_lookup_elem(&llama_open, &tid);
     if (!open || open->sent || !open->allocr)
         return 0;
     if (!(PT_REGS_RC(ctx) & 0xff))  /* init returned false: the call fails with -1, no step */
         return 0;
-    u32 *offset = llama_batch_offset.lookup(&tgid);
-    struct llama_scan *sc = llama_scratch.lookup(&zero);
+    u32 *offset = bpf_map_lookup_elem(&llama_batch_offset, &tgid);
+    struct llama_scan *sc = bpf_map_lookup_elem(&llama_scratch, &zero);
     if (!offset || !sc)
         return 0;
     struct llama_batch_abi b = {};
     if (bpf_probe_read_user(&b, sizeof(b), (void *)(open->allocr + *offset)))
         return 0;
     open->sent = 1;
-    return llama_send_batch(ctx, sc, &b, open->ts, open->ctx);
+    return llama_send_batch(sc, &b, open->ts, open->ctx);
 }
 
+SEC("uprobe")
 int llama_return_step(struct pt_regs *ctx)
 {
     u32 tid = (u32)bpf_get_current_pid_tgid();
-    struct llama_open_step *open = llama_open.lookup(&tid);
+    struct llama_open_step *open = bpf_map_lookup_elem(&llama_open, &tid);
     if (!open)
         return 0;
     u32 sent = open->sent;
-    llama_open.delete(&tid);
+    bpf_map_delete_elem(&llama_open, &tid);
     return sent ? llama_send_return((s32)PT_REGS_RC(ctx)) : 0;
 }
 
@@ -270,27 +287,34 @@ struct llama_sync_wait {
     u64 t_enter;
 };
 
-BPF_HASH(llama_sync_wait, u32, struct llama_sync_wait, 4096);  /* thread id -> its wait in flight */
+struct {   /* thread id -> its wait in flight */
+    __uint(type, BPF_MAP_TYPE_HASH);
+    __uint(max_entries, 4096);
+    __type(key, u32);
+    __type(value, struct llama_sync_wait);
+} llama_sync_wait SEC(".maps");
 
+SEC("uprobe")
 int llama_enter_sync(struct pt_regs *ctx)
 {
     u32 tid = (u32)bpf_get_current_pid_tgid();
     struct llama_sync_wait wait = {};
     wait.ctx = PT_REGS_PARM1(ctx);
     wait.t_enter = bpf_ktime_get_ns();
-    llama_sync_wait.update(&tid, &wait);
+    bpf_map_update_elem(&llama_sync_wait, &tid, &wait, BPF_ANY);
     return 0;
 }
 
+SEC("uprobe")
 int llama_return_sync(struct pt_regs *ctx)
 {
     u32 tid = (u32)bpf_get_current_pid_tgid(), zero = 0;
-    struct llama_sync_wait *wait = llama_sync_wait.lookup(&tid);
+    struct llama_sync_wait *wait = bpf_map_lookup_elem(&llama_sync_wait, &tid);
     if (!wait)
         return 0;
     struct llama_sync_wait w = *wait;
-    llama_sync_wait.delete(&tid);
-    struct llama_scan *sc = llama_scratch.lookup(&zero);
+    bpf_map_delete_elem(&llama_sync_wait, &tid);
+    struct llama_scan *sc = bpf_map_lookup_elem(&llama_scratch, &zero);
     if (!sc)
         return 0;
     struct llama_step_event *ev = &sc->ev;

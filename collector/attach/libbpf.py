@@ -42,6 +42,11 @@ class _UsdtOpts(ctypes.Structure):
     _fields_ = [("sz", ctypes.c_size_t), ("usdt_cookie", ctypes.c_uint64)]
 
 
+class _UprobeOpts(ctypes.Structure):
+    _fields_ = [("sz", ctypes.c_size_t), ("ref_ctr_offset", ctypes.c_size_t), ("bpf_cookie", ctypes.c_uint64),
+                ("retprobe", ctypes.c_bool), ("func_name", ctypes.c_char_p)]
+
+
 _PRINT_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
 _lib: ctypes.CDLL | None = None
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -61,6 +66,8 @@ def _signatures(lib: ctypes.CDLL) -> None:
         ("bpf_map__fd", i, [p]),
         ("bpf_map__initial_value", p, [p, ctypes.POINTER(ctypes.c_size_t)]),
         ("bpf_program__attach_usdt", p, [p, i, s, s, s, ctypes.POINTER(_UsdtOpts)]),
+        ("bpf_program__attach_uprobe_opts", p, [p, i, s, ctypes.c_size_t, ctypes.POINTER(_UprobeOpts)]),
+        ("bpf_map_update_elem", i, [i, p, p, ctypes.c_uint64]),
         ("bpf_link__destroy", i, [p]),
         ("btf__find_by_name_kind", i, [p, s, ctypes.c_uint32]),
         ("btf__type_by_id", ctypes.POINTER(_BtfType), [p, ctypes.c_uint32]),
@@ -125,7 +132,7 @@ def _failure(what: str, lines: list[str], code: int) -> LibbpfError:
 
 
 class Link:
-    """One attachment (a USDT probe in one process); destroy() detaches it."""
+    """One attachment (a probe in one process); destroy() detaches it."""
 
     def __init__(self, ptr: int, what: str) -> None:
         self.ptr: int | None = ptr
@@ -161,6 +168,7 @@ class BpfObject:
             raise _failure(f"libbpf could not open {path}", lines, ctypes.get_errno())
         self.ptr: int | None = ptr
         self.loaded = False
+        self.links: list[Link] = []   # every attachment made, detached at close()
 
     def _map(self, name: str) -> int:
         assert self.ptr is not None, "the object is closed"
@@ -177,6 +185,12 @@ class BpfObject:
 
     def map_fd(self, name: str) -> int:
         return library().bpf_map__fd(self._map(name))
+
+    def map_update(self, name: str, key: ctypes._CData, value: ctypes._CData) -> None:
+        """After load: key -> value in the map (both ctypes objects of the map's sizes)."""
+        if library().bpf_map_update_elem(self.map_fd(name), ctypes.byref(key), ctypes.byref(value), 0) != 0:
+            raise LibbpfError(f"{self.path.name}: updating map {name} failed "
+                              f"({os.strerror(ctypes.get_errno())})")
 
     def set_constant(self, name: str, value: int) -> None:
         """Before load: the value of a `const volatile` integer in .rodata,
@@ -231,9 +245,30 @@ class BpfObject:
         what = f"USDT probe {provider}:{probe} of pid {pid} ({binary})"
         if not ptr:
             raise _failure(f"libbpf could not attach the {what}", lines, ctypes.get_errno())
-        return Link(ptr, what)
+        return self._keep(Link(ptr, what))
+
+    def attach_uprobe(self, program: str, pid: int, binary: str, file_offset: int,
+                      on_return: bool = False) -> Link:
+        """Attaches program at file_offset of binary (a uretprobe with on_return), in pid only."""
+        opts = _UprobeOpts(sz=ctypes.sizeof(_UprobeOpts), retprobe=on_return)
+        with _Messages() as lines:
+            ptr = library().bpf_program__attach_uprobe_opts(self._program(program), pid, os.fsencode(binary),
+                                                            file_offset, ctypes.byref(opts))
+        what = f"{'uretprobe' if on_return else 'uprobe'} at {binary}+0x{file_offset:x} in pid {pid}"
+        if not ptr:
+            raise _failure(f"libbpf could not attach the {what}", lines, ctypes.get_errno())
+        return self._keep(Link(ptr, what))
+
+    def _keep(self, link: Link) -> Link:
+        if len(self.links) % 256 == 255:   # now and then, forget the ones destroyed since
+            self.links = [kept for kept in self.links if kept.ptr is not None]
+        self.links.append(link)
+        return link
 
     def close(self) -> None:
+        """Detaches what is still attached (at once: destroy_all), then frees the object."""
+        destroy_all([link for link in self.links if link.ptr is not None])
+        self.links.clear()
         if self.ptr is not None:
             library().bpf_object__close(self.ptr)
             self.ptr = None

@@ -13,6 +13,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from inferprobe.collector.attach.libbpf import BpfObject
+from inferprobe.collector.binaries.elf_symbols import elf_file
+
 
 @dataclass(frozen=True, slots=True)
 class Probe:
@@ -23,16 +26,32 @@ class Probe:
 
 def attach_functions(bpf, path: str, pid: int,
                      functions: Iterable[tuple[str, Iterable[Probe]]]) -> tuple[list[str], dict[str, str]]:
-    """(function name, its probes) for each function: (hooked names, name -> why not)."""
+    """(function name, its probes) for each function: (hooked names, name -> why not).
+
+    bpf is the set's built object (BpfObject, libbpf) or the bcc program."""
     hooked: list[str] = []
     failed: dict[str, str] = {}
     for name, probes in functions:
         try:
             for probe in probes:
-                attach = bpf.attach_uretprobe if probe.on_return else bpf.attach_uprobe
-                attach(name=path.encode(), addr=probe.address, fn_name=probe.program.encode(), pid=pid)
-        except Exception as err:  # bcc: bare Exception, e.g. a dead pid or the probe limit
+                if isinstance(bpf, BpfObject):
+                    bpf.attach_uprobe(probe.program, pid, path, _file_offset(path, probe.address),
+                                      on_return=probe.on_return)
+                else:
+                    attach = bpf.attach_uretprobe if probe.on_return else bpf.attach_uprobe
+                    attach(name=path.encode(), addr=probe.address, fn_name=probe.program.encode(), pid=pid)
+        except Exception as err:  # bcc: bare Exception; libbpf: LibbpfError; a dead pid, the probe limit
             failed[name] = str(err)
             continue
         hooked.append(name)
     return hooked, failed
+
+
+def _file_offset(path: str, vaddr: int) -> int:
+    """Where the code at vaddr lies in the file: the kernel places uprobes by file offset
+    (bcc converted the address itself; libbpf takes the offset)."""
+    elf = elf_file(path)
+    offset = elf.offset_of_vaddr(vaddr) if elf is not None else None
+    if offset is None:
+        raise ValueError(f"0x{vaddr:x} is in no loaded segment of {path}")
+    return offset

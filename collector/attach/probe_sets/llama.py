@@ -88,7 +88,7 @@ class Attachment:
 
 class LlamaProbes(ProbeSet):
     name = "llama"
-    source = "llama.bpf.c"
+    core_object = "llama.bpf.o"
     description = "llama.cpp engine steps (uprobes on llama_decode or llama_process)"
 
     def __init__(self) -> None:
@@ -107,13 +107,8 @@ class LlamaProbes(ProbeSet):
         return None
 
     def after_load(self, bpf, ctx: TargetContext) -> None:
-        from bcc import BPF
-
-        # bpf/llama.bpf.c reads a batch's runs one per program, by tail calls to this one.
-        scanner = bpf.load_func(b"llama_scan_run", BPF.KPROBE)
-        bpf.get_table("llama_scan_prog")[ctypes.c_int(0)] = ctypes.c_int(scanner.fd)
         for mapped, api in self._pending:
-            self._attach(bpf, mapped, api)
+            self._attach(mapped, api)
         self._pending = []
 
     def refresh(self, bpf, ctx: TargetContext) -> list[str]:
@@ -122,19 +117,20 @@ class LlamaProbes(ProbeSet):
         notes = []
         for pid in target_procs.with_descendants(ctx.pids):
             for mapped, api in llama_targets(pid, self._scanned.setdefault(pid, set())):
-                att = self._attach(bpf, mapped, api)
+                att = self._attach(mapped, api)
                 notes.append(f"llama: {att.error}" if att.error
                              else f"llama: attached to {api.kind} in {mapped.path} (pid {pid})")
         return notes
 
-    def _attach(self, bpf, mapped: MappedFile, api: LlamaApi) -> Attachment:
+    def _attach(self, mapped: MappedFile, api: LlamaApi) -> Attachment:
+        assert self.core is not None, "the loader loads core_object before after_load"
         att = Attachment(mapped.pid, mapped.path, api.kind, 0, error=api.refusal)
         self.attachments.append(att)
         if api.refusal is None:
             if api.batch_offset is not None:  # where this process's llama_batch_allocr keeps its batch
-                offsets = bpf.get_table("llama_batch_offset")
-                offsets[ctypes.c_uint(mapped.pid)] = ctypes.c_uint(api.batch_offset)
-            att.hooked, failed = attach_functions(bpf, mapped.host_path, mapped.pid, probes_for(api))
+                self.core.map_update("llama_batch_offset", ctypes.c_uint32(mapped.pid),
+                                     ctypes.c_uint32(api.batch_offset))
+            att.hooked, failed = attach_functions(self.core, mapped.host_path, mapped.pid, probes_for(api))
             if failed:
                 att.error = "; ".join(f"{name}: {why}" for name, why in failed.items())
         att.t_attached_ns = time.monotonic_ns()
