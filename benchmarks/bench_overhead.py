@@ -289,7 +289,8 @@ class Server:
 class Recorder:
     """`inferprobe record -p PID` as a subprocess; returns from __init__ once attached."""
 
-    def __init__(self, pid: int, output: Path, stderr_path: Path, extra: tuple[str, ...] = ()) -> None:
+    def __init__(self, pid: int, output: Path, stderr_path: Path, extra: tuple[str, ...] = (),
+                 env: dict[str, str] | None = None) -> None:
         self.output = output
         self._stderr_f = open(stderr_path, "w", encoding="utf-8")  # noqa: SIM115
         self.proc = subprocess.Popen(
@@ -297,6 +298,7 @@ class Recorder:
             stdout=subprocess.PIPE,
             stderr=self._stderr_f,
             text=True,
+            env=env,
         )
         self.stderr_path = stderr_path
         self.lines: list[str] = []

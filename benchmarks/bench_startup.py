@@ -9,15 +9,25 @@ rest is Python start-up and the engine /metrics probe), its peak resident size
 (VmHWM), and the time from SIGTERM to a written recording. The share of the
 wait spent in bcc's compile is the figure the CO-RE work (issue 36) removes.
 
+--baseline DIR runs the recorder of another checkout too (e.g. `git worktree add
+/tmp/base <commit>`), interleaved with this one, config by config: the same
+host, the same moments, the same server, so the two are compared in one run.
+DIR's folders are imported as inferprobe.<part> through a link tree on
+PYTHONPATH, ahead of this checkout's editable install; its BPF objects, if it
+has any, must be built (scripts/build_bpf.sh in DIR).
+
 Usage (root): .venv/bin/python benchmarks/bench_startup.py [--rounds 3] [--config defaults ...]
+              [--baseline DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
+import tomllib
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -27,16 +37,28 @@ CONFIGS = {
     "defaults": (),
     "locks+network": ("--locks", "--network"),
     "locks+profile": ("--locks", "--profile"),
+    "profile+offcpu": ("--profile", "--offcpu"),
 }
 
 
-def one_start(extra: tuple[str, ...], tmp: Path, name: str) -> dict:
+def baseline_env(checkout: Path, tmp: Path) -> dict[str, str]:
+    """An environment whose `python -m inferprobe...` imports checkout's code: its folders
+    linked as inferprobe.<part> (its pyproject's package-dir) in a tree first on PYTHONPATH."""
+    mapping = tomllib.loads((checkout / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+    tree = tmp / "baseline-tree" / "inferprobe"
+    tree.mkdir(parents=True)
+    for package, folder in mapping.items():
+        (tree / package.removeprefix("inferprobe.")).symlink_to(checkout / folder, target_is_directory=True)
+    return {**os.environ, "PYTHONPATH": str(tree.parent)}
+
+
+def one_start(extra: tuple[str, ...], tmp: Path, name: str, env: dict[str, str] | None = None) -> dict:
     from inferprobe.collector.model.recording import read_recording
 
     server = Server(log=None)
     try:
         output = tmp / f"{name}.ipr"
-        rec = Recorder(server.pid, output, tmp / f"{name}.stderr", extra)
+        rec = Recorder(server.pid, output, tmp / f"{name}.stderr", extra, env=env)
         peak_kb = proc_status_kb(rec.proc.pid, "VmHWM")
         stop_s = rec.stop()
     finally:
@@ -59,21 +81,30 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--config", action="append", choices=sorted(CONFIGS),
                     help="a configuration to measure (repeatable; default: all)")
+    ap.add_argument("--baseline", type=Path, help="another checkout to measure beside this one")
     args = ap.parse_args()
     configs = args.config or list(CONFIGS)
-    runs: dict[str, list[dict]] = {c: [] for c in configs}
     with tempfile.TemporaryDirectory() as tmp:
+        trees: dict[str, dict[str, str] | None] = {"": None}
+        if args.baseline:
+            trees = {"": None, " (baseline)": baseline_env(args.baseline.resolve(), Path(tmp))}
+        rows = [config + label for config in configs for label in trees]
+        runs: dict[str, list[dict]] = {row: [] for row in rows}
         for r in range(args.rounds):
             for config in configs:  # interleaved, so a slow moment of the host hits every one
-                runs[config].append(one_start(CONFIGS[config], Path(tmp), f"{config}-{r}"))
-                print(f"round {r + 1} {config}: {runs[config][-1]}", flush=True)
+                for label, env in trees.items():
+                    row = config + label
+                    name = f"{config}-{r}{label.strip()}"
+                    runs[row].append(one_start(CONFIGS[config], Path(tmp), name, env))
+                    print(f"round {r + 1} {row}: {runs[row][-1]}", flush=True)
+    configs = rows
     print(f"\nmedians of {args.rounds} round(s), idle test server, seconds unless said:")
-    print(f"{'config':<15} {'to attached':>12} {'range':>13} {'prepare':>8} {'compile':>8} {'load+att':>8} "
+    print(f"{'config':<26} {'to attached':>12} {'range':>13} {'prepare':>8} {'compile':>8} {'load+att':>8} "
           f"{'compile %':>9} {'stop':>6} {'peak RSS':>9}")
     for config in configs:
         s = summarize(runs[config])
         lo, hi = s["range_attach_s"]
-        print(f"{config:<15} {s['attach_s']:>12.2f} {f'{lo:.2f}-{hi:.2f}':>13} {s.get('prepare', 0):>8.2f} "
+        print(f"{config:<26} {s['attach_s']:>12.2f} {f'{lo:.2f}-{hi:.2f}':>13} {s.get('prepare', 0):>8.2f} "
               f"{s.get('compile_and_verify', 0):>8.2f} {s.get('load_and_attach', 0):>8.2f} "
               f"{100 * s.get('compile_share', 0):>8.0f}% {s['stop_s']:>6.2f} {s['peak_mb']:>6.0f} MB")
     return 0

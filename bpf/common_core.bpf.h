@@ -38,6 +38,13 @@ const volatile u64 ringbuf_wakeup_bytes = 256 * 1024;
 
 #define TARGET_PID_LIMIT (1U << 22)
 
+/* What vmlinux.h, having types only, lacks: errno values and uapi macros. */
+#define ENOENT 2
+#define EFAULT 14
+#define EEXIST 17
+#define ENOSPC 28
+#define PERF_MAX_STACK_DEPTH 127
+
 struct {
     __uint(type, BPF_MAP_TYPE_ARRAY);
     __uint(max_entries, TARGET_PID_LIMIT / 64);
@@ -69,6 +76,17 @@ static __always_inline void count(u32 index)
     u64 *value = bpf_map_lookup_elem(&counters, &index);
     if (value)
         *value += 1;
+}
+
+/* bcc's map.lookup_or_try_init(): the value at key, inserting init first if
+ * there is none; NULL when the map is full. */
+static __always_inline void *lookup_or_try_init(void *map, const void *key, const void *init)
+{
+    void *value = bpf_map_lookup_elem(map, key);
+    if (value)
+        return value;
+    bpf_map_update_elem(map, key, init, BPF_NOEXIST);
+    return bpf_map_lookup_elem(map, key);
 }
 
 static __always_inline int is_target(u32 tgid)

@@ -37,17 +37,18 @@
  * DRM: dma_fence waits in target threads become gpu_fence_event; queued
  * gpu_scheduler jobs become gpu_drm_event; the scheduler's run and done
  * tracepoints run in kernel threads and interrupts, where the target is
- * unknown, so they are only counted, host-wide. Each is compiled only when
- * the loader saw its tracepoint (-DGPU_HAVE_<tracepoint>).
+ * unknown, so they are only counted, host-wide. Each is loaded only where
+ * the probe set saw its tracepoint.
+ *
+ * Built ahead of time (CO-RE, libbpf; common_core.bpf.h). Settings, written
+ * by collector/attach/probe_sets/gpu.py before load: gpu_run_max_launches,
+ * gpu_run_max_ns.
  */
-#include "common.bpf.h"
+#include "common_core.bpf.h"
+#include <bpf/usdt.bpf.h>
 
-#ifndef GPU_RUN_MAX_LAUNCHES
-#define GPU_RUN_MAX_LAUNCHES 256
-#endif
-#ifndef GPU_RUN_MAX_NS
-#define GPU_RUN_MAX_NS 10000000ULL
-#endif
+const volatile u32 gpu_run_max_launches = 256;
+const volatile u64 gpu_run_max_ns = 10000000;
 #define GPU_HIST_SLOTS 32
 
 struct gpu_fn_stats {
@@ -78,20 +79,50 @@ struct gpu_run {
     u32 pad;
 };
 
-BPF_PERCPU_ARRAY(gpu_fn_stats, struct gpu_fn_stats, GPU_FN_MAX);
-BPF_TABLE("lru_hash", u32, struct gpu_call_entry, gpu_calls, 16384);  /* tid -> outermost call */
-BPF_TABLE("lru_hash", u32, struct gpu_run, gpu_runs, 16384);          /* tid -> open launch run */
+struct {
+    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+    __uint(max_entries, GPU_FN_MAX);
+    __type(key, u32);
+    __type(value, struct gpu_fn_stats);
+} gpu_fn_stats SEC(".maps");
+
+struct {   /* tid -> outermost call */
+    __uint(type, BPF_MAP_TYPE_LRU_HASH);
+    __uint(max_entries, 16384);
+    __type(key, u32);
+    __type(value, struct gpu_call_entry);
+} gpu_calls SEC(".maps");
+
+struct {   /* tid -> open launch run */
+    __uint(type, BPF_MAP_TYPE_LRU_HASH);
+    __uint(max_entries, 16384);
+    __type(key, u32);
+    __type(value, struct gpu_run);
+} gpu_runs SEC(".maps");
 
 static __always_inline struct gpu_fn_stats *gpu_stats(u32 fn)
 {
-    return gpu_fn_stats.lookup(&fn);
+    return bpf_map_lookup_elem(&gpu_fn_stats, &fn);
+}
+
+/* floor(log2(v)) for v > 0, by halving: bcc's bpf_log2l, which libbpf has no copy of. */
+static __always_inline u32 gpu_log2(u64 v)
+{
+    u32 r = 0;
+    if (v >> 32) { v >>= 32; r += 32; }
+    if (v >> 16) { v >>= 16; r += 16; }
+    if (v >> 8) { v >>= 8; r += 8; }
+    if (v >> 4) { v >>= 4; r += 4; }
+    if (v >> 2) { v >>= 2; r += 2; }
+    if (v >> 1) r += 1;
+    return r;
 }
 
 static __always_inline u32 gpu_hist_slot(u64 ns)
 {
     u32 slot = 0;
     if (ns)
-        slot = bpf_log2l(ns) + 1;
+        slot = gpu_log2(ns) + 1;
     return slot < GPU_HIST_SLOTS ? slot : GPU_HIST_SLOTS - 1;
 }
 
@@ -110,11 +141,11 @@ static __always_inline void gpu_send_run(struct gpu_run *run, u64 pid_tgid, u16 
 static __always_inline void gpu_close_run(u64 pid_tgid, u16 reason)
 {
     u32 tid = (u32)pid_tgid;
-    struct gpu_run *run = gpu_runs.lookup(&tid);
+    struct gpu_run *run = bpf_map_lookup_elem(&gpu_runs, &tid);
     if (!run)
         return;
     gpu_send_run(run, pid_tgid, reason);
-    gpu_runs.delete(&tid);
+    bpf_map_delete_elem(&gpu_runs, &tid);
 }
 
 /* Counts a hooked call of a target thread: as nested when another hooked
@@ -128,7 +159,7 @@ static __always_inline int gpu_count_entry(u32 fn, u64 id)
     struct gpu_fn_stats *st = gpu_stats(fn);
     if (!st)
         return 0;
-    if (gpu_calls.lookup(&tid)) {
+    if (bpf_map_lookup_elem(&gpu_calls, &tid)) {
         st->nested += 1;
         return 0;
     }
@@ -144,12 +175,12 @@ static __always_inline int gpu_launch(u32 fn, int graph, int with_return)
         return 0;
     u32 tid = (u32)id;
     u64 now = bpf_ktime_get_ns();
-    struct gpu_run *run = gpu_runs.lookup(&tid);
+    struct gpu_run *run = bpf_map_lookup_elem(&gpu_runs, &tid);
     if (run) {
         u16 reason = 0;
-        if (run->kernels + run->graphs >= GPU_RUN_MAX_LAUNCHES)
+        if (run->kernels + run->graphs >= gpu_run_max_launches)
             reason = GPU_FLUSH_CAP;
-        else if (now - run->first_ns > GPU_RUN_MAX_NS)
+        else if (now - run->first_ns > gpu_run_max_ns)
             reason = GPU_FLUSH_AGE;
         if (reason) {
             gpu_send_run(run, id, reason);
@@ -162,8 +193,8 @@ static __always_inline int gpu_launch(u32 fn, int graph, int with_return)
         struct gpu_run fresh = {};
         fresh.first_ns = now;
         fresh.pid = id >> 32;
-        gpu_runs.update(&tid, &fresh);
-        run = gpu_runs.lookup(&tid);
+        bpf_map_update_elem(&gpu_runs, &tid, &fresh, BPF_ANY);
+        run = bpf_map_lookup_elem(&gpu_runs, &tid);
         if (!run)
             return 0;
     }
@@ -176,7 +207,7 @@ static __always_inline int gpu_launch(u32 fn, int graph, int with_return)
         struct gpu_call_entry entry = {};
         entry.ts_ns = now;
         entry.function = fn;
-        gpu_calls.update(&tid, &entry);
+        bpf_map_update_elem(&gpu_calls, &tid, &entry, BPF_ANY);
     }
     return 0;
 }
@@ -224,7 +255,7 @@ static __always_inline int gpu_call(struct pt_regs *ctx, u32 fn)
         entry.bytes = PT_REGS_PARM2(ctx);
     }
     entry.ts_ns = bpf_ktime_get_ns();
-    gpu_calls.update(&tid, &entry);
+    bpf_map_update_elem(&gpu_calls, &tid, &entry, BPF_ANY);
     return 0;
 }
 
@@ -234,7 +265,7 @@ static __always_inline int gpu_return(struct pt_regs *ctx, u32 fn)
     u64 now = bpf_ktime_get_ns();
     u64 id = bpf_get_current_pid_tgid();
     u32 tid = (u32)id;
-    struct gpu_call_entry *entry = gpu_calls.lookup(&tid);
+    struct gpu_call_entry *entry = bpf_map_lookup_elem(&gpu_calls, &tid);
     /* Not ours: a nested call returning, or a call already running when we attached. */
     if (!entry || entry->function != fn)
         return 0;
@@ -249,10 +280,10 @@ static __always_inline int gpu_return(struct pt_regs *ctx, u32 fn)
         st->hist[gpu_hist_slot(duration) & (GPU_HIST_SLOTS - 1)] += 1;
     }
     if (fn < GPU_FN_FIRST_WAIT) {
-        struct gpu_run *run = gpu_runs.lookup(&tid);
+        struct gpu_run *run = bpf_map_lookup_elem(&gpu_runs, &tid);
         if (run)
             run->launch_ns += duration;
-        gpu_calls.delete(&tid);
+        bpf_map_delete_elem(&gpu_calls, &tid);
         return 0;
     }
     struct gpu_call_event ev = {};
@@ -265,18 +296,18 @@ static __always_inline int gpu_return(struct pt_regs *ctx, u32 fn)
     ev.copy_kind = entry->copy_kind;
     if (entry->out_ptr && ret == 0)
         bpf_probe_read_user(&ev.addr, sizeof(ev.addr), (void *)entry->out_ptr);
-    gpu_calls.delete(&tid);
+    bpf_map_delete_elem(&gpu_calls, &tid);
     return send_event(&ev, sizeof(ev));
 }
 
 #define GPU_DRIVER_LAUNCH(FN, GRAPH) \
-    int gpu_enter_##FN(struct pt_regs *ctx) { return gpu_launch(FN, GRAPH, 0); }
+    SEC("uprobe") int gpu_enter_##FN(struct pt_regs *ctx) { return gpu_launch(FN, GRAPH, 0); }
 #define GPU_RUNTIME_LAUNCH(FN, GRAPH) \
-    int gpu_enter_##FN(struct pt_regs *ctx) { return gpu_launch(FN, GRAPH, 1); } \
-    int gpu_return_##FN(struct pt_regs *ctx) { return gpu_return(ctx, FN); }
+    SEC("uprobe") int gpu_enter_##FN(struct pt_regs *ctx) { return gpu_launch(FN, GRAPH, 1); } \
+    SEC("uprobe") int gpu_return_##FN(struct pt_regs *ctx) { return gpu_return(ctx, FN); }
 #define GPU_CALL(FN) \
-    int gpu_enter_##FN(struct pt_regs *ctx) { return gpu_call(ctx, FN); } \
-    int gpu_return_##FN(struct pt_regs *ctx) { return gpu_return(ctx, FN); }
+    SEC("uprobe") int gpu_enter_##FN(struct pt_regs *ctx) { return gpu_call(ctx, FN); } \
+    SEC("uprobe") int gpu_return_##FN(struct pt_regs *ctx) { return gpu_return(ctx, FN); }
 
 GPU_DRIVER_LAUNCH(GPU_FN_CU_LAUNCH_KERNEL, 0)
 GPU_DRIVER_LAUNCH(GPU_FN_CU_LAUNCH_KERNEL_EX, 0)
@@ -314,10 +345,22 @@ GPU_CALL(GPU_FN_CUDA_GET_DEVICE_COUNT)
 
 /* ---------------------------------------------------------------- DRM GPUs */
 
-#ifdef GPU_HAVE_DMA_FENCE
-BPF_TABLE("lru_hash", u32, struct gpu_fence_event, gpu_fence_waits, 16384);  /* tid -> open wait */
+/* The two fields read of dma_fence's tracepoints, relocated by name (CO-RE):
+ * this file builds also where the build host's kernel has no dma_fence. */
+struct trace_event_raw_dma_fence___gpu {
+    unsigned int context;
+    unsigned int seqno;
+} __attribute__((preserve_access_index));
 
-TRACEPOINT_PROBE(dma_fence, dma_fence_wait_start)
+struct {   /* tid -> open wait */
+    __uint(type, BPF_MAP_TYPE_LRU_HASH);
+    __uint(max_entries, 16384);
+    __type(key, u32);
+    __type(value, struct gpu_fence_event);
+} gpu_fence_waits SEC(".maps");
+
+SEC("tracepoint/dma_fence/dma_fence_wait_start")
+int gpu_fence_wait_start(struct trace_event_raw_dma_fence___gpu *args)
 {
     u64 id = bpf_get_current_pid_tgid();
     if (!is_target(id >> 32))
@@ -327,37 +370,42 @@ TRACEPOINT_PROBE(dma_fence, dma_fence_wait_start)
     fill_header(&ev.hdr, EVENT_GPU_FENCE_WAIT, bpf_ktime_get_ns(), id);
     ev.context = args->context;
     ev.seqno = args->seqno;
-    gpu_fence_waits.update(&tid, &ev);
+    bpf_map_update_elem(&gpu_fence_waits, &tid, &ev, BPF_ANY);
     return 0;
 }
 
-TRACEPOINT_PROBE(dma_fence, dma_fence_wait_end)
+SEC("tracepoint/dma_fence/dma_fence_wait_end")
+int gpu_fence_wait_end(void *args)
 {
     u64 id = bpf_get_current_pid_tgid();
     u32 tid = (u32)id;
-    struct gpu_fence_event *open = gpu_fence_waits.lookup(&tid);
+    struct gpu_fence_event *open = bpf_map_lookup_elem(&gpu_fence_waits, &tid);
     if (!open)
         return 0;
     struct gpu_fence_event ev = *open;
-    gpu_fence_waits.delete(&tid);
+    bpf_map_delete_elem(&gpu_fence_waits, &tid);
     ev.exit_ns = bpf_ktime_get_ns();
     return send_event(&ev, sizeof(ev));
 }
-#endif
 
 /* Host-wide counts of the scheduler's tracepoints: 0 job queued by a target,
  * 1 job run, 2 job done (the last two for every process on the host). */
-BPF_PERCPU_ARRAY(gpu_drm_counts, u64, 4);
+struct {
+    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+    __uint(max_entries, 4);
+    __type(key, u32);
+    __type(value, u64);
+} gpu_drm_counts SEC(".maps");
 
 static __always_inline void gpu_drm_count(u32 index)
 {
-    u64 *value = gpu_drm_counts.lookup(&index);
+    u64 *value = bpf_map_lookup_elem(&gpu_drm_counts, &index);
     if (value)
         *value += 1;
 }
 
-#ifdef GPU_HAVE_DRM_SCHED_JOB
-TRACEPOINT_PROBE(gpu_scheduler, drm_sched_job)
+SEC("tracepoint/gpu_scheduler/drm_sched_job")
+int gpu_drm_sched_job(void *args)
 {
     u64 id = bpf_get_current_pid_tgid();
     if (!is_target(id >> 32))
@@ -368,67 +416,68 @@ TRACEPOINT_PROBE(gpu_scheduler, drm_sched_job)
     ev.what = GPU_DRM_SCHED_JOB;
     return send_event(&ev, sizeof(ev));
 }
-#endif
 
-#ifdef GPU_HAVE_DRM_RUN_JOB
-TRACEPOINT_PROBE(gpu_scheduler, drm_run_job)
+SEC("tracepoint/gpu_scheduler/drm_run_job")
+int gpu_drm_run_job(void *args)
 {
     gpu_drm_count(1);
     return 0;
 }
-#endif
 
-#ifdef GPU_HAVE_DRM_SCHED_PROCESS_JOB
-TRACEPOINT_PROBE(gpu_scheduler, drm_sched_process_job)
+SEC("tracepoint/gpu_scheduler/drm_sched_process_job")
+int gpu_drm_sched_process_job(void *args)
 {
     gpu_drm_count(2);
     return 0;
 }
-#endif
 
 /* ------------------------------------------------------------ CUPTI shim
  *
  * The USDT probes of probes/cupti/inferprobe_cupti.c (provider
- * "inferprobe_gpu"), compiled when a target maps the shim
- * (-DGPU_HAVE_CUPTI_SHIM). One event per probe: the shim already batches
+ * "inferprobe_gpu"), attached where a target maps the shim, by libbpf, which
+ * reads each probe's arguments from its note. One event per probe: the shim already batches
  * (CUPTI hands it buffers of records) and the records are what the GPU ran,
  * so there is nothing left to aggregate here. The api probe fires on the
  * launching thread: its tid and timestamp are what joins a GPU record (by
  * correlation id) to the launch uprobes above. A USDT attach is per process,
  * so no target check. */
-#ifdef GPU_HAVE_CUPTI_SHIM
-static __always_inline void gpu_shim_read(int rc)
+/* USDT argument n (1-based, as the shim's header numbers them), 0 where unreadable. */
+static __always_inline u64 gpu_shim_arg(struct pt_regs *ctx, u32 n)
 {
-    if (rc != 0)
+    long value = 0;
+    if (bpf_usdt_arg(ctx, n - 1, &value) != 0)
         count(COUNTER_USDT_BAD_ARGS);
+    return value;
 }
 
+SEC("usdt")
 int gpu_shim_api(struct pt_regs *ctx)
 {
     struct gpu_api_event ev = {};
     fill_header(&ev.hdr, EVENT_GPU_API, bpf_ktime_get_ns(), bpf_get_current_pid_tgid());
     u64 cbid = 0, domain = 0;
-    gpu_shim_read(bpf_usdt_readarg(1, ctx, &ev.correlation_id));
-    gpu_shim_read(bpf_usdt_readarg(2, ctx, &cbid));
-    gpu_shim_read(bpf_usdt_readarg(3, ctx, &domain));
+    ev.correlation_id = gpu_shim_arg(ctx, 1);
+    cbid = gpu_shim_arg(ctx, 2);
+    domain = gpu_shim_arg(ctx, 3);
     ev.cbid = cbid;
     ev.domain = domain;
     return send_event(&ev, sizeof(ev));
 }
 
+SEC("usdt")
 int gpu_shim_activity(struct pt_regs *ctx)
 {
     struct gpu_activity_event ev = {};
     fill_header(&ev.hdr, EVENT_GPU_ACTIVITY, bpf_ktime_get_ns(), bpf_get_current_pid_tgid());
     u64 kind = 0, device = 0, stream = 0, name_id = 0;
-    gpu_shim_read(bpf_usdt_readarg(1, ctx, &kind));
-    gpu_shim_read(bpf_usdt_readarg(2, ctx, &ev.gpu_start));
-    gpu_shim_read(bpf_usdt_readarg(3, ctx, &ev.gpu_end));
-    gpu_shim_read(bpf_usdt_readarg(4, ctx, &ev.correlation_id));
-    gpu_shim_read(bpf_usdt_readarg(5, ctx, &device));
-    gpu_shim_read(bpf_usdt_readarg(6, ctx, &stream));
-    gpu_shim_read(bpf_usdt_readarg(7, ctx, &ev.shape));
-    gpu_shim_read(bpf_usdt_readarg(8, ctx, &name_id));
+    kind = gpu_shim_arg(ctx, 1);
+    ev.gpu_start = gpu_shim_arg(ctx, 2);
+    ev.gpu_end = gpu_shim_arg(ctx, 3);
+    ev.correlation_id = gpu_shim_arg(ctx, 4);
+    device = gpu_shim_arg(ctx, 5);
+    stream = gpu_shim_arg(ctx, 6);
+    ev.shape = gpu_shim_arg(ctx, 7);
+    name_id = gpu_shim_arg(ctx, 8);
     /* A kind user space does not know would make it drop the event: count it instead. */
     if (kind < GPU_ACTIVITY_KERNEL || kind > GPU_ACTIVITY_MEMSET) {
         count(COUNTER_USDT_BAD_ARGS);
@@ -441,41 +490,43 @@ int gpu_shim_activity(struct pt_regs *ctx)
     return send_event(&ev, sizeof(ev));
 }
 
+SEC("usdt")
 int gpu_shim_clock(struct pt_regs *ctx)
 {
     struct gpu_clock_event ev = {};
     fill_header(&ev.hdr, EVENT_GPU_CLOCK, bpf_ktime_get_ns(), bpf_get_current_pid_tgid());
-    gpu_shim_read(bpf_usdt_readarg(1, ctx, &ev.cupti_ns));
-    gpu_shim_read(bpf_usdt_readarg(2, ctx, &ev.mono_before_ns));
-    gpu_shim_read(bpf_usdt_readarg(3, ctx, &ev.mono_after_ns));
+    ev.cupti_ns = gpu_shim_arg(ctx, 1);
+    ev.mono_before_ns = gpu_shim_arg(ctx, 2);
+    ev.mono_after_ns = gpu_shim_arg(ctx, 3);
     return send_event(&ev, sizeof(ev));
 }
 
+SEC("usdt")
 int gpu_shim_kernel_name(struct pt_regs *ctx)
 {
     struct gpu_kernel_name_event ev = {};
     fill_header(&ev.hdr, EVENT_GPU_KERNEL_NAME, bpf_ktime_get_ns(), bpf_get_current_pid_tgid());
     u64 id = 0, name = 0;
-    gpu_shim_read(bpf_usdt_readarg(1, ctx, &id));
-    gpu_shim_read(bpf_usdt_readarg(2, ctx, &name));
+    id = gpu_shim_arg(ctx, 1);
+    name = gpu_shim_arg(ctx, 2);
     ev.name_id = id;
     long n = bpf_probe_read_user_str(ev.name, sizeof(ev.name), (void *)name);
     ev.len = n > 0 ? n - 1 : 0;
     return send_event(&ev, sizeof(ev));
 }
 
+SEC("usdt")
 int gpu_shim_status(struct pt_regs *ctx)
 {
     struct gpu_shim_status_event ev = {};
     fill_header(&ev.hdr, EVENT_GPU_SHIM_STATUS, bpf_ktime_get_ns(), bpf_get_current_pid_tgid());
     u64 status = 0, result = 0, text = 0;
-    gpu_shim_read(bpf_usdt_readarg(1, ctx, &status));
-    gpu_shim_read(bpf_usdt_readarg(2, ctx, &result));
-    gpu_shim_read(bpf_usdt_readarg(3, ctx, &text));
+    status = gpu_shim_arg(ctx, 1);
+    result = gpu_shim_arg(ctx, 2);
+    text = gpu_shim_arg(ctx, 3);
     ev.status = status <= GPU_SHIM_STOPPED ? status : GPU_SHIM_CUPTI_ERROR;
     ev.cupti_result = result;
     long n = bpf_probe_read_user_str(ev.text, sizeof(ev.text), (void *)text);
     ev.len = n > 0 ? n - 1 : 0;
     return send_event(&ev, sizeof(ev));
 }
-#endif

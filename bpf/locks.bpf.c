@@ -17,8 +17,7 @@
  * the kernel, never stack data.
  *
  * A CPython thread's waits and wakes also carry its Python stack (the walk
- * of bpf/python_stacks.bpf.c, pasted before this file): the Python function
- * that waited, or released.
+ * of bpf/python_stacks.bpf.h): the Python function that waited, or released.
  *
  * Which semaphore waits are signals: uprobes in each target's libc
  * (attached per process by collector/attach/probe_sets/semaphores.py) remember
@@ -29,22 +28,18 @@
  * Condition, Event and Queue waits), not for a lock someone holds; by any
  * other thread it is FUTEX_WAIT_FLAG_SEM_HELD.
  *
- * -D settings from collector/attach/probe_sets/locks.py:
- *   LOCK_FLOOR_NS, LOCK_SCAN_FLOOR_NS, OFFCPU_FLOOR_NS
- *   HAVE_FUTEX_WAITV, HAVE_FUTEX2 (futex_wait/futex_wake syscalls),
- *   HAVE_LOCK_CONTENTION (lock:contention_begin/end)
+ * Built ahead of time (CO-RE, libbpf; common_core.bpf.h). Settings, written
+ * by collector/attach/probe_sets/locks.py before load: lock_floor_ns,
+ * lock_scan_floor_ns, offcpu_floor_ns. The programs on tracepoints a kernel
+ * may lack (futex_waitv, futex_wait/futex_wake, lock:contention_*) are left
+ * out of the load there by the same set.
  */
-#include "common.bpf.h"
+#include "common_core.bpf.h"
+#include "python_stacks.bpf.h"
 
-#ifndef LOCK_FLOOR_NS
-#define LOCK_FLOOR_NS 10000ULL
-#endif
-#ifndef LOCK_SCAN_FLOOR_NS
-#define LOCK_SCAN_FLOOR_NS 50000ULL
-#endif
-#ifndef OFFCPU_FLOOR_NS
-#define OFFCPU_FLOOR_NS 50000ULL
-#endif
+const volatile u64 lock_floor_ns = 10000;
+const volatile u64 lock_scan_floor_ns = 50000;
+const volatile u64 offcpu_floor_ns = 50000;
 
 /* futex(2) ops; the PRIVATE (128) and CLOCK_REALTIME (256) bits masked off. */
 #define LK_FUTEX_CMD_MASK 0x7f
@@ -95,7 +90,7 @@ struct lk_waker {
     u32 tid;
     s32 stack_id;
     u32 nscan;
-    s32 python_stack_id;  /* bpf/python_stacks.bpf.c (pasted before this file) */
+    s32 python_stack_id;  /* bpf/python_stacks.bpf.h */
     u64 scan[LOCK_SCAN_HITS];
 };
 
@@ -115,23 +110,88 @@ struct lk_scan_buf {
     u64 n;
 };
 
-BPF_TABLE("lru_hash", u32, struct lk_pending, lock_pending, 65536);          /* tid -> wait in progress */
-BPF_TABLE("lru_hash", struct lk_addr_key, struct lk_addr_state, lock_addr_state, 16384);
-BPF_HASH(lock_addr_totals, struct lk_addr_key, struct lk_addr_total, 16384);
-BPF_TABLE("lru_hash", struct lk_addr_key, struct lk_waker, lock_last_waker, 16384);
-BPF_TABLE("lru_hash", u32, struct lk_off, lock_offcpu, 65536);               /* tid -> off CPU since */
-BPF_TABLE("lru_hash", u32, u64, lock_klock_start, 65536);
-BPF_TABLE("lru_hash", struct lk_addr_key, u32, lock_sem_taker, 16384);     /* sem -> tid that took it */
-BPF_TABLE("lru_hash", u32, u64, lock_sem_trying, 65536);                 /* tid -> sem in sem_trywait */
-BPF_STACK_TRACE(lock_stacks, 16384);
-BPF_HASH(lock_exec, u64, u8, LOCK_EXEC_GRANULES);               /* addr >> 16 of code */
-BPF_PERCPU_ARRAY(lock_counters, u64, LOCK_COUNTER_MAX);
-BPF_PERCPU_ARRAY(lock_scan_buf, struct lk_scan_buf, 1);
-BPF_PERCPU_ARRAY(lock_event_buf, struct futex_wait_event, 1);
+struct {   /* tid -> wait in progress */
+    __uint(type, BPF_MAP_TYPE_LRU_HASH);
+    __uint(max_entries, 65536);
+    __type(key, u32);
+    __type(value, struct lk_pending);
+} lock_pending SEC(".maps");
+struct {
+    __uint(type, BPF_MAP_TYPE_LRU_HASH);
+    __uint(max_entries, 16384);
+    __type(key, struct lk_addr_key);
+    __type(value, struct lk_addr_state);
+} lock_addr_state SEC(".maps");
+struct {
+    __uint(type, BPF_MAP_TYPE_HASH);
+    __uint(max_entries, 16384);
+    __type(key, struct lk_addr_key);
+    __type(value, struct lk_addr_total);
+} lock_addr_totals SEC(".maps");
+struct {
+    __uint(type, BPF_MAP_TYPE_LRU_HASH);
+    __uint(max_entries, 16384);
+    __type(key, struct lk_addr_key);
+    __type(value, struct lk_waker);
+} lock_last_waker SEC(".maps");
+struct {   /* tid -> off CPU since */
+    __uint(type, BPF_MAP_TYPE_LRU_HASH);
+    __uint(max_entries, 65536);
+    __type(key, u32);
+    __type(value, struct lk_off);
+} lock_offcpu SEC(".maps");
+struct {
+    __uint(type, BPF_MAP_TYPE_LRU_HASH);
+    __uint(max_entries, 65536);
+    __type(key, u32);
+    __type(value, u64);
+} lock_klock_start SEC(".maps");
+struct {   /* sem -> tid that took it */
+    __uint(type, BPF_MAP_TYPE_LRU_HASH);
+    __uint(max_entries, 16384);
+    __type(key, struct lk_addr_key);
+    __type(value, u32);
+} lock_sem_taker SEC(".maps");
+struct {   /* tid -> sem in sem_trywait */
+    __uint(type, BPF_MAP_TYPE_LRU_HASH);
+    __uint(max_entries, 65536);
+    __type(key, u32);
+    __type(value, u64);
+} lock_sem_trying SEC(".maps");
+struct {
+    __uint(type, BPF_MAP_TYPE_STACK_TRACE);
+    __uint(max_entries, 16384);
+    __type(key, u32);
+    __uint(value_size, PERF_MAX_STACK_DEPTH * sizeof(u64));
+} lock_stacks SEC(".maps");
+struct {   /* addr >> 16 of code */
+    __uint(type, BPF_MAP_TYPE_HASH);
+    __uint(max_entries, LOCK_EXEC_GRANULES);
+    __type(key, u64);
+    __type(value, u8);
+} lock_exec SEC(".maps");
+struct {
+    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+    __uint(max_entries, LOCK_COUNTER_MAX);
+    __type(key, u32);
+    __type(value, u64);
+} lock_counters SEC(".maps");
+struct {
+    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+    __uint(max_entries, 1);
+    __type(key, u32);
+    __type(value, struct lk_scan_buf);
+} lock_scan_buf SEC(".maps");
+struct {
+    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+    __uint(max_entries, 1);
+    __type(key, u32);
+    __type(value, struct futex_wait_event);
+} lock_event_buf SEC(".maps");
 
 static __always_inline void lock_count(u32 index, u64 by)
 {
-    u64 *value = lock_counters.lookup(&index);
+    u64 *value = bpf_map_lookup_elem(&lock_counters, &index);
     if (value)
         *value += by;
 }
@@ -151,7 +211,7 @@ static __always_inline int lk_is_wake(u32 cmd)
 
 static __always_inline struct pt_regs *lk_user_regs(void)
 {
-    struct task_struct *task = (struct task_struct *)bpf_get_current_task_btf();
+    struct task_struct *task = bpf_get_current_task_btf();
     return (struct pt_regs *)bpf_task_pt_regs(task);
 }
 
@@ -163,7 +223,7 @@ static __always_inline struct pt_regs *lk_user_regs(void)
 static __always_inline int lk_in_exec(u64 addr)
 {
     u64 granule = addr >> LOCK_EXEC_GRANULE_SHIFT;
-    return lock_exec.lookup(&granule) != 0;
+    return bpf_map_lookup_elem(&lock_exec, &granule) != 0;
 }
 
 /* Copies LOCK_SCAN_WORDS words above sp into a per-CPU buffer and keeps up
@@ -171,7 +231,7 @@ static __always_inline int lk_in_exec(u64 addr)
 static __always_inline u32 lk_scan_stack(u64 sp, u64 *hits)
 {
     u32 zero = 0;
-    struct lk_scan_buf *buf = lock_scan_buf.lookup(&zero);
+    struct lk_scan_buf *buf = bpf_map_lookup_elem(&lock_scan_buf, &zero);
     if (!buf)
         return 0;
     if (bpf_probe_read_user(buf->words, sizeof(buf->words), (void *)sp) != 0) {
@@ -209,37 +269,40 @@ static __always_inline u32 lk_scan_stack(u64 sp, u64 *hits)
  * (collector/binaries/uprobe_points.py), which its compare-and-swap loop may pass
  * again: every program here gives the same result when it runs twice, and
  * the return program acts once (it deletes what it read). */
+SEC("uprobe")
 int lock_sem_trywait_enter(struct pt_regs *ctx)
 {
     u32 tid = (u32)bpf_get_current_pid_tgid();
     u64 sem = PT_REGS_PARM1(ctx);
-    if (lock_sem_trying.update(&tid, &sem) != 0)
+    if (bpf_map_update_elem(&lock_sem_trying, &tid, &sem, BPF_ANY) != 0)
         lock_count(LOCK_COUNTER_MAP_FULL, 1);
     return 0;
 }
 
+SEC("uprobe")
 int lock_sem_trywait_return(struct pt_regs *ctx)
 {
     u64 id = bpf_get_current_pid_tgid();
     u32 tid = (u32)id;
-    u64 *sem = lock_sem_trying.lookup(&tid);
+    u64 *sem = bpf_map_lookup_elem(&lock_sem_trying, &tid);
     if (!sem)
         return 0;
     struct lk_addr_key key = {.tgid = id >> 32, .uaddr = *sem};
-    lock_sem_trying.delete(&tid);
+    bpf_map_delete_elem(&lock_sem_trying, &tid);
     if ((int)PT_REGS_RC(ctx) != 0)
         return 0;
-    lock_sem_taker.update(&key, &tid);
+    bpf_map_update_elem(&lock_sem_taker, &key, &tid, BPF_ANY);
     lock_count(LOCK_COUNTER_SEM_TAKES, 1);
     return 0;
 }
 
 /* sem_post, sem_init: whoever took it no longer holds it (or it is a new
  * semaphore at a reused address). */
+SEC("uprobe")
 int lock_sem_release(struct pt_regs *ctx)
 {
     struct lk_addr_key key = {.tgid = bpf_get_current_pid_tgid() >> 32, .uaddr = PT_REGS_PARM1(ctx)};
-    lock_sem_taker.delete(&key);
+    bpf_map_delete_elem(&lock_sem_taker, &key);
     return 0;
 }
 
@@ -248,7 +311,7 @@ int lock_sem_release(struct pt_regs *ctx)
 static __always_inline u32 lk_sem_flags(u64 id, u64 uaddr)
 {
     struct lk_addr_key key = {.tgid = id >> 32, .uaddr = uaddr};
-    u32 *taker = lock_sem_taker.lookup(&key);
+    u32 *taker = bpf_map_lookup_elem(&lock_sem_taker, &key);
     if (!taker)
         return 0;
     return *taker == (u32)id ? FUTEX_WAIT_FLAG_SEM_OWN : FUTEX_WAIT_FLAG_SEM_HELD;
@@ -265,13 +328,13 @@ static __always_inline void lk_begin_wait(u64 id, u64 uaddr, u32 op, u32 val, u3
     p.op = op;
     p.val = val;
     p.flags = flags | lk_sem_flags(id, uaddr);
-    if (lock_pending.update(&tid, &p) != 0) {
+    if (bpf_map_update_elem(&lock_pending, &tid, &p, BPF_ANY) != 0) {
         lock_count(LOCK_COUNTER_MAP_FULL, 1);
         return;
     }
     struct lk_addr_key key = {.tgid = id >> 32, .uaddr = uaddr};
     struct lk_addr_state fresh = {.waiters = 0, .oldest_start = p.start_ns};
-    struct lk_addr_state *st = lock_addr_state.lookup_or_try_init(&key, &fresh);
+    struct lk_addr_state *st = lookup_or_try_init(&lock_addr_state, &key, &fresh);
     if (!st) {
         lock_count(LOCK_COUNTER_MAP_FULL, 1);
         return;
@@ -284,35 +347,35 @@ static __always_inline void lk_begin_wait(u64 id, u64 uaddr, u32 op, u32 val, u3
 static __always_inline void lk_note_wake(void *ctx, u64 id, u64 uaddr)
 {
     struct lk_addr_key key = {.tgid = id >> 32, .uaddr = uaddr};
-    struct lk_addr_state *st = lock_addr_state.lookup(&key);
+    struct lk_addr_state *st = bpf_map_lookup_elem(&lock_addr_state, &key);
     if (!st || st->waiters <= 0)
         return;
     u64 now = bpf_ktime_get_ns();
     /* A waiter woken before the floor is never streamed, so nobody would
      * read its waker: skip the stack walk (the ping-pong case). */
-    if (now - st->oldest_start < LOCK_FLOOR_NS)
+    if (now - st->oldest_start < lock_floor_ns)
         return;
     struct lk_waker w = {};
     w.ts_ns = now;
     w.tid = (u32)id;
     struct pt_regs *regs = lk_user_regs();
     w.ip = PT_REGS_IP(regs);
-    w.stack_id = lock_stacks.get_stackid(ctx, BPF_F_USER_STACK);
+    w.stack_id = bpf_get_stackid(ctx, &lock_stacks, BPF_F_USER_STACK);
     if (w.stack_id < 0)
         lock_count(LOCK_COUNTER_STACK_MISSING, 1);
     w.python_stack_id = python_stack_id(id >> 32, (u32)id);
     /* The scan costs a few microseconds: only when a waiter has already
      * waited long enough for its own wait to be scanned. */
-    if (now - st->oldest_start >= LOCK_SCAN_FLOOR_NS)
+    if (now - st->oldest_start >= lock_scan_floor_ns)
         w.nscan = lk_scan_stack(PT_REGS_SP(regs), w.scan);
-    lock_last_waker.update(&key, &w);
+    bpf_map_update_elem(&lock_last_waker, &key, &w, BPF_ANY);
 }
 
 static __always_inline void lk_end_wait(void *ctx, long ret)
 {
     u64 id = bpf_get_current_pid_tgid();
     u32 tid = (u32)id;
-    struct lk_pending *p = lock_pending.lookup(&tid);
+    struct lk_pending *p = bpf_map_lookup_elem(&lock_pending, &tid);
     if (!p)
         return;
     u64 now = bpf_ktime_get_ns();
@@ -320,14 +383,14 @@ static __always_inline void lk_end_wait(void *ctx, long ret)
     u64 start = p->start_ns;
     u64 uaddr = p->uaddr;
     u32 op = p->op, val = p->val, flags = p->flags;
-    lock_pending.delete(&tid);
+    bpf_map_delete_elem(&lock_pending, &tid);
 
     struct lk_addr_key key = {.tgid = id >> 32, .uaddr = uaddr};
-    struct lk_addr_state *st = lock_addr_state.lookup(&key);
+    struct lk_addr_state *st = bpf_map_lookup_elem(&lock_addr_state, &key);
     if (st)
         __sync_fetch_and_add(&st->waiters, -1);
     struct lk_addr_total zero_total = {};
-    struct lk_addr_total *total = lock_addr_totals.lookup_or_try_init(&key, &zero_total);
+    struct lk_addr_total *total = lookup_or_try_init(&lock_addr_totals, &key, &zero_total);
     if (total) {
         __sync_fetch_and_add(&total->waits, 1);
         __sync_fetch_and_add(&total->wait_ns, duration);
@@ -338,14 +401,14 @@ static __always_inline void lk_end_wait(void *ctx, long ret)
     }
     lock_count(LOCK_COUNTER_WAITS, 1);
     lock_count(LOCK_COUNTER_WAIT_NS, duration);
-    if (duration < LOCK_FLOOR_NS) {
+    if (duration < lock_floor_ns) {
         lock_count(LOCK_COUNTER_SHORT_WAITS, 1);
         lock_count(LOCK_COUNTER_SHORT_WAIT_NS, duration);
         return;
     }
 
     u32 zero = 0;
-    struct futex_wait_event *ev = lock_event_buf.lookup(&zero);
+    struct futex_wait_event *ev = bpf_map_lookup_elem(&lock_event_buf, &zero);
     if (!ev)
         return;
     __builtin_memset(ev, 0, sizeof(*ev));
@@ -358,16 +421,16 @@ static __always_inline void lk_end_wait(void *ctx, long ret)
     ev->flags = flags;
     struct pt_regs *regs = lk_user_regs();
     ev->ip = PT_REGS_IP(regs);
-    ev->stack_id = lock_stacks.get_stackid(ctx, BPF_F_USER_STACK);
+    ev->stack_id = bpf_get_stackid(ctx, &lock_stacks, BPF_F_USER_STACK);
     if (ev->stack_id < 0)
         lock_count(LOCK_COUNTER_STACK_MISSING, 1);
     ev->python_stack_id = python_stack_id(id >> 32, tid);
-    if (duration >= LOCK_SCAN_FLOOR_NS) {
+    if (duration >= lock_scan_floor_ns) {
         ev->flags |= FUTEX_WAIT_FLAG_SCANNED;
         ev->nscan = lk_scan_stack(PT_REGS_SP(regs), ev->scan);
     }
     ev->waker_stack_id = -1;
-    struct lk_waker *w = lock_last_waker.lookup(&key);
+    struct lk_waker *w = bpf_map_lookup_elem(&lock_last_waker, &key);
     if (w && w->ts_ns >= start && w->ts_ns <= now) {
         ev->waker_tid = w->tid;
         ev->waker_ip = w->ip;
@@ -379,27 +442,31 @@ static __always_inline void lk_end_wait(void *ctx, long ret)
     send_event(ev, sizeof(*ev));
 }
 
-TRACEPOINT_PROBE(syscalls, sys_enter_futex)
+/* The syscalls' tracepoints: futex(uaddr, op, val, ...) in args[]. */
+SEC("tracepoint/syscalls/sys_enter_futex")
+int lock_enter_futex(struct trace_event_raw_sys_enter *args)
 {
     u64 id = bpf_get_current_pid_tgid();
     if (!is_target(id >> 32))
         return 0;
-    u32 cmd = (u32)args->op & LK_FUTEX_CMD_MASK;
+    u32 cmd = (u32)args->args[1] & LK_FUTEX_CMD_MASK;
     if (lk_is_wait(cmd))
-        lk_begin_wait(id, (u64)args->uaddr, cmd, (u32)args->val, 0);
+        lk_begin_wait(id, (u64)args->args[0], cmd, (u32)args->args[2], 0);
     else if (lk_is_wake(cmd))
-        lk_note_wake(args, id, (u64)args->uaddr);
+        lk_note_wake(args, id, (u64)args->args[0]);
     return 0;
 }
 
-TRACEPOINT_PROBE(syscalls, sys_exit_futex)
+SEC("tracepoint/syscalls/sys_exit_futex")
+int lock_exit_futex(struct trace_event_raw_sys_exit *args)
 {
     lk_end_wait(args, args->ret);
     return 0;
 }
 
-#ifdef HAVE_FUTEX_WAITV
-TRACEPOINT_PROBE(syscalls, sys_enter_futex_waitv)
+/* futex_waitv(waiters, nr_futexes, flags, timeout, clockid): Linux 5.16+. */
+SEC("tracepoint/syscalls/sys_enter_futex_waitv")
+int lock_enter_futex_waitv(struct trace_event_raw_sys_enter *args)
 {
     u64 id = bpf_get_current_pid_tgid();
     if (!is_target(id >> 32))
@@ -407,43 +474,46 @@ TRACEPOINT_PROBE(syscalls, sys_enter_futex_waitv)
     /* struct futex_waitv { u64 val; u64 uaddr; u32 flags; u32 reserved; }:
      * the first waiter's futex names the wait. */
     u64 uaddr = 0;
-    bpf_probe_read_user(&uaddr, sizeof(uaddr), (char *)args->waiters + 8);
+    bpf_probe_read_user(&uaddr, sizeof(uaddr), (char *)args->args[0] + 8);
     lk_begin_wait(id, uaddr, LK_OP_FUTEX_WAITV, 0, FUTEX_WAIT_FLAG_WAITV);
     return 0;
 }
 
-TRACEPOINT_PROBE(syscalls, sys_exit_futex_waitv)
-{
-    lk_end_wait(args, args->ret);
-    return 0;
-}
-#endif
-
-#ifdef HAVE_FUTEX2
-TRACEPOINT_PROBE(syscalls, sys_enter_futex_wait)
-{
-    u64 id = bpf_get_current_pid_tgid();
-    if (!is_target(id >> 32))
-        return 0;
-    lk_begin_wait(id, (u64)args->uaddr, LK_OP_FUTEX2_WAIT, (u32)args->val, FUTEX_WAIT_FLAG_FUTEX2);
-    return 0;
-}
-
-TRACEPOINT_PROBE(syscalls, sys_exit_futex_wait)
+SEC("tracepoint/syscalls/sys_exit_futex_waitv")
+int lock_exit_futex_waitv(struct trace_event_raw_sys_exit *args)
 {
     lk_end_wait(args, args->ret);
     return 0;
 }
 
-TRACEPOINT_PROBE(syscalls, sys_enter_futex_wake)
+/* futex_wait(uaddr, val, mask, flags, timeout, clockid) and
+ * futex_wake(uaddr, mask, nr, flags): Linux 6.7+. */
+SEC("tracepoint/syscalls/sys_enter_futex_wait")
+int lock_enter_futex_wait(struct trace_event_raw_sys_enter *args)
 {
     u64 id = bpf_get_current_pid_tgid();
     if (!is_target(id >> 32))
         return 0;
-    lk_note_wake(args, id, (u64)args->uaddr);
+    lk_begin_wait(id, (u64)args->args[0], LK_OP_FUTEX2_WAIT, (u32)args->args[1], FUTEX_WAIT_FLAG_FUTEX2);
     return 0;
 }
-#endif
+
+SEC("tracepoint/syscalls/sys_exit_futex_wait")
+int lock_exit_futex_wait(struct trace_event_raw_sys_exit *args)
+{
+    lk_end_wait(args, args->ret);
+    return 0;
+}
+
+SEC("tracepoint/syscalls/sys_enter_futex_wake")
+int lock_enter_futex_wake(struct trace_event_raw_sys_enter *args)
+{
+    u64 id = bpf_get_current_pid_tgid();
+    if (!is_target(id >> 32))
+        return 0;
+    lk_note_wake(args, id, (u64)args->args[0]);
+    return 0;
+}
 
 /* ---------------------------------------------------------------- off-CPU */
 
@@ -452,7 +522,8 @@ TRACEPOINT_PROBE(syscalls, sys_enter_futex_wake)
 #define LK_TASK_STATE_MASK 0xff
 #define LK_TASK_UNINTERRUPTIBLE 0x2
 
-TRACEPOINT_PROBE(sched, sched_switch)
+SEC("tracepoint/sched/sched_switch")
+int lock_sched_switch(struct trace_event_raw_sched_switch *args)
 {
     u64 now = bpf_ktime_get_ns();
     u64 id = bpf_get_current_pid_tgid();
@@ -468,26 +539,26 @@ TRACEPOINT_PROBE(sched, sched_switch)
             off.reason = OFFCPU_PREEMPTED;
         else if (state & LK_TASK_UNINTERRUPTIBLE)
             off.reason = OFFCPU_IO;
-        else if (lock_pending.lookup(&prev))
+        else if (bpf_map_lookup_elem(&lock_pending, &prev))
             off.reason = OFFCPU_FUTEX;
         else
             off.reason = OFFCPU_SLEEP;
         if (off.reason == OFFCPU_PREEMPTED)
             off.wake_ns = now;  /* runnable from the start: all runqueue delay */
-        if (lock_offcpu.update(&prev, &off) != 0)
+        if (bpf_map_update_elem(&lock_offcpu, &prev, &off, BPF_ANY) != 0)
             lock_count(LOCK_COUNTER_MAP_FULL, 1);
     }
 
     u32 next = args->next_pid;
-    struct lk_off *off = lock_offcpu.lookup(&next);
+    struct lk_off *off = bpf_map_lookup_elem(&lock_offcpu, &next);
     if (!off)
         return 0;
     u64 wake = off->wake_ns ? off->wake_ns : now;
     u64 blocked = off->reason == OFFCPU_PREEMPTED ? 0 : wake - off->ts_ns;
     u64 runq = now - wake;
-    if (blocked < OFFCPU_FLOOR_NS && runq < OFFCPU_FLOOR_NS) {
+    if (blocked < offcpu_floor_ns && runq < offcpu_floor_ns) {
         lock_count(LOCK_COUNTER_OFFCPU_SHORT, 1);
-        lock_offcpu.delete(&next);
+        bpf_map_delete_elem(&lock_offcpu, &next);
         return 0;
     }
     struct offcpu_event ev = {};
@@ -502,17 +573,18 @@ TRACEPOINT_PROBE(sched, sched_switch)
     ev.waker_tid = off->waker_tid;
     ev.waker_pid = off->waker_pid;
     ev.waker_stack_id = off->waker_stack_id;
-    lock_offcpu.delete(&next);
+    bpf_map_delete_elem(&lock_offcpu, &next);
     send_event(&ev, sizeof(ev));
     return 0;
 }
 
 /* sched_waking runs in the waker's context (sched_wakeup may run on the
  * wakee's CPU, in whatever task is current there). */
-TRACEPOINT_PROBE(sched, sched_waking)
+SEC("tracepoint/sched/sched_waking")
+int lock_sched_waking(struct trace_event_raw_sched_wakeup_template *args)
 {
     u32 wakee = args->pid;
-    struct lk_off *off = lock_offcpu.lookup(&wakee);
+    struct lk_off *off = bpf_map_lookup_elem(&lock_offcpu, &wakee);
     if (!off || off->wake_ns)
         return 0;
     u64 now = bpf_ktime_get_ns();
@@ -522,35 +594,36 @@ TRACEPOINT_PROBE(sched, sched_waking)
     off->waker_pid = id >> 32;
     /* the waker's stack only for long blocks: a stack walk per wake-up would
      * cost the ping-pong workloads the most */
-    if (now - off->ts_ns >= OFFCPU_FLOOR_NS)
-        off->waker_stack_id = lock_stacks.get_stackid(args, BPF_F_USER_STACK);
+    if (now - off->ts_ns >= offcpu_floor_ns)
+        off->waker_stack_id = bpf_get_stackid(args, &lock_stacks, BPF_F_USER_STACK);
     return 0;
 }
 
 /* ---------------------------------------------------------------- kernel locks */
 
-#ifdef HAVE_LOCK_CONTENTION
-TRACEPOINT_PROBE(lock, contention_begin)
+/* lock:contention_begin/end: Linux 5.19+. */
+SEC("tracepoint/lock/contention_begin")
+int lock_contention_begin(void *args)
 {
     u64 id = bpf_get_current_pid_tgid();
     if (!is_target(id >> 32))
         return 0;
     u32 tid = (u32)id;
     u64 now = bpf_ktime_get_ns();
-    lock_klock_start.update(&tid, &now);
+    bpf_map_update_elem(&lock_klock_start, &tid, &now, BPF_ANY);
     return 0;
 }
 
-TRACEPOINT_PROBE(lock, contention_end)
+SEC("tracepoint/lock/contention_end")
+int lock_contention_end(void *args)
 {
     u32 tid = (u32)bpf_get_current_pid_tgid();
-    u64 *start = lock_klock_start.lookup(&tid);
+    u64 *start = bpf_map_lookup_elem(&lock_klock_start, &tid);
     if (!start)
         return 0;
     u64 duration = bpf_ktime_get_ns() - *start;
-    lock_klock_start.delete(&tid);
+    bpf_map_delete_elem(&lock_klock_start, &tid);
     lock_count(LOCK_COUNTER_KLOCK_WAITS, 1);
     lock_count(LOCK_COUNTER_KLOCK_NS, duration);
     return 0;
 }
-#endif

@@ -3,32 +3,26 @@
  * At sched_switch the thread being switched out is `current`, so its user
  * and kernel stacks are taken right there and kept with the switch-out time
  * in offcpu_start, with its Python stack for a CPython thread (the walk of
- * bpf/python_stacks.bpf.c, pasted before this file). When that thread is
+ * bpf/python_stacks.bpf.h). When that thread is
  * switched in again, the period it was off the CPU is added, in
  * microseconds, to its stack's entry in offcpu_counts, if it lasted at least
  * OFFCPU_MIN_NS: lock waits, I/O, sleeps and run-queue waits all show up
  * with their real weight.
  *
- * Not a TRACEPOINT_PROBE: that macro names the function after the
- * tracepoint, and another probe set may hook sched_switch too (all sets are
- * one program). The probe set attaches offcpu_on_switch itself and passes
- * the offsets of the two fields read here from the running kernel's format
- * file (SWITCH_PREV_STATE_OFF, SWITCH_NEXT_PID_OFF), so no header layout is
- * assumed.
- *
- * Settings (-D flags from the probe set):
- *   OFFCPU_MIN_NS         shortest period recorded (default 1 ms)
- *   OFFCPU_STACK_SLOTS    entries of the stack map (default 16384)
- *   OFFCPU_STREAM         also send each period as a stack_sample_event
+ * Built ahead of time (CO-RE, libbpf; common_core.bpf.h). The two fields
+ * read of sched_switch (prev_state, next_pid) are CO-RE relocated, so no
+ * layout of the tracepoint is assumed. Settings, written by the probe set
+ * before load:
+ *   offcpu_min_ns         shortest period recorded (default 1 ms)
+ *   offcpu_stream         also send each period as a stack_sample_event
  */
-#include "common.bpf.h"
+#include "common_core.bpf.h"
+#include "python_stacks.bpf.h"
 
-#ifndef OFFCPU_MIN_NS
-#define OFFCPU_MIN_NS 1000000
-#endif
-#ifndef OFFCPU_STACK_SLOTS
 #define OFFCPU_STACK_SLOTS 16384
-#endif
+
+const volatile u64 offcpu_min_ns = 1000000;
+const volatile bool offcpu_stream = false;
 
 struct offcpu_start_t {
     u64 ts_ns;
@@ -40,14 +34,37 @@ struct offcpu_start_t {
     u32 pad;
 };
 
-BPF_STACK_TRACE(offcpu_stacks, OFFCPU_STACK_SLOTS);
-BPF_TABLE("lru_hash", u32, struct offcpu_start_t, offcpu_start, 65536);  /* tid -> switch-out */
-BPF_HASH(offcpu_counts, struct stack_key, struct offcpu_value, 65536);
-BPF_PERCPU_ARRAY(offcpu_counters, u64, STACK_COUNTER_MAX);
+struct {
+    __uint(type, BPF_MAP_TYPE_STACK_TRACE);
+    __uint(max_entries, OFFCPU_STACK_SLOTS);
+    __type(key, u32);
+    __uint(value_size, PERF_MAX_STACK_DEPTH * sizeof(u64));
+} offcpu_stacks SEC(".maps");
+
+struct {   /* tid -> switch-out */
+    __uint(type, BPF_MAP_TYPE_LRU_HASH);
+    __uint(max_entries, 65536);
+    __type(key, u32);
+    __type(value, struct offcpu_start_t);
+} offcpu_start SEC(".maps");
+
+struct {
+    __uint(type, BPF_MAP_TYPE_HASH);
+    __uint(max_entries, 65536);
+    __type(key, struct stack_key);
+    __type(value, struct offcpu_value);
+} offcpu_counts SEC(".maps");
+
+struct {
+    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+    __uint(max_entries, STACK_COUNTER_MAX);
+    __type(key, u32);
+    __type(value, u64);
+} offcpu_counters SEC(".maps");
 
 static __always_inline void offcpu_count(u32 index)
 {
-    u64 *value = offcpu_counters.lookup(&index);
+    u64 *value = bpf_map_lookup_elem(&offcpu_counters, &index);
     if (value)
         *value += 1;
 }
@@ -60,7 +77,8 @@ static __always_inline void offcpu_note_stack_error(s32 id)
         offcpu_count(STACK_COUNTER_LOST);
 }
 
-int offcpu_on_switch(void *args)
+SEC("tracepoint/sched/sched_switch")
+int offcpu_on_switch(struct trace_event_raw_sched_switch *args)
 {
     u64 now = bpf_ktime_get_ns();
     u64 id = bpf_get_current_pid_tgid();
@@ -71,28 +89,28 @@ int offcpu_on_switch(void *args)
         struct offcpu_start_t start = {};
         start.ts_ns = now;
         start.tgid = tgid;
-        start.user_stack_id = offcpu_stacks.get_stackid(args, BPF_F_USER_STACK);
-        start.kernel_stack_id = offcpu_stacks.get_stackid(args, 0);
+        start.user_stack_id = bpf_get_stackid(args, &offcpu_stacks, BPF_F_USER_STACK);
+        start.kernel_stack_id = bpf_get_stackid(args, &offcpu_stacks, 0);
         start.python_stack_id = python_stack_id(tgid, (u32)id);
         /* No sleep-state bit (the low byte; 0x100 is the "preempted" mark on
          * newer kernels): the thread was runnable and preempted, not waiting. */
-        long prev_state = *(long *)((char *)args + SWITCH_PREV_STATE_OFF);
+        long prev_state = args->prev_state;
         if ((prev_state & 0xff) == 0)
             start.flags = STACK_FLAG_PREEMPTED;
         u32 prev_tid = (u32)id;
-        if (offcpu_start.update(&prev_tid, &start) != 0)
+        if (bpf_map_update_elem(&offcpu_start, &prev_tid, &start, BPF_ANY) != 0)
             offcpu_count(STACK_COUNTER_UNMATCHED);
     }
 
     /* the thread coming back: account its period off the CPU */
-    u32 next_tid = *(u32 *)((char *)args + SWITCH_NEXT_PID_OFF);
-    struct offcpu_start_t *start = offcpu_start.lookup(&next_tid);
+    u32 next_tid = args->next_pid;
+    struct offcpu_start_t *start = bpf_map_lookup_elem(&offcpu_start, &next_tid);
     if (!start)
         return 0;
     u64 delta = now - start->ts_ns;
-    if (delta < OFFCPU_MIN_NS) {
+    if (delta < offcpu_min_ns) {
         offcpu_count(STACK_COUNTER_SHORT);
-        offcpu_start.delete(&next_tid);
+        bpf_map_delete_elem(&offcpu_start, &next_tid);
         return 0;
     }
     struct stack_key key = {};
@@ -103,7 +121,7 @@ int offcpu_on_switch(void *args)
     key.flags = start->flags;
     key.python_stack_id = start->python_stack_id;
     u64 switch_out_ns = start->ts_ns;
-    offcpu_start.delete(&next_tid);
+    bpf_map_delete_elem(&offcpu_start, &next_tid);
     offcpu_note_stack_error(key.user_stack_id);
     offcpu_note_stack_error(key.kernel_stack_id);
     if (key.python_stack_id > 0)
@@ -112,7 +130,7 @@ int offcpu_on_switch(void *args)
         offcpu_count(STACK_COUNTER_PYTHON_LOST);
 
     struct offcpu_value zero = {};
-    struct offcpu_value *value = offcpu_counts.lookup_or_try_init(&key, &zero);
+    struct offcpu_value *value = lookup_or_try_init(&offcpu_counts, &key, &zero);
     if (!value) {
         offcpu_count(STACK_COUNTER_KEYS_FULL);
         return 0;
@@ -122,17 +140,15 @@ int offcpu_on_switch(void *args)
     __sync_fetch_and_add(&value->periods, 1);
     offcpu_count(STACK_COUNTER_SAMPLES);
 
-#ifdef OFFCPU_STREAM
-    struct stack_sample_event ev = {};
-    fill_header(&ev.hdr, EVENT_OFFCPU_SAMPLE, switch_out_ns, ((u64)key.pid << 32) | next_tid);
-    ev.user_stack_id = key.user_stack_id;
-    ev.kernel_stack_id = key.kernel_stack_id;
-    ev.flags = key.flags;
-    ev.python_stack_id = key.python_stack_id;
-    ev.weight = us;
-    send_event(&ev, sizeof(ev));
-#else
-    (void)switch_out_ns;
-#endif
+    if (offcpu_stream) {
+        struct stack_sample_event ev = {};
+        fill_header(&ev.hdr, EVENT_OFFCPU_SAMPLE, switch_out_ns, ((u64)key.pid << 32) | next_tid);
+        ev.user_stack_id = key.user_stack_id;
+        ev.kernel_stack_id = key.kernel_stack_id;
+        ev.flags = key.flags;
+        ev.python_stack_id = key.python_stack_id;
+        ev.weight = us;
+        send_event(&ev, sizeof(ev));
+    }
     return 0;
 }

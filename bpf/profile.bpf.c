@@ -8,28 +8,45 @@
  * reads both once, at stop, and symbolises them.
  *
  * A sample of a CPython thread also carries its Python stack (the frame walk
- * of bpf/python_stacks.bpf.c, pasted before this file): stack_key's
- * python_stack_id, resolved by user space to function, file and line.
+ * of bpf/python_stacks.bpf.h): stack_key's python_stack_id, resolved by user
+ * space to function, file and line.
  *
- * Settings (-D flags from the probe set):
- *   PROFILE_STACK_SLOTS   entries of the stack map (default 16384)
- *   PROFILE_STREAM        also send each sample as a stack_sample_event, for
+ * Built ahead of time (CO-RE, libbpf; common_core.bpf.h). Settings, written
+ * by the probe set before load:
+ *   profile_stream        also send each sample as a stack_sample_event, for
  *                         per-phase tagging (costs a ring-buffer record per sample)
  */
-#include "common.bpf.h"
-#include <uapi/linux/bpf_perf_event.h>
+#include "common_core.bpf.h"
+#include "python_stacks.bpf.h"
 
-#ifndef PROFILE_STACK_SLOTS
 #define PROFILE_STACK_SLOTS 16384
-#endif
 
-BPF_STACK_TRACE(profile_stacks, PROFILE_STACK_SLOTS);
-BPF_HASH(profile_counts, struct stack_key, u64, 65536);
-BPF_PERCPU_ARRAY(profile_counters, u64, STACK_COUNTER_MAX);
+const volatile bool profile_stream = false;
+
+struct {
+    __uint(type, BPF_MAP_TYPE_STACK_TRACE);
+    __uint(max_entries, PROFILE_STACK_SLOTS);
+    __type(key, u32);
+    __uint(value_size, PERF_MAX_STACK_DEPTH * sizeof(u64));
+} profile_stacks SEC(".maps");
+
+struct {
+    __uint(type, BPF_MAP_TYPE_HASH);
+    __uint(max_entries, 65536);
+    __type(key, struct stack_key);
+    __type(value, u64);
+} profile_counts SEC(".maps");
+
+struct {
+    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+    __uint(max_entries, STACK_COUNTER_MAX);
+    __type(key, u32);
+    __type(value, u64);
+} profile_counters SEC(".maps");
 
 static __always_inline void profile_count(u32 index)
 {
-    u64 *value = profile_counters.lookup(&index);
+    u64 *value = bpf_map_lookup_elem(&profile_counters, &index);
     if (value)
         *value += 1;
 }
@@ -45,6 +62,7 @@ static __always_inline void profile_note_stack_error(s32 id, int user)
         profile_count(STACK_COUNTER_LOST);
 }
 
+SEC("perf_event")
 int profile_on_cpu(struct bpf_perf_event_data *ctx)
 {
     u64 id = bpf_get_current_pid_tgid();
@@ -55,8 +73,8 @@ int profile_on_cpu(struct bpf_perf_event_data *ctx)
     struct stack_key key = {};
     key.pid = tgid;
     key.tid = (u32)id;
-    key.user_stack_id = profile_stacks.get_stackid(&ctx->regs, BPF_F_USER_STACK);
-    key.kernel_stack_id = profile_stacks.get_stackid(&ctx->regs, 0);
+    key.user_stack_id = bpf_get_stackid(ctx, &profile_stacks, BPF_F_USER_STACK);
+    key.kernel_stack_id = bpf_get_stackid(ctx, &profile_stacks, 0);
     profile_note_stack_error(key.user_stack_id, 1);
     profile_note_stack_error(key.kernel_stack_id, 0);
     key.python_stack_id = python_stack_id(tgid, key.tid);
@@ -66,7 +84,7 @@ int profile_on_cpu(struct bpf_perf_event_data *ctx)
         profile_count(STACK_COUNTER_PYTHON_LOST);
 
     u64 zero = 0;
-    u64 *count = profile_counts.lookup_or_try_init(&key, &zero);
+    u64 *count = lookup_or_try_init(&profile_counts, &key, &zero);
     if (!count) {
         profile_count(STACK_COUNTER_KEYS_FULL);
         return 0;
@@ -74,14 +92,14 @@ int profile_on_cpu(struct bpf_perf_event_data *ctx)
     __sync_fetch_and_add(count, 1);
     profile_count(STACK_COUNTER_SAMPLES);
 
-#ifdef PROFILE_STREAM
-    struct stack_sample_event ev = {};
-    fill_header(&ev.hdr, EVENT_CPU_SAMPLE, bpf_ktime_get_ns(), id);
-    ev.user_stack_id = key.user_stack_id;
-    ev.kernel_stack_id = key.kernel_stack_id;
-    ev.python_stack_id = key.python_stack_id;
-    ev.weight = 1;
-    send_event(&ev, sizeof(ev));
-#endif
+    if (profile_stream) {
+        struct stack_sample_event ev = {};
+        fill_header(&ev.hdr, EVENT_CPU_SAMPLE, bpf_ktime_get_ns(), id);
+        ev.user_stack_id = key.user_stack_id;
+        ev.kernel_stack_id = key.kernel_stack_id;
+        ev.python_stack_id = key.python_stack_id;
+        ev.weight = 1;
+        send_event(&ev, sizeof(ev));
+    }
     return 0;
 }

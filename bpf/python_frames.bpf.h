@@ -1,9 +1,8 @@
 /* python_frames.bpf.h: the CPython frame walk, from a thread state to its
  * innermost PYTHON_MAX_FRAMES frames.
  *
- * No map calls here (bcc rewrites those only in a program's main text): the
- * caller (bpf/python_stacks.bpf.c) looks up the thread's PyThreadState and
- * its process's layout, and passes pointers. What is read, all with
+ * No map calls here: the caller (bpf/python_stacks.bpf.h) looks up the
+ * thread's PyThreadState and its process's layout, and passes pointers. What is read, all with
  * bpf_probe_read_user from the target's memory:
  *
  *   tstate -> current frame      3.10: tstate->frame (a PyFrameObject)

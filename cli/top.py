@@ -97,7 +97,7 @@ def top(pids, window, interval, no_usdt, locks, mutex_threshold, engine_metrics_
     tracer = load_tracer(pids, sets=sets, ringbuf_pages=1024)
     lock_waits = None
     if "locks" in tracer.active:
-        lock_waits = LiveLocks(WaitClassifier(LiveSymbols(tracer.bpf)), mutex_threshold)
+        lock_waits = LiveLocks(WaitClassifier(LiveSymbols(tracer.table("lock_stacks"))), mutex_threshold)
     elif locks:
         click.echo(f"inferprobe: lock waits not traced: {tracer.inactive.get('locks')}", err=True)
     model = LiveWindow(window_s=window, lock_waits=lock_waits)

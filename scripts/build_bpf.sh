@@ -14,7 +14,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 SRC="$ROOT/bpf"
 OUT="$SRC/build"
 # The sets built ahead so far; the others are still compiled by bcc at start-up.
-OBJECTS=(usdt llama)
+OBJECTS=(usdt llama profile offcpu locks gpu)
 
 die() { printf 'build_bpf: error: %s\n' "$*" >&2; exit 1; }
 

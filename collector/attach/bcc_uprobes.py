@@ -112,33 +112,3 @@ def _refusal(path: bytes, addr: int, code: int) -> str:
     elif not holds_cap_sys_admin():
         hint = "; without CAP_SYS_ADMIN, Linux 6.16+ refuses perf uprobes and only tracefs is left"
     return f"the kernel refused a uprobe at {os.fsdecode(path)}:0x{addr:x} ({why}{hint})"
-
-
-def usdt_argument_readers(contexts: list) -> bytes:
-    """The C that bcc generates to read the USDT probes' arguments (what BPF(usdt_contexts=)
-    prepends), for a program whose probes are then attached one process at a time."""
-    if not contexts:
-        return b""
-    from bcc import libbcc
-
-    array = (ctypes.c_void_p * len(contexts))(*(context.get_context() for context in contexts))
-    text = libbcc.lib.bcc_usdt_genargs(array, len(contexts))
-    if text is None:
-        raise RuntimeError("bcc could not generate the USDT argument readers (a probe in a shared "
-                           "object with several locations and no pid)")
-    return text
-
-
-def attach_usdt_probes(bpf, context) -> tuple[list[str], dict[str, str]]:
-    """Attaches one bcc USDT context's probes: (attached handlers, handler -> why not)."""
-    hooked: list[str] = []
-    failed: dict[str, str] = {}
-    for path, fn_name, addr, pid in context.enumerate_active_probes():
-        name = fn_name.decode()
-        try:
-            bpf.attach_uprobe(name=path, fn_name=fn_name, addr=addr, pid=pid)
-        except Exception as err:  # bcc: bare Exception; ours: UprobeRefused
-            failed.setdefault(name, str(err))
-            continue
-        hooked.append(name)
-    return hooked, failed

@@ -68,6 +68,26 @@ def _signatures(lib: ctypes.CDLL) -> None:
         ("bpf_program__attach_usdt", p, [p, i, s, s, s, ctypes.POINTER(_UsdtOpts)]),
         ("bpf_program__attach_uprobe_opts", p, [p, i, s, ctypes.c_size_t, ctypes.POINTER(_UprobeOpts)]),
         ("bpf_map_update_elem", i, [i, p, p, ctypes.c_uint64]),
+        ("bpf_map_lookup_elem", i, [i, p, p]),
+        ("bpf_map_delete_elem", i, [i, p]),
+        ("bpf_map_get_next_key", i, [i, p, p]),
+        ("bpf_obj_get_info_by_fd", i, [i, p, ctypes.POINTER(ctypes.c_uint32)]),
+        ("bpf_object__next_map", p, [p, p]),
+        ("bpf_map__name", s, [p]),
+        ("bpf_map__is_internal", ctypes.c_bool, [p]),
+        ("bpf_map__type", i, [p]),
+        ("bpf_map__key_size", ctypes.c_uint32, [p]),
+        ("bpf_map__value_size", ctypes.c_uint32, [p]),
+        ("bpf_map__max_entries", ctypes.c_uint32, [p]),
+        ("bpf_map__btf_key_type_id", ctypes.c_uint32, [p]),
+        ("bpf_map__btf_value_type_id", ctypes.c_uint32, [p]),
+        ("bpf_program__set_autoload", i, [p, ctypes.c_bool]),
+        ("bpf_program__attach", p, [p]),
+        ("bpf_program__attach_tracepoint", p, [p, s, s]),
+        ("bpf_program__attach_perf_event", p, [p, i]),
+        ("libbpf_num_possible_cpus", i, []),
+        ("libbpf_major_version", ctypes.c_uint32, []),
+        ("libbpf_minor_version", ctypes.c_uint32, []),
         ("bpf_link__destroy", i, [p]),
         ("btf__find_by_name_kind", i, [p, s, ctypes.c_uint32]),
         ("btf__type_by_id", ctypes.POINTER(_BtfType), [p, ctypes.c_uint32]),
@@ -186,6 +206,34 @@ class BpfObject:
     def map_fd(self, name: str) -> int:
         return library().bpf_map__fd(self._map(name))
 
+    def shareable_maps(self) -> list[str]:
+        """The maps another object may share by name: not libbpf's internal ones
+        (.rodata and the like, and its USDT bookkeeping, named __bpf_*)."""
+        lib, names, at = library(), [], None
+        while at := lib.bpf_object__next_map(self.ptr, at):
+            name = lib.bpf_map__name(at).decode()
+            if not lib.bpf_map__is_internal(at) and not name.startswith("__"):
+                names.append(name)
+        return names
+
+    def map_id(self, name: str) -> int:
+        """The kernel's id of the map: one map however many fds or objects name it."""
+        info = (ctypes.c_uint32 * 32)()   # struct bpf_map_info: type, id, ...
+        size = ctypes.c_uint32(ctypes.sizeof(info))
+        if library().bpf_obj_get_info_by_fd(self.map_fd(name), info, ctypes.byref(size)) != 0:
+            raise LibbpfError(f"map {name}: no info ({os.strerror(ctypes.get_errno())})")
+        return info[1]
+
+    def __getitem__(self, name: str | bytes):
+        """The named map as a table (collector/attach/core_tables.py)."""
+        from inferprobe.collector.attach.core_tables import table
+
+        return table(self, os.fsdecode(name))
+
+    def set_autoload(self, program: str, load: bool) -> None:
+        """Before load: leave a program out (its tracepoint is not in this kernel, say)."""
+        library().bpf_program__set_autoload(self._program(program), load)
+
     def map_update(self, name: str, key: ctypes._CData, value: ctypes._CData) -> None:
         """After load: key -> value in the map (both ctypes objects of the map's sizes)."""
         if library().bpf_map_update_elem(self.map_fd(name), ctypes.byref(key), ctypes.byref(value), 0) != 0:
@@ -258,6 +306,32 @@ class BpfObject:
         if not ptr:
             raise _failure(f"libbpf could not attach the {what}", lines, ctypes.get_errno())
         return self._keep(Link(ptr, what))
+
+    def attach(self, program: str) -> Link:
+        """Attaches program where its section names (SEC("tracepoint/cat/name"), ...)."""
+        with _Messages() as lines:
+            ptr = library().bpf_program__attach(self._program(program))
+        if not ptr:
+            raise _failure(f"libbpf could not attach {program}", lines, ctypes.get_errno())
+        return self._keep(Link(ptr, program))
+
+    def attach_tracepoint(self, program: str, category: str, event: str) -> Link:
+        with _Messages() as lines:
+            ptr = library().bpf_program__attach_tracepoint(self._program(program), category.encode(),
+                                                           event.encode())
+        if not ptr:
+            raise _failure(f"libbpf could not attach {program} to {category}:{event}", lines,
+                           ctypes.get_errno())
+        return self._keep(Link(ptr, f"{category}:{event}"))
+
+    def attach_perf_event(self, program: str, perf_fd: int) -> Link:
+        """Attaches program to an open perf event; the link owns the event's fd from then on."""
+        with _Messages() as lines:
+            ptr = library().bpf_program__attach_perf_event(self._program(program), perf_fd)
+        if not ptr:
+            os.close(perf_fd)
+            raise _failure(f"libbpf could not attach {program} to a perf event", lines, ctypes.get_errno())
+        return self._keep(Link(ptr, f"perf event {perf_fd}"))
 
     def _keep(self, link: Link) -> Link:
         if len(self.links) % 256 == 255:   # now and then, forget the ones destroyed since

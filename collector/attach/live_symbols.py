@@ -21,9 +21,10 @@ MAPS_REREAD_S = 1.0
 
 
 class LiveSymbols(Symbols):
-    def __init__(self, bpf) -> None:
+    def __init__(self, stack_table) -> None:
+        """stack_table: the locks set's lock_stacks map (LoadedTracer.table)."""
         super().__init__(None)
-        self._stack_table = bpf["lock_stacks"]
+        self._stack_table = stack_table
         self._symbolizer = Symbolizer()
         self._frames: dict[tuple[int, int], dict] = {}
         self._maps_read: dict[int, float] = {}  # pid -> when its maps were last read

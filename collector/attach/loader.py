@@ -48,17 +48,28 @@ def built_object(name: str) -> Path:
 SHARED_MAPS = ("targets", "counters", "unwoken_bytes", "events")
 
 
-def load_core_object(bpf, name: str, ringbuf_pages: int) -> BpfObject:
-    """Opens a built object, hands it the bcc program's shared maps, and loads it."""
-    core = BpfObject(built_object(name))
+def load_core_object(probe_set: ProbeSet, shared: dict[str, int], ringbuf_pages: int) -> BpfObject:
+    """Opens a set's built object, gives it the maps loaded before it, lets the set
+    configure it, and loads it.
+
+    A map is one map across objects by its name: the event ring, the target
+    filter and the counters (made by the bcc program while one exists), and
+    what several sets share, such as the Python stack maps of
+    bpf/python_stacks.bpf.h. shared (name -> fd) grows with each object loaded."""
+    core = BpfObject(built_object(probe_set.core_object))
     try:
-        for map_name in SHARED_MAPS:
-            core.reuse_map(map_name, bpf[map_name.encode()].map_fd)
+        names = core.shareable_maps()
+        for map_name in names:
+            if map_name in shared:
+                core.reuse_map(map_name, shared[map_name])
         core.set_constant("ringbuf_wakeup_bytes", wakeup_bytes(ringbuf_pages))
+        probe_set.configure(core)
         core.load()
     except Exception:
         core.close()
         raise
+    for map_name in names:
+        shared.setdefault(map_name, core.map_fd(map_name))
     return core
 
 
@@ -204,10 +215,17 @@ class LoadedTracer:
             totals[counter.name.lower()] = int(sum(per_cpu))
         return totals
 
+    def table(self, name: str):
+        """A map by name, in the bcc program or in a set's built object (core_tables.CoreTable)."""
+        for probe_set in self.active.values():
+            if probe_set.core is not None and name in probe_set.core.shareable_maps():
+                return probe_set.core[name]
+        return self.bpf.get_table(name.encode())
+
     def has_map(self, name: bytes) -> bool:
         """Whether the loaded programs define this map (a probe set's own ring, say)."""
         try:
-            self.bpf.get_table(name)
+            self.table(name.decode())
         except KeyError:
             return False
         return True
@@ -215,7 +233,7 @@ class LoadedTracer:
     def map_entries(self) -> dict[str, int]:
         """Entries in every active set's in-flight state maps (a walk of the
         keys: call it every few seconds, not per poll)."""
-        return {name: sum(1 for _ in self.bpf[name.encode()].keys())
+        return {name: sum(1 for _ in self.table(name).keys())
                 for s in self.active.values() for name in s.state_maps}
 
     def tap(self, sink):
@@ -291,12 +309,10 @@ def _translation_unit(sets: list[ProbeSet]) -> str:
     because bcc rewrites tracepoint and map code only in its main file;
     #line keeps compiler messages pointing at the real file and line. Each
     source's own #include "common.bpf.h" is then a no-op (include guard).
-    A source several sets share (their shared_sources) is pasted once, before them.
     """
     parts = []
-    shared = dict.fromkeys(name for s in sets for name in s.shared_sources)
     # A set without a source of its own adds -D flags to another set's (the TLS set to sock.bpf.c).
-    names = ["common.bpf.h", *shared, *(s.source for s in sets if s.source)]
+    names = ["common.bpf.h", *(s.source for s in sets if s.source)]
     for path in [bpf_source_dir() / name for name in names]:
         parts.append(f'#line 1 "{path}"\n{path.read_text()}\n')
     return "".join(parts)
@@ -357,20 +373,12 @@ def load_tracer(
     failure: Exception | None
     with preflight.captured_native_output() as compiler_output:
         try:
-            # The USDT argument readers are compiled in, but the probes attached by each set
-            # (attach_usdt): bcc's BPF(usdt_contexts=) would fail the whole load for one process.
-            usdt_contexts = [c for s in active.values() for c in s.usdt_contexts()]
-            bpf = bcc.BPF(
-                text=bcc_uprobes.usdt_argument_readers(usdt_contexts)
-                + _translation_unit(list(active.values())).encode(),
-                cflags=cflags,
-            )
+            bpf = bcc.BPF(text=_translation_unit(list(active.values())).encode(), cflags=cflags)
             compiled = time.monotonic()
+            shared = {name: bpf[name.encode()].map_fd for name in SHARED_MAPS}
             for probe_set in active.values():
                 if probe_set.core_object:
-                    probe_set.core = load_core_object(bpf, probe_set.core_object, ringbuf_pages)
-            for probe_set in active.values():
-                probe_set.attach_usdt(bpf, ctx)
+                    probe_set.core = load_core_object(probe_set, shared, ringbuf_pages)
             for probe_set in active.values():
                 probe_set.after_load(bpf, ctx)
         except EnvironmentProblem:

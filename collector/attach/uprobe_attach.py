@@ -34,17 +34,22 @@ def attach_functions(bpf, path: str, pid: int,
     for name, probes in functions:
         try:
             for probe in probes:
-                if isinstance(bpf, BpfObject):
-                    bpf.attach_uprobe(probe.program, pid, path, _file_offset(path, probe.address),
-                                      on_return=probe.on_return)
-                else:
-                    attach = bpf.attach_uretprobe if probe.on_return else bpf.attach_uprobe
-                    attach(name=path.encode(), addr=probe.address, fn_name=probe.program.encode(), pid=pid)
+                attach_probe(bpf, path, pid, probe)
         except Exception as err:  # bcc: bare Exception; libbpf: LibbpfError; a dead pid, the probe limit
             failed[name] = str(err)
             continue
         hooked.append(name)
     return hooked, failed
+
+
+def attach_probe(bpf, path: str, pid: int, probe: Probe) -> None:
+    """One probe in pid; raises what the library raised when it cannot be attached."""
+    if isinstance(bpf, BpfObject):
+        bpf.attach_uprobe(probe.program, pid, path, _file_offset(path, probe.address),
+                          on_return=probe.on_return)
+    else:
+        attach = bpf.attach_uretprobe if probe.on_return else bpf.attach_uprobe
+        attach(name=path.encode(), addr=probe.address, fn_name=probe.program.encode(), pid=pid)
 
 
 def _file_offset(path: str, vaddr: int) -> int:

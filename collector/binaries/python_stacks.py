@@ -3,7 +3,7 @@
 PythonTargets keeps, per traced CPython process, its checked layout
 (collector/binaries/python_threads.py) and a code-object cache (collector/
 python_code.py). It fills python_layouts and python_threads
-(bpf/python_stacks.bpf.c) at attach and on each refresh, names every
+(bpf/python_stacks.bpf.h) at attach and on each refresh, names every
 process it could not walk (unsupported()), and turns a python_stacks entry
 into frames.
 
@@ -23,7 +23,6 @@ walk found: the Python part is whole, the native part between is unknown.
 from __future__ import annotations
 
 import os
-import weakref
 from dataclasses import dataclass, field
 
 from inferprobe.collector.binaries import python_threads
@@ -36,7 +35,9 @@ EVAL_FRAMES = frozenset({"_PyEval_EvalFrameDefault"})
 LAYOUT_CFRAME = 0x1  # PYTHON_LAYOUT_CFRAME, bpf/python_frames.bpf.h
 LAYOUT_PTHREAD_TID = 0x2  # PYTHON_LAYOUT_PTHREAD_TID
 OWNED_BY_CSTACK = 3
-_EXIT_HOOKED: weakref.WeakSet = weakref.WeakSet()  # bcc programs whose python_thread_exit is attached
+# The kernel ids of the python_threads maps whose python_thread_exit is attached
+# (an id is not reused while its map lives, and there is one map per recording).
+_EXIT_HOOKED: set[int] = set()
 CODE_MASK = (1 << 56) - 1  # the frame's code field carries the entry/owner byte in bits 56-63
 
 
@@ -148,17 +149,20 @@ class PythonTargets:
         return proc
 
     @staticmethod
-    def _attach_exit_hook(bpf) -> None:
-        # one program for every set: the first PythonTargets of this bpf attaches it
-        if bpf not in _EXIT_HOOKED:
-            bpf.attach_tracepoint(tp=b"sched:sched_process_exit", fn_name=b"python_thread_exit")
-            _EXIT_HOOKED.add(bpf)
+    def _attach_exit_hook(core) -> None:
+        # Every stack set's object has python_thread_exit, and all of them share one
+        # python_threads map: the first PythonTargets to see that map attaches its own.
+        threads_map = core.map_id("python_threads")
+        if threads_map not in _EXIT_HOOKED:
+            core.attach_tracepoint("python_thread_exit", "sched", "sched_process_exit")
+            _EXIT_HOOKED.add(threads_map)
 
-    def refresh(self, bpf, pids: list[int]) -> None:
+    def refresh(self, core, pids: list[int]) -> None:
         """Attaches to new CPython processes and writes every thread's state address to BPF
-        (BPF looks up threads started since in the interpreter's list itself)."""
-        self._attach_exit_hook(bpf)
-        layouts, threads = bpf["python_layouts"], bpf["python_threads"]
+        (BPF looks up threads started since in the interpreter's list itself). core is the
+        set's loaded object (collector/attach/libbpf.BpfObject)."""
+        self._attach_exit_hook(core)
+        layouts, threads = core["python_layouts"], core["python_threads"]
         for pid in pids:
             known = pid in self.processes
             proc = self._attach(pid)
@@ -211,7 +215,7 @@ class PythonTargets:
         self.processes.clear()
 
 
-def read_stacks(bpf) -> dict[int, object]:
+def read_stacks(core) -> dict[int, object]:
     """python_stacks: id -> entry (ctypes), read once."""
-    return {int(k.value): v for k, v in bpf["python_stacks"].items()}
+    return {int(k.value): v for k, v in core["python_stacks"].items()}
 

@@ -40,7 +40,6 @@ class ProbeSet:
     # the loader opens with libbpf, hands the shared maps, loads and keeps in `core`.
     core_object: str = ""
     core: BpfObject | None = None
-    shared_sources: tuple[str, ...] = ()  # bpf/ files several sets use, pasted once before them
     description: str = ""
     observed_types: tuple[int, ...] = ()  # event types passed to observe() while recording
     # Maps holding in-flight state (per connection, thread, pending call): the
@@ -54,16 +53,9 @@ class ProbeSet:
     def cflags(self) -> list[str]:
         return []
 
-    def usdt_contexts(self) -> list:
-        """bcc USDT objects; they must exist before compiling (bcc generates
-        the argument readers from them)."""
-        return []
-
-    def attach_usdt(self, bpf, ctx: TargetContext) -> None:
-        """Attaches the probes of usdt_contexts(), right after the programs loaded. Here any
-        failure fails the load; a set whose targets come and go attaches per process instead."""
-        for context in self.usdt_contexts():
-            context.attach_uprobes(bpf, False)
+    def configure(self, core: BpfObject) -> None:
+        """Between open and load of core_object: its read-only settings, and the
+        programs this kernel cannot run left out (BpfObject.set_autoload)."""
 
     def after_load(self, bpf, ctx: TargetContext) -> None:
         """Attaches what bcc did not attach by itself and seeds maps."""

@@ -24,12 +24,12 @@ only noted; the next recording reads it.
 from __future__ import annotations
 
 import ctypes
-import gc
 import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from inferprobe.collector.attach.libbpf import BpfObject, LibbpfError
 from inferprobe.collector.attach.probe_sets import ProbeSet, TargetContext
 from inferprobe.collector.attach.uprobe_attach import Probe, attach_functions
 from inferprobe.collector.binaries import cupti_shim
@@ -43,11 +43,12 @@ TRACEFS_EVENTS = Path("/sys/kernel/tracing/events")
 DEFAULT_RUN_MAX_LAUNCHES = 256
 DEFAULT_RUN_MAX_NS = 10_000_000
 # (tracefs directory, -D flag) of each DRM tracepoint gpu.bpf.c can use.
+# Each DRM tracepoint gpu.bpf.c can use, and its programs there (loaded only where it exists).
 DRM_TRACEPOINTS = {
-    "dma_fence/dma_fence_wait_start": "GPU_HAVE_DMA_FENCE",
-    "gpu_scheduler/drm_sched_job": "GPU_HAVE_DRM_SCHED_JOB",
-    "gpu_scheduler/drm_run_job": "GPU_HAVE_DRM_RUN_JOB",
-    "gpu_scheduler/drm_sched_process_job": "GPU_HAVE_DRM_SCHED_PROCESS_JOB",
+    "dma_fence/dma_fence_wait_start": ("gpu_fence_wait_start", "gpu_fence_wait_end"),
+    "gpu_scheduler/drm_sched_job": ("gpu_drm_sched_job",),
+    "gpu_scheduler/drm_run_job": ("gpu_drm_run_job",),
+    "gpu_scheduler/drm_sched_process_job": ("gpu_drm_sched_process_job",),
 }
 DRM_COUNT_NAMES = ("drm_sched_job_by_targets", "drm_run_job_host", "drm_sched_process_job_host")
 HIST_SLOTS = 32
@@ -102,9 +103,9 @@ def exported_functions(path: str, lib: Library) -> list[HookedSymbol]:
     return sorted(found.values(), key=lambda h: (h.function, h.symbol))
 
 
-def drm_tracepoints() -> dict[str, str]:
-    """DRM tracepoints of the running kernel that gpu.bpf.c can use: name -> flag."""
-    return {tp: flag for tp, flag in DRM_TRACEPOINTS.items() if (TRACEFS_EVENTS / tp).is_dir()}
+def drm_tracepoints() -> dict[str, tuple[str, ...]]:
+    """DRM tracepoints of the running kernel that gpu.bpf.c can use: name -> its programs."""
+    return {tp: programs for tp, programs in DRM_TRACEPOINTS.items() if (TRACEFS_EVENTS / tp).is_dir()}
 
 
 @dataclass
@@ -120,21 +121,20 @@ class Attachment:
 class GpuProbes(ProbeSet):
     name = "gpu"
     state_maps = ("gpu_calls", "gpu_runs")
-    source = "gpu.bpf.c"
+    core_object = "gpu.bpf.o"
     description = "CUDA launches, GPU waits, copies and allocations (uprobes), DRM fence waits"
 
     def __init__(self) -> None:
         self.mode = "auto"
         self.run_max_launches = DEFAULT_RUN_MAX_LAUNCHES
         self.run_max_ns = DEFAULT_RUN_MAX_NS
-        self.drm: dict[str, str] = {}
+        self.drm: dict[str, tuple[str, ...]] = {}
         self.attachments: list[Attachment] = []
         self._done: set[tuple[int, tuple[int, int]]] = set()  # (pid, file) attached or failed
         self._symbols: dict[tuple[int, int], list[HookedSymbol]] = {}
         self._pending: list[MappedLibrary] = []
         self.shim_pids: dict[int, str] = {}  # pid -> the CUPTI shim's path as it maps it
         self._shim_noted: set[int] = set()
-        self._shim_contexts: list = []
 
     def prepare(self, ctx: TargetContext) -> str | None:
         self.mode = ctx.options.get("gpu", "auto")
@@ -160,33 +160,36 @@ class GpuProbes(ProbeSet):
                 else "no CUPTI shim (GPU execution times: inferprobe gpu-attach)")
         return f"CUDA calls via {uprobes}; {launches}; DRM tracepoints: {drm}; {shim}"
 
-    def cflags(self) -> list[str]:
-        return [f"-DGPU_RUN_MAX_LAUNCHES={self.run_max_launches}",
-                f"-DGPU_RUN_MAX_NS={self.run_max_ns}ULL",
-                *(f"-D{flag}" for flag in sorted(set(self.drm.values()))),
-                *(["-DGPU_HAVE_CUPTI_SHIM"] if self.shim_pids else [])]
-
-    def usdt_contexts(self) -> list:
-        from bcc import USDT
-
-        if not self._shim_contexts:
-            for pid in sorted(self.shim_pids):
-                context = USDT(pid=pid)
-                for name in SHIM_PROBES:
-                    context.enable_probe(probe=f"{cupti_shim.PROVIDER}:{name}", fn_name=f"gpu_shim_{name}")
-                self._shim_contexts.append(context)
-        return self._shim_contexts
-
-    def release(self) -> None:
-        # As in the usdt set: free bcc's USDT contexts before BPF.cleanup() (a
-        # double close in bcc 0.26), which also lowers the shim's semaphores.
-        self._shim_contexts.clear()
-        gc.collect()
+    def configure(self, core: BpfObject) -> None:
+        core.set_constant("gpu_run_max_launches", self.run_max_launches)
+        core.set_constant("gpu_run_max_ns", self.run_max_ns)
+        for tracepoint, programs in DRM_TRACEPOINTS.items():
+            for program in programs:
+                core.set_autoload(program, tracepoint in self.drm)
 
     def after_load(self, bpf, ctx: TargetContext) -> None:
+        assert self.core is not None, "the loader loads core_object before after_load"
+        for programs in self.drm.values():
+            for program in programs:
+                self.core.attach(program)
+        for pid, path in sorted(self.shim_pids.items()):
+            self._attach_shim(pid, path, ctx)
         for mapped in self._pending:
-            self._attach(bpf, mapped)
+            self._attach(mapped)
         self._pending = []
+
+    def _attach_shim(self, pid: int, path: str, ctx: TargetContext) -> None:
+        """The CUPTI shim's USDT probes in pid; one that cannot be attached costs that process
+        its GPU times only."""
+        assert self.core is not None, "the loader loads core_object before after_load"
+        failed = {}
+        for name in SHIM_PROBES:
+            try:
+                self.core.attach_usdt(f"gpu_shim_{name}", pid, f"/proc/{pid}/root{path}",
+                                      cupti_shim.PROVIDER, name, cookie=0)
+            except LibbpfError as err:
+                failed[name] = str(err)
+        ctx.attach_failures.add_functions(pid, self.name, f"the CUPTI shim's USDT probes in {path}", failed)
 
     def refresh(self, bpf, ctx: TargetContext) -> list[str]:
         """Attaches to CUDA libraries that targets (and new children) mapped since."""
@@ -195,7 +198,7 @@ class GpuProbes(ProbeSet):
             for mapped in cuda_libraries(pid):
                 if (pid, mapped.file_key) in self._done:
                     continue
-                att = self._attach(bpf, mapped)
+                att = self._attach(mapped)
                 notes.append(f"gpu: attached to {len(att.symbols)} functions of {mapped.path} "
                              f"in pid {pid}")
             if pid not in self.shim_pids and pid not in self._shim_noted and cupti_shim.mapped_shim(pid):
@@ -204,7 +207,7 @@ class GpuProbes(ProbeSet):
                              "times are read by the next recording (run gpu-attach before record)")
         return notes
 
-    def _attach(self, bpf, mapped: MappedLibrary) -> Attachment:
+    def _attach(self, mapped: MappedLibrary) -> Attachment:
         self._done.add((mapped.pid, mapped.file_key))
         att = Attachment(pid=mapped.pid, path=mapped.path, library=mapped.library.value,
                          t_attached_ns=0)
@@ -217,7 +220,7 @@ class GpuProbes(ProbeSet):
                 att.failed["*"] = str(err)
                 return att
             self._symbols[mapped.file_key] = symbols
-        hooked_names, failed = attach_functions(bpf, mapped.host_path, mapped.pid, [
+        hooked_names, failed = attach_functions(self.core, mapped.host_path, mapped.pid, [
             (hooked.symbol, [Probe(hooked.address, f"gpu_enter_GPU_FN_{hooked.function.name}"),
                              *([] if self._entry_only(hooked.function) else
                                [Probe(hooked.address, f"gpu_return_GPU_FN_{hooked.function.name}",
@@ -234,6 +237,8 @@ class GpuProbes(ProbeSet):
         return gpu_catalog.category(fn) == Category.LAUNCH and gpu_catalog.library(fn) == Library.DRIVER
 
     def snapshot(self, bpf) -> dict:
+        assert self.core is not None, "the loader loads core_object before snapshot"
+        bpf = self.core
         return {
             "mode": self.mode,
             "run_max_launches": self.run_max_launches,

@@ -20,6 +20,7 @@ import ctypes
 import struct
 from pathlib import Path
 
+from inferprobe.collector.attach.libbpf import BpfObject
 from inferprobe.collector.attach.probe_sets import ProbeSet, TargetContext
 from inferprobe.collector.attach.probe_sets.semaphores import SemaphoreProbes
 from inferprobe.collector.binaries import cpython_runtime
@@ -41,7 +42,16 @@ TRACEFS_EVENTS = Path("/sys/kernel/tracing/events")
 DEFAULT_FLOOR_US = 10
 DEFAULT_SCAN_FLOOR_US = 50
 DEFAULT_OFFCPU_FLOOR_US = 50
-MAX_STACK_DEPTH = 127  # bcc BPF_STACK_TRACE depth
+MAX_STACK_DEPTH = 127  # a stack map's depth (PERF_MAX_STACK_DEPTH)
+
+# bpf/locks.bpf.c's tracepoint programs, attached where their sections say; and those
+# on tracepoints a kernel may lack, by the feature prepare() looks for (the rest stay unloaded).
+TRACEPOINT_PROGRAMS = ["lock_enter_futex", "lock_exit_futex", "lock_sched_switch", "lock_sched_waking"]
+OPTIONAL_PROGRAMS = {
+    "futex_waitv": ["lock_enter_futex_waitv", "lock_exit_futex_waitv"],
+    "futex2": ["lock_enter_futex_wait", "lock_exit_futex_wait", "lock_enter_futex_wake"],
+    "lock_contention": ["lock_contention_begin", "lock_contention_end"],
+}
 
 _F = FutexWaitEvent
 _WAIT_FIELDS = struct.Struct(
@@ -73,8 +83,7 @@ def _tracepoint(name: str) -> bool:
 class LockProbes(ProbeSet):
     name = "locks"
     state_maps = ("lock_pending", "lock_offcpu", "lock_klock_start", "lock_sem_trying")
-    source = "locks.bpf.c"
-    shared_sources = ("python_stacks.bpf.c",)
+    core_object = "locks.bpf.o"
     description = ("futex waits (lock vs handoff; libc semaphore uprobes), off-CPU time by reason, "
                    "runqueue delay")
     observed_types = (EventType.FUTEX_WAIT, EventType.OFFCPU)
@@ -111,21 +120,20 @@ class LockProbes(ProbeSet):
         }
         return None
 
-    def cflags(self) -> list[str]:
-        flags = [
-            f"-DLOCK_FLOOR_NS={self.floor_ns}ULL",
-            f"-DLOCK_SCAN_FLOOR_NS={self.scan_floor_ns}ULL",
-            f"-DOFFCPU_FLOOR_NS={self.offcpu_floor_ns}ULL",
-        ]
-        if self.have.get("futex_waitv"):
-            flags.append("-DHAVE_FUTEX_WAITV")
-        if self.have.get("futex2"):
-            flags.append("-DHAVE_FUTEX2")
-        if self.have.get("lock_contention"):
-            flags.append("-DHAVE_LOCK_CONTENTION")
-        return flags
+    def configure(self, core: BpfObject) -> None:
+        core.set_constant("lock_floor_ns", self.floor_ns)
+        core.set_constant("lock_scan_floor_ns", self.scan_floor_ns)
+        core.set_constant("offcpu_floor_ns", self.offcpu_floor_ns)
+        for feature, programs in OPTIONAL_PROGRAMS.items():
+            for program in programs:
+                core.set_autoload(program, self.have.get(feature, False))
 
     def after_load(self, bpf, ctx: TargetContext) -> None:
+        assert self.core is not None, "the loader loads core_object before after_load"
+        bpf = self.core
+        for program in TRACEPOINT_PROGRAMS + [p for feature, programs in OPTIONAL_PROGRAMS.items()
+                                              if self.have.get(feature) for p in programs]:
+            bpf.attach(program)
         granules = sorted({g for lo, hi in self.exec_ranges
                            for g in range(lo >> LOCK_EXEC_GRANULE_SHIFT,
                                           ((hi - 1) >> LOCK_EXEC_GRANULE_SHIFT) + 1)})
@@ -140,6 +148,8 @@ class LockProbes(ProbeSet):
     def refresh(self, bpf, ctx: TargetContext) -> list[str]:
         """Attaches the semaphore uprobes to target processes that started since,
         and lists the threads of the CPython targets for their Python stacks."""
+        assert self.core is not None, "the loader loads core_object before refresh"
+        bpf = self.core
         self.python.refresh(bpf, target_procs.with_descendants(ctx.pids))
         return [f"locks: semaphore probes on {att.path} in pid {att.pid}"
                 + ("" if att.complete else f" failed ({', '.join(att.failed)})")
@@ -175,6 +185,8 @@ class LockProbes(ProbeSet):
 
     # -- at stop: totals from the maps, names for every address ----------------
     def snapshot(self, bpf) -> dict | None:
+        assert self.core is not None, "the loader loads core_object before snapshot"
+        bpf = self.core
         counters = bpf["lock_counters"]
         totals = {c.name.lower(): int(sum(counters[ctypes.c_int(c.value)])) for c in LockCounter}
         by_addr = [

@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from inferprobe.collector.attach.uprobe_attach import Probe, attach_probe
 from inferprobe.collector.binaries.elf_symbols import elf_file
 from inferprobe.collector.binaries.uprobe_points import SCAN_BYTES, probe_offset
 from inferprobe.collector.processes.proc_maps import read_maps
@@ -168,10 +169,9 @@ class SemaphoreProbes:
         if point is None:
             att.failed[name] = "not exported"
             return False
-        attach = bpf.attach_uretprobe if ret else bpf.attach_uprobe
         try:
-            attach(name=libc.host_path.encode(), addr=point.address, fn_name=fn_name.encode(), pid=libc.pid)
-        except Exception as err:  # bcc: bare Exception, e.g. the probe limit or a dead pid
+            attach_probe(bpf, libc.host_path, libc.pid, Probe(point.address, fn_name, on_return=ret))
+        except Exception as err:  # the library's error, e.g. the probe limit or a dead pid
             att.failed[name + (" (return)" if ret else "")] = str(err)
             return False
         if not ret:

@@ -1,7 +1,9 @@
 """Stack probe sets: on-CPU sampling (bpf/profile.bpf.c) and off-CPU waits
 (bpf/offcpu.bpf.c).
 
-Both count samples per stack in the kernel. At stop, snapshot() reads the
+Both count samples per stack in the kernel, in objects built ahead of time
+(CO-RE, loaded with libbpf: core_object); the Python stack maps of
+bpf/python_stacks.bpf.h are one instance for both and for the locks set. At stop, snapshot() reads the
 counts and stack maps and symbolises every stack right away, while the
 targets still run (a process that exited earlier is resolved from the maps
 remembered while it lived: tick() refreshes them once a second). The
@@ -29,6 +31,8 @@ import errno
 import time
 from pathlib import Path
 
+from inferprobe.collector.attach.libbpf import BpfObject
+from inferprobe.collector.attach.perf_events import online_cpus, open_cpu_clock
 from inferprobe.collector.attach.probe_sets import ProbeSet, TargetContext
 from inferprobe.collector.binaries.python_stacks import PythonTargets, read_stacks, splice
 from inferprobe.collector.binaries.symbolizer import PYTHON_HOWTO, Symbolizer
@@ -43,27 +47,10 @@ LOST_STACK = "[lost: no user stack]"
 PREEMPTED = "[preempted: runnable, waiting for a CPU]"
 
 
-def tracepoint_field_offsets(fmt_text: str) -> dict[str, int]:
-    """Field name -> byte offset, from a tracefs format file."""
-    offsets = {}
-    for line in fmt_text.splitlines():
-        line = line.strip()
-        if not line.startswith("field:"):
-            continue
-        decl, _, rest = line.partition(";")
-        name = decl.split()[-1].split("[")[0]
-        for part in rest.split(";"):
-            key, _, value = part.strip().partition(":")
-            if key == "offset":
-                offsets[name] = int(value)
-    return offsets
-
-
 class _StackSet(ProbeSet):
     """What the two stack sets share: counters, symbolisation, the snapshot."""
 
     prefix = ""  # map names: <prefix>_stacks, _counts, _counters
-    shared_sources = ("python_stacks.bpf.c",)
     kind = ""
     unit = "samples"
 
@@ -80,9 +67,10 @@ class _StackSet(ProbeSet):
         self.python_frames = bool(ctx.options.get("python_frames", True))
         return None
 
-    def python_cflags(self) -> list[str]:
-        # one program for all sets: any set asking for no walk turns it off for all
-        return [] if self.python_frames else ["-DPYTHON_STACKS_OFF"]
+    def configure(self, core: BpfObject) -> None:
+        # one flag for all sets (they share the walk's maps): --no-python-frames turns it off for all
+        core.set_constant("python_stacks_off", not self.python_frames)
+        core.set_constant(f"{self.prefix}_stream", self.stream)
 
     def _remember_targets(self, bpf) -> None:
         from inferprobe.collector.attach.loader import target_pids
@@ -92,13 +80,14 @@ class _StackSet(ProbeSet):
         for pid in leaders:
             self.symbolizer.remember_process(pid)
         if self.python_frames:
-            self.python.refresh(bpf, leaders)
+            self.python.refresh(self.core, leaders)
 
     def after_load(self, bpf, ctx: TargetContext) -> None:
         for pid in ctx.pids:
             self.symbolizer.remember_process(pid)
         if self.python_frames:
-            self.python.refresh(bpf, [pid for pid in ctx.pids if Path(f"/proc/{pid}/task/{pid}").exists()])
+            leaders = [pid for pid in ctx.pids if Path(f"/proc/{pid}/task/{pid}").exists()]
+            self.python.refresh(self.core, leaders)
         self.started_ns = time.monotonic_ns()
 
     def release(self) -> None:
@@ -108,12 +97,14 @@ class _StackSet(ProbeSet):
         self._remember_targets(bpf)
 
     def counters(self, bpf) -> dict[str, int]:
-        table = bpf[f"{self.prefix}_counters"]
+        assert self.core is not None, "the loader loads core_object before the set is read"
+        table = self.core[f"{self.prefix}_counters"]
         return {c.name.lower(): int(sum(table[ctypes.c_int(c.value)])) for c in StackCounter}
 
     def _walk(self, bpf, stack_id: int) -> list[int]:
+        assert self.core is not None, "the loader loads core_object before the set is read"
         try:
-            return list(bpf[f"{self.prefix}_stacks"].walk(stack_id))
+            return list(self.core[f"{self.prefix}_stacks"].walk(stack_id))
         except KeyError:
             return []
 
@@ -152,8 +143,9 @@ class _StackSet(ProbeSet):
         self._remember_targets(bpf)
         cache: dict = {}
         stacks: list[dict] = []
-        self._python_stacks = read_stacks(bpf)
-        for key, value in bpf[f"{self.prefix}_counts"].items():
+        assert self.core is not None, "the loader loads core_object before the set is read"
+        self._python_stacks = read_stacks(self.core)
+        for key, value in self.core[f"{self.prefix}_counts"].items():
             weight, periods = self._weights(value)
             pid, tid = int(key.pid), int(key.tid)
             stacks.append({
@@ -221,7 +213,7 @@ class _StackSet(ProbeSet):
 
 class ProfileProbes(_StackSet):
     name = "profile"
-    source = "profile.bpf.c"
+    core_object = "profile.bpf.o"
     description = "on-CPU stacks of the target threads, sampled on the cpu-clock perf event"
     prefix = "profile"
     kind = "cpu"
@@ -237,17 +229,11 @@ class ProfileProbes(_StackSet):
             return f"a sampling rate of {self.hz} Hz is outside 1-10000"
         return None
 
-    def cflags(self) -> list[str]:
-        return (["-DPROFILE_STREAM"] if self.stream else []) + self.python_cflags()
-
     def after_load(self, bpf, ctx: TargetContext) -> None:
-        from bcc import PerfSWConfig, PerfType
-
-        # Software cpu-clock, not cycles: VMs and containers often have no PMU.
-        # A fixed period (ns of CPU clock) rather than a frequency: the kernel's
-        # frequency mode re-tunes the period as it goes, which skews short runs.
-        bpf.attach_perf_event(ev_type=PerfType.SOFTWARE, ev_config=PerfSWConfig.CPU_CLOCK,
-                              fn_name=b"profile_on_cpu", sample_period=1_000_000_000 // self.hz)
+        assert self.core is not None, "the loader loads core_object before after_load"
+        # One software cpu-clock event per CPU (perf_events.open_cpu_clock says why that one).
+        for cpu in online_cpus():
+            self.core.attach_perf_event("profile_on_cpu", open_cpu_clock(cpu, 1_000_000_000 // self.hz))
         super().after_load(bpf, ctx)
 
     def _weights(self, value) -> tuple[int, int]:
@@ -259,7 +245,7 @@ class ProfileProbes(_StackSet):
 
 class OffcpuProbes(_StackSet):
     name = "offcpu"
-    source = "offcpu.bpf.c"
+    core_object = "offcpu.bpf.o"
     description = "off-CPU stacks of the target threads at sched_switch, weighted by time off the CPU"
     prefix = "offcpu"
     state_maps = ("offcpu_start",)
@@ -269,29 +255,21 @@ class OffcpuProbes(_StackSet):
     def __init__(self) -> None:
         super().__init__()
         self.min_us = DEFAULT_OFFCPU_MIN_US
-        self.offsets: dict[str, int] = {}
 
     def prepare(self, ctx: TargetContext) -> str | None:
         super().prepare(ctx)
         self.min_us = int(ctx.options.get("offcpu_min_us", DEFAULT_OFFCPU_MIN_US))
-        try:
-            self.offsets = tracepoint_field_offsets(SWITCH_FORMAT.read_text())
-        except OSError:
-            return f"cannot read {SWITCH_FORMAT}: is tracefs mounted?"
-        if not {"prev_state", "next_pid"} <= set(self.offsets):
-            return "the sched_switch tracepoint has no prev_state/next_pid fields on this kernel"
+        if not SWITCH_FORMAT.exists():
+            return f"the kernel has no sched:sched_switch tracepoint ({SWITCH_FORMAT}): is tracefs mounted?"
         return None
 
-    def cflags(self) -> list[str]:
-        flags = [
-            f"-DOFFCPU_MIN_NS={self.min_us * 1000}",
-            f"-DSWITCH_PREV_STATE_OFF={self.offsets['prev_state']}",
-            f"-DSWITCH_NEXT_PID_OFF={self.offsets['next_pid']}",
-        ]
-        return flags + (["-DOFFCPU_STREAM"] if self.stream else []) + self.python_cflags()
+    def configure(self, core: BpfObject) -> None:
+        super().configure(core)
+        core.set_constant("offcpu_min_ns", self.min_us * 1000)
 
     def after_load(self, bpf, ctx: TargetContext) -> None:
-        bpf.attach_tracepoint(tp=b"sched:sched_switch", fn_name=b"offcpu_on_switch")
+        assert self.core is not None, "the loader loads core_object before after_load"
+        self.core.attach("offcpu_on_switch")
         super().after_load(bpf, ctx)
 
     def _weights(self, value) -> tuple[int, int]:

@@ -1,0 +1,52 @@
+"""Map types read from a built object's BTF (collector/attach/core_tables.py) against the
+layout generated from bpf/inferprobe.h: the same fields at the same offsets, signed where
+the C is signed. Opening an object only parses its ELF: no root, no kernel."""
+
+from __future__ import annotations
+
+import ctypes
+
+import pytest
+
+from inferprobe.collector.attach.core_tables import BtfTypes
+from inferprobe.collector.attach.libbpf import BpfObject, library
+from inferprobe.collector.attach.loader import BPF_DIR
+from inferprobe.collector.model.layout_generated import OffcpuValue, StackKey
+
+OFFCPU = BPF_DIR / "build" / "offcpu.bpf.o"
+pytestmark = pytest.mark.skipif(not OFFCPU.exists(), reason=f"{OFFCPU} is not built (make setup builds it)")
+
+
+def _layout(ctype) -> list[tuple[str, int, int, bool]]:
+    """(name, offset, size, signed) of each field that is not padding."""
+    out = []
+    for name, field_type in ctype._fields_:
+        if name.startswith("_"):
+            continue
+        signed = issubclass(field_type, ctypes._SimpleCData) and field_type(-1).value == -1
+        out.append((name, getattr(ctype, name).offset, ctypes.sizeof(field_type), signed))
+    return out
+
+
+def _map_types(obj: BpfObject, name: str) -> tuple[type, type]:
+    lib, ptr = library(), obj._map(name)
+    types = BtfTypes(lib.bpf_object__btf(obj.ptr))
+    return types.ctype(lib.bpf_map__btf_key_type_id(ptr)), types.ctype(lib.bpf_map__btf_value_type_id(ptr))
+
+
+def test_a_maps_key_and_value_types_are_the_c_structs():
+    obj = BpfObject(OFFCPU)
+    try:
+        key, value = _map_types(obj, "offcpu_counts")
+        assert ctypes.sizeof(key) == ctypes.sizeof(StackKey)
+        assert _layout(key) == _layout(StackKey)
+        assert _layout(value) == _layout(OffcpuValue)
+        tid_key, start = _map_types(obj, "offcpu_start")
+        assert tid_key is ctypes.c_uint32
+        # struct offcpu_start_t (offcpu.bpf.c): u64, then u32 and s32 fields, 32 bytes
+        assert ctypes.sizeof(start) == 32
+        assert [(n, o, s) for n, o, s, _ in _layout(start)][:4] == [
+            ("ts_ns", 0, 8), ("tgid", 8, 4), ("user_stack_id", 12, 4), ("kernel_stack_id", 16, 4)]
+        assert dict((n, signed) for n, _, _, signed in _layout(start))["user_stack_id"] is True
+    finally:
+        obj.close()
