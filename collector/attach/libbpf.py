@@ -143,12 +143,19 @@ class _Messages:
 def _failure(what: str, lines: list[str], code: int) -> LibbpfError:
     """libbpf's last warning, which names the step, and the errno in words (libbpf prints -22)."""
     words = os.strerror(code or errno.EINVAL)
-    if not lines:
-        return LibbpfError(f"{what}: {words}")
-    why = lines[-1].removeprefix("libbpf: ").rstrip(".")
+    why = lines[-1].removeprefix("libbpf: ").rstrip(".") if lines else words
     if words not in why:
         why = f"{why} ({words})"
+    if code in (errno.EACCES, errno.EPERM) and "probe" in what and not _holds_cap_sys_admin():
+        # libbpf 1.1 creates uprobes through perf_event_open only, with no tracefs fallback
+        why += "; Linux 6.16+ refuses perf uprobes without CAP_SYS_ADMIN: grant it (docs/deploy.md)"
     return LibbpfError(f"{what}: {why}")
+
+
+def _holds_cap_sys_admin() -> bool:
+    from inferprobe.collector.attach.bcc_uprobes import holds_cap_sys_admin
+
+    return holds_cap_sys_admin()
 
 
 class Link:

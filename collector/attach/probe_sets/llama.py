@@ -25,6 +25,8 @@ from inferprobe.collector.binaries.llama_api import DECODE, SYNCHRONIZE, LlamaAp
 from inferprobe.collector.processes import targets as target_procs
 from inferprobe.collector.processes.proc_maps import MappedFile, executable_files
 
+BPF_LOOP_KERNEL = (5, 17)   # bpf/llama.bpf.c scans a batch's runs with bpf_loop
+
 
 def _candidate(mapped: MappedFile, exe: str | None) -> bool:
     """Files worth a symbol-table scan: the process's executable (libllama linked
@@ -97,6 +99,11 @@ class LlamaProbes(ProbeSet):
         self._scanned: dict[int, set[tuple[int, int]]] = {}  # pid -> files whose symbols were read
 
     def prepare(self, ctx: TargetContext) -> str | None:
+        from inferprobe.collector.attach.probe_sets.sockets import kernel_at_least
+
+        if not kernel_at_least(BPF_LOOP_KERNEL):
+            return (f"reading a batch needs bpf_loop, Linux {BPF_LOOP_KERNEL[0]}.{BPF_LOOP_KERNEL[1]}+ "
+                    f"(this kernel is {os.uname().release}): llama.cpp's steps are not recorded")
         found = [hit for pid in ctx.pids for hit in llama_targets(pid, self._scanned.setdefault(pid, set()))]
         self._pending = [(m, api) for m, api in found if api.refusal is None]
         if not self._pending:
