@@ -62,6 +62,31 @@ class BtfTypes:
     def _name(self, name_off: int) -> str:
         return libbpf.library().btf__name_by_offset(self.btf, name_off).decode()
 
+    def map_member(self, map_name: str, member: str) -> int | None:
+        """The type id T of a map's `__type(member, T)` in this object's .maps section, or None.
+
+        Read from the definition, not from bpf_map__btf_key_type_id(): a map reused from
+        another object carries that object's type ids, which mean nothing in this BTF."""
+        lib = libbpf.library()
+        section_id = lib.btf__find_by_name_kind(self.btf, b".maps", libbpf.BTF_KIND_DATASEC)
+        if section_id < 0:
+            return None
+        _kind, vlen, _size, after = self._raw(section_id)
+        for entry in (libbpf._BtfVarSecinfo * vlen).from_address(after):
+            var = lib.btf__type_by_id(self.btf, entry.type).contents
+            if self._name(var.name_off) != map_name:
+                continue
+            kind, vlen, _size, after = self._raw(self._resolve(var.size_or_type))
+            for field in (_Member * vlen).from_address(after):
+                if self._name(field.name_off) == member:
+                    pointer_kind, _v, target, _a = self._raw(field.type)
+                    return target if pointer_kind == PTR else None
+        return None
+
+    def _resolve(self, type_id: int) -> int:
+        kind, _vlen, target, _after = self._raw(type_id)
+        return self._resolve(target) if kind in (TYPEDEF, VOLATILE, CONST, RESTRICT, TYPE_TAG) else type_id
+
     def ctype(self, type_id: int) -> type:
         if type_id not in self._built:
             self._built[type_id] = self._build(type_id)
@@ -206,7 +231,7 @@ def table(obj: libbpf.BpfObject, name: str) -> CoreTable:
     ptr = obj._map(name)
     types = BtfTypes(lib.bpf_object__btf(obj.ptr))
     map_type = lib.bpf_map__type(ptr)
-    key_id, value_id = lib.bpf_map__btf_key_type_id(ptr), lib.bpf_map__btf_value_type_id(ptr)
+    key_id, value_id = types.map_member(name, "key"), types.map_member(name, "value")
     key_size, value_size = lib.bpf_map__key_size(ptr), lib.bpf_map__value_size(ptr)
     key = types.ctype(key_id) if key_id else _UNSIGNED.get(key_size, ctypes.c_uint8 * key_size)
     if value_id:

@@ -90,3 +90,37 @@ def test_refusals_are_one_sentence_naming_what_and_why(tmp_path):
         assert "\n" not in message
     finally:
         core.close()
+
+
+def test_sets_naming_the_same_map_share_one_and_read_it_with_their_own_types():
+    """profile, offcpu and locks each define bpf/python_stacks.bpf.h's maps: the loader makes
+    them one map, and each set reads it typed from its own object's BTF (a reused map's type
+    ids belong to the object that made it). A CPython burner fills it while all three run."""
+    import sys
+    import time
+    from pathlib import Path
+
+    from inferprobe.collector.attach.loader import load_tracer
+
+    burner = subprocess.Popen([sys.executable, str(Path(__file__).resolve().parents[3] / "programs"
+                                                    / "python_burn.py")], stdout=subprocess.PIPE)
+    try:
+        time.sleep(0.5)   # its interpreter up, so the sets find a CPython target
+        tracer = load_tracer([burner.pid], sets=("locks", "profile", "offcpu"), ringbuf_pages=64)
+        try:
+            sets = [tracer.active[name] for name in ("locks", "profile", "offcpu")]
+            assert len({s.core.map_id("python_stacks") for s in sets}) == 1
+            assert len({s.core.map_id("events") for s in sets}) == 1
+            time.sleep(1.5)
+            for s in sets:   # the same entries, typed by each object's own BTF
+                entries = s.core["python_stacks"].items()
+                assert entries and all(int(entry.depth) > 0 for _, entry in entries)
+            snapshots = tracer.snapshots()
+        finally:
+            tracer.close()
+    finally:
+        burner.terminate()
+        burner.wait(timeout=10)
+    assert snapshots["profile"]["counters"]["python_stacks"] > 0
+    frames = {f for stack in snapshots["profile"]["stacks"] for f in stack["frames"]}
+    assert any("burn_" in frame for frame in frames), sorted(frames)[:20]

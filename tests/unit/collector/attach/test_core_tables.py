@@ -29,9 +29,10 @@ def _layout(ctype) -> list[tuple[str, int, int, bool]]:
 
 
 def _map_types(obj: BpfObject, name: str) -> tuple[type, type]:
-    lib, ptr = library(), obj._map(name)
-    types = BtfTypes(lib.bpf_object__btf(obj.ptr))
-    return types.ctype(lib.bpf_map__btf_key_type_id(ptr)), types.ctype(lib.bpf_map__btf_value_type_id(ptr))
+    types = BtfTypes(library().bpf_object__btf(obj.ptr))
+    key, value = types.map_member(name, "key"), types.map_member(name, "value")
+    assert key is not None and value is not None, name
+    return types.ctype(key), types.ctype(value)
 
 
 def test_a_maps_key_and_value_types_are_the_c_structs():
