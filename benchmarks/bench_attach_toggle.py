@@ -34,7 +34,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from bench_overhead import DrainedTracer, Server, bpf_program_time, bpf_stats_enabled, proc_cpu_s, run_client
+from bench_support import DrainedTracer, Server, bpf_program_time, bpf_stats_enabled, proc_cpu_s, run_client
 
 STATES = ("detached", "untargeted", "traced")
 

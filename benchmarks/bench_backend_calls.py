@@ -30,7 +30,7 @@ import textwrap
 import threading
 from pathlib import Path
 
-from bench_overhead import (
+from bench_support import (
     Recorder,
     bpf_stats_enabled,
     per_program,

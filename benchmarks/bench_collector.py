@@ -32,7 +32,8 @@ import threading
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_support import REPO  # noqa: E402
 
 from inferprobe.collector.attach.loader import load_tracer  # noqa: E402
 from inferprobe.collector.attach.ringbuf import RingBufferReader  # noqa: E402

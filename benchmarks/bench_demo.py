@@ -41,7 +41,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 # The /proc readers, the recorder wrapper and the report reader are the test-server benchmark's.
-from bench_overhead import (  # noqa: E402
+from bench_support import (  # noqa: E402
     PY,
     Recorder,
     box_cpu,

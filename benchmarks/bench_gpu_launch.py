@@ -35,8 +35,8 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-PY = sys.executable
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_support import PY, REPO  # noqa: E402
 
 WORKER = r"""
 import ctypes, sys, time

@@ -31,9 +31,8 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-from bench_overhead import proc_cpu_s, read_report, stop_process, traced_run
+from bench_support import REPO, proc_cpu_s, read_report, stop_process, traced_run
 
-REPO = Path(__file__).resolve().parent.parent
 SERVER = REPO / "tests" / "servers" / "grpc_token_server.py"
 
 # The load: streaming calls kept in flight for a while; prints the calls it completed.

@@ -34,7 +34,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_overhead import (
+from bench_support import (
+    PY,
+    REPO,
     EmptyPrograms,
     bpf_stats_enabled,
     per_program,
@@ -44,8 +46,6 @@ from bench_overhead import (
     stop_process,
 )
 
-REPO = Path(__file__).resolve().parent.parent
-PY = sys.executable
 SOURCE = REPO / "benchmarks" / "native" / "http_pingpong.c"
 LISTENER = "import socket, time; s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(); time.sleep(3600)"
 

@@ -30,7 +30,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_support import REPO  # noqa: E402
+
 SOURCE = REPO / "benchmarks" / "native" / "futex_pingpong.c"
 # Same protocol as futex_pingpong: "ready", then per line N on stdin, the ns N operations took.
 PYTHON_LOCK_LOOP = """

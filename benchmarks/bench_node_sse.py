@@ -40,9 +40,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench_overhead import EmptyPrograms, proc_cpu_s, read_report, stop_process, traced_run
+from bench_support import REPO, EmptyPrograms, proc_cpu_s, read_report, stop_process, traced_run
 
-REPO = Path(__file__).resolve().parent.parent
 SERVER = REPO / "benchmarks" / "native" / "node_sse.js"
 
 

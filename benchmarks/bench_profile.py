@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_overhead import PY, Server, proc_cpu_s, run_client  # noqa: E402
+from bench_support import PY, Server, proc_cpu_s, run_client  # noqa: E402
 
 RATES = (49, 99, 999)
 

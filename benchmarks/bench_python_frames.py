@@ -34,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(ROOT.parent))
-from bench_overhead import bpf_stats_enabled, per_program, program_times_by_id  # noqa: E402
+from bench_support import bpf_stats_enabled, per_program, program_times_by_id  # noqa: E402
 
 BURNER = ROOT / "tests" / "programs" / "python_burn.py"
 PROGRAMS = {"profile": "profile_on_cpu", "offcpu": "offcpu_on_switch"}

@@ -31,7 +31,7 @@ import tomllib
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_overhead import Recorder, Server, proc_status_kb  # noqa: E402
+from bench_support import Recorder, Server, proc_status_kb  # noqa: E402
 
 CONFIGS = {
     "defaults": (),

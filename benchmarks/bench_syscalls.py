@@ -50,7 +50,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench_overhead import (
+from bench_support import (
+    REPO,
     DrainedTracer,
     EmptyPrograms,
     Recorder,
@@ -63,7 +64,6 @@ from bench_overhead import (
 
 from inferprobe.collector.attach import loader
 
-REPO = Path(__file__).resolve().parent.parent
 MODES = ("untraced", "empty", "traced")
 SHAPES = ("write", "writev", "sendmsg", "writev16")
 SOURCE = REPO / "benchmarks" / "native" / "http_pingpong.c"

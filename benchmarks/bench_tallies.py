@@ -37,7 +37,7 @@ import tempfile
 from pathlib import Path
 
 from bench_host_wide import build
-from bench_overhead import (
+from bench_support import (
     DrainedTracer,
     bpf_stats_enabled,
     per_program,
