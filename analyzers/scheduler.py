@@ -66,19 +66,28 @@ def downsample_max(
     return [buckets[b] for b in sorted(buckets)]
 
 
+def stall_between(before: DecodeStep, after: DecodeStep) -> Stall | None:
+    """The one stall rule, for a recording (find_stalls) and live (exporters/metrics.py): the
+    engine sat idle between two consecutive steps of a process that share a request, from the
+    end of the first to the start of the second. A gap between steps of different requests
+    is a batch draining and refilling, not a stall."""
+    shared = before.requests & after.requests
+    if shared and before.t_end_ns is not None and after.t_start_ns > before.t_end_ns:
+        return Stall(after.pid, before.t_end_ns, after.t_start_ns, frozenset(shared))
+    return None
+
+
 def find_stalls(steps: list[DecodeStep]) -> list[Stall]:
     by_pid: dict[int, list[DecodeStep]] = {}
     for step in steps:
         if step.t_end_ns is not None:
             by_pid.setdefault(step.pid, []).append(step)
     stalls = []
-    for pid, ordered in by_pid.items():
+    for ordered in by_pid.values():
         ordered.sort(key=lambda s: s.t_start_ns)
         for before, after in zip(ordered, ordered[1:], strict=False):
-            shared = before.requests & after.requests
-            # (every step here has an end: the check is for the type checker)
-            if shared and before.t_end_ns is not None and after.t_start_ns > before.t_end_ns:
-                stalls.append(Stall(pid, before.t_end_ns, after.t_start_ns, frozenset(shared)))
+            if (stall := stall_between(before, after)) is not None:
+                stalls.append(stall)
     return stalls
 
 

@@ -21,9 +21,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from inferprobe.analyzers.engine_metrics import OCCUPANCY, QUEUE, RUNNING, gauge_values
 from inferprobe.analyzers.request_analysis import NONE, RequestAnalysis
+from inferprobe.analyzers.scheduler import stall_between
 from inferprobe.collector.errors import InferprobeError
+from inferprobe.collector.ingest.server_view import ServerViewBuilder
 from inferprobe.collector.model.events import LlamaStepPhase, LlamaStepRecord, UsdtProbe, UsdtRecord
-from inferprobe.collector.model.timeline import Outcome, Request
+from inferprobe.collector.model.timeline import DecodeStep, Outcome, Request
 from inferprobe.collector.shared_constants import MUTEX_WAIT_THRESHOLD
 from inferprobe.exporters.spans import output_tokens, phases
 
@@ -37,6 +39,8 @@ ITL_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15
 # The design card's mutex-wait alert threshold is a bucket edge, so the
 # share of requests above it is exact.
 RATIO_BUCKETS = (0.05, 0.1, 0.2, 0.3, MUTEX_WAIT_THRESHOLD, 0.5, 0.75, 0.9, 1.0)
+# How long the live USDT step view keeps ended steps and requests (a stall spans two steps).
+LIVE_STEPS_NS = 60 * 10**9
 STALL_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 
 MAX_ENDPOINTS = 64
@@ -153,10 +157,13 @@ class Metrics:
         self._peers: set[str] = set()
         self._lost_seen = 0
         self._dropped_seen = 0
-        self._step_end: dict[int, int] = {}  # pid -> end of its last decode step
-        self._running: dict[int, int] = {}  # pid -> running requests (queue_depth probe)
-        self._llama_end: dict[int, int] = {}  # pid -> end of its last llama_decode
-        self._llama_seqs: dict[int, frozenset[int]] = {}  # pid -> sequences in its last step
+        # The USDT steps and their requests, built by the ingest stage's own rules (which step a
+        # token belongs to); kept for LIVE_STEPS_NS, so memory stays flat.
+        self._usdt_steps = ServerViewBuilder()
+        self._usdt_forgotten_ns = 0
+        self._step_before: dict[int, DecodeStep] = {}  # pid -> the step before its last one
+        self._stalled: dict[int, DecodeStep] = {}  # pid -> its last step whose stall was observed
+        self._llama_last: dict[int, DecodeStep] = {}  # pid -> its last llama.cpp step
         self._server: WSGIServer | None = None
 
     # -- labels -----------------------------------------------------------------
@@ -248,30 +255,45 @@ class Metrics:
         if ev.probe == UsdtProbe.QUEUE_DEPTH and len(args) >= 2:
             self.queue_length.labels(target, "usdt").set(args[0])
             self.running.labels(target, "usdt").set(args[1])
-            self._running[ev.pid] = args[1]
         elif ev.probe == UsdtProbe.KV_USAGE and len(args) >= 2 and args[1] > 0:
             self.occupancy.labels(target, "usdt").set(args[0] / args[1])
-        elif ev.probe == UsdtProbe.DECODE_STEP_END:
-            self._step_end[ev.pid] = ev.ts_ns
-        elif ev.probe == UsdtProbe.DECODE_STEP_START:
-            last_end = self._step_end.pop(ev.pid, None)
-            if last_end is not None and self._running.get(ev.pid, 1) > 0:
-                self.batch_stall.labels(target, "usdt").observe((ev.ts_ns - last_end) / 1e9)
+        self._observe_usdt_step(ev, target)
+
+    def _observe_usdt_step(self, ev: UsdtRecord, target: str) -> None:
+        """batch_stall_duration_seconds by analyzers/scheduler.stall_between, as soon as a
+        step's first token shows it shares a request with the step before."""
+        builder = self._usdt_steps
+        if ev.probe == UsdtProbe.DECODE_STEP_START and (last := builder.last_step(ev.pid)) is not None:
+            self._step_before[ev.pid] = last
+        builder.feed(ev)
+        if ev.probe == UsdtProbe.TOKEN_EMIT:
+            step, before = builder.last_step(ev.pid), self._step_before.get(ev.pid)
+            if step is not None and before is not None and self._stalled.get(ev.pid) is not step:
+                stall = stall_between(before, step)
+                if stall is not None:
+                    self._stalled[ev.pid] = step
+                    self.batch_stall.labels(target, "usdt").observe(stall.duration_ns / 1e9)
+        if ev.ts_ns - self._usdt_forgotten_ns > LIVE_STEPS_NS:
+            builder.forget_before(ev.ts_ns - LIVE_STEPS_NS)
+            self._usdt_forgotten_ns = ev.ts_ns
 
     # -- llama.cpp's engine steps (llama_decode uprobes) ------------------------------
     def observe_llama(self, ev: LlamaStepRecord) -> None:
         """Running sequences at each step, and the stall between two steps that
-        share a sequence (analyzers/scheduler.py's rule, live)."""
+        share a sequence (analyzers/scheduler.stall_between, live)."""
         target = self.target(ev.pid)
         if ev.phase == LlamaStepPhase.RETURN:
-            self._llama_end[ev.pid] = ev.ts_ns
+            if (last := self._llama_last.get(ev.pid)) is not None:
+                last.t_end_ns = ev.ts_ns
             return
-        seqs = frozenset(run.seq_id for run in ev.runs)
+        seqs = {run.seq_id for run in ev.runs}
         self.running.labels(target, "engine_uprobes").set(len(seqs))
-        before, last_end = self._llama_seqs.get(ev.pid), self._llama_end.get(ev.pid)
-        if before is not None and last_end is not None and before & seqs and ev.ts_ns > last_end:
-            self.batch_stall.labels(target, "engine_uprobes").observe((ev.ts_ns - last_end) / 1e9)
-        self._llama_seqs[ev.pid] = seqs
+        step = DecodeStep(pid=ev.pid, tid=ev.tid, step_id=0, t_start_ns=ev.ts_ns, t_end_ns=None,
+                          batch_size=len(seqs), tokens_in_batch=ev.n_tokens, requests=seqs)
+        before = self._llama_last.get(ev.pid)
+        if before is not None and (stall := stall_between(before, step)) is not None:
+            self.batch_stall.labels(target, "engine_uprobes").observe(stall.duration_ns / 1e9)
+        self._llama_last[ev.pid] = step
 
     # -- the engine's own /metrics ------------------------------------------------
     def observe_engine(self, samples: list) -> None:

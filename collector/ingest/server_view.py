@@ -52,6 +52,10 @@ class ServerViewBuilder:
         self._last_step: dict[int, DecodeStep] = {}  # pid -> the step that started last
         self._open_spans: dict[tuple[UsdtProbe, int, int], tuple[int, int]] = {}  # -> (start, tid)
 
+    def last_step(self, pid: int) -> DecodeStep | None:
+        """The step pid started last: the one its tokens now go to."""
+        return self._last_step.get(pid)
+
     def request(self, ev: UsdtRecord) -> ServerRequest:
         key = (ev.pid, ev.args[0])
         found = self.view.requests.get(key)

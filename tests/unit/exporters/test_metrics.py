@@ -50,13 +50,18 @@ def test_requests_histograms_counters_and_usdt_gauges():
     assert _sample(m, "inferprobe_token_chunks_total", **labels) == 12
     m.observe_usdt(_usdt(UsdtProbe.QUEUE_DEPTH, 1, 7, 3))
     m.observe_usdt(_usdt(UsdtProbe.KV_USAGE, 1, 900, 1000))
+    # request 5 gets a token in step 1 and in step 2, which starts 2.5 s after step 1 ended: a stall
+    m.observe_usdt(_usdt(UsdtProbe.DECODE_STEP_START, 2, 1, 3, 3))
+    m.observe_usdt(_usdt(UsdtProbe.TOKEN_EMIT, 8, 5, 1))
     m.observe_usdt(_usdt(UsdtProbe.DECODE_STEP_END, 10, 1, 3, 3))
-    m.observe_usdt(_usdt(UsdtProbe.DECODE_STEP_START, 2510, 2, 3, 3))  # a 2.5 s stall
+    m.observe_usdt(_usdt(UsdtProbe.DECODE_STEP_START, 2510, 2, 3, 3))
+    m.observe_usdt(_usdt(UsdtProbe.TOKEN_EMIT, 2515, 5, 2))
     assert _sample(m, "scheduler_queue_length", target="server", source="usdt") == 7
     assert _sample(m, "inferprobe_running_requests", target="server", source="usdt") == 3
     assert _sample(m, "token_occupancy_ratio", target="server", source="usdt") == 0.9
     stall_s = _sample(m, "batch_stall_duration_seconds_sum", target="server", source="usdt")
     assert stall_s == pytest.approx(2.5)
+    assert _sample(m, "batch_stall_duration_seconds_count", target="server", source="usdt") == 1
     m.set_totals(lost_events=4, otlp_dropped=2)
     m.set_totals(lost_events=4, otlp_dropped=5)
     assert _sample(m, "inferprobe_lost_events_total") == 4
