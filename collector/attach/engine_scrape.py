@@ -28,6 +28,8 @@ import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from inferprobe.collector.processes.proc_maps import maps_file_named
+
 SCRAPE_INTERVAL_S = 0.25
 SCRAPE_TIMEOUT_S = 2.0
 MAX_SERIES = 2000  # per scrape: an engine with thousands of label sets keeps the first ones
@@ -141,10 +143,9 @@ def looks_like_engine(pid: int) -> bool:
     """pid runs a known inference engine: its command line names one, or it maps libllama."""
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        maps = Path(f"/proc/{pid}/maps").read_text()
     except OSError:
         return False
-    return bool(ENGINE_COMMAND.search(cmdline)) or "libllama" in maps
+    return bool(ENGINE_COMMAND.search(cmdline)) or maps_file_named(pid, "libllama")
 
 
 DISCOVERY_TIMEOUT_S = 2.0  # an engine busy decoding can take a while to answer its first /metrics

@@ -39,6 +39,7 @@ from inferprobe.collector.binaries.python_layouts import (
     table_layout,
     version_of_hex,
 )
+from inferprobe.collector.processes.proc_maps import maps_file_named
 
 MAX_THREADS = 4096  # a thread list longer than this is taken as a bad read
 MAX_INTERPRETERS = 64
@@ -234,12 +235,11 @@ def describe(pid: int) -> tuple[bool, str] | None:
                       f"(offsets: {proc.layout_source}; {threads} thread(s) now)")
     try:
         exe = os.path.basename(os.readlink(f"/proc/{pid}/exe"))
-        maps = open(f"/proc/{pid}/maps").read()
     except OSError:
         return None
-    if exe.startswith("pypy") or "libpypy" in maps:
+    if exe.startswith("pypy") or maps_file_named(pid, "libpypy"):
         return False, f"PyPy ({exe}): its frames are not walked; stacks show native frames only"
-    if exe.startswith("python") or "libpython" in maps:
+    if exe.startswith("python") or maps_file_named(pid, "libpython"):
         return False, (f"a Python ({exe}) whose _PyRuntime symbol cannot be found (a stripped build?): "
                        "its frames are not walked")
     return None

@@ -39,7 +39,7 @@ from functools import lru_cache
 
 from inferprobe.collector.binaries.elf_symbols import ElfFile, read_elf
 from inferprobe.collector.model.stack_markers import TRUNCATED
-from inferprobe.collector.processes.proc_maps import Mapping, parse_maps
+from inferprobe.collector.processes.proc_maps import Mapping, parse_maps, read_maps_text
 
 KERNEL_SUFFIX = "_[k]"
 # Outermost user frames of a complete frame-pointer walk: program entry and
@@ -215,7 +215,7 @@ class Symbolizer:
     def remember_process(self, pid: int, read_files: bool = True) -> None:
         """Reads pid's maps, threads and perf map now (they vanish when it exits);
         with read_files, every mapped ELF file too (not needed while it lives on)."""
-        maps_text = _read(f"/proc/{pid}/maps")
+        maps_text = read_maps_text(pid)
         if maps_text is None:
             return  # already gone: keep what we had
         info = self.processes.get(pid)

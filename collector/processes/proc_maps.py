@@ -38,14 +38,23 @@ def parse_maps(text: str) -> list[Mapping]:
     return maps
 
 
-def read_maps(pid: int) -> list[Mapping]:
-    """pid's file-backed mappings; none when it is gone."""
+def read_maps_text(pid: int) -> str | None:
+    """/proc/PID/maps as it is: the one place it is read; None when pid is gone."""
     try:
         with open(f"/proc/{pid}/maps") as f:
-            text = f.read()
+            return f.read()
     except OSError:
-        return []
-    return [m for m in parse_maps(text) if m.is_file]
+        return None
+
+
+def read_maps(pid: int) -> list[Mapping]:
+    """pid's file-backed mappings; none when it is gone."""
+    return [m for m in parse_maps(read_maps_text(pid) or "") if m.is_file]
+
+
+def maps_file_named(pid: int, fragment: str) -> bool:
+    """Whether pid maps a file whose path contains fragment ("libllama", "libpypy")."""
+    return any(fragment in m.path for m in read_maps(pid))
 
 
 def executable_ranges(pids: list[int]) -> list[tuple[int, int]]:
