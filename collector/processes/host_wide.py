@@ -20,6 +20,7 @@ from pathlib import Path
 
 from inferprobe.collector.errors import TargetProblem
 from inferprobe.collector.processes import targets as target_procs
+from inferprobe.collector.processes.containers import parse_proc_cgroup
 
 PROC = Path("/proc")
 MAX_PORTS = 16   # HOST_WIDE_MAX_PORTS in bpf/host_wide.bpf.c
@@ -92,14 +93,11 @@ def make_filters(ports: tuple[int, ...], comm: str | None, cgroup: str | None) -
 
 
 def process_cgroup(pid: int) -> str | None:
-    """The process's cgroup v2 path ("0::" line of /proc/<pid>/cgroup)."""
+    """The process's cgroup v2 path ("0::" line of /proc/<pid>/cgroup, as containers.py parses it)."""
     try:
-        for line in (PROC / str(pid) / "cgroup").read_text().splitlines():
-            if line.startswith("0::"):
-                return line[3:]
+        return parse_proc_cgroup((PROC / str(pid) / "cgroup").read_text())[0]
     except OSError:
-        pass
-    return None
+        return None
 
 
 def _comm(pid: int) -> str | None:
