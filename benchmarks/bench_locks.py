@@ -16,7 +16,12 @@ futex call): what those probes cost per acquire and release.
 For a server under load run benchmarks/bench_overhead.py --record-arg=--locks
 (the test SSE server) or benchmarks/bench_demo.py (the demo server).
 
+--baseline DIR adds, to each round, a phase traced by another checkout's recorder
+(bench_support.baseline_env): the locks programs of two trees on the same
+process, in the same run.
+
 Usage (root): .venv/bin/python benchmarks/bench_locks.py [--handoffs 200000] [--rounds 3] [--python-lock]
+              [--baseline DIR]
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_support import REPO  # noqa: E402
+from bench_support import REPO, baseline_env  # noqa: E402
 
 SOURCE = REPO / "benchmarks" / "native" / "futex_pingpong.c"
 # Same protocol as futex_pingpong: "ready", then per line N on stdin, the ns N operations took.
@@ -64,10 +69,10 @@ def run_phase(proc: subprocess.Popen, handoffs: int) -> float:
     return int(proc.stdout.readline()) / 1e9
 
 
-def attach(pid: int, output: Path) -> subprocess.Popen:
+def attach(pid: int, output: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
     rec = subprocess.Popen(
         [sys.executable, "-m", "inferprobe.cli.main", "record", "-p", str(pid), "--locks", "-o", str(output)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     for line in rec.stdout:
         if line.startswith("inferprobe: attached"):
             return rec
@@ -80,6 +85,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--python-lock", action="store_true",
                     help="time threading.Lock acquire+release in Python instead of the ping-pong")
+    ap.add_argument("--baseline", type=Path, help="another checkout whose recorder traces a phase too")
     args = ap.parse_args()
     what = "threading.Lock acquire+release" if args.python_lock else "futex ping-pong"
     unit = "operation" if args.python_lock else "handoff"
@@ -89,19 +95,27 @@ def main() -> int:
         proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         proc.stdout.readline()
         run_phase(proc, args.handoffs // 4)  # warm-up
-        plain, traced = [], []
+        tracers = {"traced": None}
+        if args.baseline:
+            tracers["traced (baseline)"] = baseline_env(args.baseline.resolve(), tmp)
+        plain: list[float] = []
+        traced: dict[str, list[float]] = {name: [] for name in tracers}
         for i in range(args.rounds):
             plain.append(run_phase(proc, args.handoffs))
-            rec = attach(proc.pid, tmp / f"r{i}.ipr")
-            traced.append(run_phase(proc, args.handoffs))
-            rec.send_signal(signal.SIGTERM)
-            out, _ = rec.communicate(timeout=120)
-            print(f"round {i + 1}: untraced {plain[-1]:.3f} s, traced {traced[-1]:.3f} s  ({out.strip()})")
+            for name, env in tracers.items():
+                rec = attach(proc.pid, tmp / f"r{i}-{len(traced[name])}{bool(env)}.ipr", env)
+                traced[name].append(run_phase(proc, args.handoffs))
+                rec.send_signal(signal.SIGTERM)
+                out, _ = rec.communicate(timeout=120)
+                print(f"round {i + 1}: untraced {plain[-1]:.3f} s, {name} {traced[name][-1]:.3f} s"
+                      f"  ({out.strip()})")
         proc.kill()
-    p, t = statistics.median(plain), statistics.median(traced)
-    per_handoff_us = (t - p) / args.handoffs * 1e6
-    print(f"{what}, {args.handoffs} {unit}s: untraced {p:.3f} s, traced {t:.3f} s, "
-          f"ratio {t / p:.2f} ({per_handoff_us:+.2f} us per {unit})")
+    p = statistics.median(plain)
+    for name, times in traced.items():
+        t = statistics.median(times)
+        per_handoff_us = (t - p) / args.handoffs * 1e6
+        print(f"{what}, {args.handoffs} {unit}s: untraced {p:.3f} s, {name} {t:.3f} s, "
+              f"ratio {t / p:.2f} ({per_handoff_us:+.2f} us per {unit})")
     return 0
 
 

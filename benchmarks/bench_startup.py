@@ -23,15 +23,13 @@ Usage (root): .venv/bin/python benchmarks/bench_startup.py [--rounds 3] [--confi
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import tempfile
-import tomllib
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_support import Recorder, Server, proc_status_kb  # noqa: E402
+from bench_support import Recorder, Server, baseline_env, proc_status_kb  # noqa: E402
 
 CONFIGS = {
     "defaults": (),
@@ -39,17 +37,6 @@ CONFIGS = {
     "locks+profile": ("--locks", "--profile"),
     "profile+offcpu": ("--profile", "--offcpu"),
 }
-
-
-def baseline_env(checkout: Path, tmp: Path) -> dict[str, str]:
-    """An environment whose `python -m inferprobe...` imports checkout's code: its folders
-    linked as inferprobe.<part> (its pyproject's package-dir) in a tree first on PYTHONPATH."""
-    mapping = tomllib.loads((checkout / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
-    tree = tmp / "baseline-tree" / "inferprobe"
-    tree.mkdir(parents=True)
-    for package, folder in mapping.items():
-        (tree / package.removeprefix("inferprobe.")).symlink_to(checkout / folder, target_is_directory=True)
-    return {**os.environ, "PYTHONPATH": str(tree.parent)}
 
 
 def one_start(extra: tuple[str, ...], tmp: Path, name: str, env: dict[str, str] | None = None) -> dict:

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+import tomllib
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -356,3 +357,14 @@ def fmt(v: float | None, spec: str) -> str:
 
 def raise_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
+
+
+def baseline_env(checkout: Path, tmp: Path) -> dict[str, str]:
+    """An environment whose `python -m inferprobe...` imports checkout's code: its folders
+    linked as inferprobe.<part> (its pyproject's package-dir) in a tree first on PYTHONPATH."""
+    mapping = tomllib.loads((checkout / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+    tree = tmp / "baseline-tree" / "inferprobe"
+    tree.mkdir(parents=True)
+    for package, folder in mapping.items():
+        (tree / package.removeprefix("inferprobe.")).symlink_to(checkout / folder, target_is_directory=True)
+    return {**os.environ, "PYTHONPATH": str(tree.parent)}
