@@ -60,9 +60,11 @@ class UsdtProbes(ProbeSet):
             files = probe_files(pid, self.looked_at.setdefault(pid, set()))
             if files:
                 self.by_pid[pid] = files
-        # Host-wide, the servers to come are adopted while recording: the set stays on to
-        # find their probes (refresh). With fixed targets it is on where they have some.
-        if not self.by_pid and "host_wide" not in ctx.options:
+        # Host-wide (record --all, agent: filters given), the servers to come are adopted while
+        # recording: the set stays on to find their probes (refresh). With fixed targets it is
+        # on where they have some.
+        host_wide = (ctx.options.get("host_wide") or {}).get("filters") is not None
+        if not self.by_pid and not host_wide:
             return "no target maps a file with inferprobe USDT probes"
         return None
 

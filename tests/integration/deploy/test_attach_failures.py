@@ -135,14 +135,14 @@ def _ssl_read_address(path: Path) -> int:
         mapper.wait(timeout=10)
 
 
-def _usdt_server(tmp_path: Path, name: str) -> tuple[subprocess.Popen, int, Path]:
+def _usdt_server(tmp_path: Path, name: str, port: int | None = None) -> tuple[subprocess.Popen, int, Path]:
     """A USDT-firing server on its own copy of the probe library: (process, port, that copy)."""
     from inferprobe.probes import _usdt
 
     copy = tmp_path / name / Path(_usdt.__file__).name
     copy.parent.mkdir()
     shutil.copy2(_usdt.__file__, copy)
-    port = free_port()
+    port = port or free_port()
     proc = subprocess.Popen([sys.executable, str(HERE / "usdt_copy_server.py"), "--port", str(port),
                              "--extension", str(copy)], stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().startswith("LISTENING")
@@ -194,3 +194,35 @@ def test_a_server_whose_usdt_probes_are_refused_at_start_up_loses_only_those(tmp
     assert len(by_pid[refused.pid]) == len(by_pid[fine.pid]) == AFTER_FAILURE_REQUESTS
     assert all(r["usdt_request_id"] is not None for r in by_pid[fine.pid])
     assert all(r["usdt_request_id"] is None for r in by_pid[refused.pid])
+
+
+def test_a_usdt_server_started_after_the_agent_gets_its_probes(tmp_path):
+    """Adopted while the agent runs, a server carrying inferprobe's USDT probes gets them:
+    libbpf reads each probe's arguments from its note when it attaches (the built usdt set),
+    where bcc had to know every probe before it compiled. Its requests carry the server's
+    own ids, from the first request after the note."""
+    port = free_port()
+    agent = None
+    server = None
+    try:
+        agent = Agent(tmp_path / "ring", "--port", str(port), "--keep", "60s", "--segment", "60s")
+        server, _, _ = _usdt_server(tmp_path, "late", port=port)
+        _wait_for(agent, "usdt: attached", 15)
+        for i in range(AFTER_FAILURE_REQUESTS):
+            _get(port, f"/late?{i}")
+        time.sleep(1.5)
+        rc, out, err = agent.stop()
+        agent = None
+    finally:
+        if agent is not None:
+            agent.stop()
+        if server is not None:
+            server.terminate()
+            server.wait(timeout=10)
+    assert rc == 0, err
+    assert f"usdt: attached 11 probe(s) in pid {server.pid}" in out, out
+    report = subprocess.run(inferprobe_cmd("report", "--last", "5m", "--ring", str(tmp_path / "ring"),
+                                           "--format", "json"), capture_output=True, text=True, check=True)
+    mine = [r for r in json.loads(report.stdout)["requests"] if r["pid"] == server.pid]
+    assert len(mine) == AFTER_FAILURE_REQUESTS
+    assert all(r["usdt_request_id"] is not None for r in mine), mine
