@@ -240,6 +240,7 @@ def stop_process(proc: subprocess.Popen, timeout: float) -> None:
             proc.kill()
             proc.wait()
 
+
 class Server:
     def __init__(self, log: Path | None) -> None:
         cmd = [PY, str(SERVER), "--host", "127.0.0.1", "--port", "0"]

@@ -20,6 +20,7 @@ import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 BTF_KIND_VAR = 14
 BTF_KIND_DATASEC = 15
@@ -158,6 +159,15 @@ def _holds_cap_sys_admin() -> bool:
     return holds_cap_sys_admin()
 
 
+def map_id_of_fd(fd: int) -> int:
+    """The kernel's id of the map behind fd (struct bpf_map_info's second field)."""
+    info = (ctypes.c_uint32 * 32)()   # struct bpf_map_info: type, id, ...
+    size = ctypes.c_uint32(ctypes.sizeof(info))
+    if library().bpf_obj_get_info_by_fd(fd, info, ctypes.byref(size)) != 0:
+        raise LibbpfError(f"the map behind fd {fd} gives no info ({os.strerror(ctypes.get_errno())})")
+    return info[1]
+
+
 class Link:
     """One attachment (a probe in one process); destroy() detaches it."""
 
@@ -196,6 +206,8 @@ class BpfObject:
         self.ptr: int | None = ptr
         self.loaded = False
         self.links: list[Link] = []   # every attachment made, detached at close()
+        self._tables: dict[str, Any] = {}   # name -> CoreTable, made once (its types come from BTF)
+        self._shareable: list[str] | None = None
 
     def _map(self, name: str) -> int:
         assert self.ptr is not None, "the object is closed"
@@ -215,37 +227,33 @@ class BpfObject:
 
     def shareable_maps(self) -> list[str]:
         """The maps another object may share by name: not libbpf's internal ones
-        (.rodata and the like, and its USDT bookkeeping, named __bpf_*)."""
-        lib, names, at = library(), [], None
-        while at := lib.bpf_object__next_map(self.ptr, at):
-            name = lib.bpf_map__name(at).decode()
-            if not lib.bpf_map__is_internal(at) and not name.startswith("__"):
-                names.append(name)
-        return names
+        (.rodata and the like, and its USDT bookkeeping, named __bpf_*). An object's maps
+        are fixed once it is opened: read once."""
+        if self._shareable is None:
+            lib, names, at = library(), [], None
+            while at := lib.bpf_object__next_map(self.ptr, at):
+                name = lib.bpf_map__name(at).decode()
+                if not lib.bpf_map__is_internal(at) and not name.startswith("__"):
+                    names.append(name)
+            self._shareable = names
+        return self._shareable
 
     def map_id(self, name: str) -> int:
         """The kernel's id of the map: one map however many fds or objects name it."""
-        info = (ctypes.c_uint32 * 32)()   # struct bpf_map_info: type, id, ...
-        size = ctypes.c_uint32(ctypes.sizeof(info))
-        if library().bpf_obj_get_info_by_fd(self.map_fd(name), info, ctypes.byref(size)) != 0:
-            raise LibbpfError(f"map {name}: no info ({os.strerror(ctypes.get_errno())})")
-        return info[1]
+        return map_id_of_fd(self.map_fd(name))
 
     def __getitem__(self, name: str | bytes):
-        """The named map as a table (collector/attach/core_tables.py)."""
+        """The named map as a table (collector/attach/core_tables.py), made once per name."""
         from inferprobe.collector.attach.core_tables import table
 
-        return table(self, os.fsdecode(name))
+        key = os.fsdecode(name)
+        if key not in self._tables:
+            self._tables[key] = table(self, key)
+        return self._tables[key]
 
     def set_autoload(self, program: str, load: bool) -> None:
         """Before load: leave a program out (its tracepoint is not in this kernel, say)."""
         library().bpf_program__set_autoload(self._program(program), load)
-
-    def map_update(self, name: str, key: ctypes._CData, value: ctypes._CData) -> None:
-        """After load: key -> value in the map (both ctypes objects of the map's sizes)."""
-        if library().bpf_map_update_elem(self.map_fd(name), ctypes.byref(key), ctypes.byref(value), 0) != 0:
-            raise LibbpfError(f"{self.path.name}: updating map {name} failed "
-                              f"({os.strerror(ctypes.get_errno())})")
 
     def set_constant(self, name: str, value: int) -> None:
         """Before load: the value of a `const volatile` integer in .rodata,
@@ -350,6 +358,7 @@ class BpfObject:
         """Detaches what is still attached (at once: destroy_all), then frees the object."""
         destroy_all([link for link in self.links if link.ptr is not None])
         self.links.clear()
+        self._tables.clear()
         if self.ptr is not None:
             library().bpf_object__close(self.ptr)
             self.ptr = None

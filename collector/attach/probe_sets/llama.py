@@ -14,7 +14,6 @@ is in bpf/llama.bpf.c; docs/engines.md has both.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import time
 from dataclasses import dataclass, field
@@ -135,8 +134,7 @@ class LlamaProbes(ProbeSet):
         self.attachments.append(att)
         if api.refusal is None:
             if api.batch_offset is not None:  # where this process's llama_batch_allocr keeps its batch
-                self.core.map_update("llama_batch_offset", ctypes.c_uint32(mapped.pid),
-                                     ctypes.c_uint32(api.batch_offset))
+                self.core["llama_batch_offset"][mapped.pid] = api.batch_offset
             att.hooked, failed = attach_functions(self.core, mapped.host_path, mapped.pid, probes_for(api))
             if failed:
                 att.error = "; ".join(f"{name}: {why}" for name, why in failed.items())
