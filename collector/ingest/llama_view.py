@@ -23,18 +23,19 @@ engine decodes on the main loop thread: nothing in a step names the
 connection. llama-server queues tasks first in, first out, so the requests
 are tied in order: each new sequence, in the order sequences start, takes
 the oldest request of that process that was read before it started, is
-still open then, and could reach the engine (a POST that is not one of
-the server's non-generating endpoints, nor answered with an error). The
-tie is marked correlated_by="fifo" (phase_source() names the source of a
-request's phases from it). What cannot be tied: a request the
-engine never decoded (rejected, or cancelled while queued) shifts the order
-for those after it until a request ends without a sequence; speculative
-decoding (several tokens per decode run) is read as new sequences; a
-sequence that began before recording has no request.
+still open then, could reach the engine (a POST that is not one of the
+server's non-generating endpoints, nor answered with an error), and whose
+response ended with the sequence (tie_in_order: two requests read a moment
+apart reach the queue in either order). The tie is marked
+correlated_by="fifo" (phase_source() names the source of a request's
+phases from it). What cannot be tied: speculative decoding (several tokens
+per decode run) is read as new sequences; a sequence that began before
+recording has no request.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -171,21 +172,47 @@ def could_reach_engine(r: Request) -> bool:
     return not path.endswith(NON_GENERATING)
 
 
-def tie_in_order(seqs: list[Sequence], requests: list[Request]) -> dict[int, Request]:
-    """Sequence index -> the request it serves: first in, first out, per process."""
+def tie_in_order(seqs: list[Sequence], requests: list[Request],
+                 steps: list[DecodeStep]) -> dict[int, Request]:
+    """Sequence index -> the request it serves: first in, first out, per process.
+
+    Two requests read within a moment of each other on two HTTP threads reach the
+    engine's queue in either order, and pure FIFO would then tie each to the
+    other's sequence and every later sequence one request off. The end of a
+    response tells them apart: it comes right after its sequence's last token.
+    So a sequence takes the oldest request that was read before it began and
+    whose response ended by the end of the step after the sequence's last (one
+    step of slack for the final write), and the oldest read before it began only
+    when none did (a response still open at the recording's end, or one cut by
+    its client while the engine went on)."""
     waiting: dict[int, list[Request]] = {}
     for r in sorted(requests, key=lambda r: r.t_ingress_ns):
         if r.server is None and could_reach_engine(r):
             waiting.setdefault(r.pid, []).append(r)
+    step_ends: dict[int, list[int]] = {}
+    for step in steps:
+        if step.t_end_ns is not None:
+            step_ends.setdefault(step.pid, []).append(step.t_end_ns)
+    for ends in step_ends.values():
+        ends.sort()
     ties: dict[int, Request] = {}
     for i, seq in enumerate(seqs):
         queue = waiting.get(seq.pid, [])
         # Requests that ended before this sequence began were never decoded (or
         # were before recording): they cannot be its request.
-        while queue and queue[0].t_end_ns is not None and queue[0].t_end_ns < seq.t_first_ns:
-            queue.pop(0)
-        if queue and queue[0].t_ingress_ns <= seq.t_first_ns:
-            ties[i] = queue.pop(0)
+        queue[:] = [r for r in queue if r.t_end_ns is None or r.t_end_ns >= seq.t_first_ns]
+        read_before = [r for r in queue if r.t_ingress_ns <= seq.t_first_ns]
+        if not read_before:
+            continue
+        ends = step_ends.get(seq.pid, [])
+        # the end of the step after the sequence's last one
+        after = bisect_right(ends, seq.t_last_ns)
+        by = ends[after] if after < len(ends) else None
+        ended_with = [r for r in read_before if r.t_end_ns is not None and r.t_end_ns >= seq.t_last_ns
+                      and (by is None or r.t_end_ns <= by)]
+        chosen = (ended_with or read_before)[0]
+        queue.remove(chosen)
+        ties[i] = chosen
     return ties
 
 
@@ -212,7 +239,7 @@ def build_llama_view(records: Iterable[LlamaStepRecord], requests: list[Request]
     view.probes_seen.add(PROBE_NAME)
     seqs, decode_steps = sequences(steps)
     view.steps = decode_steps
-    ties = tie_in_order(seqs, requests)
+    ties = tie_in_order(seqs, requests, decode_steps)
     starts = []
     for i, seq in enumerate(seqs):
         req = ties.get(i)

@@ -86,6 +86,41 @@ def test_a_sequence_with_no_open_request_is_not_tied():
     assert tied == 0 and done_before.server is None and len(view.requests) == 1
 
 
+def test_two_requests_read_a_moment_apart_are_told_apart_by_where_their_responses_end():
+    """A (read first) and B (0.4 ms later, on another HTTP thread) reach the queue B first:
+    B's sequence runs first and its response ends with it. FIFO alone would give B's sequence
+    to A, and C's to B: every later tie one request off."""
+    e = Engine()
+    b0, _ = e.step((0, 0, 6, True))
+    _, b_last = e.step((0, 6, 1, True))
+    a0, _ = e.step((0, 0, 8, True))
+    e.step((0, 8, 1, True))
+    _, a_last = e.step((0, 9, 1, True))
+    c0, _ = e.step((0, 0, 5, True))
+    _, c_last = e.step((0, 5, 1, True))
+    ra = _request(1, 90, end_ms=a_last // MS + 1)
+    rb = _request(2, 90, end_ms=b_last // MS + 1)
+    rb.t_ingress_ns += 400_000
+    rc = _request(3, 95, end_ms=c_last // MS + 1)
+    _, tied = build_llama_view(e.events, [ra, rb, rc])
+    assert tied == 3
+    assert (rb.server.t_scheduled_ns, ra.server.t_scheduled_ns, rc.server.t_scheduled_ns) == (b0, a0, c0)
+
+
+def test_a_request_the_engine_never_decoded_does_not_shift_the_ties_after_it():
+    e = Engine()
+    a0, _ = e.step((0, 0, 6, True))
+    _, a_last = e.step((0, 6, 1, True))
+    b0, _ = e.step((0, 0, 4, True))
+    _, b_last = e.step((0, 4, 1, True))
+    dropped = _request(1, 90, end_ms=a0 // MS + 5)  # answered while A ran, never decoded
+    ra = _request(2, 91, end_ms=a_last // MS + 1)
+    rb = _request(3, 92, end_ms=b_last // MS + 1)
+    _, tied = build_llama_view(e.events, [dropped, ra, rb])
+    assert tied == 2 and dropped.server is None
+    assert (ra.server.t_scheduled_ns, rb.server.t_scheduled_ns) == (a0, b0)
+
+
 def _sync(ts_ns: int, waited_ns: int, ctx: int = 0xC0, tid: int = 8) -> LlamaStepRecord:
     return LlamaStepRecord(EventType.LLAMA_STEP, 7, tid, ts_ns, LlamaStepPhase.SYNC, 0, (), False,
                            waited_ns, ctx)
