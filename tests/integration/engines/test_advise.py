@@ -20,6 +20,7 @@ of one setting agree to within a few per cent."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -50,6 +51,44 @@ class Engine:
     start: Callable[[int, Path], object]  # (setting, log) -> context manager yielding (pid, port)
 
 
+# The engine on a core of its own, everything else (the clients, the recorder, pytest) on the
+# other. Sharing both cores, the recorder's and the clients' bursts preempted the engine's
+# steps by amounts that changed from one run to the next (llama.cpp's steps of 3, p99 over
+# median: +3.0 ms in one recording, +31.6 ms in the next, minutes apart), and the replay
+# of one run was judged against another run's luck. A pinned engine's steps are its own.
+ENGINE_CPU = 1
+OTHERS_CPU = 0
+
+
+def _pin_threads(pid: int, cpu: int) -> None:
+    """Every thread of pid onto cpu (threads it starts later inherit it)."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            os.sched_setaffinity(int(tid), {cpu})
+        except ProcessLookupError:
+            pass  # a thread that ended meanwhile
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _cores_apart():
+    """pytest's main thread (and so the client threads and the recorder it starts) on
+    OTHERS_CPU for this module; each engine moves itself to ENGINE_CPU once it is up."""
+    if len(os.sched_getaffinity(0)) < 2 or ENGINE_CPU not in os.sched_getaffinity(0):
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {OTHERS_CPU})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+def _engine_core(pid: int) -> None:
+    if os.sched_getaffinity(0) == {OTHERS_CPU}:  # the module's cores are apart
+        _pin_threads(pid, ENGINE_CPU)
+
+
 @contextmanager
 def _llama(setting: int, log: Path) -> Iterator[tuple[int, int]]:
     # one thread: ggml's threads spin while they wait, and two of them on this host's two
@@ -57,6 +96,7 @@ def _llama(setting: int, log: Path) -> Iterator[tuple[int, int]]:
     # the next, more than the bound being checked (one thread: by 5-9 %)
     server = LlamaServer(built_llama_server(), setting, log, threads=1)
     try:
+        _engine_core(server.proc.pid)
         yield server.proc.pid, server.port
     finally:
         server.stop()
@@ -65,6 +105,7 @@ def _llama(setting: int, log: Path) -> Iterator[tuple[int, int]]:
 @contextmanager
 def _demo(setting: int, log: Path) -> Iterator[tuple[int, int]]:
     with started_demo(log, max_batch=setting) as server:
+        _engine_core(server.proc.pid)
         yield server.proc.pid, server.port
 
 
