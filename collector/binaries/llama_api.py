@@ -30,6 +30,8 @@ from functools import lru_cache
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
+from inferprobe.collector.binaries.elf_symbols import functions_matching
+
 DECODE = "llama_decode"
 PROCESS = "llama_process"
 SYNCHRONIZE = "llama_synchronize"
@@ -64,15 +66,8 @@ class LlamaApi:
 
 def exported_functions(path: str) -> dict[str, int]:
     """The addresses of the symbols named above in the ELF file at path (absent ones left out)."""
-    from bcc import BPF
-
     names = [re.escape(s) for s in EXACT_SYMBOLS] + [ALLOCR_INIT_PREFIX + "[A-Za-z0-9_]*"]
-    pattern = "^(" + "|".join(names) + ")$"
-    try:
-        found = BPF.get_user_functions_and_addresses(path, pattern)
-    except Exception:  # bcc raises bare Exception for a file that is no ELF it can read
-        return {}
-    return {name.decode(): int(address) for name, address in found if address}
+    return dict(functions_matching(path, "^(" + "|".join(names) + ")$"))
 
 
 def code_at(path: str, vaddr: int, size: int) -> bytes:

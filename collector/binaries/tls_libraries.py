@@ -19,8 +19,9 @@ connection is which library it goes through:
   its panic messages leave in the file ("rustls-0.23.46/src/conn.rs"), for
   doctor to name; never hooked.
 
-Functions are found by name in the file's symbol tables, as bcc resolves
-uprobe targets; a file is read once however many processes map it.
+Functions are found by name in the file's symbol tables
+(elf_symbols.functions_matching); a file is read once however many
+processes map it.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from inferprobe.collector.binaries.elf_symbols import functions_matching
 from inferprobe.collector.processes.proc_maps import executable_files
 
 # What each hooked OpenSSL function is, for the programs in sock.bpf.c.
@@ -91,16 +93,9 @@ class TlsLibrary:
 @lru_cache(maxsize=256)
 def _openssl_functions(host_path: str, file_key: tuple[int, int]) -> dict[str, int]:
     """SSL_read, SSL_write, their _ex forms and SSL_free as the file exports them."""
-    from bcc import BPF
-
     found: dict[str, int] = {}
-    try:
-        pairs = BPF.get_user_functions_and_addresses(host_path.encode(), _OPENSSL_PATTERN)
-    except Exception:  # bcc raises bare Exception for files it cannot read as ELF
-        return {}
-    for raw_name, address in pairs:
-        name = raw_name.decode()
-        if address and name in OPENSSL_ENTRY_PROGRAMS:
+    for name, address in functions_matching(host_path, _OPENSSL_PATTERN):
+        if name in OPENSSL_ENTRY_PROGRAMS:
             found.setdefault(name, address)
     return found
 

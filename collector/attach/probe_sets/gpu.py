@@ -33,6 +33,7 @@ from inferprobe.collector.attach.libbpf import BpfObject, LibbpfError
 from inferprobe.collector.attach.probe_sets import ProbeSet, TargetContext
 from inferprobe.collector.attach.uprobe_attach import Probe, attach_functions
 from inferprobe.collector.binaries import cupti_shim
+from inferprobe.collector.binaries.elf_symbols import functions_matching
 from inferprobe.collector.model import gpu_catalog
 from inferprobe.collector.model.events import GpuFunction
 from inferprobe.collector.model.gpu_catalog import Category, Library
@@ -87,14 +88,11 @@ class HookedSymbol:
 
 def exported_functions(path: str, lib: Library) -> list[HookedSymbol]:
     """The catalogue's functions (and their _v2/_ptsz/... variants) that path exports."""
-    from bcc import BPF
-
     pattern = gpu_catalog.symbol_pattern(lib)
     found: dict[int, HookedSymbol] = {}
-    for raw_name, address in BPF.get_user_functions_and_addresses(path, pattern.pattern):
-        symbol = raw_name.decode()
+    for symbol, address in functions_matching(path, pattern.pattern):
         match = pattern.match(symbol)
-        if not match or address == 0:
+        if not match:
             continue
         fn = gpu_catalog.BY_C_NAME[match.group(1)]
         # Aliases share an address; prefer the plain name in what we report.

@@ -23,7 +23,7 @@ import os
 from dataclasses import dataclass, field
 
 from inferprobe.collector.attach.uprobe_attach import Probe, attach_probe
-from inferprobe.collector.binaries.elf_symbols import elf_file
+from inferprobe.collector.binaries.elf_symbols import elf_file, functions_matching
 from inferprobe.collector.binaries.uprobe_points import SCAN_BYTES, probe_offset
 from inferprobe.collector.processes.proc_maps import read_maps
 
@@ -68,12 +68,9 @@ def mapped_libc(pid: int) -> MappedLibc | None:
 
 def semaphore_functions(path: str) -> dict[str, int]:
     """Symbol value of each semaphore function path exports (versioned aliases share one)."""
-    from bcc import BPF
-
     found: dict[str, int] = {}
-    for raw_name, address in BPF.get_user_functions_and_addresses(path.encode(), SYMBOLS.encode()):
-        if address:
-            found.setdefault(raw_name.decode(), address)
+    for name, address in functions_matching(path, SYMBOLS):
+        found.setdefault(name, address)
     return found
 
 

@@ -49,7 +49,6 @@ def test_no_runtime_range_outside_cpython():
 
 
 def test_semaphore_functions_of_the_process_libc():
-    pytest.importorskip("bcc", reason="bcc (python3-bpfcc) reads the symbol tables")
     libc = semaphores.mapped_libc(os.getpid())
     assert libc is not None and os.path.basename(libc.path) == "libc.so.6"
     found = semaphores.semaphore_functions(libc.host_path)
