@@ -22,11 +22,7 @@ import os
 import re
 from dataclasses import dataclass
 
-from elftools.common.exceptions import ELFError
-from elftools.elf.elffile import ELFFile
-from elftools.elf.sections import SymbolTableSection
-
-from inferprobe.collector.binaries.elf_symbols import elf_file
+from inferprobe.collector.binaries.elf_symbols import data_symbols_matching, elf_file, position_independent
 from inferprobe.collector.processes.proc_maps import read_maps
 
 SYMBOL = "_PyRuntime"
@@ -54,21 +50,13 @@ def _is_candidate(path: str) -> bool:
 
 def _symbols(path: str) -> tuple[dict[str, tuple[int, int]], bool] | None:
     """{name: (value, size)} of SYMBOL and VERSION_SYMBOL in path, and whether it is position-independent."""
-    found: dict[str, tuple[int, int]] = {}
-    try:
-        with open(path, "rb") as f:
-            elf = ELFFile(f)
-            for secname in (".dynsym", ".symtab"):
-                sec = elf.get_section_by_name(secname)
-                if not isinstance(sec, SymbolTableSection):
-                    continue
-                for name in (SYMBOL, VERSION_SYMBOL):
-                    for sym in sec.get_symbol_by_name(name) or ():
-                        if sym["st_info"]["type"] == "STT_OBJECT" and sym["st_value"] and sym["st_size"]:
-                            found.setdefault(name, (sym["st_value"], sym["st_size"]))
-            relocated = elf["e_type"] != "ET_EXEC"
-    except (OSError, ELFError, ValueError):
+    relocated = position_independent(path)
+    if relocated is None:
         return None
+    found: dict[str, tuple[int, int]] = {}
+    for sym in data_symbols_matching(path, f"^({SYMBOL}|{VERSION_SYMBOL})$"):
+        if sym.size:
+            found.setdefault(sym.name, (sym.value, sym.size))
     return (found, relocated) if SYMBOL in found else None
 
 

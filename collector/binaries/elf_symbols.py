@@ -38,7 +38,7 @@ from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import NoteSection, SymbolTableSection
 
 FUNCTION_TYPES = ("STT_FUNC", "STT_GNU_IFUNC")
-_STT_FUNC, _STT_GNU_IFUNC = 2, 10
+_STT_OBJECT, _STT_FUNC, _STT_GNU_IFUNC = 1, 2, 10
 
 
 class FunctionSymbol(NamedTuple):
@@ -304,17 +304,53 @@ def usdt_probes(path: str, file_key: tuple[int, int] | None = None) -> frozenset
 
 # -- the uprobe view
 
+def code_at(path: str, vaddr: int, size: int) -> bytes:
+    """Up to size bytes of the file's loaded image at virtual address vaddr, for a look at
+    the first instructions of a function about to be probed; b"" outside the file's bytes
+    or for a file that is no readable ELF. Reads the program headers only."""
+    try:
+        with open(path, "rb") as f:
+            data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    except (OSError, ValueError):
+        return b""
+    try:
+        for seg in ELFFile(cast(IO[bytes], _MmapFile(data))).iter_segments():
+            start, filesz = seg["p_vaddr"], seg["p_filesz"]
+            if seg["p_type"] == "PT_LOAD" and start <= vaddr < start + filesz:
+                at = seg["p_offset"] + vaddr - start
+                return bytes(data[at : at + min(size, start + filesz - vaddr)])
+        return b""
+    except (ELFError, ValueError, struct.error):
+        return b""
+    finally:
+        data.close()
+
+
+class ElfSymbol(NamedTuple):
+    name: str
+    value: int  # its ELF virtual address
+    size: int
+
+
 def functions_matching(path: str, pattern: str) -> list[tuple[str, int]]:
-    """(name, ELF address) of each defined function symbol in the file's .symtab and
-    .dynsym whose name the regular expression finds, in table order (a name both
+    """(name, ELF address) of each defined function symbol whose name the regular
+    expression finds (symbols_matching)."""
+    return [(sym.name, sym.value) for sym in symbols_matching(path, pattern)]
+
+
+def symbols_matching(path: str, pattern: str,
+                     types: tuple[int, ...] = (_STT_FUNC, _STT_GNU_IFUNC)) -> list[ElfSymbol]:
+    """Each defined symbol of these types (functions by default) in the file's .symtab
+    and .dynsym whose name the regular expression finds, in table order (a name both
     tables hold comes twice); empty for a file that is no readable ELF.
 
-    What the probe sets hook (OpenSSL's SSL_*, llama.cpp's API, CUDA's) by name.
-    Written on the raw tables rather than read_elf's because only a few names are
-    wanted from files that hold up to ~150,000 symbols (Node's binary): unpacking
-    the table and reading the name of each function alone takes ~0.1 s there,
-    where making a pyelftools object per symbol took 3.5 s. Separate debug files
-    are not read: every function hooked is exported or in the file's own .symtab."""
+    What the probe sets hook (OpenSSL's SSL_*, llama.cpp's API, CUDA's) and what the
+    Python walker reads (_PyRuntime), by name. Written on the raw tables rather than
+    read_elf's because only a few names are wanted from files that hold up to ~150,000
+    symbols (Node's binary): unpacking the table and reading the names of the symbols of
+    those types alone takes ~0.1 s there, where making a pyelftools object per symbol
+    took 3.5 s. Separate debug files are not read: every symbol asked for is exported
+    or in the file's own .symtab."""
     regex = re.compile(pattern.encode())
     try:
         with open(path, "rb") as f:
@@ -325,9 +361,10 @@ def functions_matching(path: str, pattern: str) -> list[tuple[str, int]]:
         elf = ELFFile(cast(IO[bytes], _MmapFile(data)))
         order = "<" if elf.little_endian else ">"
         # Elf64_Sym: name, info, other, shndx, value, size; Elf32_Sym: name, value, size, info, other, shndx
-        fmt, fields = ((order + "IBBHQQ", (0, 1, 3, 4)) if elf.elfclass == 64
-                       else (order + "IIIBBH", (0, 3, 5, 1)))
-        found: list[tuple[str, int]] = []
+        fmt, fields = ((order + "IBBHQQ", (0, 1, 3, 4, 5)) if elf.elfclass == 64
+                       else (order + "IIIBBH", (0, 3, 5, 1, 2)))
+        i_name, i_info, i_shndx, i_value, i_size = fields
+        found: list[ElfSymbol] = []
         for section_name in (".symtab", ".dynsym"):
             section = elf.get_section_by_name(section_name)
             if not isinstance(section, SymbolTableSection) or section["sh_type"] == "SHT_NOBITS":
@@ -336,17 +373,35 @@ def functions_matching(path: str, pattern: str) -> list[tuple[str, int]]:
             names = data[strtab["sh_offset"] : strtab["sh_offset"] + strtab["sh_size"]]
             table = data[section["sh_offset"] : section["sh_offset"] + section["sh_size"]]
             table = table[: len(table) - len(table) % struct.calcsize(fmt)]
-            i_name, i_info, i_shndx, i_value = fields
             for sym in struct.iter_unpack(fmt, table):
-                value = sym[i_value]
-                if not value or not sym[i_shndx] or (sym[i_info] & 0xF) not in (_STT_FUNC, _STT_GNU_IFUNC):
+                if not sym[i_value] or not sym[i_shndx] or (sym[i_info] & 0xF) not in types:
                     continue
                 start = sym[i_name]
                 name = names[start : names.find(b"\0", start)]
                 if regex.search(name):
-                    found.append((name.decode(errors="replace"), value))
+                    found.append(ElfSymbol(name.decode(errors="replace"), sym[i_value], sym[i_size]))
         return found
     except (ELFError, ValueError, struct.error):
         return []
     finally:
         data.close()
+
+
+def data_symbols_matching(path: str, pattern: str) -> list[ElfSymbol]:
+    """symbols_matching for data objects (STT_OBJECT)."""
+    return symbols_matching(path, pattern, (_STT_OBJECT,))
+
+
+def position_independent(path: str) -> bool | None:
+    """Whether the file is loaded where the kernel or the dynamic loader chooses (ET_DYN:
+    a library, a PIE) rather than at its own addresses (ET_EXEC); None when it is no
+    readable ELF. Reads the 18 bytes of the header that say."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(18)
+    except OSError:
+        return None
+    if len(head) < 18 or head[:4] != b"\x7fELF":
+        return None
+    e_type = struct.unpack("<H" if head[5] == 1 else ">H", head[16:18])[0]
+    return e_type != 2  # ET_EXEC

@@ -27,10 +27,7 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from elftools.common.exceptions import ELFError
-from elftools.elf.elffile import ELFFile
-
-from inferprobe.collector.binaries.elf_symbols import functions_matching
+from inferprobe.collector.binaries.elf_symbols import code_at, functions_matching
 
 DECODE = "llama_decode"
 PROCESS = "llama_process"
@@ -68,21 +65,6 @@ def exported_functions(path: str) -> dict[str, int]:
     """The addresses of the symbols named above in the ELF file at path (absent ones left out)."""
     names = [re.escape(s) for s in EXACT_SYMBOLS] + [ALLOCR_INIT_PREFIX + "[A-Za-z0-9_]*"]
     return dict(functions_matching(path, "^(" + "|".join(names) + ")$"))
-
-
-def code_at(path: str, vaddr: int, size: int) -> bytes:
-    """size bytes of the file's loaded image at virtual address vaddr (b"" outside it)."""
-    try:
-        with open(path, "rb") as f:
-            elf = ELFFile(f)
-            for seg in elf.iter_segments():
-                start, filesz = seg["p_vaddr"], seg["p_filesz"]
-                if seg["p_type"] == "PT_LOAD" and start <= vaddr < start + filesz:
-                    f.seek(seg["p_offset"] + vaddr - start)
-                    return f.read(min(size, start + filesz - vaddr))
-    except (OSError, ELFError):
-        pass
-    return b""
 
 
 @lru_cache(maxsize=1)

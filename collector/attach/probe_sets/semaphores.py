@@ -23,7 +23,7 @@ import os
 from dataclasses import dataclass, field
 
 from inferprobe.collector.attach.uprobe_attach import Probe, attach_probe
-from inferprobe.collector.binaries.elf_symbols import elf_file, functions_matching
+from inferprobe.collector.binaries.elf_symbols import code_at, functions_matching
 from inferprobe.collector.binaries.uprobe_points import SCAN_BYTES, probe_offset
 from inferprobe.collector.processes.proc_maps import read_maps
 
@@ -76,14 +76,7 @@ def semaphore_functions(path: str) -> dict[str, int]:
 
 def function_start(path: str, vaddr: int) -> bytes:
     """The first bytes of the code at vaddr in the ELF file (empty when not found)."""
-    elf = elf_file(path)
-    if elf is None:
-        return b""
-    for offset, filesz, seg_vaddr, _memsz in elf.segments:
-        if seg_vaddr <= vaddr < seg_vaddr + filesz:
-            start = offset + vaddr - seg_vaddr
-            return bytes(elf.data[start : min(start + SCAN_BYTES, offset + filesz)])
-    return b""
+    return code_at(path, vaddr, SCAN_BYTES)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,11 @@ import sys
 
 import pytest
 
-from inferprobe.collector.binaries.elf_symbols import functions_matching
+from inferprobe.collector.binaries.elf_symbols import (
+    data_symbols_matching,
+    functions_matching,
+    position_independent,
+)
 from inferprobe.collector.processes.proc_maps import read_maps
 
 OPENSSL = r"^SSL_(read|write)(_ex)?$|^SSL_(do_handshake|connect|accept|free)$"
@@ -53,3 +57,26 @@ def test_a_file_that_is_no_elf_has_no_functions(tmp_path):
     text.write_text("SSL_read\n")
     assert functions_matching(str(text), OPENSSL) == []
     assert functions_matching(str(tmp_path / "absent"), OPENSSL) == []
+
+
+def test_the_running_interpreters_runtime_state_is_found_as_data():
+    """_PyRuntime, a data object (what the Python walker reads), plus the load bias of the
+    file that defines it, is the address the running interpreter resolves it to."""
+    for m in read_maps(os.getpid()):
+        symbols = data_symbols_matching(m.path, r"^_PyRuntime$") if m.offset == 0 else []
+        if symbols:
+            break
+    else:
+        pytest.skip("this interpreter's _PyRuntime is in no file with a symbol table (stripped)")
+    bias = min(x.start - x.offset for x in read_maps(os.getpid()) if x.path == m.path)
+    runtime = symbols[0]
+    assert runtime.size > 0
+    address = ctypes.addressof(ctypes.c_char.in_dll(ctypes.pythonapi, "_PyRuntime"))
+    relocated = position_independent(m.path)
+    assert (bias if relocated else 0) + runtime.value == address
+
+
+def test_position_independence_from_the_header(tmp_path):
+    assert position_independent(_libc_path()) is True
+    (tmp_path / "text").write_text("not an ELF file at all")
+    assert position_independent(str(tmp_path / "text")) is None
