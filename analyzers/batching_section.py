@@ -29,7 +29,7 @@ TERM_UNITS = {"decode_seqs": "a sequence decoded", "prefill_tokens": "a prompt t
 
 def _cost(term: str, coef_ns: float) -> str:
     per = coef_ns * 1000 if term == "context_tokens" else coef_ns
-    return f"{per / 1e6:.3f} ms"
+    return ms(per, 3, unit=True)
 
 
 def model_table(advice: BatchingAdvice) -> Table:
@@ -38,7 +38,7 @@ def model_table(advice: BatchingAdvice) -> Table:
     for fitted in (advice.model.step, advice.model.prefill):
         if fitted is None:
             continue
-        rows.append((fitted.what, "fixed cost", f"{fitted.intercept_ns / 1e6:.3f} ms"))
+        rows.append((fitted.what, "fixed cost", ms(fitted.intercept_ns, 3, unit=True)))
         rows.extend((fitted.what, f"per {TERM_UNITS.get(t, t)}", _cost(t, c))
                     for t, c in zip(fitted.terms, fitted.coef_ns, strict=True))
         rows.append((fitted.what, "cross-validated error (median / p90)",

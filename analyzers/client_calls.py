@@ -30,16 +30,12 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from inferprobe.analyzers.units import duration
 from inferprobe.collector.ingest.sessionizer import ERROR_BODY_UNREAD
 from inferprobe.collector.model.timeline import Connection, Outcome, Request
 
 RETRY_WINDOW_NS = 60_000_000_000
 RETRIED_STATUSES = frozenset({408, 409, 429}) | frozenset(range(500, 600))
-
-
-def seconds(ns: int) -> str:
-    """A duration as a person reads it in a sum: "12.03 s", "41.2 ms"."""
-    return f"{ns / 1e9:.2f} s" if ns >= 1_000_000_000 else f"{ns / 1e6:.1f} ms"
 
 
 @dataclass(frozen=True)
@@ -99,30 +95,30 @@ class Attempt:
         r = self.request
         parts = []
         if self.t_connect_start_ns is not None and self.t_connect_end_ns is not None:
-            parts.append(f"connect {seconds(self.t_connect_end_ns - self.t_connect_start_ns)}")
+            parts.append(f"connect {duration(self.t_connect_end_ns - self.t_connect_start_ns)}")
             ready = self.t_connect_end_ns
             if self.t_tls_done_ns is not None:
-                parts.append(f"TLS handshake {seconds(self.t_tls_done_ns - ready)}")
+                parts.append(f"TLS handshake {duration(self.t_tls_done_ns - ready)}")
                 ready = self.t_tls_done_ns
             label = ("TLS handshake and request set-up" if r.transport == "tls" and self.t_tls_done_ns is None
                      else "request set-up")
-            parts.append(f"{label} {seconds(r.t_ingress_ns - ready)}")
+            parts.append(f"{label} {duration(r.t_ingress_ns - ready)}")
         if r.t_response_start_ns is None:
             end = r.t_end_ns if r.t_end_ns is not None else self.t_end_ns
             why = ("closed by the client (its timeout?)" if r.outcome == Outcome.ABORTED
                    else "still open when the recording ended")
-            parts.append(f"{seconds(end - r.t_ingress_ns)} waiting for the first byte, {why}")
+            parts.append(f"{duration(end - r.t_ingress_ns)} waiting for the first byte, {why}")
             return ", ".join(parts)
         if r.t_first_token_ns is not None:
-            parts.append(f"first token {seconds(r.t_first_token_ns - r.t_ingress_ns)}")
+            parts.append(f"first token {duration(r.t_first_token_ns - r.t_ingress_ns)}")
             if r.t_end_ns is not None:
-                parts.append(f"streaming {seconds(r.t_end_ns - r.t_first_token_ns)}")
+                parts.append(f"streaming {duration(r.t_end_ns - r.t_first_token_ns)}")
         else:
-            parts.append(f"first byte {seconds(r.t_response_start_ns - r.t_ingress_ns)}")
+            parts.append(f"first byte {duration(r.t_response_start_ns - r.t_ingress_ns)}")
             if r.end_reason == ERROR_BODY_UNREAD:
                 parts.append("body left unread")
             elif r.t_end_ns is not None:
-                parts.append(f"body {seconds(r.t_end_ns - r.t_response_start_ns)}")
+                parts.append(f"body {duration(r.t_end_ns - r.t_response_start_ns)}")
         if r.status is not None and r.status >= 400:
             parts.append(f"status {r.status}")
         elif r.outcome == Outcome.ABORTED:
@@ -156,9 +152,9 @@ class ClientCall:
         pieces = []
         for previous, attempt in zip((None, *self.attempts[:-1]), self.attempts, strict=True):
             if previous is not None:
-                pieces.append(f"backoff {seconds(attempt.t_start_ns - previous.t_end_ns)}")
+                pieces.append(f"backoff {duration(attempt.t_start_ns - previous.t_end_ns)}")
             pieces.append(f"attempt {attempt.number}: {attempt.explain()}")
-        return f"{seconds(self.duration_ns)} = " + "; ".join(pieces)
+        return f"{duration(self.duration_ns)} = " + "; ".join(pieces)
 
 
 def group(requests: Sequence[Request], connections: dict[int, Connection]) -> list[ClientCall]:

@@ -14,16 +14,16 @@ import statistics
 from collections import defaultdict
 
 from inferprobe.analyzers.cadence import percentile
-from inferprobe.analyzers.client_calls import ClientCall, seconds, slow_calls
+from inferprobe.analyzers.client_calls import ClientCall, slow_calls
 from inferprobe.analyzers.findings import Finding
 from inferprobe.analyzers.sections import AnalysisInput, AnalyzerResult, AnalyzerSection, Table, source_states
+from inferprobe.analyzers.units import duration, ms
 
 ANCHOR = "analyzer-client-calls"
 
 
 def _ms(values: list[int], q: int) -> str:
-    v = percentile(values, q)
-    return "-" if v is None else f"{v / 1e6:.1f}"
+    return ms(percentile(values, q), 1)
 
 
 def peer_rows(calls: list[ClientCall]) -> tuple[tuple[str, ...], ...]:
@@ -90,7 +90,7 @@ def analyze(inp: AnalysisInput) -> AnalyzerResult | None:
         findings.append(Finding(
             kind="client.retries",
             sentence=(f"{len(retried)} of {len(calls)} outbound calls were retried: their failed attempts "
-                      f"and backoff took {seconds(lost)}, {100 * lost / total:.0f} % of all call time "
+                      f"and backoff took {duration(lost)}, {100 * lost / total:.0f} % of all call time "
                       f"(worst: {worst.explain()})."),
             source="client_calls",
             recommendation=retry_advice(retried),
@@ -103,7 +103,7 @@ def analyze(inp: AnalysisInput) -> AnalyzerResult | None:
         anchor=ANCHOR,
         title="Outbound calls (client view)",
         summary=(f"{len(calls)} calls made by the targets, in {sum(len(c.attempts) for c in calls)} "
-                 f"attempts; median call {seconds(int(statistics.median(c.duration_ns for c in calls)))}."),
+                 f"attempts; median call {duration(int(statistics.median(c.duration_ns for c in calls)))}."),
         sources=source_states(inp.recording.meta, ["sockets", "tls"]),
         tables=(
             Table(caption="Per peer (ms)",

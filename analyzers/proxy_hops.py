@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from inferprobe.analyzers.cadence import Distribution
 from inferprobe.analyzers.findings import Finding
+from inferprobe.analyzers.units import ms
 from inferprobe.collector.model.timeline import Connection, Request
 
 ANCHOR = "analyzer-proxy-hops"
@@ -257,4 +258,4 @@ def _ranked(share: float | None) -> dict:
 
 
 def _ms(ns: float | None) -> str:
-    return "-" if ns is None else f"{ns / 1e6:.1f} ms"
+    return ms(ns, 1, unit=True)

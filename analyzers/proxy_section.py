@@ -5,18 +5,15 @@ from __future__ import annotations
 
 from inferprobe.analyzers.proxy_hops import ANCHOR, HopStats
 from inferprobe.analyzers.sections import AnalysisInput, AnalyzerResult, AnalyzerSection, Table, source_states
-
-
-def _ms(ns: float | None) -> str:
-    return "-" if ns is None else f"{ns / 1e6:.2f}"
+from inferprobe.analyzers.units import ms
 
 
 def _row(hop: HopStats) -> tuple[str, ...]:
     serves = ("users" if not hop.behind
               else "the proxy " + ", ".join(f"pid {pid}" for pid in hop.behind))
     per_write = "-" if hop.events_per_write is None else f"{hop.events_per_write:.1f}"
-    return (f"{hop.name} (pid {hop.pid})", serves, str(hop.requests), _ms(hop.ttft_ns.p50),
-            _ms(hop.ttft_ns.p99), _ms(hop.itl_ns.p50), _ms(hop.itl_ns.p99), per_write)
+    return (f"{hop.name} (pid {hop.pid})", serves, str(hop.requests), ms(hop.ttft_ns.p50),
+            ms(hop.ttft_ns.p99), ms(hop.itl_ns.p50), ms(hop.itl_ns.p99), per_write)
 
 
 def analyze(inp: AnalysisInput) -> AnalyzerResult | None:

@@ -26,3 +26,13 @@ def ms(ns: float | None, places: int | None = 2, unit: bool = False) -> str:
 def ms_text(ns: float | None) -> str:
     """A time for a sentence: three significant figures and the unit ("41.2 ms")."""
     return ms(ns, places=None, unit=True)
+
+
+def duration(ns: int) -> str:
+    """A duration as a person reads it in a sum: "12.03 s" from a second on, "41.2 ms" below."""
+    return f"{ns / 1e9:.2f} s" if ns >= 1_000_000_000 else ms(ns, 1, unit=True)
+
+
+def us(ns: float | None, places: int = 1) -> str:
+    """A time given in ns, in microseconds (GPU kernels, copies); "-" when it is unknown."""
+    return "-" if ns is None else f"{ns / 1e3:.{places}f}"

@@ -7,11 +7,7 @@ from rich.table import Table
 
 from inferprobe.analyzers.gpu import GpuSummary
 from inferprobe.analyzers.gpu_execution import GpuExecutionSummary
-from inferprobe.analyzers.units import ms
-
-
-def _us(ns: float | None) -> str:
-    return "-" if ns is None else f"{ns / 1e3:.1f}"
+from inferprobe.analyzers.units import ms, us
 
 
 def render_gpu(g: GpuSummary | None, console: Console) -> None:
@@ -23,8 +19,8 @@ def render_gpu(g: GpuSummary | None, console: Console) -> None:
         for col in ("function", "library", "calls", "nested", "errors", "total", "p99", "bytes"):
             table.add_column(col, justify="left" if col in ("function", "library") else "right")
         for f in sorted(g.functions.values(), key=lambda f: -(f.total_ns or 0)):
-            p99 = _us(f.p99_ns) if f.p99_from != "histogram" else f"<{_us(f.p99_ns)}"
-            table.add_row(f.name, f.library, str(f.calls), str(f.nested), str(f.errors), _us(f.total_ns),
+            p99 = us(f.p99_ns) if f.p99_from != "histogram" else f"<{us(f.p99_ns)}"
+            table.add_row(f.name, f.library, str(f.calls), str(f.nested), str(f.errors), us(f.total_ns),
                           p99, str(f.bytes) if f.category in ("copy", "memory") else "")
         console.print(table)
     for p in g.processes:
@@ -63,7 +59,7 @@ def render_execution(x: GpuExecutionSummary, console: Console) -> None:
         for col in ("name", "kind", "count", "total", "mean", "max"):
             table.add_column(col, justify="left" if col in ("name", "kind") else "right")
         for k in x.kernels[:KERNEL_ROWS_SHOWN]:
-            table.add_row(k.name, k.kind, str(k.count), _us(k.total_ns), _us(k.mean_ns), _us(k.max_ns))
+            table.add_row(k.name, k.kind, str(k.count), us(k.total_ns), us(k.mean_ns), us(k.max_ns))
         console.print(table)
     if x.requests:
         table = Table(title="GPU execution per request (ms)", title_justify="left")
