@@ -159,9 +159,36 @@ class ElfFile:
     path: str
     data: mmap.mmap
     segments: list[tuple[int, int, int, int]]  # PT_LOAD (offset, filesz, vaddr, memsz)
-    symbols: dict[str, list[FunctionSymbol]]  # ".symtab" / ".dynsym" -> its function symbols
     build_id: str | None
-    unwind_starts: list[int] | None  # None when .eh_frame_hdr could not be read
+
+    # The symbol and unwind tables are read when first asked for: they are most of the
+    # parse (a second for a 43 MB Go binary), and the Go TLS analysis needs neither.
+
+    @cached_property
+    def symbols(self) -> dict[str, list[FunctionSymbol]]:
+        """".symtab" / ".dynsym" -> its function symbols; empty where they cannot be read."""
+        symbols: dict[str, list[FunctionSymbol]] = {}
+        try:
+            elf = ELFFile(cast(IO[bytes], _MmapFile(self.data)))
+            for section_name in (".symtab", ".dynsym"):
+                section = elf.get_section_by_name(section_name)
+                if not isinstance(section, SymbolTableSection):
+                    continue  # absent, or stripped to NOBITS in a debug file
+                symbols[section_name] = [
+                    FunctionSymbol(sym.name, sym["st_value"], sym["st_size"], sym["st_shndx"] != "SHN_UNDEF")
+                    for sym in section.iter_symbols() if sym["st_info"]["type"] in FUNCTION_TYPES
+                ]
+        except (ELFError, ValueError, struct.error):
+            return {}
+        return symbols
+
+    @cached_property
+    def unwind_starts(self) -> list[int] | None:
+        """Function starts from .eh_frame_hdr; None when it could not be read."""
+        try:
+            return _eh_frame_hdr_starts(ELFFile(cast(IO[bytes], _MmapFile(self.data))))
+        except (ELFError, ValueError, struct.error):
+            return None
 
     def vaddr_of_offset(self, file_offset: int) -> int | None:
         for off, filesz, vaddr, _memsz in self.segments:
@@ -232,23 +259,10 @@ def read_elf(path: str) -> ElfFile | None:
         elf = ELFFile(cast(IO[bytes], _MmapFile(data)))
         segments = [(seg["p_offset"], seg["p_filesz"], seg["p_vaddr"], seg["p_memsz"])
                     for seg in elf.iter_segments() if seg["p_type"] == "PT_LOAD"]
-        symbols: dict[str, list[FunctionSymbol]] = {}
-        for section_name in (".symtab", ".dynsym"):
-            section = elf.get_section_by_name(section_name)
-            if not isinstance(section, SymbolTableSection):
-                continue  # absent, or stripped to NOBITS in a debug file
-            symbols[section_name] = [
-                FunctionSymbol(sym.name, sym["st_value"], sym["st_size"], sym["st_shndx"] != "SHN_UNDEF")
-                for sym in section.iter_symbols() if sym["st_info"]["type"] in FUNCTION_TYPES
-            ]
         build_id = _build_id(elf)
-        try:
-            unwind_starts: list[int] | None = _eh_frame_hdr_starts(elf)
-        except (ELFError, ValueError, struct.error):
-            unwind_starts = None
     except (OSError, ELFError, ValueError, struct.error):
         return None
-    return ElfFile(path, data, segments, symbols, build_id, unwind_starts)
+    return ElfFile(path, data, segments, build_id)
 
 
 def _debug_file(build_id: str | None) -> ElfFile | None:

@@ -42,14 +42,16 @@ the target.
 from __future__ import annotations
 
 import os
+import re
 import time
 from dataclasses import dataclass
 from functools import lru_cache
 
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
+from elftools.elf.sections import SymbolTableSection
 
-from inferprobe.collector.binaries.elf_symbols import ElfFile, read_elf
+from inferprobe.collector.binaries.elf_symbols import ElfFile, read_elf, symbols_matching
 from inferprobe.collector.binaries.go_buildinfo import (
     BuildInfoError,
     find_header,
@@ -142,9 +144,9 @@ def _return_instructions() -> frozenset[int]:
 def _entries(elf: ELFFile, image: ElfFile) -> tuple[dict[str, tuple[int, int]], str]:
     """(name -> (entry, size)) of Read and Write, and where they were found: the ELF symbol table,
     else (a binary stripped with -s) Go's own function table."""
-    symtab = image.symbols.get(".symtab")
-    if symtab is not None:
-        return {s.name: (s.value, s.size) for s in symtab if s.name in HOOKED and s.defined}, "symtab"
+    if isinstance(elf.get_section_by_name(".symtab"), SymbolTableSection):
+        pattern = "^(" + "|".join(re.escape(name) for name in sorted(HOOKED)) + ")$"
+        return {s.name: (s.value, s.size) for s in symbols_matching(image.path, pattern)}, "symtab"
     section, text = elf.get_section_by_name(".gopclntab"), elf.get_section_by_name(".text")
     if section is None or text is None:
         raise NotHookable("it is stripped and has no .gopclntab section: its crypto/tls functions cannot "
