@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import ctypes
+import json
 import os
 import shutil
+import subprocess
 import sys
 
 import pytest
@@ -23,16 +24,32 @@ def _libc_path() -> str:
     return next(m.path for m in read_maps(os.getpid()) if os.path.basename(m.path).startswith("libc.so"))
 
 
+# Run in a fresh interpreter: in the suite's own process, earlier tests leave read-only
+# mmaps of libc (elf_symbols.elf_file keeps the files it parsed mapped), which show in
+# /proc/self/maps under libc's path, so the lowest mapping of that path is no longer the
+# loaded image (a CI run: 342 MB off).
+_RESOLVED = """
+import ctypes, json, os, sys
+maps = [line.split() for line in open("/proc/self/maps")]
+libc = next(m[5] for m in maps if len(m) > 5 and os.path.basename(m[5]).startswith("libc.so"))
+bias = min(int(m[0].split("-")[0], 16) - int(m[2], 16) for m in maps if len(m) > 5 and m[5] == libc)
+lib = ctypes.CDLL(libc)
+print(json.dumps({"libc": libc, "bias": bias,
+                  "at": {n: ctypes.cast(getattr(lib, n), ctypes.c_void_p).value for n in sys.argv[1:]}}))
+"""
+
+
 def test_each_address_is_where_the_dynamic_loader_put_the_function():
-    """The ELF address of sem_post and pthread_mutex_lock, plus libc's load bias in this
-    process (its first mapping's start), is the address ctypes resolves them to."""
-    libc_path = _libc_path()
-    bias = min(m.start - m.offset for m in read_maps(os.getpid()) if m.path == libc_path)
-    found = dict(functions_matching(libc_path, r"^(sem_post|pthread_mutex_lock)$"))
-    assert set(found) == {"sem_post", "pthread_mutex_lock"}
-    libc = ctypes.CDLL(libc_path)
+    """The ELF address of sem_post and pthread_mutex_lock, plus libc's load bias in a fresh
+    process (its first mapping's start), is the address ctypes resolves them to there."""
+    names = ("sem_post", "pthread_mutex_lock")
+    out = subprocess.run([sys.executable, "-c", _RESOLVED, *names], capture_output=True, text=True,
+                         check=True)
+    child = json.loads(out.stdout)
+    found = dict(functions_matching(child["libc"], r"^(sem_post|pthread_mutex_lock)$"))
+    assert set(found) == set(names)
     for name, vaddr in found.items():
-        assert bias + vaddr == ctypes.cast(getattr(libc, name), ctypes.c_void_p).value, name
+        assert child["bias"] + vaddr == child["at"][name], name
 
 
 def test_the_same_functions_as_bccs_lookup():
@@ -59,21 +76,31 @@ def test_a_file_that_is_no_elf_has_no_functions(tmp_path):
     assert functions_matching(str(tmp_path / "absent"), OPENSSL) == []
 
 
-def test_the_running_interpreters_runtime_state_is_found_as_data():
+_RUNTIME = """
+import ctypes, json
+print(json.dumps({"maps": open("/proc/self/maps").read(),
+                  "at": ctypes.addressof(ctypes.c_char.in_dll(ctypes.pythonapi, "_PyRuntime"))}))
+"""
+
+
+def test_an_interpreters_runtime_state_is_found_as_data():
     """_PyRuntime, a data object (what the Python walker reads), plus the load bias of the
-    file that defines it, is the address the running interpreter resolves it to."""
-    for m in read_maps(os.getpid()):
-        symbols = data_symbols_matching(m.path, r"^_PyRuntime$") if m.offset == 0 else []
+    file that defines it, is the address a fresh interpreter resolves it to (fresh, as
+    above: no mmap of the file beside its loaded image)."""
+    out = subprocess.run([sys.executable, "-c", _RUNTIME], capture_output=True, text=True, check=True)
+    child = json.loads(out.stdout)
+    maps = [line.split() for line in child["maps"].splitlines()]
+    files = [(int(m[0].split("-")[0], 16), int(m[2], 16), m[5]) for m in maps if len(m) > 5]
+    for _start, offset, path in files:
+        symbols = data_symbols_matching(path, r"^_PyRuntime$") if offset == 0 else []
         if symbols:
             break
     else:
         pytest.skip("this interpreter's _PyRuntime is in no file with a symbol table (stripped)")
-    bias = min(x.start - x.offset for x in read_maps(os.getpid()) if x.path == m.path)
+    bias = min(start - offset for start, offset, p in files if p == path)
     runtime = symbols[0]
     assert runtime.size > 0
-    address = ctypes.addressof(ctypes.c_char.in_dll(ctypes.pythonapi, "_PyRuntime"))
-    relocated = position_independent(m.path)
-    assert (bias if relocated else 0) + runtime.value == address
+    assert (bias if position_independent(path) else 0) + runtime.value == child["at"]
 
 
 def test_position_independence_from_the_header(tmp_path):
