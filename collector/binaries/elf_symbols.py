@@ -29,6 +29,8 @@ import mmap
 import os
 import re
 import struct
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from typing import IO, NamedTuple, cast
@@ -73,6 +75,22 @@ class _MmapFile(io.RawIOBase):
         chunk = self._data[self._pos : end]
         self._pos += len(chunk)
         return chunk
+
+
+@contextmanager
+def _mapped_elf(path: str) -> Iterator[tuple[mmap.mmap, ELFFile] | None]:
+    """The file mapped and opened as ELF, unmapped on the way out; None when it cannot be
+    opened. ELFFile's own complaints (ELFError, ...) reach the caller."""
+    try:
+        with open(path, "rb") as f:
+            data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    except (OSError, ValueError):
+        yield None
+        return
+    try:
+        yield data, ELFFile(cast(IO[bytes], _MmapFile(data)))
+    finally:
+        data.close()
 
 
 def _eh_frame_hdr_starts(elf: ELFFile) -> list[int]:
@@ -203,6 +221,15 @@ class ElfFile:
                 return vaddr - seg_vaddr + off
         return None
 
+    def bytes_at(self, vaddr: int, size: int) -> bytes:
+        """Up to size bytes of the loaded image at vaddr, not past its segment's file bytes;
+        b"" outside them."""
+        for off, filesz, seg_vaddr, _memsz in self.segments:
+            if seg_vaddr <= vaddr < seg_vaddr + filesz:
+                at = off + vaddr - seg_vaddr
+                return bytes(self.data[at : at + min(size, seg_vaddr + filesz - vaddr)])
+        return b""
+
     def bytes_before(self, file_offset: int, n: int) -> bytes:
         return self.data[max(0, file_offset - n) : file_offset]
 
@@ -290,30 +317,26 @@ def usdt_probes(path: str, file_key: tuple[int, int] | None = None) -> frozenset
     Only the note section is read: where each probe sits and how its
     arguments are read, libbpf takes from the same notes when it attaches."""
     try:
-        with open(path, "rb") as f:
-            data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    except (OSError, ValueError):
-        return frozenset()
-    try:
-        elf = ELFFile(cast(IO[bytes], _MmapFile(data)))
-        section = elf.get_section_by_name(".note.stapsdt")
-        if not isinstance(section, NoteSection):
-            return frozenset()
-        address_bytes = 8 if elf.elfclass == 64 else 4
-        found = set()
-        for note in section.iter_notes():
-            desc = note["n_desc"]
-            # Owner "stapsdt" has one note type (3, which pyelftools names after GNU's build id).
-            if note["n_name"] != "stapsdt" or not isinstance(desc, bytes):
-                continue
-            # pc, base, semaphore addresses, then provider\0name\0arguments\0
-            provider, name, *_ = desc[3 * address_bytes:].split(b"\0")
-            found.add((provider.decode(errors="replace"), name.decode(errors="replace")))
-        return frozenset(found)
+        with _mapped_elf(path) as mapped:
+            if mapped is None:
+                return frozenset()
+            _data, elf = mapped
+            section = elf.get_section_by_name(".note.stapsdt")
+            if not isinstance(section, NoteSection):
+                return frozenset()
+            address_bytes = 8 if elf.elfclass == 64 else 4
+            found = set()
+            for note in section.iter_notes():
+                desc = note["n_desc"]
+                # Owner "stapsdt" has one note type (3, which pyelftools names after GNU's build id).
+                if note["n_name"] != "stapsdt" or not isinstance(desc, bytes):
+                    continue
+                # pc, base, semaphore addresses, then provider\0name\0arguments\0
+                provider, name, *_ = desc[3 * address_bytes:].split(b"\0")
+                found.add((provider.decode(errors="replace"), name.decode(errors="replace")))
+            return frozenset(found)
     except (ELFError, ValueError, struct.error):
         return frozenset()
-    finally:
-        data.close()
 
 
 # -- the uprobe view
@@ -321,23 +344,9 @@ def usdt_probes(path: str, file_key: tuple[int, int] | None = None) -> frozenset
 def code_at(path: str, vaddr: int, size: int) -> bytes:
     """Up to size bytes of the file's loaded image at virtual address vaddr, for a look at
     the first instructions of a function about to be probed; b"" outside the file's bytes
-    or for a file that is no readable ELF. Reads the program headers only."""
-    try:
-        with open(path, "rb") as f:
-            data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    except (OSError, ValueError):
-        return b""
-    try:
-        for seg in ELFFile(cast(IO[bytes], _MmapFile(data))).iter_segments():
-            start, filesz = seg["p_vaddr"], seg["p_filesz"]
-            if seg["p_type"] == "PT_LOAD" and start <= vaddr < start + filesz:
-                at = seg["p_offset"] + vaddr - start
-                return bytes(data[at : at + min(size, start + filesz - vaddr)])
-        return b""
-    except (ELFError, ValueError, struct.error):
-        return b""
-    finally:
-        data.close()
+    or for a file that is no readable ELF (read_elf reads no more than the headers)."""
+    elf = read_elf(path)
+    return elf.bytes_at(vaddr, size) if elf is not None else b""
 
 
 class ElfSymbol(NamedTuple):
@@ -367,38 +376,37 @@ def symbols_matching(path: str, pattern: str,
     or in the file's own .symtab."""
     regex = re.compile(pattern.encode())
     try:
-        with open(path, "rb") as f:
-            data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    except (OSError, ValueError):
-        return []
-    try:
-        elf = ELFFile(cast(IO[bytes], _MmapFile(data)))
-        order = "<" if elf.little_endian else ">"
-        # Elf64_Sym: name, info, other, shndx, value, size; Elf32_Sym: name, value, size, info, other, shndx
-        fmt, fields = ((order + "IBBHQQ", (0, 1, 3, 4, 5)) if elf.elfclass == 64
-                       else (order + "IIIBBH", (0, 3, 5, 1, 2)))
-        i_name, i_info, i_shndx, i_value, i_size = fields
-        found: list[ElfSymbol] = []
-        for section_name in (".symtab", ".dynsym"):
-            section = elf.get_section_by_name(section_name)
-            if not isinstance(section, SymbolTableSection) or section["sh_type"] == "SHT_NOBITS":
-                continue
-            strtab = elf.get_section(section["sh_link"])
-            names = data[strtab["sh_offset"] : strtab["sh_offset"] + strtab["sh_size"]]
-            table = data[section["sh_offset"] : section["sh_offset"] + section["sh_size"]]
-            table = table[: len(table) - len(table) % struct.calcsize(fmt)]
-            for sym in struct.iter_unpack(fmt, table):
-                if not sym[i_value] or not sym[i_shndx] or (sym[i_info] & 0xF) not in types:
-                    continue
-                start = sym[i_name]
-                name = names[start : names.find(b"\0", start)]
-                if regex.search(name):
-                    found.append(ElfSymbol(name.decode(errors="replace"), sym[i_value], sym[i_size]))
-        return found
+        with _mapped_elf(path) as mapped:
+            return _matching(*mapped, regex, types) if mapped is not None else []
     except (ELFError, ValueError, struct.error):
         return []
-    finally:
-        data.close()
+
+
+def _matching(data: mmap.mmap, elf: ELFFile, regex: re.Pattern[bytes], types: tuple[int, ...]
+              ) -> list[ElfSymbol]:
+    """symbols_matching's walk of one mapped file's two symbol tables."""
+    order = "<" if elf.little_endian else ">"
+    # Elf64_Sym: name, info, other, shndx, value, size; Elf32_Sym: name, value, size, info, other, shndx
+    fmt, fields = ((order + "IBBHQQ", (0, 1, 3, 4, 5)) if elf.elfclass == 64
+                   else (order + "IIIBBH", (0, 3, 5, 1, 2)))
+    i_name, i_info, i_shndx, i_value, i_size = fields
+    found: list[ElfSymbol] = []
+    for section_name in (".symtab", ".dynsym"):
+        section = elf.get_section_by_name(section_name)
+        if not isinstance(section, SymbolTableSection) or section["sh_type"] == "SHT_NOBITS":
+            continue
+        strtab = elf.get_section(section["sh_link"])
+        names = data[strtab["sh_offset"] : strtab["sh_offset"] + strtab["sh_size"]]
+        table = data[section["sh_offset"] : section["sh_offset"] + section["sh_size"]]
+        table = table[: len(table) - len(table) % struct.calcsize(fmt)]
+        for sym in struct.iter_unpack(fmt, table):
+            if not sym[i_value] or not sym[i_shndx] or (sym[i_info] & 0xF) not in types:
+                continue
+            start = sym[i_name]
+            name = names[start : names.find(b"\0", start)]
+            if regex.search(name):
+                found.append(ElfSymbol(name.decode(errors="replace"), sym[i_value], sym[i_size]))
+    return found
 
 
 def data_symbols_matching(path: str, pattern: str) -> list[ElfSymbol]:
