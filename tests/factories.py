@@ -75,6 +75,7 @@ def io(
     ts: int | None = None,
     role: ev.ConnRole = ev.ConnRole.SERVER,
     fd: int = 10,
+    duration: int = 10,
 ) -> bytes:
     e = ev.IoEvent()
     e.role = role
@@ -84,7 +85,7 @@ def io(
     e.hdr.tid = tid if tid is not None else pid
     start = ts if ts is not None else now()
     e.hdr.ts_ns = start
-    e.exit_ns = start + 10
+    e.exit_ns = start + duration
     e.conn_id = conn_id
     e.bytes = nbytes
     e.kind = kind

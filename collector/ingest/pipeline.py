@@ -5,8 +5,8 @@ flame graphs with a whole recording (ingest()), the live exporter batch by
 batch (LiveIngest), and `top`'s live window (analyzers/live.py) with the
 events it decoded (decode_all(), LiveIngest.feed_decoded()). The steps, in order:
 decode each event (collector/model/events.py; an event that does not decode is
-counted, never guessed at), order socket events by completion
-(sessionizer.completion_order), sessionize them into requests, build the
+counted, never guessed at), order socket events by when their bytes moved
+(sessionizer.effect_order), sessionize them into requests, build the
 server's view from its USDT probes, and tie each request to the server's
 view of it (collector/ingest/correlate.py).
 """
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from inferprobe.collector.ingest.correlate import correlate
 from inferprobe.collector.ingest.llama_view import build_llama_view
 from inferprobe.collector.ingest.server_view import ServerView, ServerViewBuilder, build_server_view
-from inferprobe.collector.ingest.sessionizer import Sessionizer, completion_order, sessionize
+from inferprobe.collector.ingest.sessionizer import Sessionizer, effect_order, sessionize
 from inferprobe.collector.model.events import (
     ConnRecord,
     DecodeError,
@@ -100,7 +100,7 @@ def ingest(raw_events: Iterable[bytes]) -> Ingested:
 class LiveIngest:
     """The same stage over a stream, one batch at a time (the live exporter's ticks).
 
-    Each batch is fed in completion order. harvest() hands out the requests
+    Each batch is fed in sessionizer.effect_order. harvest() hands out the requests
     that started and those that ended since the last call; ended ones are
     tied to the server's view first, then dropped with the server state and
     connections older than SERVER_MEMORY_NS, so memory stays flat over long runs.
@@ -121,7 +121,7 @@ class LiveIngest:
 
     def feed_decoded(self, events: Iterable[Event]) -> None:
         """Feeds one batch of events decoded by decode_all() (a live view's)."""
-        for ev in sorted(events, key=completion_order):
+        for ev in sorted(events, key=effect_order):
             if isinstance(ev, UsdtRecord):
                 self.server.feed(ev)
             else:

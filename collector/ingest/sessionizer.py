@@ -110,15 +110,24 @@ def is_request_side(ev: IoRecord) -> bool:
     return ev.is_read != (ev.role == ConnRole.CLIENT)
 
 
-def completion_order(ev: Event) -> tuple[int, int]:
+def effect_order(ev: Event) -> tuple[int, int]:
     """The time an event took effect, the order the sessionizer is fed in.
 
-    Data moved on the socket when the syscall returned: order by exit for
-    I/O so a request read is always before the writes that answer it. An
-    HTTP/2 syscall's decoded header blocks (user space made them from a ring
-    of their own) go before its frames, which they name the streams of.
+    HTTP/1 I/O goes by moment(): a read by its return (a server's request
+    read is before the writes that answer it), a write by its entry. Not a
+    write's return: a client's request is on the wire before its write call
+    returns, and a thread preempted after the socket write (Go's crypto/tls
+    Write, on a busy host) can return after the response's first read did.
+    Ordered by return, that response found no request waiting and every
+    later call on the connection took its predecessor's answer. Causality
+    still holds both ways: a server's write begins after the read it answers
+    returned, a client's next write after the reads of the last response.
+    An HTTP/2 syscall's decoded header blocks (user space made them from a
+    ring of their own) go before its frames, which they name the streams of.
     """
-    if isinstance(ev, IoRecord | H2FramesRecord):
+    if isinstance(ev, IoRecord):
+        return moment(ev), 1
+    if isinstance(ev, H2FramesRecord):
         return ev.exit_ns, 1
     if isinstance(ev, H2HeadersRecord):
         return ev.exit_ns, 0
@@ -138,7 +147,7 @@ class Sessionizer:
 
     # -- feeding ---------------------------------------------------------------
     def feed_all(self, events: Iterable[Event]) -> None:
-        for ev in sorted(events, key=completion_order):
+        for ev in sorted(events, key=effect_order):
             self.feed(ev)
 
     def feed(self, ev: Event) -> None:

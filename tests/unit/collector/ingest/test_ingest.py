@@ -51,9 +51,9 @@ def test_a_recording_becomes_requests_by_ingress_tied_to_the_server():
     assert set(got.connections) == {1, 2} and got.session.requests == 2
 
 
-def test_socket_events_are_taken_in_completion_order():
+def test_socket_events_are_taken_in_the_order_their_bytes_moved():
     # The response was written after the read returned, though the ring buffer
-    # handed the write over first: a read is ordered by its exit.
+    # handed the write over first: a read is ordered by its exit, a write by its entry.
     t0 = 1_000 * MS
     read, headers, *rest = _streamed(1, 11, t0)[1:]
     got = ingest([headers, read, *rest])

@@ -287,3 +287,32 @@ def test_a_client_s_success_answer_closed_early_is_still_aborted():
             _client_error_headers(1, ts=300, status=200), conn_close(1, fd=18, role=CLIENT, ts=400))
     (r,) = s.requests
     assert r.outcome == "aborted" and r.t_end_ns == 400
+
+
+def test_a_request_write_that_returns_after_its_response_arrived_still_gets_it():
+    """Go's client under load: the request's Write is preempted after its socket
+    write and returns (1500) after the response's first read did (1000, a read
+    its connection's read loop had begun before the request). The request still
+    gets its own response, and the next call on the connection its own."""
+    def chunk(ts: int, **flags) -> bytes:
+        return io(1, read=True, nbytes=175, kind=HttpKind.DATA, role=CLIENT, ts=ts, fd=18, **flags)
+
+    def exchange(write_ts: int, write_duration: int, head_ts: int, head_duration: int) -> list[bytes]:
+        write = io(1, read=False, nbytes=300, kind=HttpKind.REQUEST, method=HttpMethod.POST,
+                   path="/v1/chat/completions", flags=HttpFlag.HEADERS_END, header_bytes=250,
+                   content_length=50, role=CLIENT, ts=write_ts, fd=18, duration=write_duration)
+        head = io(1, read=True, nbytes=149, kind=HttpKind.RESPONSE, status=200, role=CLIENT, ts=head_ts,
+                  fd=18, flags=HttpFlag.HEADERS_END | HttpFlag.CHUNKED | HttpFlag.EVENT_STREAM,
+                  header_bytes=149, duration=head_duration)
+        end = head_ts + head_duration
+        return [write, head, chunk(end + 100, sse_events=1), chunk(end + 200, sse_events=1),
+                chunk(end + 300, flags=HttpFlag.CHUNKED_END)]
+
+    s = run(conn_open(1, fd=18, role=CLIENT, ts=100),
+            *exchange(write_ts=200, write_duration=1300, head_ts=150, head_duration=850),
+            *exchange(write_ts=2000, write_duration=20, head_ts=1500, head_duration=1000))
+    first, second = s.requests
+    assert first.outcome == second.outcome == "complete"
+    assert first.t_response_start_ns == 1000 and first.token_ns == [1110, 1210] and first.t_end_ns == 1310
+    assert second.t_response_start_ns == 2500 and second.token_ns == [2610, 2710]
+    assert s.stats.responses_without_request == 0
