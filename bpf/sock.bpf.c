@@ -984,12 +984,22 @@ static __always_inline int gives_up_on(struct scratch *s)
 
 /* The last step of every chain: until a connection has carried a request
  * line its traffic is not HTTP we can use (database clients, IPC sockets),
- * so it is dropped here; otherwise the event goes to the ring buffer. */
+ * so it is dropped here; otherwise the event goes to the ring buffer. A
+ * client's status line counts as well: its request write is classified at
+ * the write's return, and a thread preempted between the socket write and
+ * that return (Go's crypto/tls Write on a busy host) finds the response's
+ * first read already returned. User space orders the two by when their
+ * bytes moved (collector/ingest/sessionizer.py effect_order). */
+static __always_inline int opens_http(struct io_event *ev)
+{
+    return ev->kind == HTTP_KIND_REQUEST || (ev->kind == HTTP_KIND_RESPONSE && ev->role == CONN_ROLE_CLIENT);
+}
+
 static __always_inline int submit(struct scratch *s)
 {
     struct io_event *ev = &s->ev;
     if (!s->http_seen) {
-        if (ev->kind != HTTP_KIND_REQUEST) {
+        if (!opens_http(ev)) {
             count(COUNTER_IO_SKIPPED);
             if (ev->bytes > 0 && gives_up_on(s))
                 return 0;
