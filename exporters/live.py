@@ -3,7 +3,7 @@
 The record loop hands every ring buffer chunk to `tee` (which only keeps a
 reference) and calls `tick()` once per loop turn, between ring-buffer polls.
 tick() hands the new events to the ingest stage (collector/ingest/pipeline.py's
-LiveIngest: decode, sessionize in completion order, the server's view, each
+LiveIngest: decode, sessionize in effect order (50 ms late), the server's view, each
 request that ended tied to it, memory kept flat) and each request that ended
 to the span shipper (a non-blocking put) and to the metrics.
 """

@@ -13,7 +13,9 @@ view of it (collector/ingest/correlate.py).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import time
+from bisect import bisect_right
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from inferprobe.collector.ingest.correlate import correlate
@@ -37,6 +39,13 @@ from inferprobe.collector.model.timeline import Connection, Request, SessionStat
 # How long the live path keeps the server's view of a request that ended for
 # its socket request to end too (a slow client can still be reading the last tokens).
 SERVER_MEMORY_NS = 120 * 1_000_000_000
+
+# How long the live path holds an event before feeding it. The ring hands
+# events over as their probes return, so a write whose thread was preempted
+# between its socket write and its return probe comes after reads it preceded
+# (a client's request after its response's first read), often in the next
+# batch. Held this long, it is still fed in its place (sessionizer.effect_order).
+REORDER_WINDOW_NS = 50 * 1_000_000
 
 
 def decode_all(raw_events: Iterable[bytes]) -> tuple[list[Event], int]:
@@ -100,17 +109,20 @@ def ingest(raw_events: Iterable[bytes]) -> Ingested:
 class LiveIngest:
     """The same stage over a stream, one batch at a time (the live exporter's ticks).
 
-    Each batch is fed in sessionizer.effect_order. harvest() hands out the requests
+    Events are fed in sessionizer.effect_order once REORDER_WINDOW_NS old, by
+    `clock` (CLOCK_MONOTONIC, the kernel's event clock). harvest() hands out the requests
     that started and those that ended since the last call; ended ones are
     tied to the server's view first, then dropped with the server state and
     connections older than SERVER_MEMORY_NS, so memory stays flat over long runs.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], int] = time.monotonic_ns) -> None:
         self.sessionizer = Sessionizer()
         self.server = ServerViewBuilder()
         self.undecodable = 0
         self._announced = 0  # sessionizer.requests[:_announced] were handed out as started
+        self._clock = clock
+        self._held: list[Event] = []  # decoded, not yet REORDER_WINDOW_NS old
 
     def feed(self, raw_events: Iterable[bytes]) -> list[Event]:
         """Decodes and feeds one batch; returns its decoded events in the order given."""
@@ -121,7 +133,15 @@ class LiveIngest:
 
     def feed_decoded(self, events: Iterable[Event]) -> None:
         """Feeds one batch of events decoded by decode_all() (a live view's)."""
-        for ev in sorted(events, key=effect_order):
+        self._held.extend(events)
+        self._release(self._clock() - REORDER_WINDOW_NS)
+
+    def _release(self, until_ns: float) -> None:
+        """Feeds the held events that took effect by until_ns, in effect order."""
+        self._held.sort(key=effect_order)
+        cut = bisect_right(self._held, until_ns, key=lambda ev: effect_order(ev)[0])
+        ready, self._held = self._held[:cut], self._held[cut:]
+        for ev in ready:
             if isinstance(ev, UsdtRecord):
                 self.server.feed(ev)
             else:
@@ -129,6 +149,7 @@ class LiveIngest:
 
     def harvest(self) -> tuple[list[Request], list[Request]]:
         """(started, ended) since the last call, the ended ones correlated."""
+        self._release(self._clock() - REORDER_WINDOW_NS)
         s = self.sessionizer
         started = s.requests[self._announced:]
         ended, open_, last_end = [], [], 0
@@ -157,6 +178,7 @@ class LiveIngest:
 
     def finish(self) -> list[Request]:
         """Ends the stream: the requests still open, marked incomplete."""
+        self._release(float("inf"))
         leftover = self.sessionizer.finish()
         self.sessionizer.requests = []
         self._announced = 0

@@ -6,12 +6,18 @@ Fed with the exact bytes the kernel writes (tests/factories.py); no root needed.
 
 from __future__ import annotations
 
-from inferprobe.collector.ingest.pipeline import SERVER_MEMORY_NS, LiveIngest, decode_all, ingest
+from inferprobe.collector.ingest.pipeline import (
+    REORDER_WINDOW_NS,
+    SERVER_MEMORY_NS,
+    LiveIngest,
+    decode_all,
+    ingest,
+)
 from inferprobe.collector.ingest.server_view import build_server_view
-from inferprobe.collector.model.events import EventType
+from inferprobe.collector.model.events import ConnRole, EventType, HttpFlag, HttpKind, HttpMethod
 from inferprobe.collector.model.events import UsdtProbe as P
 
-from tests.factories import conn_close, conn_open, decoded, request, sse_chunk, sse_headers, usdt
+from tests.factories import conn_close, conn_open, decoded, io, request, sse_chunk, sse_headers, usdt
 
 MS = 1_000_000
 
@@ -125,3 +131,30 @@ def test_server_view_pairs_each_prefill_and_each_wait_in_the_queue():
         (101, 0, 2 * MS), (101, 5 * MS, 6 * MS)]
     assert [(s.tid, s.req_id, s.start_ns - t0, s.end_ns - t0) for s in view.prefills] == [
         (102, 7, 3 * MS, 4 * MS), (103, 7, 7 * MS, 9 * MS)]
+
+
+def test_a_request_write_handed_over_a_batch_after_its_response_still_gets_it():
+    """The live path's batches: a client's request Write, preempted after its socket
+    write, reaches user space in the batch after its response's reads. Held for
+    REORDER_WINDOW_NS, the response waits for it and the call is whole."""
+    t0 = 1_000 * MS
+    now = [t0]
+    live = LiveIngest(clock=lambda: now[0])
+    client = {"role": ConnRole.CLIENT, "fd": 18}
+    write = io(1, read=False, nbytes=300, kind=HttpKind.REQUEST, method=HttpMethod.POST,
+               path="/v1/chat/completions", flags=HttpFlag.HEADERS_END, header_bytes=250,
+               content_length=50, ts=t0 + MS, duration=4 * MS, **client)
+    head_flags = HttpFlag.HEADERS_END | HttpFlag.CHUNKED | HttpFlag.EVENT_STREAM
+    response = [io(1, read=True, nbytes=149, kind=HttpKind.RESPONSE, status=200, header_bytes=149,
+                   flags=head_flags, ts=t0, duration=2 * MS, **client),
+                io(1, read=True, nbytes=175, sse_events=1, ts=t0 + 3 * MS, **client),
+                io(1, read=True, nbytes=5, flags=HttpFlag.CHUNKED_END, ts=t0 + 4 * MS, **client)]
+    now[0] = t0 + 5 * MS
+    live.feed([conn_open(1, fd=18, role=ConnRole.CLIENT, ts=t0 - MS), *response])
+    assert live.harvest() == ([], [])  # nothing is old enough to be fed yet
+    now[0] = t0 + 6 * MS + REORDER_WINDOW_NS
+    live.feed([write])
+    started, (call,) = live.harvest()
+    assert started == [call] and call.outcome == "complete" and call.status == 200
+    assert call.t_ingress_ns == t0 + MS and call.t_response_start_ns == t0 + 2 * MS
+    assert live.sessionizer.stats.responses_without_request == 0
