@@ -33,6 +33,35 @@ static __always_inline u8 parse_method(u64 first8, u32 *after)
     return HTTP_METHOD_UNKNOWN;
 }
 
+static __always_inline int path_ends_at(u8 c)
+{
+    return c == ' ' || c == '?' || c == '#' || c == '\r' || c == '\n';
+}
+
+/* A path longer than PATH_MAX_BYTES: its end found within PATH_SCAN_BYTES,
+ * its last bytes go after its first PATH_HEAD_BYTES and path_len says how
+ * long it was (bpf/inferprobe.h). */
+static __always_inline void keep_path_end(struct scratch *s, u32 start)
+{
+    u32 n = s->n, end = 0;
+    for (u32 k = PATH_MAX_BYTES; k < PATH_SCAN_BYTES; k++) {   /* a bounded loop: unrolled, too long */
+        u32 pos = start + k;
+        if (pos >= n)
+            return;   /* the path runs past the bytes in view */
+        if (path_ends_at(s->head[pos & SCRATCH_MASK])) {
+            end = k;
+            break;
+        }
+    }
+    if (end <= PATH_MAX_BYTES)
+        return;   /* exactly PATH_MAX_BYTES long, or longer than PATH_SCAN_BYTES */
+    u32 tail_from = start + end - (PATH_MAX_BYTES - PATH_HEAD_BYTES);
+#pragma unroll
+    for (u32 k = 0; k < PATH_MAX_BYTES - PATH_HEAD_BYTES; k++)
+        s->ev.path[PATH_HEAD_BYTES + k] = s->head[(tail_from + k) & SCRATCH_MASK];
+    s->ev.path_len = end;
+}
+
 /* Copies the path of a request line up to a space or '?': the query string
  * can carry user data, so it is never copied. */
 static __always_inline void copy_path(struct scratch *s, u32 start)
@@ -45,12 +74,14 @@ static __always_inline void copy_path(struct scratch *s, u32 start)
         if (pos >= n)
             break;
         u8 c = s->head[pos & SCRATCH_MASK];
-        if (c == ' ' || c == '?' || c == '#' || c == '\r' || c == '\n')
+        if (path_ends_at(c))
             break;
         s->ev.path[k] = c;
         len++;
     }
     s->ev.path_len = len;
+    if (len == PATH_MAX_BYTES)
+        keep_path_end(s, start);
 }
 
 /* A request line: a method parse_method() knew, then a path from '/'. Sets

@@ -18,7 +18,7 @@
 #include <linux/types.h>
 #endif
 
-#define INFERPROBE_LAYOUT_VERSION 4
+#define INFERPROBE_LAYOUT_VERSION 5
 
 /* How much of a socket buffer the kernel side looks at to classify it. The
  * bytes stay in a per-CPU scratch buffer: only derived fields (method, path,
@@ -44,6 +44,13 @@
  * ("completion_tokens":1234567 is 27) are whole in the next. */
 #define WINDOW_OVERLAP 32
 #define PATH_MAX_BYTES 64
+/* A longer path keeps its ends: its first PATH_HEAD_BYTES and its last
+ * PATH_MAX_BYTES - PATH_HEAD_BYTES, with path_len its whole length (layout
+ * 5), for the end names the operation (Bedrock's /model/<model id>/invoke-
+ * with-response-stream). Its end is looked for within PATH_SCAN_BYTES; a
+ * path running past that keeps its first PATH_MAX_BYTES only. */
+#define PATH_HEAD_BYTES 32
+#define PATH_SCAN_BYTES 255
 /* The request body's "model" value and a named SSE event's name: protocol
  * identifiers, never prompt or completion text (docs/report-json.md). */
 #define MODEL_MAX_BYTES 64
@@ -176,7 +183,7 @@ struct io_event {
     __u16 header_bytes;     /* bytes up to and including the blank line, when HEADERS_END */
     __u16 sse_events;       /* SSE "data:" lines of unnamed or *delta events in the scanned body */
     __u8 method;            /* enum http_method for HTTP_KIND_REQUEST */
-    __u8 path_len;
+    __u8 path_len;          /* over PATH_MAX_BYTES: path holds its two ends (PATH_HEAD_BYTES) */
     char path[PATH_MAX_BYTES]; /* request path without the query string */
     __u32 output_tokens;    /* valid with HTTP_FLAG_OUTPUT_TOKENS: the last such count in the write */
     __u32 input_tokens;     /* valid with HTTP_FLAG_INPUT_TOKENS */

@@ -35,7 +35,6 @@ from dataclasses import dataclass, field
 
 from inferprobe.collector.ingest.hpack_fields import FieldDecoder, HpackError
 from inferprobe.collector.model.events import (
-    PATH_MAX_BYTES,
     EventType,
     H2Content,
     H2FrameFlag,
@@ -43,6 +42,7 @@ from inferprobe.collector.model.events import (
     H2HeadersEvent,
     H2HeadersFlag,
     HttpMethod,
+    path_ends,
 )
 from inferprobe.collector.model.layout_generated import (
     H2_TRACEPARENT_BYTES,
@@ -212,9 +212,8 @@ def encode_event(last: H2HeaderPiece, first: H2HeaderPiece, fields: dict[bytes, 
         ev.method = getattr(HttpMethod, method.decode("latin-1").upper(), HttpMethod.UNKNOWN)
     path = fields.get(b":path")
     if path is not None:
-        path = path.split(b"?", 1)[0][:PATH_MAX_BYTES]
-        ev.path = path  # a char array: ctypes copies the bytes in (reading ev.path gives a copy)
-        ev.path_len = len(path)
+        # a char array: ctypes copies the bytes in (reading ev.path gives a copy)
+        ev.path, ev.path_len = path_ends(path.split(b"?", 1)[0])
     ev.content = content_kind(fields.get(b"content-type"))
     traceparent = fields.get(b"traceparent")
     if traceparent is not None and len(traceparent) <= H2_TRACEPARENT_BYTES:

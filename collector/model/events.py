@@ -40,7 +40,9 @@ from inferprobe.collector.model.layout_generated import (
     LOCK_SCAN_HITS,
     MODEL_MAX_BYTES,
     NET_DEV_NAME_BYTES,
+    PATH_HEAD_BYTES,
     PATH_MAX_BYTES,
+    PATH_SCAN_BYTES,
     STACK_COUNTER_MAX,
     TRACEPARENT_MAX_BYTES,
     TRACESTATE_MAX_BYTES,
@@ -106,7 +108,8 @@ __all__ = [
     "COUNTER_MAX", "EVENT_NAME_MAX_BYTES", "GPU_FN_FIRST_COPY", "GPU_FN_FIRST_MEMORY",
     "GPU_FN_FIRST_QUERY", "GPU_FN_FIRST_WAIT", "GPU_FN_MAX", "LAYOUT_VERSION", "LOCK_COUNTER_MAX",
     "LOCK_EXEC_GRANULES", "LOCK_EXEC_GRANULE_SHIFT", "LOCK_SCAN_HITS", "MODEL_MAX_BYTES",
-    "NET_DEV_NAME_BYTES", "PATH_MAX_BYTES", "STACK_COUNTER_MAX", "STACK_FLAG_PREEMPTED", "USDT_MAX_ARGS",
+    "NET_DEV_NAME_BYTES", "PATH_HEAD_BYTES", "PATH_MAX_BYTES", "PATH_SCAN_BYTES", "STACK_COUNTER_MAX",
+    "STACK_FLAG_PREEMPTED", "USDT_MAX_ARGS",
     "ConnEvent", "ConnRole", "Counter", "EventHeader", "EventType", "FutexWaitEvent", "FutexWaitFlag",
     "GpuCallEvent",
     "GpuCopyKind", "GpuDrmEvent", "GpuDrmWhat", "GpuFenceEvent", "GpuFlushReason", "GpuFunction",
@@ -127,7 +130,7 @@ __all__ = [
     "NetRetransmitRecord", "NetXmitRecord", "OffcpuRecord", "StackSampleRecord", "TraceContextRecord",
     "UsdtRecord",
     "decode",
-    "event_type_of",
+    "event_type_of", "path_ends", "request_path",
 ]
 
 LAYOUT_VERSION = INFERPROBE_LAYOUT_VERSION
@@ -563,6 +566,25 @@ def member(enum_type: type[E], value: int, field: str) -> E:
     return enum_type(value)
 
 
+def request_path(raw: bytes, length: int) -> str:
+    """A request's path as the kernel keeps it: whole up to PATH_MAX_BYTES,
+    else its two ends joined by "…" (layout 5, bpf/inferprobe.h PATH_HEAD_BYTES)."""
+    if length <= PATH_MAX_BYTES:
+        return raw[:length].decode("latin-1")
+    return (raw[:PATH_HEAD_BYTES].decode("latin-1") + "…"
+            + raw[PATH_HEAD_BYTES:PATH_MAX_BYTES].decode("latin-1"))
+
+
+def path_ends(path: bytes) -> tuple[bytes, int]:
+    """(bytes, path_len) of a path kept as the kernel keeps a request line's
+    (http1.bpf.h copy_path), for the events user space makes (HTTP/2's)."""
+    if len(path) <= PATH_MAX_BYTES:
+        return path, len(path)
+    if len(path) >= PATH_SCAN_BYTES:
+        return path[:PATH_MAX_BYTES], PATH_MAX_BYTES
+    return path[:PATH_HEAD_BYTES] + path[len(path) - (PATH_MAX_BYTES - PATH_HEAD_BYTES):], len(path)
+
+
 def _text(raw: bytes, length: int, limit: int) -> str | None:
     """A name the kernel copied (printable ASCII by construction), or None when empty."""
     return raw[: min(length, limit)].decode("ascii", "replace") or None
@@ -584,7 +606,7 @@ def _io(etype: EventType, ev: Any) -> IoRecord:
     path = None
     if kind == HttpKind.REQUEST:
         method = member(HttpMethod, ev.method, "HTTP method").name
-        path = ev.path[: ev.path_len].decode("latin-1") if ev.path_len else "/"
+        path = request_path(ev.path, ev.path_len) if ev.path_len else "/"
     return IoRecord(
         type=etype,
         pid=hdr.pid,
@@ -783,7 +805,7 @@ def _h2_headers(etype: EventType, ev: Any) -> H2HeadersRecord:
         grpc_status=ev.grpc_status if H2HeadersFlag.GRPC_STATUS in flags else None,
         grpc_message_len=ev.grpc_message_len,
         method=member(HttpMethod, ev.method, "HTTP method").name if ev.method else None,
-        path=ev.path[: ev.path_len].decode("latin-1") if ev.path_len else None,
+        path=request_path(ev.path, ev.path_len) if ev.path_len else None,
         content=member(H2Content, ev.content, "HTTP/2 content"),
         is_read=ev.dir == 0, role=member(ConnRole, ev.role, "connection role"),
         transport=member(Transport, ev.transport, "transport"),

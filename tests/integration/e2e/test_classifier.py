@@ -100,6 +100,11 @@ REQ_PLAIN = b"GET /plain HTTP/1.1\r\nHost: h\r\n\r\n"
 # lines in it are not counted (the kernel skips the scan; nothing reads it).
 PLAIN_BODY = b"data: not a token\n\ndata: [DONE]\n\n"
 REQ_VEC = b"GET /vec HTTP/1.1\r\nHost: h\r\n\r\n"
+# Paths past PATH_MAX_BYTES (64) keep their two ends, 32 bytes each: Bedrock's
+# names its operation last. One of exactly 64 is whole; one whose end is past
+# PATH_SCAN_BYTES (255) keeps its first 64.
+BEDROCK = "/model/anthropic.claude-3-5-sonnet-20241022-v2:0/invoke-with-response-stream"
+PATH_64, PATH_300 = "/" + "a" * 63, "/" + "b" * 299
 C1, C2 = chunk(b"data: a\n\n"), chunk(b"data: [DONE]\n\n")
 # More iovecs than the kernel copies (8), empty ones among them, the last
 # chunk alone in the last: the end is found by walking the rest.
@@ -136,6 +141,10 @@ HUGE_PAYLOAD_SPLIT = [b"da", b"ta: " + b"x" * 0x10000 + b"\n", b"\n\n"]
 # end of the stream: every "data:" line and [DONE] is in the copied head.
 HYPER_TWO = hyper_chunk(b'data: {"t":1}\n\n') + hyper_chunk(b'data: {"t":2}\n\n')
 HYPER_END = hyper_chunk(b'data: {"t":3}\n\n') + hyper_chunk(b"data: [DONE]\n\n") + [b"0\r\n\r\n"]
+def get(path: str) -> bytes:
+    return b"GET %s HTTP/1.1\r\nHost: h\r\n\r\n" % path.encode()
+
+
 PLAIN_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n" % len(PLAIN_BODY)
 
 
@@ -250,6 +259,12 @@ STEPS: list[tuple[Expect, list[Expect]]] = [
             header_bytes=len(REQ_PLAIN)),
      [Expect(PLAIN_HEAD + PLAIN_BODY, HttpKind.RESPONSE, H.HEADERS_END | H.HAS_LENGTH, status=200,
              content_length=len(PLAIN_BODY), header_bytes=len(PLAIN_HEAD))]),
+    *[(Expect(get(path + "?key=secret"), HttpKind.REQUEST, H.HEADERS_END, method="GET", path=kept,
+              header_bytes=len(get(path + "?key=secret"))),
+       [Expect(PLAIN_HEAD + PLAIN_BODY, HttpKind.RESPONSE, H.HEADERS_END | H.HAS_LENGTH, status=200,
+               content_length=len(PLAIN_BODY), header_bytes=len(PLAIN_HEAD))])
+      for path, kept in ((BEDROCK, BEDROCK[:32] + "…" + BEDROCK[-32:]), (PATH_64, PATH_64),
+                         (PATH_300, PATH_300[:64]))],
 ]
 
 

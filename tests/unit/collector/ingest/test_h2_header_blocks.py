@@ -101,3 +101,18 @@ def test_tables_past_the_bound_give_way_and_their_connections_say_table_lost():
     assert later.flags & H2HeadersFlag.TABLE_LOST and later.path is None
     assert send(3, "/three").path == "/three"      # the fed one decodes on (2's return made 1 give way)
     assert blocks.connections == 2
+
+
+VERTEX = ("/v1/projects/inference-team/locations/us-east5/publishers/anthropic/models/"
+          "claude-sonnet-4@20250514:streamRawPredict")
+
+
+def test_a_long_path_keeps_its_two_ends_as_the_kernel_keeps_a_request_lines():
+    """Vertex's path names its operation at its end, past PATH_MAX_BYTES."""
+    def path_of(path: str) -> str:
+        block = Encoder().encode([(":method", "POST"), (":path", path)])
+        return decode(HeaderBlocks().feed(piece(block, len(block)))).path
+
+    assert path_of(VERTEX + "?alt=sse") == "/v1/projects/inference-team/loca…nnet-4@20250514:streamRawPredict"
+    assert path_of("/" + "a" * 63) == "/" + "a" * 63  # PATH_MAX_BYTES: whole
+    assert path_of("/" + "b" * 300) == "/" + "b" * 63  # no end within PATH_SCAN_BYTES: its start
