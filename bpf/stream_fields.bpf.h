@@ -6,7 +6,8 @@
  *   - token counts, numbers only: "completion_tokens" and "prompt_tokens"
  *     (OpenAI usage), "output_tokens" and "input_tokens" (Anthropic, OpenAI
  *     Responses), "eval_count" and "prompt_eval_count" (Ollama),
- *     "predicted_n" (llama.cpp timings);
+ *     "predicted_n" (llama.cpp timings), "candidatesTokenCount" (Gemini's
+ *     usageMetadata, found by the 'd' of "candidates");
  *   - "done": true, the end marker of an Ollama NDJSON stream;
  *   - the structural empties of OpenAI-style chunks that carry no token:
  *     "choices":[] (the usage chunk, whose choices are always empty) and
@@ -113,6 +114,9 @@ static __always_inline void json_key_at(struct scratch *s, u32 u)
             u32 v = after_colon(s, u + 5);
             if (v && s->head[v & SCRATCH_MASK] == 't')
                 s->json_done = 1;
+        } else if (EQUALS(load8(s->head, u - 6), "\"candid", 7) &&
+                   EQUALS(load8(s->head, u + 1), "atesToke", 8) && EQUALS(load8(s->head, u + 9), "nCount\"", 7)) {
+            s->output_at = u + 17;
         } else if (EQUALS(load8(s->head, u - 1), "\"delta\":", 8)) {
             u32 v = s->head[(u + 7) & SCRATCH_MASK] == ' ' ? u + 8 : u + 7;
             if (v + 2 <= n && v + 1 >= s->fields_fresh_from && s->head[v & SCRATCH_MASK] == '{' &&

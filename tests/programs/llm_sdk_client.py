@@ -1,6 +1,6 @@
-"""Streamed calls through the official openai or anthropic SDK, timed by the caller.
+"""Streamed calls through the official openai, anthropic or google-genai SDK, timed by the caller.
 
-Usage: llm_sdk_client.py openai|anthropic BASE_URL CALLS TOKENS [--wait] [--timeout S]
+Usage: llm_sdk_client.py openai|anthropic|gemini BASE_URL CALLS TOKENS [--wait] [--timeout S]
 [--retries N] [--stall-first MS] [--fail-first STATUS] [--warm-up] [--unary]. The server is
 one of tests/servers/stream_shapes* (they take the token count and pacing
 from extra body fields) over HTTPS with a self-signed certificate, so
@@ -39,6 +39,31 @@ def anthropic_client(base_url: str, options: dict):
 
     return anthropic.Anthropic(base_url=base_url, api_key=SECRET,
                                http_client=anthropic.DefaultHttpxClient(verify=False), **options)
+
+
+def gemini_client(base_url: str, options: dict):
+    from google import genai
+    from google.genai import types
+
+    # the test's own certificate; the key goes in x-goog-api-key
+    return genai.Client(api_key=SECRET, http_options=types.HttpOptions(
+        base_url=base_url, api_version="v1beta", client_args={"verify": False}, **options))
+
+
+def gemini_call(client, k: int, tokens: int) -> dict:
+    from google.genai import types
+
+    model = f"gemini-test-{k % 2}"
+    received = []
+    began = time.monotonic_ns()
+    extra = {"tokens": tokens, "prompt": f"{MARKER} {k}", "interval_ms": 3, **STALL}
+    for chunk in client.models.generate_content_stream(
+            model=model, contents=f"{MARKER} say something {k}",
+            config=types.GenerateContentConfig(http_options=types.HttpOptions(extra_body=extra))):
+        if chunk.text:
+            received.append(time.monotonic_ns())
+    return {"model": None, "path": f"/v1beta/models/{model}:streamGenerateContent", "received_ns": received,
+            "began_ns": began, "returned_ns": time.monotonic_ns()}
 
 
 def openai_unary_call(client, k: int, tokens: int) -> dict:
@@ -100,8 +125,8 @@ def main() -> None:
         options["timeout"] = float(rest[rest.index("--timeout") + 1])
     if "--retries" in rest:
         options["max_retries"] = int(rest[rest.index("--retries") + 1])
-    make_client = openai_client if sdk == "openai" else anthropic_client
-    call = openai_call if sdk == "openai" else anthropic_call
+    make_client = {"openai": openai_client, "anthropic": anthropic_client, "gemini": gemini_client}[sdk]
+    call = {"openai": openai_call, "anthropic": anthropic_call, "gemini": gemini_call}[sdk]
     if "--unary" in rest:
         call = openai_unary_call if sdk == "openai" else anthropic_unary_call
     # A first call in a fresh process spends ~30 ms in the SDK (its models, its

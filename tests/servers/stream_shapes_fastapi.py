@@ -30,6 +30,20 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 SHAPES = json.loads((Path(__file__).with_name("stream_shapes_payloads.json")).read_text())
+# Gemini's streamGenerateContent?alt=sse, served here only (the shared payloads are
+# every stack's): the model is in the path, usageMetadata in every chunk, the
+# candidates' count growing with each.
+GEMINI_PATH = re.compile(r"v1(?:beta)?/models/([^/:]+):streamGenerateContent")
+GEMINI = {
+    "content_type": "text/event-stream",
+    "prompt_tokens": 7,
+    "before": [],
+    "token": ('data: {"candidates": [{"content": {"parts": [{"text": "{text}"}],"role": "model"},'
+              '"index": 0}],"usageMetadata": {"promptTokenCount": {prompt_tokens},'
+              '"candidatesTokenCount": {count},"totalTokenCount": {total}},'
+              '"modelVersion": "{model}"}\r\n\r\n'),
+    "after": [],
+}
 PLACEHOLDER = re.compile(r"\{(\w+)\}")
 LOG = open(os.environ.get("STREAM_SHAPES_LOG") or sys.argv[1], "a")  # noqa: SIM115 - the server's lifetime
 app = FastAPI()
@@ -55,10 +69,13 @@ def unary_answer(path: str, body: dict, prompt_tokens: int) -> dict:
 
 @app.post("/{path:path}")
 async def stream(path: str, request: Request) -> Response:
-    shape = SHAPES.get("/" + path)
+    gemini = GEMINI_PATH.fullmatch(path)
+    shape = GEMINI if gemini else SHAPES.get("/" + path)
     if shape is None:
         return Response(status_code=404)
     body = await request.json()
+    if gemini:
+        body["model"] = gemini.group(1)
     if body.get("stall_first_ms") and request.headers.get("x-stainless-retry-count", "0") == "0":
         # A first attempt that gets no byte for a while: the SDK's own timeout and retry fire.
         await asyncio.sleep(body["stall_first_ms"] / 1000)
@@ -86,6 +103,7 @@ async def stream(path: str, request: Request) -> Response:
         for i in range(body["tokens"]):
             await asyncio.sleep(body["interval_ms"] / 1000)
             values["text"] = f"{body['prompt'][:24]} {i}"
+            values["count"], values["total"] = i + 1, shape["prompt_tokens"] + i + 1
             token_ns.append(time.monotonic_ns())
             yield fill(shape["token"], values)
             # Starlette asks for the next chunk once its send() of this one returned, and uvicorn

@@ -295,6 +295,13 @@ ANTHROPIC_END = (b'event: message_delta\ndata: {"type":"message_delta","delta":{
                  b'"usage":{"output_tokens":15}}\n\nevent: message_stop\ndata: {"type":"message_stop"}\n\n')
 OPENAI_USAGE = (b'data: {"id":"c","choices":[],"usage":{"prompt_tokens":9,"completion_tokens":12,'
                 b'"total_tokens":21,"completion_tokens_details":{"reasoning_tokens":0}}}\n\ndata: [DONE]\n\n')
+# Gemini (streamGenerateContent?alt=sse): usageMetadata in every chunk; the output count is read
+GEMINI_CHUNK = (b'data: {"candidates": [{"content": {"parts": [{"text": "Hi"}],"role": "model"},"index": 0}],'
+                b'"usageMetadata": {"promptTokenCount": 9,"totalTokenCount": 9},"modelVersion": "g"}\r\n\r\n')
+GEMINI_LAST = (b'data: {"candidates": [{"content": {"parts": [{"text": " there"}],"role": "model"},'
+               b'"finishReason": "STOP","index": 0}],"usageMetadata": {"promptTokenCount": 9,'
+               b'"candidatesTokenCount": 14,"totalTokenCount": 28,"thoughtsTokenCount": 5,'
+               b'"cachedContentTokenCount": 3},"modelVersion": "g"}\r\n\r\n')
 LLAMA_FINAL = (b'data: {"choices":[{"finish_reason":"stop","index":0,"delta":{}}],"timings":'
                b'{"prompt_n":7,"prompt_ms":1.5,"predicted_n":33,"predicted_ms":40.2}}\n\n')
 
@@ -343,6 +350,12 @@ STEPS += [
              output_tokens=12, input_tokens=9),
       Expect(b"X-Trailer: 1\r\n\r\n", flags=H.BLANK_LINE_END),
       ]),
+    (Expect(REQ_VEC, HttpKind.REQUEST, H.HEADERS_END, method="GET", path="/vec", header_bytes=len(REQ_VEC)),
+     [Expect(SSE_HEAD, HttpKind.RESPONSE, H.HEADERS_END | H.EVENT_STREAM | H.CHUNKED, status=200,
+             header_bytes=len(SSE_HEAD)),
+      Expect(chunk(GEMINI_CHUNK), sse_events=1),
+      Expect(chunk(GEMINI_LAST) + b"0\r\n\r\n", sse_events=1, output_tokens=14,
+             flags=H.CHUNKED_END)]),
     # Node's status line and first events in one writev: the ping past the eighth iovec
     (Expect(REQ_VEC, HttpKind.REQUEST, H.HEADERS_END, method="GET", path="/vec", header_bytes=len(REQ_VEC)),
      [Expect(node_response(ANTHROPIC_START, b'event: content_block_start\ndata: {"i":0}\n\n',

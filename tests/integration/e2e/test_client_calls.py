@@ -2,8 +2,10 @@
 
 The application is traced, not the server: `record -p APP` on a process
 with no listening socket (no flag needed). Clients: the official openai SDK
-over HTTP, the anthropic SDK over HTTPS (Python's ssl over libssl), and Go's
-net/http client over HTTP and HTTPS (crypto/tls); the server is
+over HTTP, the anthropic SDK over HTTPS (Python's ssl over libssl), Google's
+Gen AI SDKs for Python (google-genai) and Node (@google/genai, Node's own
+OpenSSL) against Gemini's streamGenerateContent over HTTPS, and Go's net/http
+client over HTTP and HTTPS (crypto/tls); the server is
 tests/servers/stream_shapes_fastapi.py, untraced. Each client measures its
 own calls with CLOCK_MONOTONIC: when each call began and returned, and when
 each token event reached the application.
@@ -46,17 +48,23 @@ SPAN_TOLERANCE_NS = 20_000_000
 
 
 
+# The Node clients: the npm package each needs and its program.
+NODE_CLIENTS = {"openai-node": ("openai", "openai_node_client.mjs"),
+                "gemini-node": ("@google/genai", "gemini_node_client.mjs")}
+
+
 def client_command(sdk: str, tmp_path: Path, base_url: str, calls: int,
                    extra: list[str]) -> tuple[list[str], dict[str, str]]:
     """The client's command line and environment."""
     if sdk == "go":
         exe = build_go_program(PROGRAMS / "llm_go_client.go", tmp_path)
         return [str(exe), base_url, str(calls), str(TOKENS)], dict(os.environ)
-    if sdk == "openai-node":
-        env = {**os.environ, "NODE_PATH": node_package("openai"), "NODE_TLS_REJECT_UNAUTHORIZED": "0"}
-        return [node_binary(), str(PROGRAMS / "openai_node_client.mjs"), base_url, str(calls), str(TOKENS),
-                *extra], env
-    pytest.importorskip(sdk, reason=f"the {sdk} SDK is not installed (the test extra installs it)")
+    if sdk in NODE_CLIENTS:
+        package, program = NODE_CLIENTS[sdk]
+        env = {**os.environ, "NODE_PATH": node_package(package), "NODE_TLS_REJECT_UNAUTHORIZED": "0"}
+        return [node_binary(), str(PROGRAMS / program), base_url, str(calls), str(TOKENS), *extra], env
+    module = {"gemini": "google.genai"}.get(sdk, sdk)
+    pytest.importorskip(module, reason=f"the {sdk} SDK is not installed (the test extra installs it)")
     return [sys.executable, str(PROGRAMS / "llm_sdk_client.py"), sdk, base_url, str(calls), str(TOKENS),
             "--wait", "--warm-up", *extra], dict(os.environ)
 
@@ -119,7 +127,8 @@ def check_span(call: dict, app: dict) -> None:
     assert abs(call["duration_ns"] - (app["returned_ns"] - app["began_ns"])) < SPAN_TOLERANCE_NS, (call, app)
 
 
-CLIENTS = [("openai", "http"), ("anthropic", "https"), ("go", "http"), ("go", "https")]
+CLIENTS = [("openai", "http"), ("anthropic", "https"), ("gemini", "https"), ("gemini-node", "https"),
+           ("go", "http"), ("go", "https")]
 
 
 @pytest.fixture(scope="module", params=CLIENTS, ids=[f"{sdk}-{scheme}" for sdk, scheme in CLIENTS])
@@ -145,6 +154,14 @@ def test_every_call_is_one_attempt_with_reads_timed_like_the_application(streame
     assert statistics.median(gaps) < 1_000_000, statistics.median(gaps)
     assert sorted(gaps)[int(0.9 * len(gaps))] < 5_000_000
     assert report["lost_events"] == 0
+
+
+def test_the_output_count_each_stream_states_is_read(streamed):
+    """Each stream states its output count, read as the client received it: OpenAI's
+    usage chunk, Anthropic's message_delta, Gemini's usageMetadata (candidatesTokenCount,
+    growing with each chunk: the last is the total)."""
+    for (attempt,) in attempts_of(streamed["report"]).values():
+        assert (attempt["usage"] or {}).get("output_tokens") == TOKENS
 
 
 def test_connection_reuse_matches_the_server_s_view(streamed):
@@ -233,9 +250,11 @@ def test_an_answered_503_and_its_retry_are_one_call(tmp_path, sdk, scheme):
 
 def test_a_new_tls_connection_times_its_handshake(streamed):
     """OpenSSL's handshake (SSL_do_handshake returning 1) between the TCP connect
-    and the first request byte; Go's crypto/tls handshake is not hooked (docs/tls.md)."""
+    and the first request byte; Go's crypto/tls handshake is not hooked (docs/tls.md),
+    and Node's, driven inside SSL_read on a memory BIO, is not timed apart
+    (docs/client-calls.md)."""
     first = next(iter(attempts_of(streamed["report"]).values()))[0]
-    if streamed["scheme"] != "https" or streamed["sdk"] == "go":
+    if streamed["scheme"] != "https" or streamed["sdk"] == "go" or streamed["sdk"] in NODE_CLIENTS:
         assert first["t_tls_done_ns"] is None
         return
     assert first["t_connect_end_ns"] < first["t_tls_done_ns"] <= first["t_ingress_ns"]
