@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 from inferprobe.analyzers.client_calls import ClientCall
 from inferprobe.analyzers.decompose import phases_ns
+from inferprobe.analyzers.llm_apis import llm_api
 from inferprobe.analyzers.request_analysis import NONE, RequestAnalysis
 from inferprobe.collector.model.timeline import Outcome, Request, WaitInterval
 
@@ -110,15 +111,20 @@ class ServerInfo:
 
 
 def operation_name(path: str | None) -> str | None:
-    """gen_ai.operation.name for OpenAI-style paths; None for other HTTP traffic."""
-    p = (path or "").lower()
-    if "chat/completions" in p:
-        return "chat"
-    if p.endswith("/completions") or p.endswith("/generate") or p.endswith("/generate_stream"):
-        return "text_completion"
-    if p.endswith("/embeddings"):
-        return "embeddings"
-    return None
+    """gen_ai.operation.name for an LLM API's path (analyzers/llm_apis.py); None for other HTTP traffic."""
+    api = llm_api(path)
+    return api.operation if api is not None else None
+
+
+def genai_attributes(path: str | None) -> Attributes:
+    """gen_ai.operation.name, and gen_ai.provider.name where the path is one provider's."""
+    api = llm_api(path)
+    if api is None:
+        return {}
+    attrs: Attributes = {"gen_ai.operation.name": api.operation}
+    if api.provider is not None:
+        attrs["gen_ai.provider.name"] = api.provider
+    return attrs
 
 
 def last_seen_ns(req: Request) -> int:
@@ -179,10 +185,8 @@ def rpc_attributes(req: Request) -> Attributes:
 
 
 def root_attributes(req: Request, server: ServerInfo, analysis: RequestAnalysis = NONE) -> Attributes:
-    attrs: Attributes = {}
-    op = operation_name(req.path)
-    if op is not None:
-        attrs["gen_ai.operation.name"] = op
+    attrs: Attributes = genai_attributes(req.path)
+    if attrs:
         attrs["gen_ai.request.stream"] = req.streaming
         if req.ttft_ns is not None:
             attrs["gen_ai.response.time_to_first_chunk"] = req.ttft_ns / 1e9
@@ -323,9 +327,7 @@ def call_trace(call: ClientCall, analyses: Sequence[RequestAnalysis],
     first, last = call.attempts[0].request, call.attempts[-1].request
     attrs: Attributes = {"inferprobe.call": call.id, "inferprobe.attempts": len(call.attempts),
                          **peer_attributes(first.peer)}
-    op = operation_name(first.path)
-    if op is not None:
-        attrs["gen_ai.operation.name"] = op
+    attrs.update(genai_attributes(first.path))
     if first.model is not None:
         attrs["gen_ai.request.model"] = first.model
     err = error_type(last)

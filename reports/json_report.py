@@ -14,6 +14,7 @@ from inferprobe.analyzers.cadence import CadenceSummary
 from inferprobe.analyzers.client_calls import Attempt, ClientCall
 from inferprobe.analyzers.engine_metrics import EngineMetricsSummary
 from inferprobe.analyzers.findings import Finding
+from inferprobe.analyzers.llm_apis import llm_api
 from inferprobe.analyzers.locks import LockAnalysis
 from inferprobe.analyzers.report_data import ReportData
 from inferprobe.analyzers.request_analysis import RequestAnalysis
@@ -137,8 +138,11 @@ def client_fields(attempt: Attempt | None) -> dict:
 
 
 def client_call_json(call: ClientCall) -> dict:
+    api = llm_api(call.attempts[0].request.path)
     return {"call": call.id, "peer": call.peer, "t_start_ns": call.t_start_ns, "t_end_ns": call.t_end_ns,
-            "duration_ns": call.duration_ns, "attempts": len(call.attempts), "explanation": call.explain()}
+            "duration_ns": call.duration_ns, "attempts": len(call.attempts),
+            "operation": api.operation if api else None, "provider": api.provider if api else None,
+            "explanation": call.explain()}
 
 
 def series_json(points: Sequence[tuple[int, float]], peak: float | None) -> dict:

@@ -164,6 +164,16 @@ def test_the_output_count_each_stream_states_is_read(streamed):
         assert (attempt["usage"] or {}).get("output_tokens") == TOKENS
 
 
+# The API each client's calls speak, by their paths (analyzers/llm_apis.py).
+APIS = {"openai": ("chat", None), "go": ("chat", None), "anthropic": ("chat", "anthropic"),
+        "gemini": ("generate_content", "gcp.gemini"), "gemini-node": ("generate_content", "gcp.gemini")}
+
+
+def test_each_call_names_the_api_its_path_speaks(streamed):
+    for call in streamed["report"]["client_calls"]:
+        assert (call["operation"], call["provider"]) == APIS[streamed["sdk"]]
+
+
 def test_connection_reuse_matches_the_server_s_view(streamed):
     """Whether a call reused a pooled connection, against the server's own log of the
     client port of each response (Go's and anthropic's pools reuse one; the openai

@@ -9,6 +9,7 @@ from inferprobe.exporters.spans import (
     TOKEN_EVENT,
     TOKEN_SUMMARY_EVENT,
     ServerInfo,
+    genai_attributes,
     operation_name,
     request_trace,
     server_info,
@@ -105,6 +106,11 @@ def test_operation_names_and_server_info():
     assert operation_name("/v1/completions") == "text_completion"
     assert operation_name("/v1/embeddings") == "embeddings"
     assert operation_name("/metrics") is None
+    assert genai_attributes("/v1/messages") == {"gen_ai.operation.name": "chat",
+                                                "gen_ai.provider.name": "anthropic"}
+    # OpenAI's path is every compatible server's: no provider
+    assert genai_attributes("/v1/chat/completions") == {"gen_ai.operation.name": "chat"}
+    assert genai_attributes("/metrics") == {}
     assert server_info({"listening": ["tcp 127.0.0.1:8000"]}) == ServerInfo("127.0.0.1", 8000)
     assert server_info({"listening": ["tcp 0.0.0.0:8000", "tcp6 :::8000"]}) == ServerInfo(None, 8000)
     assert server_info({"listening": ["tcp 0.0.0.0:8000", "tcp 0.0.0.0:9000"]}) == ServerInfo()
