@@ -150,6 +150,26 @@ class Recorder:
         return "".join(self.stdout_lines) + out, "".join(err)
 
 
+def record_client_run(command: list[str], recording: Path, env: dict[str, str] | None = None,
+                      ready: str = "ready", timeout: float = 120) -> str:
+    """Runs a client that prints `ready` and waits for a line on stdin, recorded from
+    its own pid (a process with no listening socket needs no flag) while it runs; its
+    stdout after `ready`. A client still running on the way out is killed."""
+    client = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert client.stdout.readline().strip() == ready
+        rec = Recorder([client.pid], recording, "--duration", str(int(timeout)))
+        client.stdin.write("go\n")
+        client.stdin.flush()
+        out = client.stdout.read()
+        assert client.wait(timeout=timeout) == 0
+        rec.stop()
+        return out
+    finally:
+        if client.poll() is None:
+            client.kill()
+
+
 # The start of the inline test servers run with python_script: the modules
 # they use, a socket listening on a free loopback port, and that port printed
 # as the first line of their output.

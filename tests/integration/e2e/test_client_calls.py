@@ -35,7 +35,7 @@ from tests.support.go import build_go_program
 from tests.support.kernel import needs_root
 from tests.support.node import node_binary, node_package
 from tests.support.paths import PROGRAMS, SERVERS
-from tests.support.processes import Recorder, inferprobe_cmd, stop_process
+from tests.support.processes import inferprobe_cmd, record_client_run, stop_process
 from tests.support.tls import self_signed_certificate
 
 pytestmark = [needs_root, pytest.mark.bpf]
@@ -75,24 +75,13 @@ def record_client(tmp_path: Path, sdk: str, scheme: str, calls: int = CALLS, ext
     env = {**os.environ, **(self_signed_certificate(tmp_path) if scheme == "https" else {})}
     server = subprocess.Popen([sys.executable, str(SERVERS / "stream_shapes_fastapi.py"), str(log)],
                               stdout=subprocess.PIPE, text=True, env=env)
-    client = None
+    recording = tmp_path / "run.ipr"
     try:
         port = int(server.stdout.readline())
         base_url = f"{scheme}://127.0.0.1:{port}"
         command, client_env = client_command(sdk, tmp_path, base_url, calls, list(extra))
-        client = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                  env=client_env)
-        assert client.stdout.readline().strip() == "ready"
-        recording = tmp_path / "run.ipr"
-        rec = Recorder([client.pid], recording, "--duration", "120")  # no listening socket, no flag
-        client.stdin.write("go\n")
-        client.stdin.flush()
-        out = client.stdout.read()
-        assert client.wait(timeout=120) == 0
-        rec.stop()
+        out = record_client_run(command, recording, client_env)
     finally:
-        if client is not None and client.poll() is None:
-            client.kill()
         stop_process(server)
     report = json.loads(subprocess.run(inferprobe_cmd("report", str(recording), "--format", "json"),
                                        capture_output=True, text=True, check=True).stdout)

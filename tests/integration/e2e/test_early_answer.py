@@ -25,7 +25,7 @@ import pytest
 
 from tests.support.kernel import needs_root
 from tests.support.paths import PROGRAMS, SERVERS
-from tests.support.processes import Recorder, inferprobe_cmd, stop_process
+from tests.support.processes import inferprobe_cmd, record_client_run, stop_process
 
 pytestmark = [needs_root, pytest.mark.bpf]
 
@@ -38,22 +38,12 @@ def recorded(tmp_path_factory) -> dict:
     tmp = tmp_path_factory.mktemp("early-answer")
     server = subprocess.Popen([sys.executable, str(SERVERS / "early_answer_server.py")],
                               stdout=subprocess.PIPE, text=True)
-    client = None
+    recording = tmp / "run.ipr"
     try:
         port = int(server.stdout.readline())
         command = [sys.executable, str(PROGRAMS / "early_answer_client.py"), str(port), str(CALLS)]
-        client = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        assert client.stdout.readline().strip() == "READY"
-        recording = tmp / "run.ipr"
-        rec = Recorder([client.pid], recording, "--duration", "60")
-        client.stdin.write("go\n")
-        client.stdin.flush()
-        out = client.stdout.read()
-        assert client.wait(timeout=60) == 0
-        rec.stop()
+        out = record_client_run(command, recording, ready="READY", timeout=60)
     finally:
-        if client is not None and client.poll() is None:
-            client.kill()
         stop_process(server)
     report = json.loads(subprocess.run(inferprobe_cmd("report", str(recording), "--format", "json"),
                                        capture_output=True, text=True, check=True).stdout)
