@@ -2,8 +2,8 @@
 
 Fed by the sessionizer with the h2_frames events of the kernel's frame walk
 (bpf/http2.bpf.h) and the h2_headers events decoded from their header
-blocks (collector/ingest/h2_header_blocks.py), in the order their syscalls returned. Rules (RFC 9113,
-and gRPC over HTTP/2):
+blocks (collector/ingest/h2_header_blocks.py), in the order their bytes moved
+(sessionizer.effect_order). Rules (RFC 9113, and gRPC over HTTP/2):
 - the request half's HEADERS (a server's reads, a client's writes) opens a
   stream's request: :method, :path, the time its read returned;
 - the response half's first HEADERS starts the response (:status,

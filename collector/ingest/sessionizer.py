@@ -30,6 +30,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from inferprobe.collector.ingest.h2_streams import H2Streams
+from inferprobe.collector.ingest.h2_streams import moment as h2_moment
 from inferprobe.collector.ingest.trace_context import TraceContextJoiner
 from inferprobe.collector.model.events import (
     ConnRecord,
@@ -113,8 +114,9 @@ def is_request_side(ev: IoRecord) -> bool:
 def effect_order(ev: Event) -> tuple[int, int]:
     """The time an event took effect, the order the sessionizer is fed in.
 
-    HTTP/1 I/O goes by moment(): a read by its return (a server's request
-    read is before the writes that answer it), a write by its entry. Not a
+    I/O goes by when its bytes moved (moment()): a read by its return (a
+    server's request read is before the writes that answer it), a write by
+    its entry, over HTTP/1 and HTTP/2 alike. Not a
     write's return: a client's request is on the wire before its write call
     returns, and a thread preempted after the socket write (Go's crypto/tls
     Write, on a busy host) can return after the response's first read did.
@@ -128,9 +130,9 @@ def effect_order(ev: Event) -> tuple[int, int]:
     if isinstance(ev, IoRecord):
         return moment(ev), 1
     if isinstance(ev, H2FramesRecord):
-        return ev.exit_ns, 1
+        return h2_moment(ev), 1
     if isinstance(ev, H2HeadersRecord):
-        return ev.exit_ns, 0
+        return h2_moment(ev), 0
     return ev.ts_ns, 1
 
 

@@ -3,6 +3,8 @@ the header decoder hand them over, including several streams' frames in one sysc
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from inferprobe.collector.ingest.sessionizer import sessionize
 from inferprobe.collector.model.events import (
     ConnRole,
@@ -84,3 +86,25 @@ def test_a_connection_whose_frames_are_lost_leaves_its_streams_incomplete_and_co
     (req,) = session.requests
     assert req.outcome == Outcome.INCOMPLETE and req.end_reason == "HTTP/2 frames no longer followed"
     assert session.stats.h2_connections_lost == 1
+
+
+def test_a_client_s_request_write_that_returns_after_its_answer_arrived_still_gets_it():
+    """A gRPC client's HEADERS and message write, preempted after its socket write,
+    returns (1000) after the response's HEADERS and message were read (410): the
+    stream is still opened by its request, and answered."""
+    def client(ev, exit_ns: int | None = None):
+        return replace(ev, role=ConnRole.CLIENT, exit_ns=exit_ns if exit_ns is not None else ev.exit_ns)
+
+    events = [
+        client(headers(100, False, 1, path="/llm.Generator/Stream"), exit_ns=1000),
+        client(frames(100, False, (1, 20, 0, HEADERS, 0x4, ENDS, 0), (1, 12, 12, DATA, 0x1, GRPC, 1)),
+               exit_ns=1000),
+        client(headers(400, True, 1, H2HeadersFlag.HAS_STATUS, status=200)),
+        client(frames(400, True, (1, 3, 0, HEADERS, 0x4, ENDS, 0), (1, 30, 30, DATA, 0, GRPC, 1))),
+        client(headers(600, True, 1, H2HeadersFlag.END_STREAM | H2HeadersFlag.GRPC_STATUS, grpc_status=0,
+                       content=H2Content.NONE)),
+        client(frames(600, True, (1, 10, 0, HEADERS, 0x5, ENDS, 0))),
+    ]
+    (req,) = sessionize(events).requests
+    assert req.role == "client" and req.outcome == Outcome.COMPLETE and req.grpc_status == 0
+    assert req.t_ingress_ns == 100 and req.t_response_start_ns == 410 and req.token_ns == [410]
