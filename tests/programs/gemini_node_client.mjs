@@ -12,7 +12,7 @@
 // tracer's outputs. Certificates are not checked (NODE_TLS_REJECT_UNAUTHORIZED=0
 // in the environment, for a self-signed server).
 import { createRequire } from "node:module";
-import readline from "node:readline";
+import { now, runTimedCalls } from "./timed_calls.mjs";
 
 const require = createRequire(import.meta.url);
 const { GoogleGenAI } = require("@google/genai");
@@ -21,7 +21,6 @@ const MARKER = "PRIVATE-MARKER-5e1d";
 const SECRET = "sk-SECRET-b7c2e9";
 const [baseUrl, calls, tokens] = [process.argv[2], Number(process.argv[3]), Number(process.argv[4])];
 
-const now = () => process.hrtime.bigint().toString();
 // One client for every call, as applications keep theirs: its fetch pool reuses connections.
 const client = new GoogleGenAI({ apiKey: SECRET, httpOptions: { baseUrl, apiVersion: "v1beta" } });
 
@@ -40,10 +39,4 @@ async function call(k) {
            began_ns: began, returned_ns: now() };
 }
 
-// A first call warms the SDK up (its modules, its transport) before the measured ones.
-await call(-1);
-console.log("ready");
-const lines = readline.createInterface({ input: process.stdin });
-await new Promise((resolve) => lines.once("line", resolve));
-lines.close();
-for (let k = 0; k < calls; k++) console.log(JSON.stringify(await call(k)));
+await runTimedCalls(call, calls);

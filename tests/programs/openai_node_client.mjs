@@ -12,7 +12,7 @@
 // never reach the tracer's outputs. Certificates are not checked
 // (NODE_TLS_REJECT_UNAUTHORIZED=0 in the environment, for a self-signed server).
 import { createRequire } from "node:module";
-import readline from "node:readline";
+import { now, runTimedCalls } from "./timed_calls.mjs";
 
 const require = createRequire(import.meta.url);
 const OpenAI = require("openai").default ?? require("openai");
@@ -24,7 +24,6 @@ const rest = process.argv.slice(5);
 const extra = {};
 if (rest.includes("--fail-first")) extra.fail_first_status = Number(rest[rest.indexOf("--fail-first") + 1]);
 
-const now = () => process.hrtime.bigint().toString();
 // One client for every call, as applications keep theirs: its fetch pool reuses connections.
 const client = new OpenAI({ baseURL: `${baseUrl}/v1`, apiKey: SECRET, maxRetries: 2 });
 
@@ -42,10 +41,4 @@ async function call(k) {
   return { model, path: "/v1/chat/completions", received_ns: received, began_ns: began, returned_ns: now() };
 }
 
-// A first call warms the SDK up (its modules, its transport) before the measured ones.
-await call(-1);
-console.log("ready");
-const lines = readline.createInterface({ input: process.stdin });
-await new Promise((resolve) => lines.once("line", resolve));
-lines.close();
-for (let k = 0; k < calls; k++) console.log(JSON.stringify(await call(k)));
+await runTimedCalls(call, calls);
