@@ -116,10 +116,10 @@ def effect_order(ev: Event) -> tuple[int, int]:
 
     I/O goes by when its bytes moved (moment()): a read by its return (a
     server's request read is before the writes that answer it), a write by
-    its entry, over HTTP/1 and HTTP/2 alike. Not a
-    write's return: a client's request is on the wire before its write call
-    returns, and a thread preempted after the socket write (Go's crypto/tls
-    Write, on a busy host) can return after the response's first read did.
+    its entry, over HTTP/1 and HTTP/2 alike. Not a write's return: a
+    client's request is on the wire before its write call returns, and a
+    thread preempted after the socket write (Go's crypto/tls Write, on a
+    busy host) can return after the response's first read did.
     Ordered by return, that response found no request waiting and every
     later call on the connection took its predecessor's answer. Causality
     still holds both ways: a server's write begins after the read it answers
