@@ -40,11 +40,11 @@
  * unknown, so they are only counted, host-wide. Each is loaded only where
  * the probe set saw its tracepoint.
  *
- * Built ahead of time (CO-RE, libbpf; common_core.bpf.h). Settings, written
+ * Built ahead of time (CO-RE, libbpf; common.bpf.h). Settings, written
  * by collector/attach/probe_sets/gpu.py before load: gpu_run_max_launches,
  * gpu_run_max_ns.
  */
-#include "common_core.bpf.h"
+#include "common.bpf.h"
 #include <bpf/usdt.bpf.h>
 
 const volatile u32 gpu_run_max_launches = 256;
@@ -105,24 +105,11 @@ static __always_inline struct gpu_fn_stats *gpu_stats(u32 fn)
     return bpf_map_lookup_elem(&gpu_fn_stats, &fn);
 }
 
-/* floor(log2(v)) for v > 0, by halving: bcc's bpf_log2l, which libbpf has no copy of. */
-static __always_inline u32 gpu_log2(u64 v)
-{
-    u32 r = 0;
-    if (v >> 32) { v >>= 32; r += 32; }
-    if (v >> 16) { v >>= 16; r += 16; }
-    if (v >> 8) { v >>= 8; r += 8; }
-    if (v >> 4) { v >>= 4; r += 4; }
-    if (v >> 2) { v >>= 2; r += 2; }
-    if (v >> 1) r += 1;
-    return r;
-}
-
 static __always_inline u32 gpu_hist_slot(u64 ns)
 {
     u32 slot = 0;
     if (ns)
-        slot = gpu_log2(ns) + 1;
+        slot = log2_floor(ns) + 1;
     return slot < GPU_HIST_SLOTS ? slot : GPU_HIST_SLOTS - 1;
 }
 

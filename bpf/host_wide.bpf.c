@@ -24,11 +24,11 @@
  * Unfollowed connections get no socket-table entry, so their I/O costs the
  * target-path lookup only and sends nothing.
  *
- * Needs sock.bpf.c pasted before it (collector/attach/loader.py pastes "sockets"
- * first); sock.bpf.c calls host_wide_adopt() and host_wide_follow(),
- * declared in common.bpf.h.
+ * Part of sock.bpf.o: sock.bpf.c includes it at its end, declares the hooks
+ * below, and calls them where a process listens or accepts and where a
+ * connection moves bytes. Each hook returns at once while host_wide_on (a
+ * read-only setting the loader writes) is 0, and the verifier then drops it.
  */
-#include "common.bpf.h"
 
 #define HOST_WIDE_MAX_PORTS 16
 #define HOST_WIDE_COMM_LEN 16
@@ -47,7 +47,7 @@ struct host_wide_config {
 struct host_wide_adoption {
     u64 ts_ns;
     u16 port;               /* the listener's local port (0: unknown, an accept) */
-    u16 how;                /* HOST_WIDE_LISTEN or HOST_WIDE_ACCEPT (common.bpf.h) */
+    u16 how;                /* HOST_WIDE_LISTEN or HOST_WIDE_ACCEPT (sock.bpf.c) */
     u32 _pad;
 };
 
@@ -59,23 +59,43 @@ enum host_wide_counter {
     HOST_WIDE_COUNTER_MAX = 4,
 };
 
-BPF_ARRAY(host_wide_config, struct host_wide_config, 1);
-BPF_PERCPU_ARRAY(host_wide_counters, u64, HOST_WIDE_COUNTER_MAX);
+struct {
+    __uint(type, BPF_MAP_TYPE_ARRAY);
+    __uint(max_entries, 1);
+    __type(key, u32);
+    __type(value, struct host_wide_config);
+} host_wide_config SEC(".maps");
+struct {
+    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+    __uint(max_entries, HOST_WIDE_COUNTER_MAX);
+    __type(key, u32);
+    __type(value, u64);
+} host_wide_counters SEC(".maps");
 /* Adopted since attach; user space reads and deletes entries as it lists them. */
-BPF_TABLE("lru_hash", u32, struct host_wide_adoption, host_wide_adopted, 4096);
+struct {
+    __uint(type, BPF_MAP_TYPE_LRU_HASH);
+    __uint(max_entries, 4096);
+    __type(key, u32);
+    __type(value, struct host_wide_adoption);
+} host_wide_adopted SEC(".maps");
 /* Released by user space (no HTTP seen on its connections): never adopted again. */
-BPF_TABLE("lru_hash", u32, u32, host_wide_rejected, 4096);
+struct {
+    __uint(type, BPF_MAP_TYPE_LRU_HASH);
+    __uint(max_entries, 4096);
+    __type(key, u32);
+    __type(value, u32);
+} host_wide_rejected SEC(".maps");
 
 static __always_inline void host_wide_count(u32 index)
 {
-    u64 *value = host_wide_counters.lookup(&index);
+    u64 *value = bpf_map_lookup_elem(&host_wide_counters, &index);
     if (value)
         *value += 1;
 }
 
 static __always_inline int host_wide_passes(struct host_wide_config *cfg, u32 tgid, u16 port)
 {
-    if (tgid == cfg->self_tgid || host_wide_rejected.lookup(&tgid))
+    if (tgid == cfg->self_tgid || bpf_map_lookup_elem(&host_wide_rejected, &tgid))
         return 0;
     if (cfg->n_ports) {
         int found = 0;
@@ -104,8 +124,10 @@ static __always_inline int host_wide_passes(struct host_wide_config *cfg, u32 tg
  * which no --port filter matches. */
 static __always_inline int host_wide_adopt(u32 tgid, u16 port, u16 how)
 {
+    if (!host_wide_on)
+        return 0;
     u32 zero = 0;
-    struct host_wide_config *cfg = host_wide_config.lookup(&zero);
+    struct host_wide_config *cfg = bpf_map_lookup_elem(&host_wide_config, &zero);
     if (!cfg)
         return 0;
     if (!host_wide_passes(cfg, tgid, port)) {
@@ -116,7 +138,7 @@ static __always_inline int host_wide_adopt(u32 tgid, u16 port, u16 how)
     /* The thread that listens or accepts is the one whose syscalls follow. */
     add_target((u32)bpf_get_current_pid_tgid());
     struct host_wide_adoption adoption = {.ts_ns = bpf_ktime_get_ns(), .port = port, .how = how};
-    host_wide_adopted.update(&tgid, &adoption);
+    bpf_map_update_elem(&host_wide_adopted, &tgid, &adoption, BPF_ANY);
     host_wide_count(HOST_WIDE_ADOPTED);
     return 1;
 }
@@ -124,8 +146,10 @@ static __always_inline int host_wide_adopt(u32 tgid, u16 port, u16 how)
 /* Whether the target's new accepted connection is followed in full. */
 static __always_inline int host_wide_follow(u64 conn_id)
 {
+    if (!host_wide_on)
+        return 1;
     u32 zero = 0;
-    struct host_wide_config *cfg = host_wide_config.lookup(&zero);
+    struct host_wide_config *cfg = bpf_map_lookup_elem(&host_wide_config, &zero);
     host_wide_count(HOST_WIDE_CONNS_ACCEPTED);
     /* A multiplicative hash spreads consecutive ids over the range. */
     u32 hash = (u32)((conn_id * 0x9E3779B97F4A7C15ULL) >> 32);
@@ -183,29 +207,51 @@ struct tally_turn {
     u32 pad;
 };
 
-BPF_PERCPU_ARRAY(tally_buckets, u64, TALLY_HISTOGRAMS * TALLY_BUCKETS);
-BPF_PERCPU_ARRAY(tally_sums_ns, u64, TALLY_HISTOGRAMS);
-BPF_PERCPU_ARRAY(tally_counters, u64, TALLY_COUNTERS);
+struct {
+    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+    __uint(max_entries, TALLY_HISTOGRAMS * TALLY_BUCKETS);
+    __type(key, u32);
+    __type(value, u64);
+} tally_buckets SEC(".maps");
+struct {
+    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+    __uint(max_entries, TALLY_HISTOGRAMS);
+    __type(key, u32);
+    __type(value, u64);
+} tally_sums_ns SEC(".maps");
+struct {
+    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+    __uint(max_entries, TALLY_COUNTERS);
+    __type(key, u32);
+    __type(value, u64);
+} tally_counters SEC(".maps");
 /* As large as socks: every live connection of the targets can be tallied. */
-BPF_TABLE("lru_hash", struct sock_key, struct tally_turn, tally_turns, 65536);
+struct {
+    __uint(type, BPF_MAP_TYPE_LRU_HASH);
+    __uint(max_entries, 65536);
+    __type(key, struct sock_key);
+    __type(value, struct tally_turn);
+} tally_turns SEC(".maps");
 
 static __always_inline void tally_count(u32 index)
 {
-    u64 *value = tally_counters.lookup(&index);
+    u64 *value = bpf_map_lookup_elem(&tally_counters, &index);
     if (value)
         *value += 1;
 }
 
 static __always_inline void tally_observe(u32 histogram, u64 ns)
 {
-    u32 bucket = bpf_log2l(ns);
+    /* bucket k holds [2^(k-1), 2^k), 0 in bucket 1: bcc's bpf_log2l(), which made the
+     * recordings' histograms before the move to libbpf */
+    u32 bucket = log2_floor(ns) + 1;
     if (bucket >= TALLY_BUCKETS)
         bucket = TALLY_BUCKETS - 1;
     u32 index = histogram * TALLY_BUCKETS + bucket;
-    u64 *count = tally_buckets.lookup(&index);
+    u64 *count = bpf_map_lookup_elem(&tally_buckets, &index);
     if (count)
         *count += 1;
-    u64 *sum = tally_sums_ns.lookup(&histogram);
+    u64 *sum = bpf_map_lookup_elem(&tally_sums_ns, &histogram);
     if (sum)
         *sum += ns;
 }
@@ -226,23 +272,29 @@ static __always_inline void tally_fold(struct tally_turn *turn)
 
 static __always_inline void host_wide_tally_open(u32 tgid, s32 fd)
 {
+    if (!host_wide_on)
+        return;
     struct sock_key key = {.pid = tgid, .fd = fd};
     struct tally_turn fresh = {};
-    tally_turns.update(&key, &fresh);
+    bpf_map_update_elem(&tally_turns, &key, &fresh, BPF_ANY);
     tally_count(TALLY_CONNECTIONS);
 }
 
 static __always_inline int host_wide_tallied(u32 tgid, s32 fd)
 {
+    if (!host_wide_on)
+        return 0;
     struct sock_key key = {.pid = tgid, .fd = fd};
-    return tally_turns.lookup(&key) != 0;
+    return bpf_map_lookup_elem(&tally_turns, &key) != 0;
 }
 
 /* A read that returned bytes (t_ns: its exit) or a write (t_ns: its entry). */
 static __always_inline void host_wide_tally(u32 tgid, s32 fd, u16 dir, u64 t_ns)
 {
+    if (!host_wide_on)
+        return;
     struct sock_key key = {.pid = tgid, .fd = fd};
-    struct tally_turn *turn = tally_turns.lookup(&key);
+    struct tally_turn *turn = bpf_map_lookup_elem(&tally_turns, &key);
     if (!turn)
         return;
     if (dir == DIR_READ) {
@@ -266,10 +318,12 @@ static __always_inline void host_wide_tally(u32 tgid, s32 fd, u16 dir, u64 t_ns)
 
 static __always_inline void host_wide_tally_close(u32 tgid, s32 fd)
 {
+    if (!host_wide_on)
+        return;
     struct sock_key key = {.pid = tgid, .fd = fd};
-    struct tally_turn *turn = tally_turns.lookup(&key);
+    struct tally_turn *turn = bpf_map_lookup_elem(&tally_turns, &key);
     if (!turn)
         return;
     tally_fold(turn);
-    tally_turns.delete(&key);
+    bpf_map_delete_elem(&tally_turns, &key);
 }

@@ -20,7 +20,7 @@
  * other streams come between.
  *
  * Needs struct scratch (scratch.bpf.h) and inferprobe.h's h2 structs. No
- * map calls here (bcc rewrites them only in sock.bpf.c).
+ * map calls here: the maps, and the code that touches them, are sock.bpf.c's.
  */
 #ifndef INFERPROBE_HTTP2_BPF_H
 #define INFERPROBE_HTTP2_BPF_H

@@ -1,7 +1,7 @@
 /* inferprobe.h: every event the BPF programs send to user space.
  *
  * This is the one place the byte layout of an event is defined. It is
- * included by the BPF programs (compiled by bcc, or built ahead by clang); scripts/gen_layout.py
+ * included by the BPF programs (built ahead by clang, scripts/build_bpf.sh); scripts/gen_layout.py
  * compiles it with the host C compiler and writes its structs, enums and
  * integer #defines into collector/model/layout_generated.py, the Python mirror
  * (rerun it after any change here: tests/collector/test_layout_generated.py
@@ -13,7 +13,7 @@
 #ifndef INFERPROBE_H
 #define INFERPROBE_H
 
-/* bcc defines __KERNEL__; the built-ahead programs have vmlinux.h's types. */
+/* The BPF programs have vmlinux.h's types; the host compiler (gen_layout.py) takes linux/types.h. */
 #if !defined(__KERNEL__) && !defined(__VMLINUX_H__)
 #include <linux/types.h>
 #endif

@@ -43,10 +43,10 @@
  * Only ids, positions and counts are read: never a token id, an embedding
  * or anything of the prompt's text.
  *
- * Built ahead of time (CO-RE, libbpf; common_core.bpf.h): the probe set
+ * Built ahead of time (CO-RE, libbpf; common.bpf.h): the probe set
  * attaches these programs as uprobes and uretprobes, per process.
  */
-#include "common_core.bpf.h"
+#include "common.bpf.h"
 
 struct llama_batch_abi {  /* include/llama.h, struct llama_batch */
     s32 n_tokens;

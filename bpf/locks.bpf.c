@@ -28,13 +28,13 @@
  * Condition, Event and Queue waits), not for a lock someone holds; by any
  * other thread it is FUTEX_WAIT_FLAG_SEM_HELD.
  *
- * Built ahead of time (CO-RE, libbpf; common_core.bpf.h). Settings, written
+ * Built ahead of time (CO-RE, libbpf; common.bpf.h). Settings, written
  * by collector/attach/probe_sets/locks.py before load: lock_floor_ns,
  * lock_scan_floor_ns, offcpu_floor_ns. The programs on tracepoints a kernel
  * may lack (futex_waitv, futex_wait/futex_wake, lock:contention_*) are left
  * out of the load there by the same set.
  */
-#include "common_core.bpf.h"
+#include "common.bpf.h"
 #include "python_stacks.bpf.h"
 
 const volatile u64 lock_floor_ns = 10000;

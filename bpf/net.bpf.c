@@ -24,10 +24,12 @@
  * and sock:sock_recv_length, which fire in the target's thread while
  * sock.bpf.c's pending map still says which connection that thread is on.
  *
- * Needs sock.bpf.c compiled before it (collector/attach/loader.py pastes the
- * "sockets" set first): it reads `pending`, `struct pending_io` and DIR_WRITE.
+ * Part of sock.bpf.o: sock.bpf.c includes it at its end (it reads the
+ * pending I/O through pending_peek, struct pending_io and DIR_WRITE). Its
+ * programs are loaded only with the network set on (collector/attach/
+ * probe_sets/network.py); the tracepoint records' fields are relocated for
+ * the running kernel (CO-RE).
  */
-#include "common.bpf.h"
 
 /* A transmit counts as ACK-clocked only this soon after tcp_probe on the
  * same CPU: the call chain from tcp_rcv_established() to dev_queue_xmit()
@@ -57,9 +59,24 @@ struct net_queued {
     u16 flags;
 };
 
-BPF_TABLE("lru_hash", u64, struct net_sock_info, net_socks, 16384);   /* struct sock * -> conn */
-BPF_TABLE("lru_hash", u64, struct net_queued, net_skbs, 16384);       /* skb * -> segment */
-BPF_PERCPU_ARRAY(net_cpu, struct net_cpu_note, 1);
+struct {
+    __uint(type, BPF_MAP_TYPE_LRU_HASH);
+    __uint(max_entries, 16384);
+    __type(key, u64);
+    __type(value, struct net_sock_info);
+} net_socks SEC(".maps");   /* struct sock * -> conn */
+struct {
+    __uint(type, BPF_MAP_TYPE_LRU_HASH);
+    __uint(max_entries, 16384);
+    __type(key, u64);
+    __type(value, struct net_queued);
+} net_skbs SEC(".maps");       /* skb * -> segment */
+struct {
+    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+    __uint(max_entries, 1);
+    __type(key, u32);
+    __type(value, struct net_cpu_note);
+} net_cpu SEC(".maps");
 
 static __always_inline void net_fill_header(struct event_header *hdr, u32 type, u64 ts_ns, u32 pid)
 {
@@ -83,18 +100,20 @@ static __always_inline int net_learn_socket(u64 sk, int ret)
     if (!io || !io->conn_id)
         return 0;
     struct net_sock_info info = {.conn_id = io->conn_id, .pid = id >> 32};
-    net_socks.update(&sk, &info);
+    bpf_map_update_elem(&net_socks, &sk, &info, BPF_ANY);
     return 0;
 }
 
-TRACEPOINT_PROBE(sock, sock_send_length)
+SEC("tracepoint/sock/sock_send_length")
+int sock_send_length(struct trace_event_raw_sock_msg_length *args)
 {
     if (args->protocol != 6 /* IPPROTO_TCP */)
         return 0;
     return net_learn_socket((u64)args->sk, args->ret);
 }
 
-TRACEPOINT_PROBE(sock, sock_recv_length)
+SEC("tracepoint/sock/sock_recv_length")
+int sock_recv_length(struct trace_event_raw_sock_msg_length *args)
 {
     if (args->protocol != 6 /* IPPROTO_TCP */)
         return 0;
@@ -103,21 +122,22 @@ TRACEPOINT_PROBE(sock, sock_recv_length)
 
 /* Socket addresses are reused once freed: forget a socket when it closes so
  * that a later, unrelated socket at the same address is not taken for it.
- * Called from sock.bpf.c's sock:inet_sock_set_state program (a tracepoint
- * takes one program per translation unit; -DNET_SOCKET_STATE). */
+ * Called from sock.bpf.c's sock:inet_sock_set_state program (one program per
+ * tracepoint in an object), while net_socket_state is on. */
 static __always_inline void net_socket_state_changed(u64 sk, int newstate)
 {
     if (newstate == TCP_STATE_CLOSE)
-        net_socks.delete(&sk);
+        bpf_map_delete_elem(&net_socks, &sk);
 }
 
-TRACEPOINT_PROBE(tcp, tcp_probe)
+SEC("tracepoint/tcp/tcp_probe")
+int tcp_probe(struct trace_event_raw_tcp_probe *args)
 {
     u64 now = bpf_ktime_get_ns();
     u64 sk = (u64)args->skaddr;
-    struct net_sock_info *info = net_socks.lookup(&sk);
+    struct net_sock_info *info = bpf_map_lookup_elem(&net_socks, &sk);
     u32 zero = 0;
-    struct net_cpu_note *note = net_cpu.lookup(&zero);
+    struct net_cpu_note *note = bpf_map_lookup_elem(&net_cpu, &zero);
     if (note) {
         note->conn_id = info ? info->conn_id : 0;
         note->pid = info ? info->pid : 0;
@@ -140,15 +160,16 @@ TRACEPOINT_PROBE(tcp, tcp_probe)
     return send_event(&ev, sizeof(ev));
 }
 
-TRACEPOINT_PROBE(tcp, tcp_retransmit_skb)
+SEC("tracepoint/tcp/tcp_retransmit_skb")
+int tcp_retransmit_skb(struct trace_event_raw_tcp_retransmit_skb *args)
 {
     u64 sk = (u64)args->skaddr;
-    struct net_sock_info *info = net_socks.lookup(&sk);
+    struct net_sock_info *info = bpf_map_lookup_elem(&net_socks, &sk);
     if (!info)
         return 0;
     u64 now = bpf_ktime_get_ns();
     u32 zero = 0;
-    struct net_cpu_note *note = net_cpu.lookup(&zero);
+    struct net_cpu_note *note = bpf_map_lookup_elem(&net_cpu, &zero);
     if (note) {
         /* The retransmitted skb is queued right after this, on this CPU. */
         note->conn_id = info->conn_id;
@@ -160,16 +181,18 @@ TRACEPOINT_PROBE(tcp, tcp_retransmit_skb)
     net_fill_header(&ev.hdr, EVENT_NET_RETRANSMIT, now, info->pid);
     ev.conn_id = info->conn_id;
     ev.state = args->state;
-    ev.err = args->err;
+    if (bpf_core_field_exists(args->err))   /* Linux 6.9+ */
+        ev.err = args->err;
     return send_event(&ev, sizeof(ev));
 }
 
-TRACEPOINT_PROBE(net, net_dev_queue)
+SEC("tracepoint/net/net_dev_queue")
+int net_dev_queue(struct trace_event_raw_net_dev_template *args)
 {
     u64 now = bpf_ktime_get_ns();
     u64 id = bpf_get_current_pid_tgid();
     u32 zero = 0;
-    struct net_cpu_note *note = net_cpu.lookup(&zero);
+    struct net_cpu_note *note = bpf_map_lookup_elem(&net_cpu, &zero);
     if (!note)
         return 0;
     struct net_queued q = {.queue_ns = now};
@@ -196,19 +219,20 @@ TRACEPOINT_PROBE(net, net_dev_queue)
     if (!q.conn_id)
         return 0;
     u64 skb = (u64)args->skbaddr;
-    net_skbs.update(&skb, &q);
+    bpf_map_update_elem(&net_skbs, &skb, &q, BPF_ANY);
     count(COUNTER_NET_QUEUED);
     return 0;
 }
 
-TRACEPOINT_PROBE(net, net_dev_xmit)
+SEC("tracepoint/net/net_dev_xmit")
+int net_dev_xmit(struct trace_event_raw_net_dev_xmit *args)
 {
     u64 skb = (u64)args->skbaddr;
-    struct net_queued *found = net_skbs.lookup(&skb);
+    struct net_queued *found = bpf_map_lookup_elem(&net_skbs, &skb);
     if (!found)
         return 0;
     struct net_queued q = *found;
-    net_skbs.delete(&skb);
+    bpf_map_delete_elem(&net_skbs, &skb);
     count(COUNTER_NET_XMITTED);
     struct net_xmit_event ev = {};
     net_fill_header(&ev.hdr, EVENT_NET_XMIT, bpf_ktime_get_ns(), q.pid);
@@ -218,6 +242,8 @@ TRACEPOINT_PROBE(net, net_dev_xmit)
     ev.rc = args->rc;
     ev.via = q.via;
     ev.flags = q.flags;
-    TP_DATA_LOC_READ_STR(ev.dev, name, sizeof(ev.dev));
+    /* __data_loc: the low 16 bits are the string's offset in the record. */
+    u32 name_at = args->__data_loc_name & 0xFFFF;
+    bpf_probe_read_kernel_str(ev.dev, sizeof(ev.dev), (void *)args + name_at);
     return send_event(&ev, sizeof(ev));
 }

@@ -9,14 +9,14 @@
  * OFFCPU_MIN_NS: lock waits, I/O, sleeps and run-queue waits all show up
  * with their real weight.
  *
- * Built ahead of time (CO-RE, libbpf; common_core.bpf.h). The two fields
+ * Built ahead of time (CO-RE, libbpf; common.bpf.h). The two fields
  * read of sched_switch (prev_state, next_pid) are CO-RE relocated, so no
  * layout of the tracepoint is assumed. Settings, written by the probe set
  * before load:
  *   offcpu_min_ns         shortest period recorded (default 1 ms)
  *   offcpu_stream         also send each period as a stack_sample_event
  */
-#include "common_core.bpf.h"
+#include "common.bpf.h"
 #include "python_stacks.bpf.h"
 
 #define OFFCPU_STACK_SLOTS 16384

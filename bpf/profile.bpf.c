@@ -11,12 +11,12 @@
  * of bpf/python_stacks.bpf.h): stack_key's python_stack_id, resolved by user
  * space to function, file and line.
  *
- * Built ahead of time (CO-RE, libbpf; common_core.bpf.h). Settings, written
+ * Built ahead of time (CO-RE, libbpf; common.bpf.h). Settings, written
  * by the probe set before load:
  *   profile_stream        also send each sample as a stack_sample_event, for
  *                         per-phase tagging (costs a ring-buffer record per sample)
  */
-#include "common_core.bpf.h"
+#include "common.bpf.h"
 #include "python_stacks.bpf.h"
 
 #define PROFILE_STACK_SLOTS 16384

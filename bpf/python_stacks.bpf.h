@@ -31,7 +31,7 @@
 #ifndef INFERPROBE_PYTHON_STACKS_BPF_H
 #define INFERPROBE_PYTHON_STACKS_BPF_H
 
-#include "common_core.bpf.h"
+#include "common.bpf.h"
 #include "python_frames.bpf.h"
 
 #define PYTHON_STACK_SLOTS 16384

@@ -5,7 +5,7 @@
  * the user-space iovec layout it copies. Needs only inferprobe.h (through
  * common.bpf.h) for struct io_event and the scan sizes. Every other header of
  * the classifier works on a struct scratch; sock.bpf.c declares the map that
- * holds it (scratch_area: bcc rewrites map calls only in its main file).
+ * holds it (scratch_area: the maps are all sock.bpf.c's).
  *
  * A new protocol that needs state of its own between the programs of the
  * chain adds its fields here, with a comment naming the header that uses

@@ -1,7 +1,7 @@
 /* sock.bpf.c: HTTP/1.x request and response boundaries from socket syscalls
  * and from the plaintext of TLS libraries.
  *
- * Attached to syscall tracepoints (no kprobes) and, with -DTLS_PROBES, to
+ * Attached to syscall tracepoints (no kprobes) and, with the TLS set on, to
  * uprobes on OpenSSL and Go's crypto/tls. For the target process trees it
  * follows the sockets they accept (server role) and connect (client role:
  * their outbound calls), peeks at the first bytes of each read and write,
@@ -13,8 +13,13 @@
  * the kernel. Only the method, the path (without query string), the status
  * code, lengths, counts and flags reach user space: no body byte does.
  *
- * Shared maps (targets, events, counters) and the process-tree tracking live
- * in common.bpf.h.
+ * Built ahead of time with clang against vmlinux.h (scripts/build_bpf.sh) and
+ * loaded with libbpf (collector/attach/libbpf.py): the kernel types it reads
+ * (tracepoint records, pt_regs) are relocated for the running kernel (CO-RE).
+ * This object creates the maps every set shares (targets, events, counters:
+ * common.bpf.h); the other sets' objects are handed them. The network
+ * and host-wide sets' programs are parts of it (net.bpf.c, host_wide.bpf.c,
+ * included at the end), switched on by the settings below.
  *
  * This file holds the maps and the code that touches them, the hooks, and
  * the classification chain's programs, read top to bottom: the connection
@@ -24,11 +29,9 @@
  * what they mean live in the headers below, one concern each, all working on struct scratch; a new
  * protocol is a header of its own plus a branch in classify_request and
  * classify_response, where the chain dispatches on a syscall's first bytes.
- * Map code stays here: bcc rewrites map calls (map.lookup(), .call(),
- * task_storage_get) only in its main file, and leaves them in an included
- * header as calls the kernel refuses.
  */
 #include "common.bpf.h"
+#include "process_tree.bpf.h"   /* the target set follows fork() and exit */
 #include "scratch.bpf.h"        /* struct scratch: what the chain's programs share */
 #include "scan_bytes.bpf.h"     /* word-at-a-time comparisons and loads */
 #include "http1.bpf.h"          /* request line, status line, header block */
@@ -41,15 +44,43 @@
 #include "http2.bpf.h"          /* HTTP/2 frames, across syscalls and iovecs */
 #include "trace_context.bpf.h"  /* W3C traceparent / tracestate values of a request */
 
-/* Where the reads need no entry program (read_exit): the pending state in
- * task storage, the saved user registers readable (x86-64: the first
- * argument's register still holds it at exit), and no other probe set
- * looking for a read in flight from inside the syscall (net.bpf.c asks for
- * the entries with READS_NEED_ENTRY). */
-#if defined(PENDING_IN_TASK_STORAGE) && defined(HAVE_TASK_PT_REGS) && defined(__x86_64__) && \
-    !defined(READS_NEED_ENTRY)
-#define READS_AT_EXIT 1
+/* Two objects are built from this file (scripts/build_bpf.sh):
+ *   sock.bpf.o       -DPENDING_IN_TASK_STORAGE: a syscall's pending state in
+ *                    task-local storage (Linux 5.13+ with BTF), and on x86-64
+ *                    the saved user registers readable (bpf_task_pt_regs,
+ *                    5.15+: HAVE_TASK_PT_REGS below);
+ *   sock_hash.bpf.o  the pending state in a hash, for the kernels without.
+ * collector/attach/probe_sets/sockets.py picks one. Everything else is decided
+ * when a recording starts, by the read-only settings below, which the loader
+ * writes between open and load: the verifier sees them as constants and drops
+ * the code they turn off, so a setting costs nothing where it is off. */
+#if defined(PENDING_IN_TASK_STORAGE) && defined(__TARGET_ARCH_x86)
+#define HAVE_TASK_PT_REGS 1
 #endif
+
+/* Reads need no entry program (read_exit): only with the saved registers
+ * (HAVE_TASK_PT_REGS), and while no other probe set looks for a read in
+ * flight from inside the syscall (net.bpf.c needs the entries). The read
+ * entry programs are then left unloaded. */
+const volatile u32 reads_at_exit = 0;
+/* The TLS set is on: its uprobes feed the chain's kprobe-type copy. */
+const volatile u32 tls_probes = 0;
+/* The host-wide set is on (host_wide.bpf.c): processes adopted by what they serve. */
+const volatile u32 host_wide_on = 0;
+/* The network set is on (net.bpf.c): sock:inet_sock_set_state feeds it too. */
+const volatile u32 net_socket_state = 0;
+
+/* Host-wide mode's hooks, defined in host_wide.bpf.c (included at the end of
+ * this file): sock.bpf.c calls them where a process listens or accepts and
+ * where a connection moves bytes. Each returns at once when host_wide_on is 0. */
+#define HOST_WIDE_LISTEN 1   /* how a process was adopted: it listened ... */
+#define HOST_WIDE_ACCEPT 2   /* ... or accepted */
+static __always_inline int host_wide_adopt(u32 tgid, u16 port, u16 how);
+static __always_inline int host_wide_follow(u64 conn_id);
+static __always_inline void host_wide_tally_open(u32 tgid, s32 fd);
+static __always_inline int host_wide_tallied(u32 tgid, s32 fd);
+static __always_inline void host_wide_tally(u32 tgid, s32 fd, u16 dir, u64 t_ns);
+static __always_inline void host_wide_tally_close(u32 tgid, s32 fd);
 
 /* ---------------------------------------------------------------- connections and pending I/O */
 
@@ -91,7 +122,12 @@ struct pending_io {
     u32 tally_only;  /* a syscall on a connection only tallied: io_exit counts it and sends nothing */
 };
 
-BPF_TABLE("lru_hash", struct sock_key, struct conn_state, socks, 65536);
+struct {
+    __uint(type, BPF_MAP_TYPE_LRU_HASH);
+    __uint(max_entries, 65536);
+    __type(key, struct sock_key);
+    __type(value, struct conn_state);
+} socks SEC(".maps");
 /* Any change to socks that a thread's cache of it (below) could miss: a
  * connection accepted or closed, or seen to carry HTTP. Each change bumps
  * the generation of its (process, fd) slot, so a busy server's accepts and
@@ -101,19 +137,30 @@ BPF_TABLE("lru_hash", struct sock_key, struct conn_state, socks, 65536);
  * socks before the targets are set (collector/attach/loader.py), so no target
  * thread can have cached a seeded socket as untracked. */
 #define SOCKS_GENERATION_SLOTS 4096
-BPF_ARRAY(socks_generation, u64, SOCKS_GENERATION_SLOTS);
+struct {
+    __uint(type, BPF_MAP_TYPE_ARRAY);
+    __uint(max_entries, SOCKS_GENERATION_SLOTS);
+    __type(key, u32);
+    __type(value, u64);
+} socks_generation SEC(".maps");
 /* The first conn_id handed out in the kernel: lower ones are connections
  * that were open when tracing began (seeded by user space). */
-BPF_ARRAY(first_new_conn_id, u64, 1);
+struct {
+    __uint(type, BPF_MAP_TYPE_ARRAY);
+    __uint(max_entries, 1);
+    __type(key, u32);
+    __type(value, u64);
+} first_new_conn_id SEC(".maps");
 
 /* The generation counter of the (process, fd) slot. */
 static __always_inline u64 *socks_generation_of(u32 tgid, s32 fd)
 {
     u32 slot = (tgid * 0x9E3779B1U + (u32)fd) & (SOCKS_GENERATION_SLOTS - 1);
-    return socks_generation.lookup(&slot);
+    return bpf_map_lookup_elem(&socks_generation, &slot);
 }
 
-static __always_inline u64 socks_generation_now(u32 tgid, s32 fd)
+/* (Unused where the pending state is in a hash: no thread cache there.) */
+static __always_inline __attribute__((unused)) u64 socks_generation_now(u32 tgid, s32 fd)
 {
     u64 *generation = socks_generation_of(tgid, fd);
     return generation ? *generation : 0;
@@ -181,7 +228,6 @@ enum pending_found {
  * (tests/e2e/test_inflight_state.py). Should it ever be full, the syscall is
  * counted (IO_UNTRACKED) rather than silently lost. */
 #ifdef PENDING_IN_TASK_STORAGE
-#include <asm/ptrace.h>   /* struct pt_regs: the saved user registers (recover_in_flight) */
 
 /* A thread's recent fds and what socks says of them. A socks lookup costs
  * ~150 ns in a busy server (two cache misses into a 65536-entry map); this
@@ -223,19 +269,29 @@ struct thread_io {
     u64 tls_wire_ns;        /* when that syscall began, if a write */
     s32 last_read_fd;       /* the tracked socket this thread read last, + 1 (0: none yet) */
 };
-BPF_TASK_STORAGE(pending_task, struct thread_io);
-#ifdef READS_AT_EXIT
+struct {
+    __uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+    __uint(map_flags, BPF_F_NO_PREALLOC);
+    __type(key, int);
+    __type(value, struct thread_io);
+} pending_task SEC(".maps");
+#ifdef HAVE_TASK_PT_REGS
 /* tid -> fd of the read-family syscall each target thread was blocked in
  * when tracing began (collector/attach/probe_sets/sockets.py reads
  * /proc/<pid>/task/<tid>/syscall before the targets are set): read_exit
  * cannot tell otherwise a read begun before attach from one begun after. */
-BPF_HASH(reads_at_attach, u32, s32, 4096);
+struct {
+    __uint(type, BPF_MAP_TYPE_HASH);
+    __uint(max_entries, 4096);
+    __type(key, u32);
+    __type(value, s32);
+} reads_at_attach SEC(".maps");
 #endif
 
 /* Where io_enter builds the syscall's pending state: in place. */
 static __always_inline struct pending_io *pending_slot(u64 id)
 {
-    struct thread_io *thread = pending_task.task_storage_get(bpf_get_current_task_btf(), 0,
+    struct thread_io *thread = bpf_task_storage_get(&pending_task, bpf_get_current_task_btf(), 0,
                                                              BPF_LOCAL_STORAGE_GET_F_CREATE);
     return thread ? &thread->io : 0;
 }
@@ -261,7 +317,7 @@ static __always_inline int lookup_conn(struct pending_io *slot, u32 tgid, s32 fd
         return cached->tracked;
     }
     struct sock_key key = {.pid = tgid, .fd = fd};
-    struct conn_state *state = socks.lookup(&key);
+    struct conn_state *state = bpf_map_lookup_elem(&socks, &key);
     cached->generation = generation;
     cached->fd = fd;
     cached->filled = 1;
@@ -283,7 +339,7 @@ static __always_inline int lookup_conn(struct pending_io *slot, u32 tgid, s32 fd
 
 static __always_inline int pending_finish(u64 id, struct pending_io *io)
 {
-    struct pending_io *slot = pending_task.task_storage_get(bpf_get_current_task_btf(), 0, 0);
+    struct pending_io *slot = bpf_task_storage_get(&pending_task, bpf_get_current_task_btf(), 0, 0);
     if (!slot)
         return PENDING_THREAD_UNSEEN;
     if (!slot->ts_ns)
@@ -300,7 +356,8 @@ static __always_inline int pending_finish(u64 id, struct pending_io *io)
  * BIO: asyncio and Node read the ciphertext, then hand it to OpenSSL). */
 static __always_inline void note_tls_carrier(struct pending_io *slot, s32 fd, u16 dir, u64 now)
 {
-#ifdef TLS_PROBES
+    if (!tls_probes)
+        return;
     struct thread_io *thread = (struct thread_io *)slot;
     if (dir == DIR_READ)
         thread->last_read_fd = fd + 1;
@@ -308,14 +365,13 @@ static __always_inline void note_tls_carrier(struct pending_io *slot, s32 fd, u1
         thread->tls_nested_fd = fd;
         thread->tls_wire_ns = dir == DIR_WRITE ? now : 0;
     }
-#endif
 }
 
-#if defined(HAVE_TASK_PT_REGS) && defined(__x86_64__)
+#if defined(HAVE_TASK_PT_REGS)
 /* The current thread's storage, made if it has none yet. */
 static __always_inline struct thread_io *current_thread_io(void)
 {
-    struct thread_io *thread = pending_task.task_storage_get(bpf_get_current_task_btf(), 0,
+    struct thread_io *thread = bpf_task_storage_get(&pending_task, bpf_get_current_task_btf(), 0,
                                                              BPF_LOCAL_STORAGE_GET_F_CREATE);
     if (!thread)
         count(COUNTER_IO_UNTRACKED);
@@ -331,7 +387,7 @@ static __always_inline struct pt_regs *syscall_on_connection(struct thread_io *t
                                                              struct conn_state *state, s32 *fd)
 {
     struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
-    *fd = (s32)regs->di;
+    *fd = (s32)BPF_CORE_READ(regs, di);
     return lookup_conn(&thread->io, tgid, *fd, state) || state->tally_only ? regs : 0;
 }
 
@@ -342,7 +398,7 @@ static __always_inline struct pt_regs *syscall_on_connection(struct thread_io *t
 static __always_inline int open_at_attach(struct conn_state *state)
 {
     u32 zero = 0;
-    u64 *first_new = first_new_conn_id.lookup(&zero);
+    u64 *first_new = bpf_map_lookup_elem(&first_new_conn_id, &zero);
     return first_new && state->conn_id < *first_new;
 }
 #endif
@@ -360,7 +416,7 @@ static __always_inline int open_at_attach(struct conn_state *state)
 static __always_inline int recover_in_flight(u64 id, struct pending_io *io, u16 dir,
                                              u16 vectored, u16 is_msghdr)
 {
-#if defined(HAVE_TASK_PT_REGS) && defined(__x86_64__)
+#if defined(HAVE_TASK_PT_REGS)
     struct thread_io *thread = current_thread_io();
     if (!thread)
         return 0;
@@ -369,7 +425,7 @@ static __always_inline int recover_in_flight(u64 id, struct pending_io *io, u16 
     struct pt_regs *regs = syscall_on_connection(thread, id >> 32, &state, &fd);   /* a target: io_exit checked */
     if (!regs || !open_at_attach(&state))
         return 0;
-    fill_pending(io, 0, regs->si, vectored ? (u32)regs->dx : 0, fd, dir, is_msghdr, &state);
+    fill_pending(io, 0, BPF_CORE_READ(regs, si), vectored ? (u32)BPF_CORE_READ(regs, dx) : 0, fd, dir, is_msghdr, &state);
     return 1;
 #else
     return 0;
@@ -379,24 +435,34 @@ static __always_inline int recover_in_flight(u64 id, struct pending_io *io, u16 
 /* The thread's syscall in flight, left in place (net.bpf.c reads it). */
 static __always_inline struct pending_io *pending_peek(u64 id)
 {
-    struct pending_io *slot = pending_task.task_storage_get(bpf_get_current_task_btf(), 0, 0);
+    struct pending_io *slot = bpf_task_storage_get(&pending_task, bpf_get_current_task_btf(), 0, 0);
     return slot && slot->ts_ns ? slot : 0;
 }
 #else
-BPF_HASH(pending, u64, struct pending_io, 16384);
-BPF_PERCPU_ARRAY(pending_staging, struct pending_io, 1);
+struct {
+    __uint(type, BPF_MAP_TYPE_HASH);
+    __uint(max_entries, 16384);
+    __type(key, u64);
+    __type(value, struct pending_io);
+} pending SEC(".maps");
+struct {
+    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+    __uint(max_entries, 1);
+    __type(key, u32);
+    __type(value, struct pending_io);
+} pending_staging SEC(".maps");
 
 /* Where io_enter builds the syscall's pending state: a per-CPU draft that
  * pending_commit() copies into the hash. */
 static __always_inline struct pending_io *pending_slot(u64 id)
 {
     u32 zero = 0;
-    return pending_staging.lookup(&zero);
+    return bpf_map_lookup_elem(&pending_staging, &zero);
 }
 
 static __always_inline void pending_commit(u64 id, struct pending_io *slot)
 {
-    if (pending.update(&id, slot) != 0)
+    if (bpf_map_update_elem(&pending, &id, slot, BPF_ANY) != 0)
         count(COUNTER_IO_UNTRACKED);
 }
 
@@ -404,7 +470,7 @@ static __always_inline int lookup_conn(struct pending_io *slot, u32 tgid, s32 fd
                                        struct conn_state *out)
 {
     struct sock_key key = {.pid = tgid, .fd = fd};
-    struct conn_state *state = socks.lookup(&key);
+    struct conn_state *state = bpf_map_lookup_elem(&socks, &key);
     if (!state) {
         out->tally_only = host_wide_tallied(tgid, fd);
         return 0;
@@ -415,11 +481,11 @@ static __always_inline int lookup_conn(struct pending_io *slot, u32 tgid, s32 fd
 
 static __always_inline int pending_finish(u64 id, struct pending_io *io)
 {
-    struct pending_io *found = pending.lookup(&id);
+    struct pending_io *found = bpf_map_lookup_elem(&pending, &id);
     if (!found)
         return PENDING_NONE;
     *io = *found;
-    pending.delete(&id);
+    bpf_map_delete_elem(&pending, &id);
     return PENDING_FOUND;
 }
 
@@ -437,12 +503,27 @@ static __always_inline int recover_in_flight(u64 id, struct pending_io *io, u16 
 
 static __always_inline struct pending_io *pending_peek(u64 id)
 {
-    return pending.lookup(&id);
+    return bpf_map_lookup_elem(&pending, &id);
 }
 #endif
-BPF_TABLE("lru_hash", u64, u64, pending_accept, 4096);           /* per tid: sockaddr ptr */
-BPF_ARRAY(next_conn_id, u64, 1);
-BPF_PERCPU_ARRAY(scratch_area, struct scratch, 1);
+struct {
+    __uint(type, BPF_MAP_TYPE_LRU_HASH);
+    __uint(max_entries, 4096);
+    __type(key, u64);
+    __type(value, u64);
+} pending_accept SEC(".maps");           /* per tid: sockaddr ptr */
+struct {
+    __uint(type, BPF_MAP_TYPE_ARRAY);
+    __uint(max_entries, 1);
+    __type(key, u32);
+    __type(value, u64);
+} next_conn_id SEC(".maps");
+struct {
+    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+    __uint(max_entries, 1);
+    __type(key, u32);
+    __type(value, struct scratch);
+} scratch_area SEC(".maps");
 
 /* ---------------------------------------------------------------- accept / close */
 
@@ -451,7 +532,7 @@ BPF_PERCPU_ARRAY(scratch_area, struct scratch, 1);
 static __always_inline int new_conn_id(u64 *conn_id)
 {
     u32 zero = 0;
-    u64 *counter = next_conn_id.lookup(&zero);
+    u64 *counter = bpf_map_lookup_elem(&next_conn_id, &zero);
     if (!counter)
         return 0;
     *conn_id = __sync_fetch_and_add(counter, 1);
@@ -463,7 +544,7 @@ static __always_inline int new_conn_id(u64 *conn_id)
 static __always_inline struct conn_event *conn_event_reserve(u32 type, u64 ts, u64 pid_tgid, u64 conn_id,
                                                              s32 fd, u16 role)
 {
-    struct conn_event *ev = events.ringbuf_reserve(sizeof(struct conn_event));
+    struct conn_event *ev = bpf_ringbuf_reserve(&events, sizeof(struct conn_event), 0);
     if (!ev) {
         count(COUNTER_EVENTS_LOST);
         return 0;
@@ -478,7 +559,7 @@ static __always_inline struct conn_event *conn_event_reserve(u32 type, u64 ts, u
 
 static __always_inline int conn_event_submit(struct conn_event *ev)
 {
-    events.ringbuf_submit(ev, wakeup_flag(sizeof(*ev)));
+    bpf_ringbuf_submit(ev, wakeup_flag(sizeof(*ev)));
     count(COUNTER_EVENTS_SENT);
     return 0;
 }
@@ -508,12 +589,18 @@ static __always_inline void fill_peer(struct conn_event *ev, u64 addr)
     }
 }
 
-/* Accepted connections whose peer the accept() did not return: the caller
- * passed no address buffer (uvloop, libuv and so Node, cpp-httplib and so
- * llama-server, many C servers), or the connection was open at attach
- * (seeded by user space). tcp:tcp_rcv_space_adjust names the peer, from
- * the socket itself, inside the server's first read of it (peer_of_read). */
-BPF_TABLE("lru_hash", struct sock_key, u64, peer_wanted, 8192);   /* (pid, fd) -> conn_id */
+/* Connections whose peer nothing else names: accepted ones whose accept()
+ * was passed no address buffer (uvloop, libuv and so Node, cpp-httplib and
+ * so llama-server, many C servers), and TCP connections open at attach,
+ * accepted or the target's own calls out (seeded by user space).
+ * tcp:tcp_rcv_space_adjust names the peer, from the socket itself, inside
+ * the first read of it. */
+struct {
+    __uint(type, BPF_MAP_TYPE_LRU_HASH);
+    __uint(max_entries, 8192);
+    __type(key, struct sock_key);
+    __type(value, u64);
+} peer_wanted SEC(".maps");   /* (pid, fd) -> conn_id */
 
 static __always_inline int accept_enter(u64 sockaddr_ptr)
 {
@@ -521,7 +608,7 @@ static __always_inline int accept_enter(u64 sockaddr_ptr)
     /* Host-wide mode: a process that accepts serves a stream socket. */
     if (!is_target(id >> 32) && !host_wide_adopt(id >> 32, 0, HOST_WIDE_ACCEPT))
         return 0;
-    pending_accept.update(&id, &sockaddr_ptr);
+    bpf_map_update_elem(&pending_accept, &id, &sockaddr_ptr, BPF_ANY);
     return 0;
 }
 
@@ -529,10 +616,10 @@ static __always_inline int accept_exit(long ret)
 {
     u64 id = bpf_get_current_pid_tgid();
     u64 addr = 0;
-    u64 *sockaddr_ptr = pending_accept.lookup(&id);
+    u64 *sockaddr_ptr = bpf_map_lookup_elem(&pending_accept, &id);
     if (sockaddr_ptr) {
         addr = *sockaddr_ptr;
-        pending_accept.delete(&id);
+        bpf_map_delete_elem(&pending_accept, &id);
     } else if (!is_target(id >> 32) && !(ret >= 0 && host_wide_adopt(id >> 32, 0, HOST_WIDE_ACCEPT))) {
         return 0;
     }
@@ -555,7 +642,7 @@ static __always_inline int accept_exit(long ret)
 
     struct sock_key key = {.pid = id >> 32, .fd = (s32)ret};
     struct conn_state state = {.conn_id = conn_id, .local_ipc = sockaddr_family(addr) == 1 /* AF_UNIX */};
-    socks.update(&key, &state);
+    bpf_map_update_elem(&socks, &key, &state, BPF_ANY);
     socks_changed(key.pid, key.fd);
 
     struct conn_event *ev = conn_event_reserve(EVENT_CONN_OPEN, bpf_ktime_get_ns(), id, conn_id, (s32)ret,
@@ -565,14 +652,18 @@ static __always_inline int accept_exit(long ret)
     if (addr)
         fill_peer(ev, addr);
     if (!ev->family)
-        peer_wanted.update(&key, &conn_id);
+        bpf_map_update_elem(&peer_wanted, &key, &conn_id, BPF_ANY);
     return conn_event_submit(ev);
 }
 
-TRACEPOINT_PROBE(syscalls, sys_enter_accept) { return accept_enter((u64)args->upeer_sockaddr); }
-TRACEPOINT_PROBE(syscalls, sys_exit_accept) { return accept_exit(args->ret); }
-TRACEPOINT_PROBE(syscalls, sys_enter_accept4) { return accept_enter((u64)args->upeer_sockaddr); }
-TRACEPOINT_PROBE(syscalls, sys_exit_accept4) { return accept_exit(args->ret); }
+SEC("tracepoint/syscalls/sys_enter_accept")
+int sys_enter_accept(struct trace_event_raw_sys_enter *args) { return accept_enter((u64)args->args[1]); }
+SEC("tracepoint/syscalls/sys_exit_accept")
+int sys_exit_accept(struct trace_event_raw_sys_exit *args) { return accept_exit(args->ret); }
+SEC("tracepoint/syscalls/sys_enter_accept4")
+int sys_enter_accept4(struct trace_event_raw_sys_enter *args) { return accept_enter((u64)args->args[1]); }
+SEC("tracepoint/syscalls/sys_exit_accept4")
+int sys_exit_accept4(struct trace_event_raw_sys_exit *args) { return accept_exit(args->ret); }
 
 /* ---------------------------------------------------------------- connect: the targets' outbound calls
  *
@@ -590,42 +681,54 @@ struct connect_call {
     s32 fd;
     u32 pad;
 };
-BPF_TABLE("lru_hash", u64, struct connect_call, pending_connect, 4096);   /* per tid */
+struct {
+    __uint(type, BPF_MAP_TYPE_LRU_HASH);
+    __uint(max_entries, 4096);
+    __type(key, u64);
+    __type(value, struct connect_call);
+} pending_connect SEC(".maps");   /* per tid */
 
 struct connecting_conn {
     u64 conn_id;
     u64 pid_tgid;
 };
-BPF_TABLE("lru_hash", u64, struct connecting_conn, connecting, 4096);   /* skaddr -> the connection */
+struct {
+    __uint(type, BPF_MAP_TYPE_LRU_HASH);
+    __uint(max_entries, 4096);
+    __type(key, u64);
+    __type(value, struct connecting_conn);
+} connecting SEC(".maps");   /* skaddr -> the connection */
 
 
-TRACEPOINT_PROBE(syscalls, sys_enter_connect)
+SEC("tracepoint/syscalls/sys_enter_connect")
+int sys_enter_connect(struct trace_event_raw_sys_enter *args)
 {
     u64 id = bpf_get_current_pid_tgid();
     if (!is_target(id >> 32))
         return 0;
-    struct connect_call call = {.ts_ns = bpf_ktime_get_ns(), .sockaddr = (u64)args->uservaddr,
-                                .fd = (s32)args->fd};
+    struct connect_call call = {.ts_ns = bpf_ktime_get_ns(), .sockaddr = (u64)args->args[1],
+                                .fd = (s32)args->args[0]};
     if (!new_conn_id(&call.conn_id))
         return 0;
-    pending_connect.update(&id, &call);
+    bpf_map_update_elem(&pending_connect, &id, &call, BPF_ANY);
     return 0;
 }
 
-TRACEPOINT_PROBE(syscalls, sys_exit_connect)
+SEC("tracepoint/syscalls/sys_exit_connect")
+int sys_exit_connect(struct trace_event_raw_sys_exit *args)
 {
     u64 id = bpf_get_current_pid_tgid();
-    struct connect_call *found = pending_connect.lookup(&id);
+    struct connect_call *found = bpf_map_lookup_elem(&pending_connect, &id);
     if (!found)
         return 0;
     struct connect_call call = *found;
-    pending_connect.delete(&id);
+    bpf_map_delete_elem(&pending_connect, &id);
     long ret = args->ret;
     if (ret == 0 || ret == -115 /* EINPROGRESS: a non-blocking connect under way */) {
         struct sock_key key = {.pid = id >> 32, .fd = call.fd};
         struct conn_state state = {.conn_id = call.conn_id, .client = 1,
                                    .local_ipc = sockaddr_family(call.sockaddr) == 1 /* AF_UNIX */};
-        socks.update(&key, &state);
+        bpf_map_update_elem(&socks, &key, &state, BPF_ANY);
         socks_changed(key.pid, key.fd);
     }
     /* Failed ones too: a refused or timed-out attempt is what a retry follows. */
@@ -639,44 +742,40 @@ TRACEPOINT_PROBE(syscalls, sys_exit_connect)
     return conn_event_submit(ev);
 }
 
-#ifdef NET_SOCKET_STATE
 /* net.bpf.c's part of this tracepoint, defined there: one program per tracepoint here. */
 static __always_inline void net_socket_state_changed(u64 sk, int newstate);
-#endif
 
-TRACEPOINT_PROBE(sock, inet_sock_set_state)
+SEC("tracepoint/sock/inet_sock_set_state")
+int inet_sock_set_state(struct trace_event_raw_inet_sock_set_state *args)
 {
     if (args->protocol != 6 /* IPPROTO_TCP */)
         return 0;
     u64 sk = (u64)args->skaddr;
-#ifdef NET_SOCKET_STATE
-    net_socket_state_changed(sk, args->newstate);
-#endif
-#ifdef HOST_WIDE
-    if (args->newstate == 10 /* TCP_LISTEN */) {
+    if (net_socket_state)
+        net_socket_state_changed(sk, args->newstate);
+    if (host_wide_on && args->newstate == 10 /* TCP_LISTEN */) {
         /* listen() runs this in the caller's context, with the local port. */
         u32 tgid = bpf_get_current_pid_tgid() >> 32;
         if (!is_target(tgid))
             host_wide_adopt(tgid, args->sport, HOST_WIDE_LISTEN);
         return 0;
     }
-#endif
     if (args->newstate == 2 /* TCP_SYN_SENT */) {
         u64 id = bpf_get_current_pid_tgid();
-        struct connect_call *call = pending_connect.lookup(&id);
+        struct connect_call *call = bpf_map_lookup_elem(&pending_connect, &id);
         if (call) {
             struct connecting_conn conn = {.conn_id = call->conn_id, .pid_tgid = id};
-            connecting.update(&sk, &conn);
+            bpf_map_update_elem(&connecting, &sk, &conn, BPF_ANY);
         }
         return 0;
     }
     if (args->oldstate != 2 /* TCP_SYN_SENT */)
         return 0;
-    struct connecting_conn *found = connecting.lookup(&sk);
+    struct connecting_conn *found = bpf_map_lookup_elem(&connecting, &sk);
     if (!found)
         return 0;
     struct connecting_conn conn = *found;
-    connecting.delete(&sk);
+    bpf_map_delete_elem(&connecting, &sk);
     if (args->newstate != 1 /* TCP_ESTABLISHED */)
         return 0;   /* refused, reset or timed out: connect() or the first I/O reports it */
     struct conn_event *ev = conn_event_reserve(EVENT_CONN_CONNECTED, bpf_ktime_get_ns(), conn.pid_tgid,
@@ -697,12 +796,12 @@ TRACEPOINT_PROBE(sock, inet_sock_set_state)
  * recvmmsg); otherwise the read io_enter left pending, plaintext only. */
 static __always_inline int current_read_fd(u64 id, s32 *fd)
 {
-#if defined(HAVE_TASK_PT_REGS) && defined(__x86_64__)
+#if defined(HAVE_TASK_PT_REGS)
     struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
-    u64 nr = regs->orig_ax;
+    u64 nr = BPF_CORE_READ(regs, orig_ax);
     if (nr != 0 && nr != 19 && nr != 45 && nr != 47 && nr != 299)
         return 0;
-    *fd = (s32)regs->di;
+    *fd = (s32)BPF_CORE_READ(regs, di);
     return 1;
 #else
     struct pending_io *io = pending_peek(id);
@@ -716,7 +815,8 @@ static __always_inline int current_read_fd(u64 id, s32 *fd)
 /* The peer of a connection in peer_wanted, at its first read: EVENT_CONN_PEER
  * with the address the kernel keeps for the socket (the tracepoint's own
  * fields, host byte order ports), once per connection. */
-TRACEPOINT_PROBE(tcp, tcp_rcv_space_adjust)
+SEC("tracepoint/tcp/tcp_rcv_space_adjust")
+int tcp_rcv_space_adjust(struct trace_event_raw_tcp_event_sk *args)
 {
     u64 id = bpf_get_current_pid_tgid();
     if (!is_target(id >> 32))
@@ -725,21 +825,26 @@ TRACEPOINT_PROBE(tcp, tcp_rcv_space_adjust)
     if (!current_read_fd(id, &fd))
         return 0;
     struct sock_key key = {.pid = id >> 32, .fd = fd};
-    u64 *wanted = peer_wanted.lookup(&key);
+    u64 *wanted = bpf_map_lookup_elem(&peer_wanted, &key);
     if (!wanted)
         return 0;
     u64 conn_id = *wanted;
-    peer_wanted.delete(&key);
-    struct conn_event *ev = conn_event_reserve(EVENT_CONN_PEER, bpf_ktime_get_ns(), id, conn_id, fd,
-                                               CONN_ROLE_SERVER);
+    bpf_map_delete_elem(&peer_wanted, &key);
+    /* A connection open at attach may be the target's own call out (a pooled
+     * client connection): the socket's far end is then its server. */
+    struct conn_state *state = bpf_map_lookup_elem(&socks, &key);
+    u16 role = state && state->client ? CONN_ROLE_CLIENT : CONN_ROLE_SERVER;
+    struct conn_event *ev = conn_event_reserve(EVENT_CONN_PEER, bpf_ktime_get_ns(), id, conn_id, fd, role);
     if (!ev)
         return 0;
     ev->family = args->family;
     ev->peer_port = args->dport;
+    /* Read rather than copied: clang would address the record's arrays through
+     * a moved context pointer, which the verifier refuses. */
     if (args->family == 2 /* AF_INET */)
-        __builtin_memcpy(ev->peer_addr, args->daddr, 4);
+        bpf_core_read(ev->peer_addr, 4, &args->daddr);
     else
-        __builtin_memcpy(ev->peer_addr, args->daddr_v6, 16);
+        bpf_core_read(ev->peer_addr, 16, &args->daddr_v6);
     return conn_event_submit(ev);
 }
 
@@ -755,16 +860,17 @@ static __always_inline u32 unread_counter(u32 local_ipc, u32 tls_read_over)
 
 static __always_inline void h2_connection_closed(u64 conn_id);   /* the HTTP/2 section below */
 
-TRACEPOINT_PROBE(syscalls, sys_enter_close)
+SEC("tracepoint/syscalls/sys_enter_close")
+int sys_enter_close(struct trace_event_raw_sys_enter *args)
 {
     u64 id = bpf_get_current_pid_tgid();
     u32 tgid = id >> 32;
     if (!is_target(tgid))
         return 0;
-    struct sock_key key = {.pid = tgid, .fd = (s32)args->fd};
+    struct sock_key key = {.pid = tgid, .fd = (s32)args->args[0]};
     host_wide_tally_close(tgid, key.fd);
-    peer_wanted.delete(&key);   /* the fd's next life is another connection */
-    struct conn_state *state = socks.lookup(&key);
+    bpf_map_delete_elem(&peer_wanted, &key);   /* the fd's next life is another connection */
+    struct conn_state *state = bpf_map_lookup_elem(&socks, &key);
     if (!state) {
         /* A thread may still have it cached as a connection: socks is an
          * LRU and may have evicted the entry. The fd's next life must not
@@ -781,7 +887,7 @@ TRACEPOINT_PROBE(syscalls, sys_enter_close)
     u32 client = state->client;
     if (state->h2 || state->tls)   /* a TLS session's frames are walked under its socket's id */
         h2_connection_closed(conn_id);
-    socks.delete(&key);
+    bpf_map_delete_elem(&socks, &key);
     socks_changed(tgid, key.fd);
     if (!carried_http) {
         count(COUNTER_IO_SKIPPED);
@@ -790,7 +896,7 @@ TRACEPOINT_PROBE(syscalls, sys_enter_close)
         return 0;
     }
     struct conn_event *ev = conn_event_reserve(EVENT_CONN_CLOSE, bpf_ktime_get_ns(), id, conn_id,
-                                               (s32)args->fd, client ? CONN_ROLE_CLIENT : CONN_ROLE_SERVER);
+                                               key.fd, client ? CONN_ROLE_CLIENT : CONN_ROLE_SERVER);
     return ev ? conn_event_submit(ev) : 0;
 }
 
@@ -823,14 +929,23 @@ enum classify_prog {
     PROG_SCAN_TRACE_CONTEXT = 7,
     PROG_H2_FRAMES = 8,
 };
-BPF_PROG_ARRAY(classifiers, 9);
+struct {
+    __uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+    __uint(max_entries, 9);
+    __type(key, u32);
+    __type(value, u32);
+} classifiers SEC(".maps");
 
-#ifdef TLS_PROBES
 /* The same chain for the TLS probes' plaintext: uprobes are kprobe-type
  * programs, and the kernel lets a program tail-call only programs of its
  * own type, so each chain program is loaded twice (CHAIN_PROGRAM below)
  * and each copy calls on through the array of its kind. */
-BPF_PROG_ARRAY(classifiers_tls, 9);
+struct {
+    __uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+    __uint(max_entries, 9);
+    __type(key, u32);
+    __type(value, u32);
+} classifiers_tls SEC(".maps");
 
 /* A TLS session of a target process: the library's handle for it (SSL *,
  * Go's *tls.Conn) and the connection state the classifier keeps, as socks
@@ -846,7 +961,12 @@ struct tls_session {
     s32 fd;          /* the socket under it, -1 where none was found (COUNTER_TLS_UNTIED) */
     u32 pad;
 };
-BPF_TABLE("lru_hash", struct tls_key, struct tls_session, tls_sessions, 65536);
+struct {
+    __uint(type, BPF_MAP_TYPE_LRU_HASH);
+    __uint(max_entries, 65536);
+    __type(key, struct tls_key);
+    __type(value, struct tls_session);
+} tls_sessions SEC(".maps");
 
 /* An SSL_read/SSL_write (or Go Read/Write) under way, from its entry probe
  * to its return probe: per thread for OpenSSL; per goroutine for Go, which
@@ -867,33 +987,32 @@ struct tls_call {
     u32 dir;
     s32 fd;          /* the socket, where the library's structures name it (Go), else -1 */
 };
-BPF_HASH(tls_calls, struct tls_call_key, struct tls_call, 16384);
-#endif
+struct {
+    __uint(type, BPF_MAP_TYPE_HASH);
+    __uint(max_entries, 16384);
+    __type(key, struct tls_call_key);
+    __type(value, struct tls_call);
+} tls_calls SEC(".maps");
 
 /* A tail call to the next program of the chain a program belongs to: the
  * syscall chain, or (tls) the TLS probes' copy of it. tls is a constant in
  * every program, so each copy refers to its own array only. */
 static __always_inline void chain_call(void *ctx, int tls, u32 prog)
 {
-#ifdef TLS_PROBES
     if (tls) {
-        classifiers_tls.call(ctx, prog);
+        bpf_tail_call(ctx, &classifiers_tls, prog);
         return;
     }
-#endif
-    classifiers.call(ctx, prog);
+    bpf_tail_call(ctx, &classifiers, prog);
 }
 
 /* A program of the chain: chain_<name>(ctx, tls) is its body; the syscall
- * chain loads <name>, the TLS probes' chain <name>_tls. */
-#ifdef TLS_PROBES
-#define CHAIN_PROGRAM(name)                                                   \
-    int name(void *ctx) { return chain_##name(ctx, 0); }                     \
-    int name##_tls(struct pt_regs *ctx) { return chain_##name(ctx, 1); }
-#else
-#define CHAIN_PROGRAM(name) \
-    int name(void *ctx) { return chain_##name(ctx, 0); }
-#endif
+ * chain loads <name>, the TLS probes' chain <name>_tls (left unloaded while
+ * the TLS set is off). Neither is attached anywhere: the loader puts them in
+ * their arrays (collector/attach/probe_sets/sockets.py). */
+#define CHAIN_PROGRAM(name)                                                             \
+    SEC("tracepoint") int name(void *ctx) { return chain_##name(ctx, 0); }             \
+    SEC("uprobe") int name##_tls(struct pt_regs *ctx) { return chain_##name(ctx, 1); }
 
 static __always_inline int io_enter(s32 fd, u64 buf, u32 vlen, u16 dir, u16 is_msghdr)
 {
@@ -938,15 +1057,13 @@ static __always_inline int io_enter(s32 fd, u64 buf, u32 vlen, u16 dir, u16 is_m
  * conn_changed() so no thread's cache misses it. */
 static __always_inline struct conn_state *event_conn(struct scratch *s)
 {
-#ifdef TLS_PROBES
     if (s->tls_session) {
         struct tls_key tkey = {.pid = s->ev.hdr.pid, .session = s->tls_session};
-        struct tls_session *session = tls_sessions.lookup(&tkey);
+        struct tls_session *session = bpf_map_lookup_elem(&tls_sessions, &tkey);
         return session ? &session->state : 0;
     }
-#endif
     struct sock_key key = {.pid = s->ev.hdr.pid, .fd = s->ev.fd};
-    return socks.lookup(&key);
+    return bpf_map_lookup_elem(&socks, &key);
 }
 
 /* After a change to event_conn(s): threads cache socket entries, not
@@ -973,9 +1090,9 @@ static __always_inline int gives_up_on(struct scratch *s)
     if (first >= 0x14 && first <= 0x17 && second == 0x03)
         return 0;   /* a TLS record: handshake, alert, change cipher spec or data */
     struct sock_key key = {.pid = s->ev.hdr.pid, .fd = s->ev.fd};
-    struct conn_state *state = socks.lookup(&key);
+    struct conn_state *state = bpf_map_lookup_elem(&socks, &key);
     u32 local_ipc = state && state->local_ipc;
-    if (socks.delete(&key) != 0)
+    if (bpf_map_delete_elem(&socks, &key) != 0)
         return 0;
     socks_changed(key.pid, key.fd);
     count(unread_counter(local_ipc, 0));
@@ -1025,7 +1142,7 @@ static __always_inline int submit(struct scratch *s)
 static __always_inline struct scratch *get_scratch(void)
 {
     u32 zero = 0;
-    return scratch_area.lookup(&zero);
+    return bpf_map_lookup_elem(&scratch_area, &zero);
 }
 
 /* ---------------------------------------------------------------- HTTP/2 frames
@@ -1040,24 +1157,42 @@ static __always_inline struct scratch *get_scratch(void)
  * kernel; collector/ingest/h2_header_blocks.py decodes them at once and keeps only
  * the fields docs/http2.md lists. A connection begun before attach shows
  * no preface: it stays unrecognised traffic, never guessed at. */
-BPF_TABLE("lru_hash", u64, struct h2_conn, h2_conns, 16384);                 /* conn_id -> walk state */
-BPF_TABLE("lru_hash", struct h2_stream_key, struct h2_stream_state, h2_streams, 65536);
+struct {
+    __uint(type, BPF_MAP_TYPE_LRU_HASH);
+    __uint(max_entries, 16384);
+    __type(key, u64);
+    __type(value, struct h2_conn);
+} h2_conns SEC(".maps");                 /* conn_id -> walk state */
+struct {
+    __uint(type, BPF_MAP_TYPE_LRU_HASH);
+    __uint(max_entries, 65536);
+    __type(key, struct h2_stream_key);
+    __type(value, struct h2_stream_state);
+} h2_streams SEC(".maps");
 /* 2 MiB: a busy gRPC server's header blocks come as many small pieces (grpc
  * writes each field of a block as an iovec), each sent only as long as it is. */
-BPF_RINGBUF_OUTPUT(h2_header_pieces, 512);
-BPF_PERCPU_ARRAY(h2_piece_area, struct h2_header_piece, 1);
+struct {
+    __uint(type, BPF_MAP_TYPE_RINGBUF);
+    __uint(max_entries, 512 * 4096);
+} h2_header_pieces SEC(".maps");
+struct {
+    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+    __uint(max_entries, 1);
+    __type(key, u32);
+    __type(value, struct h2_header_piece);
+} h2_piece_area SEC(".maps");
 
 /* The connection is gone (its socket closed, or its TLS session freed): its
  * walk state goes, and user space is told after its last header piece (the
  * same ring, so in order), to drop the connection's HPACK tables. */
 static __always_inline void h2_connection_closed(u64 conn_id)
 {
-    if (h2_conns.delete(&conn_id) != 0)
+    if (bpf_map_delete_elem(&h2_conns, &conn_id) != 0)
         return;   /* not HTTP/2, told already, or its walk state was evicted */
     struct h2_conn_closed closed = {};
     fill_header(&closed.hdr, EVENT_H2_CONN_CLOSED, bpf_ktime_get_ns(), bpf_get_current_pid_tgid());
     closed.conn_id = conn_id;
-    if (h2_header_pieces.ringbuf_output(&closed, sizeof(closed), 0) != 0)
+    if (bpf_ringbuf_output(&h2_header_pieces, &closed, sizeof(closed), 0) != 0)
         count(COUNTER_H2_PIECES_LOST);
 }
 
@@ -1127,7 +1262,7 @@ static __always_inline struct h2_frame *h2_part_of(struct scratch *s, struct h2_
 static __always_inline void h2_send_header_piece(struct scratch *s, struct h2_dir *d, u64 at, u32 take)
 {
     u32 zero = 0;
-    struct h2_header_piece *piece = h2_piece_area.lookup(&zero);
+    struct h2_header_piece *piece = bpf_map_lookup_elem(&h2_piece_area, &zero);
     if (!piece)
         return;
     piece->hdr = s->h2ev.hdr;
@@ -1156,7 +1291,7 @@ static __always_inline void h2_send_header_piece(struct scratch *s, struct h2_di
     /* Built in a per-CPU area and sent as long as it is: a piece is often a
      * few bytes, and a reserved record would be 4 KiB. */
     u32 size = sizeof(*piece) - H2_HEADER_PIECE_BYTES + n;
-    if (size > sizeof(*piece) || h2_header_pieces.ringbuf_output(piece, size, 0) != 0)
+    if (size > sizeof(*piece) || bpf_ringbuf_output(&h2_header_pieces, piece, size, 0) != 0)
         count(COUNTER_H2_PIECES_LOST);
 }
 
@@ -1170,7 +1305,7 @@ static __always_inline int h2_response_half(struct scratch *s)
 static __always_inline void h2_data_frame_begins(struct scratch *s, struct h2_dir *d)
 {
     struct h2_stream_key key = {.conn_id = s->h2ev.conn_id, .stream_id = d->stream_id, .dir = s->h2ev.dir};
-    struct h2_stream_state *st = h2_streams.lookup(&key);
+    struct h2_stream_state *st = bpf_map_lookup_elem(&h2_streams, &key);
     d->msg_left = st ? st->msg_left : 0;
     d->shape = st ? st->shape : H2_SHAPE_UNKNOWN;
     d->prefix_have = st ? st->prefix_have : 0;
@@ -1190,7 +1325,7 @@ static __always_inline void h2_frame_ends(struct scratch *s, struct h2_dir *d)
         return;
     struct h2_stream_key key = {.conn_id = s->h2ev.conn_id, .stream_id = d->stream_id, .dir = s->h2ev.dir};
     if (d->flags & H2_FRAME_FLAG_END_STREAM) {
-        h2_streams.delete(&key);
+        bpf_map_delete_elem(&h2_streams, &key);
         return;
     }
     /* Most DATA frames end with a message (gRPC frames each write): the map
@@ -1199,7 +1334,7 @@ static __always_inline void h2_frame_ends(struct scratch *s, struct h2_dir *d)
         return;
     struct h2_stream_state st = {.msg_left = d->msg_left, .shape = d->shape, .prefix_have = d->prefix_have};
     __builtin_memcpy(st.prefix, d->prefix, sizeof(st.prefix));
-    h2_streams.update(&key, &st);
+    bpf_map_update_elem(&h2_streams, &key, &st, BPF_ANY);
 }
 
 /* One step over a frame header's bytes. */
@@ -1343,7 +1478,7 @@ static __always_inline int h2_data_scanned(void *ctx, int tls, struct scratch *s
     chain_call(ctx, tls, PROG_H2_FRAMES);
     /* The tail call failed: the rest of the syscall cannot be walked. */
     u64 conn_id = s->h2ev.conn_id;
-    struct h2_conn *conn = h2_conns.lookup(&conn_id);
+    struct h2_conn *conn = bpf_map_lookup_elem(&h2_conns, &conn_id);
     if (conn)
         h2_give_up(s, &conn->dir[s->h2ev.dir & 1]);
     h2_send_event(s, 0);
@@ -1361,7 +1496,7 @@ static __always_inline int h2_connection_begins(void *ctx, int tls, struct scrat
     state->http_seen = 1;
     conn_changed(s);
     struct h2_conn fresh = {};
-    h2_conns.update(&s->ev.conn_id, &fresh);
+    bpf_map_update_elem(&h2_conns, &s->ev.conn_id, &fresh, BPF_ANY);
     h2_begin_event(s, s->ev.hdr.type == EVENT_SOCK_WRITE ? DIR_WRITE : DIR_READ, H2_FLAG_PREFACE);
     /* The frames start after the preface, less its pieces held before this syscall. */
     h2_walk_begin(s, H2_PREFACE_BYTES - (s->joined < H2_PREFACE_BYTES ? s->joined : 0));
@@ -1398,7 +1533,7 @@ static __always_inline int io_exit(void *ctx, long ret, u16 dir, u16 vectored, u
 }
 
 /* Reads at their exit only, where the kernel lets a program read the
- * thread's saved user registers (READS_AT_EXIT, set above). A read's entry
+ * thread's saved user registers (reads_at_exit, set above). A read's entry
  * tells nothing its exit cannot: a request's ingress is when its read
  * returned, and the arguments are still in those registers (the syscall
  * ABI, as recover_in_flight reads them). So the read syscalls get no entry
@@ -1408,52 +1543,53 @@ static __always_inline int io_exit(void *ctx, long ret, u16 dir, u16 vectored, u
  * its write began, ~8 us before a loopback write returns. */
 static __always_inline int read_exit(void *ctx, long ret, u16 vectored, u16 is_msghdr)
 {
-#ifdef READS_AT_EXIT
-    u64 id = bpf_get_current_pid_tgid();
-    u32 tgid = id >> 32;
-    if (ret == -11 /* EAGAIN */ || !is_target(tgid))
-        return 0;
-    struct thread_io *thread = current_thread_io();
-    if (!thread)
-        return 0;
-    /* A read the thread was already in when tracing began: user space lists
-     * the threads it found blocked in one, and their fds (reads_at_attach).
-     * Looked up once per thread, at its first read exit. */
-    s32 blocked_fd = -1;
-    if (!thread->read_exit_seen) {
-        thread->read_exit_seen = 1;
-        u32 tid = (u32)id;
-        s32 *listed = reads_at_attach.lookup(&tid);
-        if (listed) {
-            blocked_fd = *listed;
-            reads_at_attach.delete(&tid);
-        }
-    }
-    struct conn_state state = {};
-    s32 fd;
-    struct pt_regs *regs = syscall_on_connection(thread, tgid, &state, &fd);
-    if (!regs)
-        return 0;
-    u64 now = bpf_ktime_get_ns(), start = now;
-    if (ret > 0 && !state.client)
-        host_wide_tally(tgid, fd, DIR_READ, now);
-    if (ret > 0)
-        note_tls_carrier(&thread->io, fd, DIR_READ, now);
-    if (state.tally_only)
-        return 0;
-    if (state.tls)
-        return 0;   /* ciphertext: the TLS probes read this connection's plaintext */
-    if (fd == blocked_fd) {
-        if (!open_at_attach(&state))
+#ifdef HAVE_TASK_PT_REGS
+    if (reads_at_exit) {
+        u64 id = bpf_get_current_pid_tgid();
+        u32 tgid = id >> 32;
+        if (ret == -11 /* EAGAIN */ || !is_target(tgid))
             return 0;
-        start = 0;   /* begun unseen: classify_io times it at the exit and flags it */
+        struct thread_io *thread = current_thread_io();
+        if (!thread)
+            return 0;
+        /* A read the thread was already in when tracing began: user space lists
+         * the threads it found blocked in one, and their fds (reads_at_attach).
+         * Looked up once per thread, at its first read exit. */
+        s32 blocked_fd = -1;
+        if (!thread->read_exit_seen) {
+            thread->read_exit_seen = 1;
+            u32 tid = (u32)id;
+            s32 *listed = bpf_map_lookup_elem(&reads_at_attach, &tid);
+            if (listed) {
+                blocked_fd = *listed;
+                bpf_map_delete_elem(&reads_at_attach, &tid);
+            }
+        }
+        struct conn_state state = {};
+        s32 fd;
+        struct pt_regs *regs = syscall_on_connection(thread, tgid, &state, &fd);
+        if (!regs)
+            return 0;
+        u64 now = bpf_ktime_get_ns(), start = now;
+        if (ret > 0 && !state.client)
+            host_wide_tally(tgid, fd, DIR_READ, now);
+        if (ret > 0)
+            note_tls_carrier(&thread->io, fd, DIR_READ, now);
+        if (state.tally_only)
+            return 0;
+        if (state.tls)
+            return 0;   /* ciphertext: the TLS probes read this connection's plaintext */
+        if (fd == blocked_fd) {
+            if (!open_at_attach(&state))
+                return 0;
+            start = 0;   /* begun unseen: classify_io times it at the exit and flags it */
+        }
+        struct pending_io io;
+        fill_pending(&io, start, BPF_CORE_READ(regs, si), vectored ? (u32)BPF_CORE_READ(regs, dx) : 0, fd, DIR_READ, is_msghdr, &state);
+        return classify_io(ctx, id, io, ret, now, 0);
     }
-    struct pending_io io;
-    fill_pending(&io, start, regs->si, vectored ? (u32)regs->dx : 0, fd, DIR_READ, is_msghdr, &state);
-    return classify_io(ctx, id, io, ret, now, 0);
-#else
-    return io_exit(ctx, ret, DIR_READ, vectored, is_msghdr);
 #endif
+    return io_exit(ctx, ret, DIR_READ, vectored, is_msghdr);
 }
 
 /* The event of a traced syscall that moved bytes (or failed), classified by
@@ -1617,15 +1753,30 @@ struct open_head {
     u32 pieces;     /* syscalls held so far */
     u8 bytes[SCAN_HEAD_BYTES];
 };
-BPF_TABLE("lru_hash", u64, struct open_head, request_heads_open, 1024);
-BPF_PERCPU_ARRAY(open_head_build, struct open_head, 1);   /* too big for the stack */
+struct {
+    __uint(type, BPF_MAP_TYPE_LRU_HASH);
+    __uint(max_entries, 1024);
+    __type(key, u64);
+    __type(value, struct open_head);
+} request_heads_open SEC(".maps");
+struct {
+    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+    __uint(max_entries, 1);
+    __type(key, u32);
+    __type(value, struct open_head);
+} open_head_build SEC(".maps");   /* too big for the stack */
 /* Where join_open_head() lays the pieces end to end: twice the head, so that
  * the verifier sees any copy of under SCAN_HEAD_BYTES at an offset under
  * SCAN_HEAD_BYTES stay inside it. */
 struct head_join {
     u8 bytes[SCRATCH_BYTES];
 };
-BPF_PERCPU_ARRAY(head_join_area, struct head_join, 1);
+struct {
+    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+    __uint(max_entries, 1);
+    __type(key, u32);
+    __type(value, struct head_join);
+} head_join_area SEC(".maps");
 
 /* Bytes that could still become a request line: a method's first letters
  * (up to and with its space), nothing after them yet. */
@@ -1649,7 +1800,7 @@ static __always_inline int hold_open_head(struct scratch *s)
     if (n == 0 || n >= SCAN_HEAD_BYTES || (u64)n != (u64)s->ev.bytes || s->ev.joined_pieces >= 254)
         return 0;
     u32 zero = 0;
-    struct open_head *open = open_head_build.lookup(&zero);
+    struct open_head *open = bpf_map_lookup_elem(&open_head_build, &zero);
     if (!open)
         return 0;
     int read = s->ev.hdr.type == EVENT_SOCK_READ;
@@ -1658,7 +1809,7 @@ static __always_inline int hold_open_head(struct scratch *s)
     open->pieces = s->ev.joined_pieces + 1;
     bpf_probe_read_kernel(open->bytes, bounded(n, SCAN_HEAD_BYTES - 1), s->head);
     u64 conn_id = s->ev.conn_id;
-    request_heads_open.update(&conn_id, open);
+    bpf_map_update_elem(&request_heads_open, &conn_id, open, BPF_ANY);
     return 1;
 }
 
@@ -1671,13 +1822,13 @@ static __always_inline int hold_open_head(struct scratch *s)
 static __always_inline void join_open_head(struct scratch *s)
 {
     u64 conn_id = s->ev.conn_id;
-    struct open_head *open = request_heads_open.lookup(&conn_id);
+    struct open_head *open = bpf_map_lookup_elem(&request_heads_open, &conn_id);
     if (!open)
         return;
     u32 zero = 0;
-    struct head_join *joined = head_join_area.lookup(&zero);
+    struct head_join *joined = bpf_map_lookup_elem(&head_join_area, &zero);
     if (!joined) {
-        request_heads_open.delete(&conn_id);
+        bpf_map_delete_elem(&request_heads_open, &conn_id);
         return;
     }
     u32 k = bounded(open->len, SCAN_HEAD_BYTES - 1);
@@ -1686,7 +1837,7 @@ static __always_inline void join_open_head(struct scratch *s)
         bpf_probe_read_kernel(joined->bytes, k, open->bytes);
     u64 first_ns = open->first_ns;
     u32 pieces = open->pieces;
-    request_heads_open.delete(&conn_id);
+    bpf_map_delete_elem(&request_heads_open, &conn_id);
     if (m > 0 && m < SCAN_HEAD_BYTES)
         bpf_probe_read_kernel(&joined->bytes[k], bounded(m, SCAN_HEAD_BYTES - 1), s->head);
     u32 n = k + m;
@@ -1922,7 +2073,7 @@ static __always_inline int chain_h2_frames(void *ctx, int tls)
     if (!s)
         return 0;
     u64 conn_id = s->h2ev.conn_id;
-    struct h2_conn *conn = h2_conns.lookup(&conn_id);
+    struct h2_conn *conn = bpf_map_lookup_elem(&h2_conns, &conn_id);
     if (!conn)
         return 0;   /* its walk state was evicted (16384 HTTP/2 connections at once) */
     struct h2_dir *d = &conn->dir[s->h2ev.dir & 1];
@@ -1976,12 +2127,32 @@ CHAIN_PROGRAM(h2_frames)
  * of a header block left open) and scan_fields, which it hands on to. A
  * request without a long header block costs one window over the head; a
  * body read on a connection costs one lookup in trace_headers_open. */
-BPF_PERCPU_ARRAY(trace_scan_area, struct trace_scan, 1);
-BPF_TABLE("lru_hash", u64, struct trace_open, trace_headers_open, 16384);
+struct {
+    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+    __uint(max_entries, 1);
+    __type(key, u32);
+    __type(value, struct trace_scan);
+} trace_scan_area SEC(".maps");
+struct {
+    __uint(type, BPF_MAP_TYPE_LRU_HASH);
+    __uint(max_entries, 16384);
+    __type(key, u64);
+    __type(value, struct trace_open);
+} trace_headers_open SEC(".maps");
 /* The bytes of a traceparent or tracestate value cut by a syscall's end, for
  * the connection's next one: rare (a value across reads), so fewer entries. */
-BPF_TABLE("lru_hash", u64, struct trace_partial, trace_values_open, 1024);
-BPF_PERCPU_ARRAY(trace_partial_build, struct trace_partial, 1);
+struct {
+    __uint(type, BPF_MAP_TYPE_LRU_HASH);
+    __uint(max_entries, 1024);
+    __type(key, u64);
+    __type(value, struct trace_partial);
+} trace_values_open SEC(".maps");
+struct {
+    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+    __uint(max_entries, 1);
+    __type(key, u32);
+    __type(value, struct trace_partial);
+} trace_partial_build SEC(".maps");
 
 /* The first window of a syscall: the head, after the byte that ended the
  * last syscall when this one goes on with an open header block. 0: nothing to scan. */
@@ -1991,7 +2162,7 @@ static __always_inline int trace_first_window(struct scratch *s, struct trace_sc
     u32 shift = 0, before = 0;
     struct trace_open open = {};
     if (s->ev.kind != HTTP_KIND_REQUEST) {
-        struct trace_open *left = trace_headers_open.lookup(&conn_id);
+        struct trace_open *left = bpf_map_lookup_elem(&trace_headers_open, &conn_id);
         if (!left)
             return 0;
         open = *left;
@@ -2058,7 +2229,7 @@ static __always_inline int trace_first_window(struct scratch *s, struct trace_sc
 static __always_inline void trace_finish(struct scratch *s, struct trace_scan *t)
 {
     u64 conn_id = s->ev.conn_id;
-    const struct trace_partial *partial = t->continues ? trace_values_open.lookup(&conn_id) : 0;
+    const struct trace_partial *partial = t->continues ? bpf_map_lookup_elem(&trace_values_open, &conn_id) : 0;
     s32 seen = t->start + (s32)t->n;
     u32 scanned = t->scanned_before + (seen > 0 ? (u32)seen : 0);
     /* Open only while every byte so far was looked at and the block has not ended. */
@@ -2067,14 +2238,14 @@ static __always_inline void trace_finish(struct scratch *s, struct trace_scan *t
     struct trace_open open = {.scanned = scanned,
                               .ended_line = t->buf[(t->n - 1) & SCRATCH_MASK] == '\n'};
     u32 zero = 0;
-    struct trace_partial *keep = stays_open ? trace_partial_build.lookup(&zero) : 0;
+    struct trace_partial *keep = stays_open ? bpf_map_lookup_elem(&trace_partial_build, &zero) : 0;
     if (keep)
         trace_keep_partial(t, &open, keep, seen, t->user_base, s->head, s->joined, partial);
     trace_values(t, t->user_base, s->head, s->joined, partial);
     if (open.continues)
-        trace_values_open.update(&conn_id, keep);
+        bpf_map_update_elem(&trace_values_open, &conn_id, keep, BPF_ANY);
     else if (t->continues)
-        trace_values_open.delete(&conn_id);
+        bpf_map_delete_elem(&trace_values_open, &conn_id);
     struct trace_context_event *ev = &t->ev;
     if (t->ended)
         ev->flags |= TRACE_CONTEXT_FLAG_HEADERS_END;
@@ -2085,17 +2256,17 @@ static __always_inline void trace_finish(struct scratch *s, struct trace_scan *t
         send_event(ev, sizeof(*ev));
     if (!stays_open) {
         if (s->ev.kind != HTTP_KIND_REQUEST || !(s->ev.flags & HTTP_FLAG_HEADERS_END) || t->scanned_before)
-            trace_headers_open.delete(&conn_id);
+            bpf_map_delete_elem(&trace_headers_open, &conn_id);
         return;
     }
-    trace_headers_open.update(&conn_id, &open);
+    bpf_map_update_elem(&trace_headers_open, &conn_id, &open, BPF_ANY);
 }
 
 static __always_inline int chain_scan_trace_context(void *ctx, int tls)
 {
     struct scratch *s = get_scratch();
     u32 zero = 0;
-    struct trace_scan *t = trace_scan_area.lookup(&zero);
+    struct trace_scan *t = bpf_map_lookup_elem(&trace_scan_area, &zero);
     if (!s || !t)
         return 0;
     if (t->io_exit_ns != s->ev.exit_ns || t->ev.conn_id != s->ev.conn_id) {
@@ -2128,26 +2299,40 @@ static __always_inline int chain_scan_trace_context(void *ctx, int tls)
 }
 CHAIN_PROGRAM(scan_trace_context)
 
-#ifndef READS_AT_EXIT
-TRACEPOINT_PROBE(syscalls, sys_enter_read) { return io_enter(args->fd, (u64)args->buf, 0, DIR_READ, 0); }
-TRACEPOINT_PROBE(syscalls, sys_enter_readv) { return io_enter(args->fd, (u64)args->vec, args->vlen, DIR_READ, 0); }
-TRACEPOINT_PROBE(syscalls, sys_enter_recvfrom) { return io_enter(args->fd, (u64)args->ubuf, 0, DIR_READ, 0); }
-TRACEPOINT_PROBE(syscalls, sys_enter_recvmsg) { return io_enter(args->fd, (u64)args->msg, 0, DIR_READ, 1); }
-#endif
-TRACEPOINT_PROBE(syscalls, sys_exit_read) { return read_exit(args, args->ret, 0, 0); }
-TRACEPOINT_PROBE(syscalls, sys_exit_readv) { return read_exit(args, args->ret, 1, 0); }
-TRACEPOINT_PROBE(syscalls, sys_exit_recvfrom) { return read_exit(args, args->ret, 0, 0); }
-TRACEPOINT_PROBE(syscalls, sys_exit_recvmsg) { return read_exit(args, args->ret, 0, 1); }
-TRACEPOINT_PROBE(syscalls, sys_enter_write) { return io_enter(args->fd, (u64)args->buf, 0, DIR_WRITE, 0); }
-TRACEPOINT_PROBE(syscalls, sys_exit_write) { return io_exit(args, args->ret, DIR_WRITE, 0, 0); }
-TRACEPOINT_PROBE(syscalls, sys_enter_writev) { return io_enter(args->fd, (u64)args->vec, args->vlen, DIR_WRITE, 0); }
-TRACEPOINT_PROBE(syscalls, sys_exit_writev) { return io_exit(args, args->ret, DIR_WRITE, 1, 0); }
-TRACEPOINT_PROBE(syscalls, sys_enter_sendto) { return io_enter(args->fd, (u64)args->buff, 0, DIR_WRITE, 0); }
-TRACEPOINT_PROBE(syscalls, sys_exit_sendto) { return io_exit(args, args->ret, DIR_WRITE, 0, 0); }
-TRACEPOINT_PROBE(syscalls, sys_enter_sendmsg) { return io_enter(args->fd, (u64)args->msg, 0, DIR_WRITE, 1); }
-TRACEPOINT_PROBE(syscalls, sys_exit_sendmsg) { return io_exit(args, args->ret, DIR_WRITE, 0, 1); }
+/* The reads' entries: left unloaded where reads_at_exit. */
+SEC("tracepoint/syscalls/sys_enter_read")
+int sys_enter_read(struct trace_event_raw_sys_enter *args) { return io_enter(args->args[0], (u64)args->args[1], 0, DIR_READ, 0); }
+SEC("tracepoint/syscalls/sys_enter_readv")
+int sys_enter_readv(struct trace_event_raw_sys_enter *args) { return io_enter(args->args[0], (u64)args->args[1], args->args[2], DIR_READ, 0); }
+SEC("tracepoint/syscalls/sys_enter_recvfrom")
+int sys_enter_recvfrom(struct trace_event_raw_sys_enter *args) { return io_enter(args->args[0], (u64)args->args[1], 0, DIR_READ, 0); }
+SEC("tracepoint/syscalls/sys_enter_recvmsg")
+int sys_enter_recvmsg(struct trace_event_raw_sys_enter *args) { return io_enter(args->args[0], (u64)args->args[1], 0, DIR_READ, 1); }
+SEC("tracepoint/syscalls/sys_exit_read")
+int sys_exit_read(struct trace_event_raw_sys_exit *args) { return read_exit(args, args->ret, 0, 0); }
+SEC("tracepoint/syscalls/sys_exit_readv")
+int sys_exit_readv(struct trace_event_raw_sys_exit *args) { return read_exit(args, args->ret, 1, 0); }
+SEC("tracepoint/syscalls/sys_exit_recvfrom")
+int sys_exit_recvfrom(struct trace_event_raw_sys_exit *args) { return read_exit(args, args->ret, 0, 0); }
+SEC("tracepoint/syscalls/sys_exit_recvmsg")
+int sys_exit_recvmsg(struct trace_event_raw_sys_exit *args) { return read_exit(args, args->ret, 0, 1); }
+SEC("tracepoint/syscalls/sys_enter_write")
+int sys_enter_write(struct trace_event_raw_sys_enter *args) { return io_enter(args->args[0], (u64)args->args[1], 0, DIR_WRITE, 0); }
+SEC("tracepoint/syscalls/sys_exit_write")
+int sys_exit_write(struct trace_event_raw_sys_exit *args) { return io_exit(args, args->ret, DIR_WRITE, 0, 0); }
+SEC("tracepoint/syscalls/sys_enter_writev")
+int sys_enter_writev(struct trace_event_raw_sys_enter *args) { return io_enter(args->args[0], (u64)args->args[1], args->args[2], DIR_WRITE, 0); }
+SEC("tracepoint/syscalls/sys_exit_writev")
+int sys_exit_writev(struct trace_event_raw_sys_exit *args) { return io_exit(args, args->ret, DIR_WRITE, 1, 0); }
+SEC("tracepoint/syscalls/sys_enter_sendto")
+int sys_enter_sendto(struct trace_event_raw_sys_enter *args) { return io_enter(args->args[0], (u64)args->args[1], 0, DIR_WRITE, 0); }
+SEC("tracepoint/syscalls/sys_exit_sendto")
+int sys_exit_sendto(struct trace_event_raw_sys_exit *args) { return io_exit(args, args->ret, DIR_WRITE, 0, 0); }
+SEC("tracepoint/syscalls/sys_enter_sendmsg")
+int sys_enter_sendmsg(struct trace_event_raw_sys_enter *args) { return io_enter(args->args[0], (u64)args->args[1], 0, DIR_WRITE, 1); }
+SEC("tracepoint/syscalls/sys_exit_sendmsg")
+int sys_exit_sendmsg(struct trace_event_raw_sys_exit *args) { return io_exit(args, args->ret, DIR_WRITE, 0, 1); }
 
-#ifdef TLS_PROBES
 /* ---------------------------------------------------------------- TLS: plaintext at the library boundary
  *
  * Uprobes on the TLS library (collector/attach/probe_sets/tls.py attaches them)
@@ -2190,7 +2375,7 @@ static __always_inline struct conn_state *tls_read_carrier(u32 tgid, struct tls_
     if (*fd < 0)
         return 0;
     struct sock_key skey = {.pid = tgid, .fd = *fd};
-    struct conn_state *sock = socks.lookup(&skey);
+    struct conn_state *sock = bpf_map_lookup_elem(&socks, &skey);
     return sock && !sock->tls && !sock->http_seen ? sock : 0;
 }
 
@@ -2241,7 +2426,7 @@ static __always_inline struct tls_session *tls_session_of(u32 tgid, struct tls_c
                                                           s32 last_read_fd)
 {
     struct tls_key key = {.pid = tgid, .session = call->session};
-    struct tls_session *session = tls_sessions.lookup(&key);
+    struct tls_session *session = bpf_map_lookup_elem(&tls_sessions, &key);
     if (session) {
         if (session->fd < 0) {
             tls_tie_late(tgid, session, call, nested_fd, last_read_fd);
@@ -2250,7 +2435,7 @@ static __always_inline struct tls_session *tls_session_of(u32 tgid, struct tls_c
         /* Still over the socket it was tied to? A handle freed and reused by
          * a later session (a Go *tls.Conn after garbage collection) is not. */
         struct sock_key skey = {.pid = tgid, .fd = session->fd};
-        struct conn_state *sock = socks.lookup(&skey);
+        struct conn_state *sock = bpf_map_lookup_elem(&socks, &skey);
         if (sock && sock->conn_id == session->state.conn_id)
             return session;
     }
@@ -2259,7 +2444,7 @@ static __always_inline struct tls_session *tls_session_of(u32 tgid, struct tls_c
     struct tls_session fresh = {.fd = -1};
     if (fd >= 0) {
         struct sock_key skey = {.pid = tgid, .fd = fd};
-        struct conn_state *sock = socks.lookup(&skey);
+        struct conn_state *sock = bpf_map_lookup_elem(&socks, &skey);
         if (sock) {
             fresh.state.conn_id = sock->conn_id;
             fresh.state.client = sock->client;
@@ -2281,8 +2466,8 @@ static __always_inline struct tls_session *tls_session_of(u32 tgid, struct tls_c
         fresh.state.client = call->dir == DIR_WRITE;
         count(COUNTER_TLS_UNTIED);
     }
-    tls_sessions.update(&key, &fresh);
-    return tls_sessions.lookup(&key);
+    bpf_map_update_elem(&tls_sessions, &key, &fresh, BPF_ANY);
+    return bpf_map_lookup_elem(&tls_sessions, &key);
 }
 
 static __always_inline int tls_call_begin(u32 caller, u64 caller_id, u64 session, u64 buf, u64 len_out,
@@ -2294,13 +2479,13 @@ static __always_inline int tls_call_begin(u32 caller, u64 caller_id, u64 session
     struct tls_call_key key = {.pid = tgid, .caller = caller, .id = caller_id};
     struct tls_call call = {.session = session, .buf = buf, .len_out = len_out, .ts_ns = bpf_ktime_get_ns(),
                             .dir = dir, .fd = fd};
-    if (tls_calls.update(&key, &call) != 0) {
+    if (bpf_map_update_elem(&tls_calls, &key, &call, BPF_ANY) != 0) {
         count(COUNTER_IO_UNTRACKED);
         return 0;
     }
 #ifdef PENDING_IN_TASK_STORAGE
     if (caller == TLS_CALLER_THREAD) {
-        struct thread_io *thread = pending_task.task_storage_get(bpf_get_current_task_btf(), 0,
+        struct thread_io *thread = bpf_task_storage_get(&pending_task, bpf_get_current_task_btf(), 0,
                                                                  BPF_LOCAL_STORAGE_GET_F_CREATE);
         if (thread) {
             thread->tls_in_call = 1;
@@ -2336,16 +2521,16 @@ static __always_inline int tls_call_end(void *ctx, u32 caller, u64 caller_id, lo
     if (!is_target(tgid))
         return 0;
     struct tls_call_key key = {.pid = tgid, .caller = caller, .id = caller_id};
-    struct tls_call *found = tls_calls.lookup(&key);
+    struct tls_call *found = bpf_map_lookup_elem(&tls_calls, &key);
     if (!found)
         return 0;
     struct tls_call call = *found;
-    tls_calls.delete(&key);
+    bpf_map_delete_elem(&tls_calls, &key);
     s32 nested_fd = -1, last_read_fd = -1;
     u64 wire_ns = 0;
 #ifdef PENDING_IN_TASK_STORAGE
     if (caller == TLS_CALLER_THREAD) {
-        struct thread_io *thread = pending_task.task_storage_get(bpf_get_current_task_btf(), 0, 0);
+        struct thread_io *thread = bpf_task_storage_get(&pending_task, bpf_get_current_task_btf(), 0, 0);
         if (thread) {
             nested_fd = thread->tls_nested_fd;
             wire_ns = thread->tls_wire_ns;
@@ -2398,33 +2583,40 @@ static __always_inline int openssl_call_begin(struct pt_regs *ctx, u16 dir, int 
                           ex ? PT_REGS_PARM4(ctx) : 0, dir, -1);
 }
 
+SEC("uprobe")
 int tls_ssl_read_enter(struct pt_regs *ctx) { return openssl_call_begin(ctx, DIR_READ, 0); }
+SEC("uprobe")
 int tls_ssl_read_ex_enter(struct pt_regs *ctx) { return openssl_call_begin(ctx, DIR_READ, 1); }
+SEC("uprobe")
 int tls_ssl_write_enter(struct pt_regs *ctx) { return openssl_call_begin(ctx, DIR_WRITE, 0); }
+SEC("uprobe")
 int tls_ssl_write_ex_enter(struct pt_regs *ctx) { return openssl_call_begin(ctx, DIR_WRITE, 1); }
 
+SEC("uprobe")
 int tls_ssl_return(struct pt_regs *ctx)
 {
     return tls_call_end(ctx, TLS_CALLER_THREAD, current_tid(), (long)(int)PT_REGS_RC(ctx));
 }
 
 /* int SSL_do_handshake(SSL *), SSL_connect(SSL *), SSL_accept(SSL *): 1 once done. */
+SEC("uprobe")
 int tls_ssl_handshake_enter(struct pt_regs *ctx)
 {
     return tls_call_begin(TLS_CALLER_THREAD, current_tid(), PT_REGS_PARM1(ctx), 0, 0, DIR_HANDSHAKE, -1);
 }
 
 /* void SSL_free(SSL *): its handle may come back for another connection. */
+SEC("uprobe")
 int tls_ssl_free(struct pt_regs *ctx)
 {
     u32 tgid = bpf_get_current_pid_tgid() >> 32;
     if (!is_target(tgid))
         return 0;
     struct tls_key key = {.pid = tgid, .session = PT_REGS_PARM1(ctx)};
-    struct tls_session *session = tls_sessions.lookup(&key);
+    struct tls_session *session = bpf_map_lookup_elem(&tls_sessions, &key);
     if (session && session->state.h2)
         h2_connection_closed(session->state.conn_id);
-    tls_sessions.delete(&key);
+    bpf_map_delete_elem(&tls_sessions, &key);
     return 0;
 }
 /* Go crypto/tls: (*Conn).Read and (*Conn).Write, at their entry and at each
@@ -2441,11 +2633,16 @@ struct go_tls_offsets {
     u32 netfd_pfd;       /* net.netFD.pfd: internal/poll.FD */
     u32 pfd_sysfd;       /* internal/poll.FD.Sysfd: the fd, a Go int */
 };
-BPF_HASH(go_tls_offsets, u32, struct go_tls_offsets, 1024);
+struct {
+    __uint(type, BPF_MAP_TYPE_HASH);
+    __uint(max_entries, 1024);
+    __type(key, u32);
+    __type(value, struct go_tls_offsets);
+} go_tls_offsets SEC(".maps");
 
 static __always_inline s32 go_conn_fd(u32 tgid, u64 conn)
 {
-    struct go_tls_offsets *off = go_tls_offsets.lookup(&tgid);
+    struct go_tls_offsets *off = bpf_map_lookup_elem(&go_tls_offsets, &tgid);
     if (!off)
         return -1;
     u64 tcp_conn = 0, netfd = 0;
@@ -2465,11 +2662,17 @@ static __always_inline int go_tls_enter(struct pt_regs *ctx, u16 dir)
     return tls_call_begin(TLS_CALLER_GOROUTINE, ctx->r14, ctx->ax, ctx->bx, 0, dir, go_conn_fd(tgid, ctx->ax));
 }
 
+SEC("uprobe")
 int tls_go_read_enter(struct pt_regs *ctx) { return go_tls_enter(ctx, DIR_READ); }
+SEC("uprobe")
 int tls_go_write_enter(struct pt_regs *ctx) { return go_tls_enter(ctx, DIR_WRITE); }
 
+SEC("uprobe")
 int tls_go_return(struct pt_regs *ctx)
 {
     return tls_call_end(ctx, TLS_CALLER_GOROUTINE, ctx->r14, (long)ctx->ax);
 }
-#endif /* TLS_PROBES */
+
+/* ---------------------------------------------------------------- the parts of other probe sets */
+#include "net.bpf.c"        /* the network set: when the bytes leave the host */
+#include "host_wide.bpf.c"  /* the host-wide set: adoption, sampling and tallies */

@@ -21,7 +21,7 @@
  *
  * Needs struct scratch (scratch.bpf.h), the byte tools (scan_bytes.bpf.h)
  * and struct trace_scan below, which sock.bpf.c keeps in a per-CPU map of
- * its own (bcc rewrites map calls only there); the chain program
+ * its own (the maps are all sock.bpf.c's); the chain program
  * scan_trace_context in sock.bpf.c drives the windows.
  */
 #ifndef INFERPROBE_TRACE_CONTEXT_BPF_H

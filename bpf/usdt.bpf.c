@@ -1,6 +1,6 @@
 /* usdt.bpf.c: the inferprobe USDT probes of an instrumented server.
  *
- * Built ahead of time (CO-RE, libbpf; common_core.bpf.h). One program serves
+ * Built ahead of time (CO-RE, libbpf; common.bpf.h). One program serves
  * every probe: collector/attach/probe_sets/usdt.py attaches it to each
  * inferprobe probe in every target process that has one (found in the ELF
  * notes of the files it maps), with the probe's number (enum usdt_probe) as
@@ -13,7 +13,7 @@
  * probes carry ids and counts only, never prompt or completion text. No
  * target check: a USDT attach is per process already.
  */
-#include "common_core.bpf.h"
+#include "common.bpf.h"
 #include <bpf/usdt.bpf.h>
 
 SEC("usdt")
