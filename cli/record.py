@@ -64,12 +64,11 @@ def _no_listener_note(meta: dict) -> str | None:
 
 
 def _startup_line(startup_s: dict[str, float]) -> str:
-    """How long attaching took and the stage that took most: bcc's compile, today."""
+    """How long attaching took and the stage that takes most: the kernel's verifier."""
     total = sum(startup_s.values())
     if not startup_s:
         return "start-up not timed"
-    return (f"ready in {total:.1f} s, {startup_s.get('compile_and_verify', 0.0):.1f} s of it "
-            "compiling and verifying BPF")
+    return f"ready in {total:.1f} s, {startup_s.get('verify', 0.0):.1f} s of it verifying BPF"
 
 
 # In-flight state maps are counted (a key walk each) this often: their sizes

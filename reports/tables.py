@@ -154,7 +154,9 @@ def facts_table(data: ReportData) -> Table:
     rows = (
         ("host", str(meta.get("host", "-"))),
         ("kernel", str(meta.get("kernel", "-"))),
-        ("bcc version", str(meta.get("bcc_version", "-"))),
+        # Recordings made before the move to libbpf (2026-12) name bcc's version instead.
+        ("libbpf version", str(meta["libbpf_version"])) if "libbpf_version" in meta
+        else ("bcc version", str(meta.get("bcc_version", "-"))),
         ("inferprobe version", str(meta.get("inferprobe_version", "-"))),
         ("target processes", targets or "-"),
         ("started", _wall_clock(meta)),

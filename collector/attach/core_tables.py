@@ -210,6 +210,9 @@ class CoreTable:
                 out.append((key, value))
         return out
 
+    def values(self) -> list:
+        return [value for _, value in self.items()]
+
     def __iter__(self) -> Iterator:
         return self.keys()
 

@@ -13,13 +13,17 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from inferprobe.collector.attach.ringbuf import RingBufferReader
-from inferprobe.collector.ingest.h2_header_blocks import HeaderPieceReader
+from inferprobe.collector.ingest.h2_header_blocks import HeaderPieceDecoder
 
 
 class EventStream:
     def __init__(self, tracer, sink: Callable[[bytes], None]) -> None:
         self._ring = RingBufferReader(tracer, sink)
-        self._header_pieces = HeaderPieceReader(tracer, sink) if tracer.has_map(b"h2_header_pieces") else None
+        self._header_pieces: HeaderPieceDecoder | None = None
+        self._pieces_ring: RingBufferReader | None = None
+        if tracer.has_map(b"h2_header_pieces"):
+            self._header_pieces = HeaderPieceDecoder(sink)
+            self._pieces_ring = RingBufferReader(tracer, self._header_pieces.feed, ring="h2_header_pieces")
 
     @property
     def events(self) -> int:
@@ -34,17 +38,18 @@ class EventStream:
     def poll(self, timeout_ms: int) -> int:
         """Waits up to timeout_ms for events, then takes everything committed."""
         received = self._ring.poll(timeout_ms)
-        if self._header_pieces is not None:
-            self._header_pieces.drain()
+        if self._pieces_ring is not None:
+            self._pieces_ring.drain()
         return received
 
     def drain(self) -> int:
         received = self._ring.drain()
-        if self._header_pieces is not None:
-            self._header_pieces.drain()
+        if self._pieces_ring is not None:
+            self._pieces_ring.drain()
         return received
 
     def close(self) -> None:
-        if self._header_pieces is not None:
-            self._header_pieces.close()
+        if self._pieces_ring is not None:
+            self._pieces_ring.drain()
+            self._pieces_ring.close()
         self._ring.close()

@@ -20,6 +20,7 @@ import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 BTF_KIND_VAR = 14
@@ -94,9 +95,25 @@ def _signatures(lib: ctypes.CDLL) -> None:
         ("btf__type_by_id", ctypes.POINTER(_BtfType), [p, ctypes.c_uint32]),
         ("btf__name_by_offset", s, [p, ctypes.c_uint32]),
         ("libbpf_set_print", p, [p]),
+        ("bpf_object__next_program", p, [p, p]),
+        ("bpf_program__name", s, [p]),
+        ("bpf_program__section_name", s, [p]),
+        ("bpf_program__autoload", ctypes.c_bool, [p]),
+        ("bpf_program__fd", i, [p]),
+        ("bpf_map__set_max_entries", i, [p, ctypes.c_uint32]),
+        ("bpf_map_lookup_batch", i, [i, p, p, p, p, ctypes.POINTER(ctypes.c_uint32), p]),
     ):
         fn = getattr(lib, name)
         fn.restype, fn.argtypes = restype, argtypes
+
+
+def libbpf_version() -> str:
+    """The libbpf in use, "1.1" say; "unknown" where it does not load."""
+    try:
+        lib = library()
+    except LibbpfError:
+        return "unknown"
+    return f"{lib.libbpf_major_version()}.{lib.libbpf_minor_version()}"
 
 
 def library() -> ctypes.CDLL:
@@ -111,6 +128,8 @@ def library() -> ctypes.CDLL:
             raise LibbpfError(f"libbpf 1.x is not usable here ({err}): install libbpf1 (apt) "
                               "or your distribution's libbpf package") from None
         _lib = lib
+        # Process-wide, once: every warning goes to the calling thread's _Messages.
+        lib.libbpf_set_print(ctypes.cast(_collect_message, ctypes.c_void_p))
     return _lib
 
 
@@ -118,7 +137,7 @@ def library() -> ctypes.CDLL:
 def _collect_message(level: int, fmt: bytes, args: int) -> int:
     # libbpf hands a printf format and a va_list: vsnprintf from libc formats it.
     if level == LIBBPF_WARN:
-        buf = ctypes.create_string_buffer(1024)
+        buf = ctypes.create_string_buffer(1 << 16)   # a verifier log comes as one message
         _libc.vsnprintf(buf, ctypes.c_size_t(len(buf)), fmt, ctypes.c_void_p(args))
         text = buf.value.decode(errors="replace").strip()
         if text:
@@ -127,36 +146,56 @@ def _collect_message(level: int, fmt: bytes, args: int) -> int:
 
 
 class _Messages:
-    """Collects libbpf's warnings while a call runs, for the error it may raise.
-
-    libbpf's print hook is process-wide (bcc installs its own): it is swapped
-    for ours around each call and put back after."""
+    """Collects libbpf's warnings while a call runs in this thread, for the error
+    it may raise. libbpf's print hook is process-wide and set once (library());
+    the lines go to the calling thread's list, so objects loading on several
+    threads at once keep their messages apart."""
 
     def __enter__(self) -> list[str]:
         _messages.lines = []
-        self._previous = library().libbpf_set_print(ctypes.cast(_collect_message, ctypes.c_void_p))
         return _messages.lines
 
     def __exit__(self, *exc) -> None:
-        library().libbpf_set_print(self._previous)
+        _messages.lines = []
+
+
+def _verifier_refusal(lines: list[str]) -> str | None:
+    """What the verifier said of the program it refused: the last line of its
+    log before the statistics ("processed N insns"), with the program's name."""
+    text = "\n".join(lines)
+    if "-- END PROG LOAD LOG --" not in text:
+        return None
+    log = text.split("-- BEGIN PROG LOAD LOG --")[-1].split("-- END PROG LOAD LOG --")[0]
+    said = [line.strip() for line in log.splitlines() if line.strip() and not line.startswith("processed ")]
+    program = next((line.split("'")[1] for line in lines if "BPF program load failed" in line and "'" in line), "?")
+    return f"the verifier refused program {program}: {said[-1]}" if said else None
 
 
 def _failure(what: str, lines: list[str], code: int) -> LibbpfError:
-    """libbpf's last warning, which names the step, and the errno in words (libbpf prints -22)."""
+    """libbpf's last warning, which names the step (or the verifier's verdict),
+    and the errno in words (libbpf prints -22)."""
     words = os.strerror(code or errno.EINVAL)
-    why = lines[-1].removeprefix("libbpf: ").rstrip(".") if lines else words
+    why = _verifier_refusal(lines) or (lines[-1].removeprefix("libbpf: ").rstrip(".") if lines else words)
     if words not in why:
         why = f"{why} ({words})"
-    if code in (errno.EACCES, errno.EPERM) and "probe" in what and not _holds_cap_sys_admin():
-        # libbpf 1.1 creates uprobes through perf_event_open only, with no tracefs fallback
+    if code in (errno.EACCES, errno.EPERM) and "USDT" in what and not holds_cap_sys_admin():
+        # libbpf 1.1 creates USDT probes through perf_event_open only (plain uprobes fall back to tracefs)
         why += "; Linux 6.16+ refuses perf uprobes without CAP_SYS_ADMIN: grant it (docs/deploy.md)"
     return LibbpfError(f"{what}: {why}")
 
 
-def _holds_cap_sys_admin() -> bool:
-    from inferprobe.collector.attach.bcc_uprobes import holds_cap_sys_admin
+CAP_SYS_ADMIN = 21
 
-    return holds_cap_sys_admin()
+
+def holds_cap_sys_admin() -> bool:
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("CapEff:"):
+                    return bool(int(line.split()[1], 16) >> CAP_SYS_ADMIN & 1)
+    except OSError:
+        pass
+    return os.geteuid() == 0
 
 
 def map_id_of_fd(fd: int) -> int:
@@ -171,14 +210,20 @@ def map_id_of_fd(fd: int) -> int:
 class Link:
     """One attachment (a probe in one process); destroy() detaches it."""
 
-    def __init__(self, ptr: int, what: str) -> None:
+    def __init__(self, ptr: int, what: str, after_destroy: Callable[[], None] | None = None) -> None:
         self.ptr: int | None = ptr
         self.what = what
+        self.after_destroy = after_destroy   # what goes with it (a tracefs uprobe event)
 
     def destroy(self) -> None:
         if self.ptr is not None:
             library().bpf_link__destroy(self.ptr)
             self.ptr = None
+            if self.after_destroy is not None:
+                try:
+                    self.after_destroy()
+                except OSError:
+                    pass   # a tracefs line another tracer removed: nothing is left to undo
 
 
 def destroy_all(links: list[Link]) -> None:
@@ -208,6 +253,8 @@ class BpfObject:
         self.links: list[Link] = []   # every attachment made, detached at close()
         self._tables: dict[str, Any] = {}   # name -> CoreTable, made once (its types come from BTF)
         self._shareable: list[str] | None = None
+        self.constants: dict[str, int] = {}   # the read-only settings written before load
+        self.parts: list[BpfObject] = []   # copies that loaded some of its programs (load_apart)
 
     def _map(self, name: str) -> int:
         assert self.ptr is not None, "the object is closed"
@@ -278,8 +325,32 @@ class BpfObject:
                     raise LibbpfError(f"{self.path.name}: .rodata is not writable before load")
                 raw = value.to_bytes(entry.size, "little", signed=value < 0)
                 ctypes.memmove(data + entry.offset, raw, entry.size)
+                self.constants[name] = value
                 return
         raise LibbpfError(f"{self.path.name} has no read-only global {name}")
+
+    def set_max_entries(self, name: str, entries: int) -> None:
+        """Before load: the size of one of the object's own maps (a ring's bytes)."""
+        if library().bpf_map__set_max_entries(self._map(name), entries) != 0:
+            raise LibbpfError(f"{self.path.name}: map {name} cannot hold {entries} entries "
+                              f"({os.strerror(ctypes.get_errno())})")
+
+    def programs(self) -> dict[str, str]:
+        """Every program of the object: name -> its section (\"tracepoint/sched/...\")."""
+        lib, out, at = library(), {}, None
+        while at := lib.bpf_object__next_program(self.ptr, at):
+            out[lib.bpf_program__name(at).decode()] = lib.bpf_program__section_name(at).decode()
+        return out
+
+    def autoloads(self, program: str) -> bool:
+        return bool(library().bpf_program__autoload(self._program(program)))
+
+    def program_fd(self, program: str) -> int:
+        """The loaded program's fd (a tail call's target goes into a program array by it)."""
+        fd = library().bpf_program__fd(self._program(program))
+        if fd < 0:
+            raise LibbpfError(f"{self.path.name}: program {program} is not loaded")
+        return fd
 
     def load(self) -> None:
         """Creates the object's own maps and has the kernel verify its programs."""
@@ -289,6 +360,66 @@ class BpfObject:
         if rc != 0:
             raise _failure(f"the kernel refused {self.path.name}", lines, -rc)
         self.loaded = True
+
+    def load_apart(self, groups: list[list[str]]) -> dict[str, BpfObject]:
+        """After load: loads programs this object left out (set_autoload False),
+        each group in a copy of the object opened from the same file, the
+        groups on threads at once. Returns program name -> the copy holding it.
+
+        Why: bpf_object__load has the kernel verify one program after another,
+        and a few of the socket set's programs take most of a second each. The
+        bpf() call runs without the GIL (ctypes), so copies verify on every
+        core at once. A copy uses this object's maps (by fd) and its settings,
+        so its programs work on the same state; it is kept in self.parts until
+        close_parts() or close()."""
+        assert self.loaded, "load the object itself first: the copies take its maps"
+
+        def load_group(group: list[str]) -> BpfObject:
+            part = BpfObject(self.path)
+            try:
+                for map_name in part.shareable_maps():
+                    part.reuse_map(map_name, self.map_fd(map_name))
+                for name, value in self.constants.items():
+                    part.set_constant(name, value)
+                wanted = set(group)
+                for program in part.programs():
+                    part.set_autoload(program, program in wanted)
+                part.load()
+            except Exception:
+                part.close()
+                raise
+            return part
+
+        groups = [group for group in groups if group]
+        if not groups:
+            return {}
+        with ThreadPoolExecutor(max_workers=len(groups)) as pool:
+            futures = [pool.submit(load_group, group) for group in groups]
+            parts, failure = [], None
+            for future in futures:
+                try:
+                    parts.append(future.result())
+                except Exception as err:  # LibbpfError: the first refusal is the one said
+                    failure = failure or err
+        self.parts.extend(parts)
+        if failure is not None:
+            raise failure
+        return {program: part for group, part in zip(groups, parts, strict=True) for program in group}
+
+    def close_parts(self) -> None:
+        """Frees the copies load_apart made (each holds its own copy of the object's
+        BTF and program text, ~10 MB for sock.bpf.o). A program of theirs that a
+        program array holds stays loaded: the array keeps its own reference."""
+        for part in self.parts:
+            part.close()
+        self.parts.clear()
+
+    def attach_tracepoints(self) -> list[Link]:
+        """Attaches every loaded program whose section names a tracepoint
+        (SEC(\"tracepoint/<category>/<name>\")); a bare SEC(\"tracepoint\") is a tail
+        call's target and is attached nowhere."""
+        return [self.attach(program) for program, section in self.programs().items()
+                if section.count("/") == 2 and section.startswith("tracepoint/") and self.autoloads(program)]
 
     def _program(self, name: str) -> int:
         assert self.ptr is not None, "the object is closed"
@@ -318,9 +449,31 @@ class BpfObject:
             ptr = library().bpf_program__attach_uprobe_opts(self._program(program), pid, os.fsencode(binary),
                                                             file_offset, ctypes.byref(opts))
         what = f"{'uretprobe' if on_return else 'uprobe'} at {binary}+0x{file_offset:x} in pid {pid}"
-        if not ptr:
-            raise _failure(f"libbpf could not attach the {what}", lines, ctypes.get_errno())
-        return self._keep(Link(ptr, what))
+        if ptr:
+            return self._keep(Link(ptr, what))
+        code = ctypes.get_errno()
+        if code in (errno.EACCES, errno.EPERM) and not holds_cap_sys_admin():
+            return self._attach_uprobe_through_tracefs(program, pid, binary, file_offset, on_return, what)
+        raise _failure(f"libbpf could not attach the {what}", lines, code)
+
+    def _attach_uprobe_through_tracefs(self, program: str, pid: int, binary: str, file_offset: int,
+                                       on_return: bool, what: str) -> Link:
+        """Linux 6.16+ refuses perf uprobes without CAP_SYS_ADMIN: the uprobe is made as a
+        tracefs event instead (collector/attach/tracefs_uprobes.py says why and how)."""
+        from inferprobe.collector.attach import tracefs_uprobes
+
+        try:
+            event = tracefs_uprobes.open_uprobe(binary, file_offset, pid, on_return)
+        except OSError as err:
+            raise LibbpfError(f"the kernel refused the {what}: perf_event_open needs CAP_SYS_ADMIN on "
+                              f"Linux 6.16+, and through tracefs: {err.strerror or err}") from None
+        try:
+            link = self.attach_perf_event(program, event.perf_fd)
+        except LibbpfError:
+            event.remove()
+            raise
+        link.what, link.after_destroy = f"{what} (a tracefs event)", event.remove
+        return link
 
     def attach(self, program: str) -> Link:
         """Attaches program where its section names (SEC("tracepoint/cat/name"), ...)."""
@@ -359,6 +512,7 @@ class BpfObject:
         destroy_all([link for link in self.links if link.ptr is not None])
         self.links.clear()
         self._tables.clear()
+        self.close_parts()
         if self.ptr is not None:
             library().bpf_object__close(self.ptr)
             self.ptr = None

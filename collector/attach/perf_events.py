@@ -1,4 +1,5 @@
-"""perf_event_open(2) for the sampling programs: one software cpu-clock event per CPU.
+"""perf_event_open(2): one software cpu-clock event per CPU for the sampling
+programs, and a tracefs event (a uprobe made through uprobe_events) per process.
 
 Python's standard library has no perf_event_open, and the one call needs no
 library beyond libc: the attribute struct is written here (its first fields,
@@ -11,6 +12,7 @@ import ctypes
 import os
 import platform
 
+PERF_TYPE_TRACEPOINT = 2
 PERF_TYPE_SOFTWARE = 1
 PERF_COUNT_SW_CPU_CLOCK = 0
 PERF_FLAG_FD_CLOEXEC = 8
@@ -47,18 +49,30 @@ def online_cpus() -> list[int]:
     return cpus
 
 
+def _perf_event_open(attr: _PerfEventAttr, pid: int, cpu: int, what: str) -> int:
+    number = _SYSCALL_NR.get(platform.machine())
+    if number is None:
+        raise OSError(f"perf_event_open: no syscall number known for {platform.machine()}")
+    fd = _libc.syscall(number, ctypes.byref(attr), pid, cpu, -1, PERF_FLAG_FD_CLOEXEC)
+    if fd < 0:
+        code = ctypes.get_errno()
+        raise OSError(code, f"perf_event_open({what}): {os.strerror(code)}")
+    return fd
+
+
+def open_trace_event(event_id: int, pid: int) -> int:
+    """The tracefs event with this id (events/<group>/<name>/id), in process pid
+    only, every hit: a BPF program attaches to it (attach_perf_event)."""
+    attr = _PerfEventAttr(type=PERF_TYPE_TRACEPOINT, size=PERF_ATTR_SIZE_VER5, config=event_id,
+                          sample_period=1)
+    return _perf_event_open(attr, pid, -1 if pid >= 0 else 0, f"trace event {event_id}, pid {pid}")
+
+
 def open_cpu_clock(cpu: int, period_ns: int) -> int:
     """A cpu-clock event on cpu that overflows every period_ns of CPU time, for all
     processes (the program filters by target). Software, not cycles: VMs and
     containers often have no PMU. A fixed period rather than a frequency: the
     kernel's frequency mode re-tunes the period as it goes, which skews short runs."""
-    number = _SYSCALL_NR.get(platform.machine())
-    if number is None:
-        raise OSError(f"perf_event_open: no syscall number known for {platform.machine()}")
     attr = _PerfEventAttr(type=PERF_TYPE_SOFTWARE, size=PERF_ATTR_SIZE_VER5, config=PERF_COUNT_SW_CPU_CLOCK,
                           sample_period=period_ns)
-    fd = _libc.syscall(number, ctypes.byref(attr), -1, cpu, -1, PERF_FLAG_FD_CLOEXEC)
-    if fd < 0:
-        code = ctypes.get_errno()
-        raise OSError(code, f"perf_event_open(cpu-clock, cpu {cpu}): {os.strerror(code)}")
-    return fd
+    return _perf_event_open(attr, -1, cpu, f"cpu-clock, cpu {cpu}")

@@ -25,7 +25,7 @@ consumer: the producer position is read before the headers it covers, and
 our consumer position is written after we copied the records.
 
 Wake-ups: the programs write without waking us and each CPU forces a
-wake-up only every RINGBUF_WAKEUP_BYTES (bpf/common.bpf.h), so poll()'s
+wake-up only every ringbuf_wakeup_bytes (bpf/common.bpf.h), so poll()'s
 timeout is what bounds the delay at low rates: callers poll every 100 ms.
 """
 
@@ -45,16 +45,16 @@ PAGE = mmap.PAGESIZE
 
 
 class RingBufferReader:
-    """Single consumer of the tracer's `events` ring buffer.
+    """Single consumer of one of the tracer's ring buffers: `events` unless told.
 
     sink(chunk) receives committed records as one bytes object in the ring's
     own framing (iter_ring_records splits it).
     """
 
-    def __init__(self, tracer: LoadedTracer, sink: Callable[[bytes], None]):
-        table = tracer.bpf[b"events"]
+    def __init__(self, tracer: LoadedTracer, sink: Callable[[bytes], None], ring: str = "events"):
+        table = tracer.table(ring)
         self._fd = table.map_fd
-        self._size = tracer.ringbuf_pages * PAGE
+        self._size = table.max_entries   # a ring's max_entries is its size in bytes
         self._mask = self._size - 1
         self._sink = sink
         self._consumer = mmap.mmap(self._fd, PAGE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)

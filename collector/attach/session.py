@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from inferprobe.collector.attach.event_stream import EventStream
+from inferprobe.collector.attach.libbpf import libbpf_version
 from inferprobe.collector.model.events import LAYOUT_VERSION
 from inferprobe.collector.processes import targets as target_procs
 
@@ -125,16 +126,11 @@ def _clock_offset_ns() -> int:
     return wall - (before + after) // 2
 
 
-def _version_of(package: str, fallback_module: str | None = None) -> str:
+def _version_of(package: str) -> str:
     try:
         return importlib.metadata.version(package)
     except importlib.metadata.PackageNotFoundError:
-        if fallback_module is None:
-            return "unknown"
-        try:
-            return getattr(__import__(fallback_module), "__version__", "unknown")
-        except ImportError:
-            return "unknown"
+        return "unknown"
 
 
 def recording_meta(tracer, argv: list[str]) -> dict:
@@ -144,8 +140,7 @@ def recording_meta(tracer, argv: list[str]) -> dict:
         "layout_version": LAYOUT_VERSION,
         "host": socket.gethostname(),
         "kernel": platform.release(),
-        # Debian's bcc is no distribution pip knows: its module says its version
-        "bcc_version": _version_of("bcc", "bcc"),
+        "libbpf_version": libbpf_version(),
         "targets": [{"pid": p, "comm": target_procs.process_name(p)} for p in tracer.pids],
         "command_line": argv,
         "listening": target_procs.listening_sockets(tracer.pids),

@@ -51,7 +51,7 @@ from inferprobe.collector.model.layout_generated import (
     H2ConnClosed,
     H2HeaderPiece,
 )
-from inferprobe.collector.model.ringbuf_format import frame_records
+from inferprobe.collector.model.ringbuf_format import frame_records, iter_ring_records
 
 # As many as the kernel walks at once (h2_conns in bpf/sock.bpf.c).
 MAX_CONNECTIONS = 16384
@@ -233,35 +233,28 @@ def _record_type(raw: bytes) -> int:
     return EventHeader.from_buffer_copy(raw[: ctypes.sizeof(EventHeader)]).type
 
 
-class HeaderPieceReader:
-    """Drains the h2_header_pieces ring and hands each decoded block to
-    `sink` as ring-framed records, like the kernel's events (the recording
-    and the live exporters take both the same way). bcc's own ring consumer
-    is used here, one Python call per piece: pieces come once per header
-    block, not per token."""
+class HeaderPieceDecoder:
+    """Takes runs of records from the h2_header_pieces ring (as the ring reader
+    hands them, collector/attach/event_stream.py) and hands each decoded block
+    to `sink` as ring-framed records, like the kernel's events (the recording
+    and the live exporters take both the same way). One Python call per
+    piece: pieces come once per header block, not per token."""
 
-    def __init__(self, tracer, sink: Callable[[bytes], None]) -> None:
+    def __init__(self, sink: Callable[[bytes], None]) -> None:
         self.blocks = HeaderBlocks()
         self._sink = sink
-        self._bpf = tracer.bpf
-        self._out: list[bytes] = []
-        self._bpf[b"h2_header_pieces"].open_ring_buffer(self._piece)
 
-    def _piece(self, _ctx, data, size) -> None:
-        raw = ctypes.string_at(data, min(size, ctypes.sizeof(H2HeaderPiece)))
-        if size >= ctypes.sizeof(H2ConnClosed) and _record_type(raw) == EventType.H2_CONN_CLOSED:
-            self.blocks.closed(H2ConnClosed.from_buffer_copy(raw[: ctypes.sizeof(H2ConnClosed)]).conn_id)
-            return
-        piece = H2HeaderPiece.from_buffer_copy(raw.ljust(ctypes.sizeof(H2HeaderPiece), b"\0"))
-        event = self.blocks.feed(piece)
-        if event is not None:
-            self._out.append(event)
-
-    def drain(self) -> None:
-        self._bpf.ring_buffer_consume()
-        if self._out:
-            events, self._out = self._out, []
-            self._sink(frame_records(events))
-
-    def close(self) -> None:
-        self.drain()
+    def feed(self, chunk: bytes) -> None:
+        out = []
+        for raw in iter_ring_records(chunk):
+            size = len(raw)
+            if size >= ctypes.sizeof(H2ConnClosed) and _record_type(raw) == EventType.H2_CONN_CLOSED:
+                self.blocks.closed(H2ConnClosed.from_buffer_copy(raw[: ctypes.sizeof(H2ConnClosed)]).conn_id)
+                continue
+            piece = H2HeaderPiece.from_buffer_copy(
+                raw[: ctypes.sizeof(H2HeaderPiece)].ljust(ctypes.sizeof(H2HeaderPiece), b"\0"))
+            event = self.blocks.feed(piece)
+            if event is not None:
+                out.append(event)
+        if out:
+            self._sink(frame_records(out))

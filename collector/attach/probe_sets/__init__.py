@@ -1,16 +1,22 @@
 """Probe sets: the groups of BPF programs `record` can turn on.
 
-A probe set is one bpf/<name>.bpf.c plus the Python that decides whether it
-applies to the targets, attaches what bcc does not attach by itself (USDT,
+A probe set is one bpf/<name>.bpf.c, built ahead of time into an object
+(scripts/build_bpf.sh: clang against vmlinux.h, CO-RE), plus the Python that
+decides whether it applies to the targets, writes the object's read-only
+settings before the kernel verifies it, attaches it (tracepoints, USDT,
 uprobes, perf events), seeds its maps, and at the end snapshots whatever it
 aggregated in the kernel (stack maps, histograms) into the recording.
 
-The sets still compiled by bcc are compiled as one translation unit by
-collector/attach/loader.py: one clang run at start-up. The sets built ahead of
-time (core_object; CO-RE, loaded with libbpf) share that unit's ring buffer,
-target filter and counters. A new set is built ahead: write bpf/<name>.bpf.c
-(include "common_core.bpf.h"), add it to scripts/build_bpf.sh, subclass
-ProbeSet here with core_object, and list it in available_sets().
+The sockets set's object is loaded first and makes the maps every set shares
+(the event ring, the target filter, the counters: bpf/common.bpf.h);
+each later object is handed them (collector/attach/loader.py). A set may
+also be a part of another set's object (part_of): the TLS, network and
+host-wide sets' programs live in sock.bpf.o, because they read and change
+its per-connection state; such a set only configures and attaches them.
+
+A new set: write bpf/<name>.bpf.c (include "common.bpf.h"), add it to
+scripts/build_bpf.sh, subclass ProbeSet here with core_object, and list it in
+available_sets().
 """
 
 from __future__ import annotations
@@ -35,10 +41,12 @@ class ProbeSet:
     """Base class: a set that needs nothing beyond its tracepoints."""
 
     name: str = ""
-    source: str = ""  # file name under bpf/, compiled by bcc at start-up
-    # Or: the object built ahead of time from bpf/<name>.bpf.c (scripts/build_bpf.sh), which
+    # The object built ahead of time from bpf/<name>.bpf.c (scripts/build_bpf.sh), which
     # the loader opens with libbpf, hands the shared maps, loads and keeps in `core`.
     core_object: str = ""
+    # Or: the set whose object holds this set's programs; `core` is then that object,
+    # which this set configures (before load) and attaches, but does not own.
+    part_of: str = ""
     core: BpfObject | None = None
     description: str = ""
     observed_types: tuple[int, ...] = ()  # event types passed to observe() while recording
@@ -50,15 +58,19 @@ class ProbeSet:
         """Looks at the targets; returns why the set cannot be used, or None."""
         return None
 
-    def cflags(self) -> list[str]:
-        return []
-
     def configure(self, core: BpfObject) -> None:
-        """Between open and load of core_object: its read-only settings, and the
-        programs this kernel cannot run left out (BpfObject.set_autoload)."""
+        """Between open and load of core_object (or of the object it is part_of,
+        after that set's own configure): its read-only settings, and the
+        programs it does not need or this kernel cannot run left out
+        (BpfObject.set_autoload)."""
+
+    def finish_load(self, core: BpfObject) -> None:
+        """Right after core_object loaded: loads what it left out of its own load
+        (the sockets set verifies its tail-call chain on every core at once)."""
 
     def after_load(self, bpf, ctx: TargetContext) -> None:
-        """Attaches what bcc did not attach by itself and seeds maps."""
+        """Attaches the set's programs and seeds its maps. bpf is the sockets
+        set's object, where the shared maps are; the set's own is self.core."""
 
     def refresh(self, bpf, ctx: TargetContext) -> list[str] | None:
         """Called by `record` about once a second while recording: attach to

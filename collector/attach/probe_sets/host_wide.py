@@ -18,6 +18,7 @@ import os
 import time
 from dataclasses import dataclass, field
 
+from inferprobe.collector.attach.libbpf import BpfObject
 from inferprobe.collector.attach.probe_sets import ProbeSet, TargetContext
 from inferprobe.collector.model.connection_tallies import read_tallies
 from inferprobe.collector.processes import host_wide
@@ -52,7 +53,7 @@ class HostWideState:
 
 class HostWideProbes(ProbeSet):
     name = "host_wide"
-    source = "host_wide.bpf.c"
+    part_of = "sockets"   # bpf/host_wide.bpf.c is compiled into sock.bpf.o
     description = "every process that listens or accepts, filtered by port, name and cgroup"
     state_maps = ("host_wide_adopted",)
 
@@ -69,8 +70,8 @@ class HostWideProbes(ProbeSet):
             self._note(pid, "start", 0, time.monotonic_ns())
         return None
 
-    def cflags(self) -> list[str]:
-        return ["-DHOST_WIDE"]
+    def configure(self, core: BpfObject) -> None:
+        core.set_constant("host_wide_on", 1)
 
     def after_load(self, bpf, ctx: TargetContext) -> None:
         table = bpf[b"host_wide_config"]
@@ -82,7 +83,8 @@ class HostWideProbes(ProbeSet):
         if self.filters.comm is not None:
             raw = self.filters.comm.encode()
             cfg.comm_len = len(raw)
-            cfg.comm = raw   # a char[16]: bcc's ctypes field takes bytes, zero-padded
+            # a char[16] (signed bytes in the BTF-made type), zero-padded: the bytes as they are
+            ctypes.memmove(ctypes.addressof(cfg) + type(cfg).comm.offset, raw, min(len(raw), len(cfg.comm)))
         if self.filters.cgroup is not None:
             cfg.cgroup_id = self.filters.cgroup.id
             cfg.cgroup_level = self.filters.cgroup.level

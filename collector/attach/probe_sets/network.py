@@ -14,7 +14,9 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from inferprobe.collector.attach.libbpf import BpfObject
 from inferprobe.collector.attach.probe_sets import ProbeSet, TargetContext
+from inferprobe.collector.attach.probe_sets.sockets import NETWORK_PROGRAMS, READ_ENTRY_PROGRAMS
 
 if TYPE_CHECKING:  # at run time after_load imports it, once the set is attached
     from inferprobe.collector.processes.tcp_state import TcpStateSampler
@@ -41,7 +43,7 @@ def missing_tracepoints(events_dir: Path = TRACEFS_EVENTS) -> list[str]:
 class NetworkProbes(ProbeSet):
     name = "network"
     state_maps = ("net_socks", "net_skbs")
-    source = "net.bpf.c"
+    part_of = "sockets"   # bpf/net.bpf.c is compiled into sock.bpf.o
     description = "write -> wire delay per token chunk, segment coalescing, TCP state per connection"
 
     def __init__(self) -> None:
@@ -57,12 +59,15 @@ class NetworkProbes(ProbeSet):
             )
         return None
 
-    def cflags(self) -> list[str]:
+    def configure(self, core: BpfObject) -> None:
         # net.bpf.c ties a socket to its connection from inside the read or
         # write under way (pending_peek): sock.bpf.c must keep the reads'
-        # entry programs, which it otherwise leaves out (read_exit). Its
+        # entry programs, which it otherwise leaves out (reads_at_exit). Its
         # sock:inet_sock_set_state part runs in sock.bpf.c's program of it.
-        return ["-DREADS_NEED_ENTRY", "-DNET_SOCKET_STATE"]
+        core.set_constant("reads_at_exit", 0)
+        core.set_constant("net_socket_state", 1)
+        for program in (*NETWORK_PROGRAMS, *READ_ENTRY_PROGRAMS):
+            core.set_autoload(program, True)
 
     def after_load(self, bpf, ctx: TargetContext) -> None:
         from inferprobe.collector.processes.tcp_state import TcpStateSampler

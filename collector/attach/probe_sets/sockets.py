@@ -1,20 +1,26 @@
-"""The socket probe set (bpf/sock.bpf.c): HTTP request boundaries from syscalls."""
+"""The socket probe set (bpf/sock.bpf.c): HTTP request boundaries from syscalls.
+
+Its object also holds the TLS, network and host-wide sets' programs (their
+part_of is "sockets"): it is configured here first, then by each of them."""
 
 from __future__ import annotations
 
 import ctypes
 import os
 import re
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from inferprobe.collector.attach.libbpf import BpfObject
 from inferprobe.collector.attach.preflight import BTF_VMLINUX
 from inferprobe.collector.attach.probe_sets import ProbeSet, TargetContext
 from inferprobe.collector.model.layout_generated import LocalIpc
 from inferprobe.collector.processes import targets as target_procs
 from inferprobe.collector.processes.unix_peers import self_paired_fds
 
-# The tail-call chain of sock.bpf.c, in enum classify_prog order.
+# The tail-call chain of sock.bpf.c, in enum classify_prog order, each with
+# what the kernel's verifier takes for it, in tenths of a second on the test
+# VM (loaded one at a time, 2026-12-05): the chain is split by these into one
+# group per CPU, verified at once (BpfObject.load_apart).
 CLASSIFIER_PROGRAMS = [
     "classify_request",
     "classify_response",
@@ -26,11 +32,40 @@ CLASSIFIER_PROGRAMS = [
     "scan_trace_context",
     "h2_frames",
 ]
+# The chain programs TLS plaintext can reach: never the iovec gatherers (a
+# library call has one buffer), so their copies (*_tls) are not loaded.
+TLS_CHAIN_PROGRAMS = ("classify_request", "classify_response", "scan_header_block", "scan_body",
+                      "scan_fields", "scan_trace_context", "h2_frames")
+VERIFY_COST = {"classify_request": 1, "classify_response": 1, "scan_header_block": 2, "scan_body": 4,
+               "gather_iovecs": 6, "gather_window": 6, "scan_fields": 6, "scan_trace_context": 4,
+               "h2_frames": 1}
+# The read syscalls' entry programs: unloaded where reads are taken at their exit.
+READ_ENTRY_PROGRAMS = ("sys_enter_read", "sys_enter_readv", "sys_enter_recvfrom", "sys_enter_recvmsg")
+# Programs of the other sets that live in sock.bpf.o: off unless their set turns them on.
+NETWORK_PROGRAMS = ("sock_send_length", "sock_recv_length", "tcp_probe", "tcp_retransmit_skb",
+                    "net_dev_queue", "net_dev_xmit")
+
+
+def is_tls_program(name: str) -> bool:
+    """The TLS set's uprobes (tls_*) and its copy of the chain (*_tls)."""
+    return name.startswith("tls_") or name.endswith("_tls")
+
+
+def chain_groups(programs: list[str], workers: int) -> list[list[str]]:
+    """The chain's programs in `workers` groups of about equal verifier cost
+    (the costliest first, each to the group with least so far)."""
+    groups: list[list[str]] = [[] for _ in range(max(1, workers))]
+    totals = [0] * len(groups)
+    for program in sorted(programs, key=lambda p: -VERIFY_COST[p.removesuffix("_tls")]):
+        least = totals.index(min(totals))
+        groups[least].append(program)
+        totals[least] += VERIFY_COST[program.removesuffix("_tls")]
+    return [group for group in groups if group]
 
 
 class SocketProbes(ProbeSet):
     name = "sockets"
-    source = "sock.bpf.c"
+    core_object = "sock.bpf.o"   # or sock_hash.bpf.o (prepare)
     description = "HTTP/1.x requests, responses and SSE token writes from socket syscalls"
     state_maps: tuple[str, ...] = ("socks", "pending", "pending_accept", "pending_connect", "connecting",
                                     "peer_wanted")
@@ -41,31 +76,42 @@ class SocketProbes(ProbeSet):
 
     def prepare(self, ctx: TargetContext) -> str | None:
         choice = (ctx.options.get("sockets") or {}).get("pending", "auto")
-        self.pending_in_task_storage = choice == "task" or (choice == "auto" and task_storage_usable())
+        # The task-storage object rebuilds a syscall already under way at attach
+        # from the thread's saved registers (bpf_task_pt_regs: Linux 5.15+, x86-64).
+        self.pending_in_task_storage = choice == "task" or (choice == "auto" and task_pt_regs_usable())
+        self.core_object = "sock.bpf.o" if self.pending_in_task_storage else "sock_hash.bpf.o"
         if self.pending_in_task_storage:
             # Freed with each thread by the kernel, and not listable: nothing to watch.
             self.state_maps = ("socks", "pending_accept", "pending_connect", "connecting", "peer_wanted")
         return None
 
-    def cflags(self) -> list[str]:
-        if not self.pending_in_task_storage:
-            return []
-        # Rebuilding a syscall already under way at attach reads the thread's
-        # saved registers with bpf_task_pt_regs(): Linux 5.15+.
-        return ["-DPENDING_IN_TASK_STORAGE"] + (["-DHAVE_TASK_PT_REGS"] if task_pt_regs_usable() else [])
+    def configure(self, core: BpfObject) -> None:
+        """Everything of the other sets off (they turn their own on after this),
+        and the chain left to after_load, which verifies it on every core."""
+        core.set_constant("reads_at_exit", int(self.pending_in_task_storage))
+        for program in core.programs():
+            if (program in NETWORK_PROGRAMS or is_tls_program(program) or program in CLASSIFIER_PROGRAMS
+                    or (self.pending_in_task_storage and program in READ_ENTRY_PROGRAMS)):
+                core.set_autoload(program, False)
+
+    def finish_load(self, core: BpfObject) -> None:
+        """The chain's programs, and the TLS set's copy of them when it is on,
+        verified on every core at once (the bulk of start-up), then put in
+        the arrays their tail calls go through."""
+        chains = {"classifiers": {name: name for name in CLASSIFIER_PROGRAMS}}
+        if core.constants.get("tls_probes"):
+            chains["classifiers_tls"] = {name: f"{name}_tls" for name in TLS_CHAIN_PROGRAMS}
+        everything = [program for programs in chains.values() for program in programs.values()]
+        holders = core.load_apart(chain_groups(everything, os.cpu_count() or 1))
+        for array, programs in chains.items():
+            table = core[array]
+            for name, program in programs.items():
+                index = CLASSIFIER_PROGRAMS.index(name)   # enum classify_prog
+                table[ctypes.c_uint32(index)] = ctypes.c_uint32(holders[program].program_fd(program))
+        core.close_parts()   # the arrays hold the programs now
 
     def after_load(self, bpf, ctx: TargetContext) -> None:
-        import bcc
-
-        # The kernel verifies each program as it loads: most of start-up, and
-        # CPU-bound in the bpf() call, which ctypes makes without the GIL, so
-        # the programs load on every core at once (2.0 s -> 1.2 s on 2 cores).
-        prog_array = bpf[b"classifiers"]
-        with ThreadPoolExecutor(max_workers=min(len(CLASSIFIER_PROGRAMS), os.cpu_count() or 1)) as pool:
-            loaded = list(pool.map(lambda name: bpf.load_func(name.encode(), bcc.BPF.TRACEPOINT),
-                                   CLASSIFIER_PROGRAMS))
-        for index, fn in enumerate(loaded):
-            prog_array[ctypes.c_int(index)] = ctypes.c_int(fn.fd)
+        bpf.attach_tracepoints()
 
         # Sockets open before we started (keep-alive connections of a running
         # server): give them ids now; the kernel counts on from there.
@@ -85,18 +131,16 @@ class SocketProbes(ProbeSet):
                              LocalIpc.PROCESSES if fd in unix else LocalIpc.NONE)
                 socks[key] = socks.Leaf(conn_id=next_id, http_seen=0, client=int(fd in clients),
                                         local_ipc=int(local_ipc))
-                if fd in tcp and fd not in clients:
-                    # Their peer is named by the kernel at their next read (peer_wanted).
+                if fd in tcp:
+                    # Their peer is named by the kernel at their next read (peer_wanted): for a
+                    # client connection (a pool's, kept alive) the server it calls.
                     peer_wanted[peer_wanted.Key(pid=pid, fd=fd)] = ctypes.c_uint64(next_id)
                 next_id += 1
         # Reads the targets' threads sit in now, which read_exit could not
-        # otherwise tell from reads begun after attach (sock.bpf.c); the
-        # map exists only where the reads have no entry program.
-        try:
-            blocked = bpf.get_table(b"reads_at_attach")
-        except KeyError:
-            blocked = None
-        if blocked is not None:
+        # otherwise tell from reads begun after attach (sock.bpf.c); only
+        # where the reads have no entry program.
+        if bpf.constants.get("reads_at_exit"):
+            blocked = bpf[b"reads_at_attach"]
             for pid in ctx.pids:
                 for tid, fd in target_procs.threads_blocked_in_reads(pid).items():
                     blocked[ctypes.c_uint32(tid)] = ctypes.c_int32(fd)

@@ -1,9 +1,9 @@
 """The TLS probe set: the plaintext of encrypted connections, at the TLS library.
 
-Its programs are in bpf/sock.bpf.c (section "TLS", compiled in with
--DTLS_PROBES): they hand each SSL_read/SSL_write's plaintext to the socket
-set's classifier, through a kprobe-type copy of its tail-call chain, so
-this set has no source of its own and needs the sockets set.
+Its programs are in bpf/sock.bpf.c (section "TLS"; this set is part_of the
+sockets set's object and turns them on with tls_probes): they hand each
+SSL_read/SSL_write's plaintext to the socket set's classifier, through a
+kprobe-type copy of its tail-call chain (loaded by the sockets set).
 
 It finds the TLS libraries of every target (collector/binaries/tls_libraries.py)
 and attaches, per process, a uprobe at the entry and a uretprobe at the
@@ -15,8 +15,9 @@ it probes (*Conn).Read and (*Conn).Write at their entry and at each of
 their return instructions, and gives the kernel the struct offsets from a
 *tls.Conn to its socket fd. Libraries mapped later (a dlopen, a new child) are picked up
 by refresh(), about once a second. Auto mode turns the set on only when a
-target maps a TLS library at start (compiling it in costs ~1.5 s of
-start-up); --tls compiles it in regardless, to watch for one loaded later.
+target maps a TLS library at start (verifying the chain's copy is most of
+a second of start-up); --tls turns it on regardless, to watch for one
+loaded later.
 """
 
 from __future__ import annotations
@@ -24,12 +25,12 @@ from __future__ import annotations
 import ctypes
 import os
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from inferprobe.collector.attach.attach_failures import AttachFailures
 from inferprobe.collector.attach.probe_sets import ProbeSet, TargetContext
-from inferprobe.collector.attach.probe_sets.sockets import CLASSIFIER_PROGRAMS
+from inferprobe.collector.attach.libbpf import BpfObject
+from inferprobe.collector.attach.probe_sets.sockets import is_tls_program
 from inferprobe.collector.attach.uprobe_attach import Probe, attach_functions
 from inferprobe.collector.binaries.go_binary import GoTlsTarget, go_tls_targets
 from inferprobe.collector.binaries.tls_libraries import (
@@ -40,11 +41,6 @@ from inferprobe.collector.binaries.tls_libraries import (
     tls_libraries,
 )
 from inferprobe.collector.processes import targets as target_procs
-
-# The chain programs plaintext can reach: never the iovec gatherers (a
-# library call has one buffer), so their copies are not loaded.
-TLS_CHAIN_PROGRAMS = ("classify_request", "classify_response", "scan_header_block", "scan_body",
-                      "scan_fields", "scan_trace_context", "h2_frames")
 
 
 @dataclass
@@ -59,7 +55,7 @@ class TlsAttachment:
 
 class TlsProbes(ProbeSet):
     name = "tls"
-    source = ""  # bpf/sock.bpf.c, compiled with -DTLS_PROBES
+    part_of = "sockets"   # its programs are in sock.bpf.o
     description = ("TLS plaintext: uprobes on OpenSSL's SSL_read/SSL_write (libssl.so, or linked in) "
                    "and Go's crypto/tls")
     state_maps = ("tls_calls",)
@@ -89,20 +85,15 @@ class TlsProbes(ProbeSet):
                     "executable, Go's crypto/tls); record --tls watches for one loaded later")
         return None
 
-    def cflags(self) -> list[str]:
-        return ["-DTLS_PROBES"]
+    def configure(self, core: BpfObject) -> None:
+        """Its uprobe programs on; the chain's copy (*_tls) is loaded with the
+        syscall chain by the sockets set, which reads tls_probes."""
+        core.set_constant("tls_probes", 1)
+        for program in core.programs():
+            if is_tls_program(program) and not program.endswith("_tls"):
+                core.set_autoload(program, True)
 
     def after_load(self, bpf, ctx: TargetContext) -> None:
-        import bcc
-
-        # As the sockets set loads the syscall chain: in parallel, the
-        # verifier's time is most of it.
-        chain = bpf[b"classifiers_tls"]
-        with ThreadPoolExecutor(max_workers=min(len(TLS_CHAIN_PROGRAMS), os.cpu_count() or 1)) as pool:
-            loaded = list(pool.map(lambda name: bpf.load_func(f"{name}_tls".encode(), bcc.BPF.KPROBE),
-                                   TLS_CHAIN_PROGRAMS))
-        for name, fn in zip(TLS_CHAIN_PROGRAMS, loaded, strict=True):
-            chain[ctypes.c_int(CLASSIFIER_PROGRAMS.index(name))] = ctypes.c_int(fn.fd)
         for lib in self._pending:
             self._attach(bpf, lib)
         for target in self._go_pending:

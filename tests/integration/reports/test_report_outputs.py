@@ -79,7 +79,7 @@ def test_html_parses_with_every_section_holding_data(reports):
     assert doc.xpath('//*[@id="analyzer-sockets"]//ul[@class="sources"]/li[@class="on"]')
     assert doc.xpath('//*[@id="analyzer-usdt"]//ul[@class="sources"]/li[@class="off"]')
     facts = doc.get_element_by_id("recording").text_content()
-    for word in ("host", "kernel", "bcc version", "target processes", "duration", "lost events",
+    for word in ("host", "kernel", "libbpf version", "target processes", "duration", "lost events",
                  "probe sets active", "command line", "inferprobe version"):
         assert word in facts
 

@@ -34,7 +34,7 @@ def test_a_constant_written_before_load_is_what_the_kernel_holds():
 
 
 def test_a_reused_map_is_the_one_the_loaded_object_uses():
-    # A ring buffer made here, as the bcc program makes the shared ring (a CDLL of our
+    # A ring buffer made here, as the sockets set's object makes the shared ring (a CDLL of our
     # own: the binding's declared signatures stay as they are).
     lib = ctypes.CDLL("libbpf.so.1", use_errno=True)
     lib.bpf_map_create.restype = ctypes.c_int
@@ -109,3 +109,35 @@ def test_sets_naming_the_same_map_share_one_and_read_it_with_their_own_types():
     assert snapshots["profile"]["counters"]["python_stacks"] > 0
     frames = {f for stack in snapshots["profile"]["stacks"] for f in stack["frames"]}
     assert any("burn_" in frame for frame in frames), sorted(frames)[:20]
+
+
+def test_programs_loaded_apart_share_the_object_s_maps_and_settings():
+    """load_apart verifies left-out programs in copies of the object, on threads at once
+    (the sockets set's chain): each copy must work on the object's own maps, with its settings."""
+    from inferprobe.collector.attach.probe_sets.sockets import CLASSIFIER_PROGRAMS
+
+    core = BpfObject(built_object("sock_hash.bpf.o"))
+    try:
+        core.set_constant("host_wide_on", 1)
+        for program in core.programs():
+            if program in CLASSIFIER_PROGRAMS or program.endswith("_tls") or program.startswith("tls_"):
+                core.set_autoload(program, False)
+        core.load()
+        holders = core.load_apart([["scan_body", "classify_request"], ["h2_frames"]])
+        assert set(holders) == {"scan_body", "classify_request", "h2_frames"}
+        assert len({id(part) for part in holders.values()}) == 2 and len(core.parts) == 2
+        for program, part in holders.items():
+            assert part.program_fd(program) >= 0
+            assert part.constants == core.constants == {"host_wide_on": 1}
+            for map_name in ("events", "socks", "scratch_area", "classifiers"):
+                assert map_id_of_fd(part.map_fd(map_name)) == core.map_id(map_name)
+        with pytest.raises(LibbpfError, match="not loaded"):
+            core.program_fd("scan_body")   # left to the copies
+        # In the array, a copy's program outlives the copy: the array holds it.
+        core["classifiers"][ctypes.c_uint32(0)] = ctypes.c_uint32(holders["classify_request"].program_fd(
+            "classify_request"))
+        core.close_parts()
+        assert not core.parts
+        assert core["classifiers"].lookup(ctypes.c_uint32(0)) is not None
+    finally:
+        core.close()
