@@ -45,7 +45,9 @@ class Attempt:
     call: int  # the logical call's id, shared by its attempts
     number: int  # 1, 2, ...
     grouped_by: str  # "first attempt", "retry header" or "after a failed attempt"
-    reused: bool  # the connection had carried an earlier request: no connect for this one
+    # the connection had carried an earlier request, or was open before the recording
+    # began (a pool's, kept alive): no connect for this one
+    reused: bool
     # The connection was opened before an earlier attempt of the call, or of the
     # same thread, ended (a pool that connects ahead, as Node's undici does): its
     # connect and handshake were not this attempt's time (_opened_ahead).
@@ -166,7 +168,7 @@ def group(requests: Sequence[Request], connections: dict[int, Connection]) -> li
     calls: list[list[Attempt]] = []
     for r in client:
         conn = connections.get(r.conn)
-        reused = r.conn in seen_conns
+        reused = r.conn in seen_conns or (conn is not None and conn.t_open_ns is None)
         seen_conns.add(r.conn)
         key = (r.pid, r.tid, r.method, r.path, r.peer)
         last = open_calls.get(key)

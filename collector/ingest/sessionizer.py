@@ -231,6 +231,8 @@ class Sessionizer:
         named at its first read (bpf/sock.bpf.c, peer_wanted): before the read's own
         event, so the requests it starts carry it."""
         family, peer = _peer_of(ev)
+        # A TLS session over it tied later (EVENT_TLS_TIED) takes the peer from here.
+        self._open_at.setdefault((ev.pid, ev.fd), ev.conn_id)
         known = self.connections.get(ev.conn_id)
         if known is None:  # open at attach: its first I/O is still to come
             known = self.connections[ev.conn_id] = Connection(
