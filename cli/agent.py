@@ -19,7 +19,7 @@ import click
 
 from inferprobe.cli.export_options import otlp_options
 from inferprobe.cli.host_wide_options import host_wide_filters, host_wide_options, listening_now
-from inferprobe.cli.options import apply_kernel_headers, duration_option, kernel_headers_option
+from inferprobe.cli.options import apply_btf, btf_option, duration_option
 from inferprobe.collector.attach import attach_failures, cpu_budget
 from inferprobe.collector.model import segment_ring
 from inferprobe.collector.processes import host_wide
@@ -108,9 +108,9 @@ def _say_attach_failures(tracer, agent_metrics) -> None:
 @click.option("--ringbuf-mb", type=click.IntRange(1, 512), default=8, show_default=True,
               help="Kernel ring buffer size (rounded down to a power of two).")
 @duration_option
-@kernel_headers_option
+@btf_option
 def agent(all_hosts, ports, comm, cgroup, ring_dir, keep, segment, max_cpu, otlp, prometheus, ringbuf_mb,
-          duration, kernel_headers, **otlp_opts) -> None:
+          duration, btf, **otlp_opts) -> None:
     """Trace every HTTP server on the host, continuously (the DaemonSet's command).
 
     The always-on form of `record --all` (--all is implied; --port, --comm
@@ -131,7 +131,7 @@ def agent(all_hosts, ports, comm, cgroup, ring_dir, keep, segment, max_cpu, otlp
     if segment > keep:
         raise click.BadParameter("a segment cannot be longer than what the ring keeps",
                                  param_hint="--segment")
-    apply_kernel_headers(kernel_headers)
+    apply_btf(btf)
     metrics = bind_prometheus(prometheus)
     agent_metrics = AgentMetrics(metrics) if metrics is not None else None
     tally_metrics = TallyCollector(metrics.registry) if metrics is not None else None

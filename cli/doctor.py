@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from inferprobe.cli.options import kernel_headers_option
+from inferprobe.cli.options import apply_btf, btf_option
 from inferprobe.collector.attach import preflight
 from inferprobe.collector.attach.preflight import Check
 from inferprobe.collector.errors import EnvironmentProblem
@@ -16,8 +16,7 @@ EXAMPLES = """
 \b
 Examples:
   sudo inferprobe doctor
-  sudo inferprobe doctor --kernel-headers /opt/kernel-headers/6.1
-  sudo INFERPROBE_KERNEL_HEADERS=/opt/kheaders inferprobe doctor
+  sudo inferprobe doctor --btf /opt/btfhub/5.15.0-91-generic.btf   # a kernel without its own BTF
   sudo inferprobe doctor -p 4242      # also: what of process 4242 it can read (TLS, ...)
 \b
 Exit status: 0 when `inferprobe record` can trace here, 3 when it cannot.
@@ -120,15 +119,17 @@ def render_target(pid: int) -> None:
 
 
 @click.command(epilog=EXAMPLES)
-@kernel_headers_option
+@btf_option
 @click.option("-p", "--pid", "pids", type=int, multiple=True,
               help="Also say what inferprobe can read of this process (repeat for several).")
-def doctor(kernel_headers: str | None, pids: tuple[int, ...]) -> None:
-    """Check that this host can trace: privileges, bpf(), tracefs, kernel
-    headers, bcc, and a real tracepoint program that must compile, attach and
-    fire. Prints the exact command for anything missing. With -p, also which
-    of a process's libraries and runtimes inferprobe hooks (TLS, ...)."""
-    checks = preflight.run_all(kernel_headers)
+def doctor(btf: str | None, pids: tuple[int, ...]) -> None:
+    """Check that this host can trace: privileges, bpf(), the kernel version,
+    BTF, tracefs, libbpf and the built programs, and a real tracepoint program
+    that must load, attach and fire. Prints the exact command for anything
+    missing. With -p, also which of a process's libraries and runtimes
+    inferprobe hooks (TLS, ...)."""
+    apply_btf(btf)
+    checks = preflight.run_all()
     ready, verdict = render(checks)
     for pid in pids:
         render_target(pid)

@@ -34,19 +34,20 @@ duration_option = click.option(
     help="Seconds to record; default: until Ctrl-C or SIGTERM.",
 )
 
-kernel_headers_option = click.option(
-    "--kernel-headers",
-    type=click.Path(file_okay=False),
-    envvar="INFERPROBE_KERNEL_HEADERS",
+btf_option = click.option(
+    "--btf",
+    type=click.Path(dir_okay=False, exists=True),
+    envvar="INFERPROBE_BTF",
     default=None,
-    help="Kernel headers directory for bcc (default: /lib/modules/$(uname -r)/build). "
-    "Env: INFERPROBE_KERNEL_HEADERS.",
+    help="This kernel's BTF as a file, where the kernel exposes none (/sys/kernel/btf/vmlinux): "
+    "BTFHub has them for distribution kernels. libbpf relocates the programs with it. "
+    "Env: INFERPROBE_BTF.",
 )
 
 
-def apply_kernel_headers(path: str | None) -> None:
-    """bcc reads BCC_KERNEL_SOURCE when it compiles: set it before loading."""
+def apply_btf(path: str | None) -> None:
+    """The loader (collector/attach/libbpf.py) reads INFERPROBE_BTF when it opens an object."""
     import os
 
     if path:
-        os.environ["BCC_KERNEL_SOURCE"] = path
+        os.environ["INFERPROBE_BTF"] = os.path.abspath(path)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -13,9 +12,9 @@ from inferprobe.cli.engine_options import engine_metrics_options, engine_metrics
 from inferprobe.cli.export_options import live_export_options
 from inferprobe.cli.host_wide_options import host_wide_filters, host_wide_options, listening_now
 from inferprobe.cli.options import (
-    apply_kernel_headers,
+    apply_btf,
+    btf_option,
     duration_option,
-    kernel_headers_option,
     optional_pid_option,
 )
 from inferprobe.cli.stack_options import STACK_FLAGS, stack_options, stack_set_options, stack_sets
@@ -151,10 +150,10 @@ MAP_COUNT_INTERVAL_S = 5.0
 @engine_metrics_options
 @live_export_options
 @stack_options
-@kernel_headers_option
+@btf_option
 def record(pids, all_hosts, ports, comm, cgroup, duration, output, ringbuf_mb,
            no_listen_check, no_usdt, network, locks, lock_floor_us,
-           gpu, tls, gpu_launch_run, engine_metrics_url, no_engine_metrics, kernel_headers, otlp, prometheus,
+           gpu, tls, gpu_launch_run, engine_metrics_url, no_engine_metrics, btf, otlp, prometheus,
            **flags) -> None:
     """Record every HTTP request the given processes serve.
 
@@ -172,7 +171,7 @@ def record(pids, all_hosts, ports, comm, cgroup, duration, output, ringbuf_mb,
     from inferprobe.exporters.setup import bind_prometheus, start_live_export
 
     filters = host_wide_filters(pids, all_hosts, ports, comm, cgroup)
-    apply_kernel_headers(kernel_headers)
+    apply_btf(btf)
     # Request metrics split by container where containers are traced (docs/containers.md).
     metrics = bind_prometheus(prometheus, container_label=filters is not None or any_in_container(pids))
     pids = list(dict.fromkeys(pids)) if filters is None else listening_now(filters)
@@ -330,5 +329,3 @@ def record(pids, all_hosts, ports, comm, cgroup, duration, output, ringbuf_mb,
         if writer is not None and not writer.closed:
             # An unexpected error: keep everything received so far readable.
             writer.flush()
-        if kernel_headers:
-            os.environ.pop("BCC_KERNEL_SOURCE", None)

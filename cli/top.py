@@ -23,7 +23,7 @@ from rich.live import Live
 from inferprobe.analyzers.live import LiveLocks, LiveWindow
 from inferprobe.analyzers.locks import DEFAULT_MUTEX_THRESHOLD, WaitClassifier
 from inferprobe.cli.engine_options import engine_metrics_options, engine_metrics_source
-from inferprobe.cli.options import apply_kernel_headers, kernel_headers_option, pid_option
+from inferprobe.cli.options import apply_btf, btf_option, pid_option
 from inferprobe.collector.attach.engine_scrape import Scraper
 from inferprobe.collector.ingest.pipeline import decode_all
 from inferprobe.collector.model.ringbuf_format import iter_ring_records
@@ -78,9 +78,9 @@ class _Keys:
 @click.option("--mutex-threshold", type=click.FloatRange(0, 1), default=DEFAULT_MUTEX_THRESHOLD,
               show_default=True, help="With --locks: the mutex.wait.ratio above which a request is flagged.")
 @engine_metrics_options
-@kernel_headers_option
+@btf_option
 def top(pids, window, interval, no_usdt, locks, mutex_threshold, engine_metrics_url, no_engine_metrics,
-        kernel_headers) -> None:
+        btf) -> None:
     """Live view of a running server: requests/s, in-flight, TTFT/ITL/E2E percentiles.
 
     Attaches like `record` (no change to the server) and shows the last
@@ -90,7 +90,7 @@ def top(pids, window, interval, no_usdt, locks, mutex_threshold, engine_metrics_
     from inferprobe.collector.attach.loader import load_tracer
     from inferprobe.collector.attach.session import TARGETS_EXITED, Session
 
-    apply_kernel_headers(kernel_headers)
+    apply_btf(btf)
     pids = list(dict.fromkeys(pids))
     sets = ("sockets",) + (() if no_usdt else ("usdt",)) + (("locks",) if locks else ())
     engine = engine_metrics_source(pids, engine_metrics_url, no_engine_metrics)

@@ -18,9 +18,9 @@ import ctypes.util
 import errno
 import os
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any
 
 BTF_KIND_VAR = 14
@@ -38,6 +38,17 @@ class _BtfType(ctypes.Structure):
 
 class _BtfVarSecinfo(ctypes.Structure):
     _fields_ = [("type", ctypes.c_uint32), ("offset", ctypes.c_uint32), ("size", ctypes.c_uint32)]
+
+
+class _OpenOpts(ctypes.Structure):
+    """struct bpf_object_open_opts of libbpf 1.x, up to btf_custom_path."""
+    _fields_ = [("sz", ctypes.c_size_t), ("object_name", ctypes.c_char_p), ("relaxed_maps", ctypes.c_bool),
+                ("pin_root_path", ctypes.c_char_p), ("_removed_attach_prog_fd", ctypes.c_uint32),
+                ("kconfig", ctypes.c_char_p), ("btf_custom_path", ctypes.c_char_p)]
+
+
+# A BTF file for a kernel without its own (`--btf`, from BTFHub): libbpf relocates with it.
+BTF_ENV = "INFERPROBE_BTF"
 
 
 class _UsdtOpts(ctypes.Structure):
@@ -95,6 +106,7 @@ def _signatures(lib: ctypes.CDLL) -> None:
         ("btf__type_by_id", ctypes.POINTER(_BtfType), [p, ctypes.c_uint32]),
         ("btf__name_by_offset", s, [p, ctypes.c_uint32]),
         ("libbpf_set_print", p, [p]),
+        ("libbpf_strerror", i, [i, s, ctypes.c_size_t]),
         ("bpf_object__next_program", p, [p, p]),
         ("bpf_program__name", s, [p]),
         ("bpf_program__section_name", s, [p]),
@@ -159,6 +171,15 @@ class _Messages:
         _messages.lines = []
 
 
+def _strerror(code: int) -> str:
+    """errno in words, and libbpf's own codes (4000 and up: a malformed object or BTF file)."""
+    if code < 4000:
+        return os.strerror(code)
+    buf = ctypes.create_string_buffer(128)
+    library().libbpf_strerror(code, buf, len(buf))
+    return buf.value.decode(errors="replace")
+
+
 def _verifier_refusal(lines: list[str]) -> str | None:
     """What the verifier said of the program it refused: the last line of its
     log before the statistics ("processed N insns"), with the program's name."""
@@ -167,15 +188,19 @@ def _verifier_refusal(lines: list[str]) -> str | None:
         return None
     log = text.split("-- BEGIN PROG LOAD LOG --")[-1].split("-- END PROG LOAD LOG --")[0]
     said = [line.strip() for line in log.splitlines() if line.strip() and not line.startswith("processed ")]
-    program = next((line.split("'")[1] for line in lines if "BPF program load failed" in line and "'" in line), "?")
+    program = next((line.split("'")[1] for line in lines
+                    if "BPF program load failed" in line and "'" in line), "?")
     return f"the verifier refused program {program}: {said[-1]}" if said else None
 
 
 def _failure(what: str, lines: list[str], code: int) -> LibbpfError:
     """libbpf's last warning, which names the step (or the verifier's verdict),
     and the errno in words (libbpf prints -22)."""
-    words = os.strerror(code or errno.EINVAL)
-    why = _verifier_refusal(lines) or (lines[-1].removeprefix("libbpf: ").rstrip(".") if lines else words)
+    words = _strerror(code or errno.EINVAL)
+    # libbpf ends a failed load with "failed to load object": the first warning
+    # of the run is the cause (an unreadable --btf file, a relocation that failed).
+    said = lines[:1] if lines and "failed to load object" in lines[-1] else lines[-1:]
+    why = _verifier_refusal(lines) or (said[0].removeprefix("libbpf: ").rstrip(".") if said else words)
     if words not in why:
         why = f"{why} ({words})"
     if code in (errno.EACCES, errno.EPERM) and "USDT" in what and not holds_cap_sys_admin():
@@ -244,8 +269,12 @@ class BpfObject:
     def __init__(self, path: Path) -> None:
         self.path = path
         lib = library()
+        custom_btf = os.environ.get(BTF_ENV)
+        opts = _OpenOpts(sz=ctypes.sizeof(_OpenOpts), btf_custom_path=os.fsencode(custom_btf)) \
+            if custom_btf else None
         with _Messages() as lines:
-            ptr = lib.bpf_object__open_file(os.fsencode(path), None)
+            ptr = lib.bpf_object__open_file(os.fsencode(path),
+                                            ctypes.byref(opts) if opts is not None else None)
         if not ptr:
             raise _failure(f"libbpf could not open {path}", lines, ctypes.get_errno())
         self.ptr: int | None = ptr

@@ -17,7 +17,6 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from inferprobe.collector.attach import libbpf, preflight
 from inferprobe.collector.attach.libbpf import BpfObject, LibbpfError

@@ -89,11 +89,13 @@ def open_uprobe(path: str, offset: int, pid: int, on_return: bool) -> TraceEvent
             break
         except OSError as err:
             if err.errno != errno.EEXIST or attempt:
-                raise OSError(err.errno, f"tracefs refused the uprobe {line!r} ({os.strerror(err.errno)})") from None
+                raise OSError(err.errno,
+                              f"tracefs refused the uprobe {line!r} ({err.strerror})") from None
             try:   # left by a killed tracer of the same pid: refused while a probe uses it
                 _write_line(tracefs, f"-:{GROUP}/{name}")
             except OSError:
-                raise OSError(errno.EEXIST, f"the uprobe event {GROUP}/{name} is in use by another tracer") from None
+                raise OSError(errno.EEXIST,
+                              f"the uprobe event {GROUP}/{name} is in use by another tracer") from None
     try:
         event_id = int((tracefs / "events" / GROUP / name / "id").read_text())
         perf_fd = open_trace_event(event_id, pid)

@@ -28,8 +28,8 @@ import time
 from dataclasses import dataclass, field
 
 from inferprobe.collector.attach.attach_failures import AttachFailures
-from inferprobe.collector.attach.probe_sets import ProbeSet, TargetContext
 from inferprobe.collector.attach.libbpf import BpfObject
+from inferprobe.collector.attach.probe_sets import ProbeSet, TargetContext
 from inferprobe.collector.attach.probe_sets.sockets import is_tls_program
 from inferprobe.collector.attach.uprobe_attach import Probe, attach_functions
 from inferprobe.collector.binaries.go_binary import GoTlsTarget, go_tls_targets

@@ -14,10 +14,10 @@ from tests.support.kernel import needs_root
 CHECK_NAMES = [
     "privileges",
     "bpf syscall",
+    "kernel",
     "btf",
     "tracefs",
-    "kernel headers",
-    "bcc",
+    "libbpf",
     "tracepoint program",
     "uprobes",
     "usdt",
@@ -34,11 +34,13 @@ def row(output: str, name: str) -> str:
 
 
 @pytest.fixture
-def empty_headers_dir():
+def not_btf():
     # Short, space-free path: the table may fold long cells.
-    path = tempfile.mkdtemp(prefix="ip-hdr-", dir="/tmp")
+    fd, path = tempfile.mkstemp(prefix="ip-btf-", dir="/tmp")
+    os.write(fd, b"not BTF\n")
+    os.close(fd)
     yield path
-    os.rmdir(path)
+    os.unlink(path)
 
 
 @pytest.mark.bpf
@@ -53,31 +55,35 @@ def test_doctor_passes_on_this_host():
     assert "Ready:" in result.stdout
 
 
-def _assert_headers_failure(result: subprocess.CompletedProcess, directory: str) -> None:
+def _assert_btf_failure(result: subprocess.CompletedProcess, path: str) -> None:
     output = result.stdout + result.stderr
     assert result.returncode == 3, output
     assert "Traceback" not in output
-    assert "✗" in row(result.stdout, "kernel headers")
-    # The unwrapped problem list below the table names the dir and the fix.
+    assert "✗" in row(result.stdout, "tracepoint program")
+    # The unwrapped problem list below the table names the file and what libbpf found.
     problem = next(line for line in result.stdout.splitlines()
-                   if line.startswith("✗ kernel headers:"))
-    assert directory in problem
-    assert "holds no kernel headers" in problem
-    fix_line = result.stdout.splitlines()[result.stdout.splitlines().index(problem) + 1]
-    assert fix_line.strip().startswith("fix:")
-    assert "make setup" in fix_line
+                   if line.startswith("✗ tracepoint program:"))
+    assert path in problem and "BPF object format invalid" in problem, problem
     assert "Not ready" in result.stderr
 
 
 @pytest.mark.bpf
 @needs_root
-def test_doctor_fails_cleanly_with_empty_headers_flag(empty_headers_dir):
-    result = run_doctor("--kernel-headers", empty_headers_dir)
-    _assert_headers_failure(result, empty_headers_dir)
+def test_doctor_fails_cleanly_with_a_btf_file_that_is_not_btf(not_btf):
+    result = run_doctor("--btf", not_btf)
+    _assert_btf_failure(result, not_btf)
 
 
 @pytest.mark.bpf
 @needs_root
-def test_doctor_fails_cleanly_with_empty_headers_env(empty_headers_dir):
-    result = run_doctor(env_extra={"INFERPROBE_KERNEL_HEADERS": empty_headers_dir})
-    _assert_headers_failure(result, empty_headers_dir)
+def test_doctor_fails_cleanly_with_a_btf_file_that_is_not_btf_from_the_env(not_btf):
+    result = run_doctor(env_extra={"INFERPROBE_BTF": not_btf})
+    _assert_btf_failure(result, not_btf)
+
+
+@pytest.mark.bpf
+@needs_root
+def test_the_kernel_s_own_btf_given_as_a_file_works():
+    result = run_doctor("--btf", "/sys/kernel/btf/vmlinux")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "✓" in row(result.stdout, "tracepoint program")

@@ -45,12 +45,13 @@ def test_no_permission(tmp_path, sse_server):
 
 
 @needs_root
-def test_missing_kernel_headers(tmp_path, sse_server):
-    empty = tmp_path / "no-headers"
-    empty.mkdir()
+def test_a_btf_file_that_is_not_btf(tmp_path, sse_server):
+    bad = tmp_path / "not.btf"
+    bad.write_text("not BTF\n")
     result = run_inferprobe("record", "-p", str(sse_server.pid), "-d", "1", "-o", str(tmp_path / "r.ipr"),
-                            "--kernel-headers", str(empty))
-    assert_one_sentence(result, EnvironmentProblem.exit_code, "kernel headers", str(empty))
+                            "--btf", str(bad))
+    assert_one_sentence(result, EnvironmentProblem.exit_code, "did not load", str(bad), "format invalid")
+    assert not (tmp_path / "r.ipr").exists() or (tmp_path / "r.ipr").stat().st_size == 0
 
 
 @needs_root

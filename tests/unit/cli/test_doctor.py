@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import platform
 from pathlib import Path
 
 from inferprobe.collector.attach import preflight
@@ -16,7 +14,7 @@ def test_doctor_help_has_examples():
     result = run_doctor("--help")
     assert result.returncode == 0, result.stderr
     assert "Examples:" in result.stdout
-    assert "--kernel-headers" in result.stdout
+    assert "--btf" in result.stdout
 
 
 # ------------------------------------------------------------ pure helpers
@@ -48,75 +46,50 @@ def test_capability_combinations():
     assert preflight.parse_cap_eff(status) == bpf_perfmon
 
 
-def test_headers_version_from_utsrelease(tmp_path: Path):
-    generated = tmp_path / "linux-headers-9.9.9-1-amd64" / "include" / "generated"
-    generated.mkdir(parents=True)
-    (generated / "utsrelease.h").write_text('#define UTS_RELEASE "6.1.0-57-amd64"\n')
-    assert preflight.headers_version(generated.parent.parent) == "6.1.0-57-amd64"
+def test_a_verifier_refusal_is_said_with_its_program_and_reason():
+    # what libbpf prints, one warning per line, for a program the verifier refused
+    from inferprobe.collector.attach.libbpf import _failure
+
+    lines = [
+        "libbpf: prog 'tcp_rcv_space_adjust': BPF program load failed: Permission denied",
+        "libbpf: prog 'tcp_rcv_space_adjust': -- BEGIN PROG LOAD LOG --\n"
+        "0: R1=ctx() R10=fp0\n"
+        "119: (69) r3 = *(u16 *)(r3 +2)\n"
+        "dereference of modified ctx ptr R3 off=26 disallowed\n"
+        "processed 123 insns (limit 1000000) max_states_per_insn 0 total_states 8 peak_states 8\n"
+        "-- END PROG LOAD LOG --",
+        "libbpf: prog 'tcp_rcv_space_adjust': failed to load: -13",
+        "libbpf: failed to load object 'bpf/build/sock.bpf.o'",
+    ]
+    assert str(_failure("the kernel refused sock.bpf.o", lines, 13)) == (
+        "the kernel refused sock.bpf.o: the verifier refused program tcp_rcv_space_adjust: "
+        "dereference of modified ctx ptr R3 off=26 disallowed (Permission denied)")
 
 
-def test_headers_version_from_dir_name_and_symlink(tmp_path: Path):
-    real = tmp_path / "linux-headers-6.1.0-57-amd64"
-    real.mkdir()
-    link = tmp_path / "build"
-    link.symlink_to(real)
-    assert preflight.headers_version(link) == "6.1.0-57-amd64"
-    assert preflight.headers_version(tmp_path / "nothing-here") is None
+def test_a_failed_load_says_its_first_warning_and_libbpf_s_own_error_in_words():
+    from inferprobe.collector.attach.libbpf import _failure
+
+    lines = ["libbpf: failed to get EHDR from /tmp/bad.btf", "libbpf: failed to parse target BTF: -4001",
+             "libbpf: failed to load object 'bpf/build/sock.bpf.o'"]
+    assert str(_failure("the kernel refused sock.bpf.o", lines, 4001)) == (
+        "the kernel refused sock.bpf.o: failed to get EHDR from /tmp/bad.btf (BPF object format invalid)")
 
 
-def test_override_headers_reports_half_trees(tmp_path: Path, monkeypatch):
-    common = tmp_path / "common"
-    (common / "include" / "linux").mkdir(parents=True)
-    (common / "include" / "linux" / "kconfig.h").write_text("")
-    monkeypatch.setenv("BCC_KERNEL_SOURCE", str(common))
-    check = preflight.check_kernel_headers()
-    assert not check.ok
-    assert str(common) in check.detail and "autoconf.h" in check.detail
-    assert check.fix and "BCC_KERNEL_SOURCE" in check.fix
-
-    (common / "include" / "generated").mkdir()
-    (common / "include" / "generated" / "autoconf.h").write_text("")
-    (common / "include" / "generated" / "utsrelease.h").write_text(
-        f'#define UTS_RELEASE "{platform.release()}"\n')
-    check = preflight.check_kernel_headers()
-    assert check.ok, check.detail
-    assert "matches the running kernel" in check.detail
-
-
-def test_first_error_line_prefers_compiler_errors():
-    noise = (
-        "sh: 1: modprobe: not found\n"
-        "<built-in>:1:10: fatal error: './include/linux/kconfig.h' file not found\n"
-        "1 error generated.\n"
-    )
-    assert preflight.first_error_line(noise).startswith("<built-in>:1:10: fatal error:")
-    assert preflight.first_error_line("") is None
-
-
-def test_first_error_line_gives_the_verifier_reason_not_a_clang_warning():
-    # what bcc printed for a program the verifier refused (this session's own mistake)
-    log = (
-        "warning: bpf/stream_fields.bpf.h:237:5: loop not unrolled: the optimizer was unable to "
-        "perform the requested transformation\n"
-        "bpf: Failed to load program: Permission denied\n"
-        "0: (79) r6 = *(u64 *)(r1 +8)\n"
-        "89: (79) r4 = *(u64 *)(r5 +1624)\n"
-        "invalid access to map value, value_size=1688 off=1688 size=8\n"
-        "R5 min value is outside of the allowed memory range\n"
-        "processed 249849 insns (limit 1000000) max_states_per_insn 23 total_states 12015\n"
-    )
-    assert preflight.first_error_line(log) == (
-        "bpf: Failed to load program: Permission denied "
-        "(R5 min value is outside of the allowed memory range)")
+def test_a_btf_file_given_for_a_kernel_without_btf_must_exist(tmp_path: Path, monkeypatch):
+    monkeypatch.setattr(preflight, "BTF_VMLINUX", str(tmp_path / "no-vmlinux"))
+    check = preflight.check_btf()
+    assert not check.ok and check.required
+    assert "exposes no BTF" in check.detail and check.fix and "--btf" in check.fix and "BTFHub" in check.fix
+    monkeypatch.setenv("INFERPROBE_BTF", str(tmp_path / "missing.btf"))
+    check = preflight.check_btf()
+    assert not check.ok and "missing.btf" in check.detail and "does not exist" in check.detail
+    (tmp_path / "given.btf").write_bytes(b"")
+    monkeypatch.setenv("INFERPROBE_BTF", str(tmp_path / "given.btf"))
+    check = preflight.check_btf()
+    assert check.ok and "given.btf" in check.detail and "hash map" in check.detail
 
 
 def test_tracing_ready_ignores_optional_checks():
-    checks = [Check("bcc", True, "ok"), Check("usdt", False, "no", None, required=False)]
+    checks = [Check("libbpf", True, "ok"), Check("usdt", False, "no", None, required=False)]
     assert preflight.tracing_ready(checks)
     assert not preflight.tracing_ready([*checks, Check("tracefs", False, "no", "mount")])
-
-
-def test_captured_native_output_catches_fd2():
-    with preflight.captured_native_output() as box:
-        os.write(2, b"noise from C\n")
-    assert box == ["noise from C\n"]
