@@ -29,6 +29,7 @@ import os
 import statistics
 import sys
 import timeit
+from pathlib import Path
 
 from inferprobe.probes import PROVIDER, usdt
 
@@ -80,9 +81,12 @@ class Attacher:
     def __init__(self) -> None:
         from bcc import BPF
 
-        from inferprobe.collector.attach import bcc_uprobes
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # the repository: tests.support
+        from tests.support import bcc_uprobes
 
-        bcc_uprobes.install()   # bcc's own attach passes a garbage ref_ctr_offset (bcc_uprobes.py)
+        # bcc's own attach passes a garbage ref_ctr_offset (tests/support/bcc_uprobes.py); bcc, not
+        # inferprobe's loader, because this measures the probe sites themselves, from outside
+        bcc_uprobes.install()
         self.bpf = BPF(text=BPF_COUNTER)
         # Load the program before the first USDT context exists: bcc 0.26
         # closes one fd of that context twice (once at creation, again when the

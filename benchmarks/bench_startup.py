@@ -4,10 +4,13 @@
 For each probe-set configuration, ROUNDS times, interleaved: start the test SSE
 server (idle), run `inferprobe record -p PID`, and measure from the recorder's
 spawn to its "inferprobe: attached" line (wall), the recorder's own split of
-that wait (the recording's startup_s: prepare, compile_and_verify, load_and_attach; the
+that wait (the recording's startup_s; the
 rest is Python start-up and the engine /metrics probe), its peak resident size
-(VmHWM), and the time from SIGTERM to a written recording. The share of the
-wait spent in bcc's compile is the figure the CO-RE work (issue 36) removes.
+(VmHWM), and the time from SIGTERM to a written recording. The stages are
+prepare / verify / attach since the move to libbpf (issue 36), and were
+prepare / compile_and_verify / load_and_attach with bcc: a baseline tree from
+before shows its own, and "build+verify" is the verifier's share either way
+(with bcc's compile in it).
 
 --baseline DIR runs the recorder of another checkout too (e.g. `git worktree add
 /tmp/base <commit>`), interleaved with this one, config by config: the same
@@ -54,12 +57,18 @@ def one_start(extra: tuple[str, ...], tmp: Path, name: str, env: dict[str, str] 
     return {"attach_s": rec.attach_s, "stop_s": stop_s, "peak_mb": (peak_kb or 0) / 1024, **stages}
 
 
+# The stage that compiles (bcc) or verifies (libbpf), and the one after it, by either naming.
+VERIFY_STAGE = {"verify": "verify", "compile_and_verify": "verify"}
+AFTER_STAGE = {"attach": "attach", "load_and_attach": "attach"}
+
+
 def summarize(runs: list[dict]) -> dict:
-    keys = ("attach_s", "prepare", "compile_and_verify", "load_and_attach", "stop_s", "peak_mb")
+    runs = [{**{VERIFY_STAGE.get(k, AFTER_STAGE.get(k, k)): v for k, v in r.items()}} for r in runs]
+    keys = ("attach_s", "prepare", "verify", "attach", "stop_s", "peak_mb")
     out = {k: statistics.median(r[k] for r in runs) for k in keys if all(k in r for r in runs)}
     out["range_attach_s"] = (min(r["attach_s"] for r in runs), max(r["attach_s"] for r in runs))
-    if "compile_and_verify" in out:
-        out["compile_share"] = out["compile_and_verify"] / out["attach_s"]
+    if "verify" in out:
+        out["verify_share"] = out["verify"] / out["attach_s"]
     return out
 
 
@@ -86,14 +95,14 @@ def main() -> int:
                     print(f"round {r + 1} {row}: {runs[row][-1]}", flush=True)
     configs = rows
     print(f"\nmedians of {args.rounds} round(s), idle test server, seconds unless said:")
-    print(f"{'config':<26} {'to attached':>12} {'range':>13} {'prepare':>8} {'compile':>8} {'load+att':>8} "
-          f"{'compile %':>9} {'stop':>6} {'peak RSS':>9}")
+    print(f"{'config':<26} {'to attached':>12} {'range':>13} {'prepare':>8} {'build+verify':>12} "
+          f"{'attach':>8} {'share':>6} {'stop':>6} {'peak RSS':>9}")
     for config in configs:
         s = summarize(runs[config])
         lo, hi = s["range_attach_s"]
         print(f"{config:<26} {s['attach_s']:>12.2f} {f'{lo:.2f}-{hi:.2f}':>13} {s.get('prepare', 0):>8.2f} "
-              f"{s.get('compile_and_verify', 0):>8.2f} {s.get('load_and_attach', 0):>8.2f} "
-              f"{100 * s.get('compile_share', 0):>8.0f}% {s['stop_s']:>6.2f} {s['peak_mb']:>6.0f} MB")
+              f"{s.get('verify', 0):>12.2f} {s.get('attach', 0):>8.2f} "
+              f"{100 * s.get('verify_share', 0):>5.0f}% {s['stop_s']:>6.2f} {s['peak_mb']:>6.0f} MB")
     return 0
 
 

@@ -81,13 +81,18 @@ def bpf_source(source: Path):
 
 
 def program_times(bpf) -> dict[str, tuple[int, int]]:
-    """(run time ns, runs) per attached program of a bcc module. Tail-called
+    """(run time ns, runs) per loaded program of the sockets set's object (a bcc
+    module for a baseline tree from before the move to libbpf). Tail-called
     programs have none of their own: their time is their caller's."""
+    if hasattr(bpf, "funcs"):   # bcc
+        fds = {name.decode().removeprefix("tracepoint__syscalls__"): fn.fd for name, fn in bpf.funcs.items()}
+    else:
+        fds = {name: bpf.program_fd(name) for name in bpf.programs() if bpf.autoloads(name)}
     out = {}
-    for name, fn in bpf.funcs.items():
-        t = _run_time(Path(f"/proc/self/fdinfo/{fn.fd}"))
+    for name, fd in fds.items():
+        t = _run_time(Path(f"/proc/self/fdinfo/{fd}"))
         if t is not None and t[1]:
-            out[name.decode().removeprefix("tracepoint__syscalls__")] = t
+            out[name] = t
     return out
 
 

@@ -14,12 +14,12 @@ like `(1 << 4)` needs no Python parser).
 
 Why the host compiler's layout is the BPF one: the header uses fixed-width
 integer types only, no pointers, no bitfields, explicit padding. With those,
-the x86-64 / arm64 LP64 ABIs and the BPF target (what bcc's clang compiles
-for) place every field at the same offset: each type is aligned to its size
-on all of them. tests/integration/bpf/test_layout_bcc.py checks it against what bcc
-really compiles; this script refuses a struct with implicit padding (the
-header's rule) and one whose ctypes mirror would not land on the DWARF
-offsets (a packed attribute).
+the x86-64 / arm64 LP64 ABIs and the BPF target (what scripts/build_bpf.sh's
+clang compiles for) place every field at the same offset: each type is aligned
+to its size on all of them. tests/integration/bpf/test_layout_bpf_target.py checks
+it against what clang really compiles for the BPF target; this script refuses a
+struct with implicit padding (the header's rule) and one whose ctypes mirror
+would not land on the DWARF offsets (a packed attribute).
 
 Naming (Python side): struct io_event -> IoEvent; enum event_type -> EventType
 with the enumerators' common prefix dropped (EVENT_CONN_OPEN -> CONN_OPEN);

@@ -6,7 +6,8 @@ here, so the rest of inferprobe imports them from this module. This is the
 only Python module that reads event bytes. tests/unit/collector/model/test_event_layout.py
 checks the generated mirrors against the header compiled by the host C
 compiler, tests/unit/collector/model/test_layout_generated.py that the generated file is
-up to date, and tests/integration/bpf/test_layout_bcc.py that bcc compiles the same sizes.
+up to date, and tests/integration/bpf/test_layout_bpf_target.py that clang compiles the same
+sizes for the BPF target.
 
 Unknown values, one policy: a value outside its C enum (an event type, a USDT
 probe, an HTTP kind or method, a GPU function, ...) makes the whole event

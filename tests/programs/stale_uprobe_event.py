@@ -1,14 +1,16 @@
 """Attaches a uprobe through tracefs over an event a killed tracer of the same pid left behind.
 
-Run without CAP_SYS_ADMIN (Linux 6.16+ then refuses perf uprobes, so bcc writes
-the probe into tracefs' uprobe_events under a name ending in "_bcc_<its pid>").
-Before attaching, this process writes an entry of exactly that name itself, as
-an agent killed with SIGKILL leaves one behind for the next agent with its pid
-(pid 1 of a restarted container). It then attaches a uprobe on libc's getpid()
-through collector/attach/bcc_uprobes.py, calls getpid() CALLS times and prints one JSON
-line: whether the stale entry was there before, whether the attach went through
-tracefs (the kernel then refuses to remove the event of that name: a probe uses
-it), the hits the probe counted, and whether the entry is gone
+Run without CAP_SYS_ADMIN: Linux 6.16+ then refuses perf uprobes, and
+collector/attach/libbpf.py makes the probe a tracefs event instead
+(collector/attach/tracefs_uprobes.py), named after the file, the offset and the
+pid. Before attaching, this process writes an entry of exactly that name
+itself, as an agent killed with SIGKILL leaves one behind for the next agent
+with its pid (pid 1 of a restarted container). It then attaches a uprobe on
+libc's getpid() with a small BPF program built here with clang (as
+scripts/build_bpf.sh builds ours), calls getpid() CALLS times and prints one
+JSON line: whether the stale entry was there before, whether the attach went
+through tracefs (the kernel then refuses to remove the event of that name: a
+probe uses it), the hits the probe counted, and whether the entry is gone
 after detaching. The line is removed on every way out.
 """
 
@@ -17,33 +19,51 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
 
-from bcc import BPF
+from elftools.elf.elffile import ELFFile
 
-from inferprobe.collector.attach import bcc_uprobes
+from inferprobe.collector.attach import tracefs_uprobes
+from inferprobe.collector.attach.libbpf import BpfObject
+from inferprobe.collector.attach.loader import BPF_DIR
+from inferprobe.collector.attach.uprobe_attach import _file_offset
 
 CALLS = 100
-UPROBE_EVENTS = "/sys/kernel/tracing/uprobe_events"
-PROGRAM = b"""
-BPF_ARRAY(hits, u64, 1);
-int on_getpid(void *ctx) {
-    int zero = 0;
-    u64 *n = hits.lookup(&zero);
-    if (n) __sync_fetch_and_add(n, 1);
+PROGRAM = r"""
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+char LICENSE[] SEC("license") = "GPL";
+struct {
+    __uint(type, BPF_MAP_TYPE_ARRAY);
+    __uint(max_entries, 1);
+    __type(key, u32);
+    __type(value, u64);
+} hits SEC(".maps");
+SEC("uprobe") int on_getpid(void *ctx)
+{
+    u32 zero = 0;
+    u64 *n = bpf_map_lookup_elem(&hits, &zero);
+    if (n)
+        __sync_fetch_and_add(n, 1);
     return 0;
 }
 """
 
 
-def entries() -> list[str]:
-    with open(UPROBE_EVENTS) as events:
+def entries(tracefs: Path) -> list[str]:
+    with open(tracefs / "uprobe_events") as events:
         return [line.split()[0].split("/", 1)[1] for line in events if line.strip()]
 
 
-def write_line(line: str) -> bool:
+def write_line(tracefs: Path, line: str) -> bool:
     """Writes one line to uprobe_events; False where the kernel refused it (a removal of an event
     a probe uses: EBUSY; of one that is not there: ENOENT)."""
-    events = os.open(UPROBE_EVENTS, os.O_WRONLY | os.O_APPEND)   # (tracefs refuses the seek of open("a"))
+    # O_APPEND, not open("a"): tracefs refuses the seek
+    events = os.open(tracefs / "uprobe_events", os.O_WRONLY | os.O_APPEND)
     try:
         os.write(events, line.encode())
         return True
@@ -53,29 +73,53 @@ def write_line(line: str) -> bool:
         os.close(events)
 
 
+def libc_getpid() -> tuple[str, int]:
+    """libc's path as this process maps it, and getpid's file offset in it."""
+    path = next(line.split()[-1] for line in open("/proc/self/maps") if "/libc.so" in line)
+    with open(path, "rb") as f:
+        symbol = ELFFile(f).get_section_by_name(".dynsym").get_symbol_by_name("getpid")[0]
+        return path, _file_offset(path, symbol["st_value"])
+
+
+def build(directory: Path) -> Path:
+    clang = shutil.which("clang-14") or shutil.which("clang")
+    if clang is None:
+        sys.exit("clang is missing (apt-get install clang-14)")
+    source, obj = directory / "count.bpf.c", directory / "count.bpf.o"
+    source.write_text(PROGRAM)
+    subprocess.run([clang, "-g", "-O2", "-target", "bpf", f"-I{BPF_DIR / 'build'}", "-c", str(source),
+                    "-o", str(obj)], check=True)
+    return obj
+
+
 def main() -> None:
-    bcc_uprobes.install()
+    tracefs = tracefs_uprobes.tracefs_dir()
     pid = os.getpid()
-    path, addr = BPF._check_path_symbol(b"c", b"getpid", None, pid)
-    name = (bcc_uprobes.short_event_name(b"p", path, addr, pid) + b"_bcc_%d" % pid).decode()
-    line = f"p:uprobes/{name} {path.decode()}:0x{addr:x}\n"   # what a killed tracer of this pid left
-    write_line(line)
+    path, offset = libc_getpid()
+    name = tracefs_uprobes.short_event_name(False, path, offset, pid)
+    event = f"{tracefs_uprobes.GROUP}/{name}"
+    write_line(tracefs, f"p:{event} {path}:0x{offset:x}\n")   # what a killed tracer of this pid left
     try:
-        stale_before = name in entries()
-        bpf = BPF(text=PROGRAM)
-        bpf.attach_uprobe(name=path, addr=addr, fn_name=b"on_getpid", pid=pid)
-        # Through tracefs the probe uses the event of that name, and the kernel refuses to remove
-        # it; on the perf path the stale line is unused, and goes.
-        through_tracefs = name in entries() and not write_line(f"-:uprobes/{name}\n")
-        libc = ctypes.CDLL(None)
-        for _ in range(CALLS):
-            libc.getpid()
-        hits = bpf[b"hits"][ctypes.c_int(0)].value
-        bpf.cleanup()
+        stale_before = name in entries(tracefs)
+        with tempfile.TemporaryDirectory() as directory:
+            obj = BpfObject(build(Path(directory)))
+            try:
+                obj.load()
+                link = obj.attach_uprobe("on_getpid", pid, path, offset)
+                # Through tracefs the probe uses the event of that name, and the kernel refuses
+                # to remove it; on the perf path the stale line is unused, and goes.
+                through_tracefs = name in entries(tracefs) and not write_line(tracefs, f"-:{event}\n")
+                libc = ctypes.CDLL(None)
+                for _ in range(CALLS):
+                    libc.getpid()
+                hits = obj["hits"][ctypes.c_uint32(0)].value
+                link.destroy()
+            finally:
+                obj.close()
         print(json.dumps({"stale_before": stale_before, "through_tracefs": through_tracefs, "hits": hits,
-                          "calls": CALLS, "gone_after": name not in entries()}))
+                          "calls": CALLS, "gone_after": name not in entries(tracefs)}))
     finally:
-        write_line(f"-:uprobes/{name}\n")
+        write_line(tracefs, f"-:{event}\n")
 
 
 if __name__ == "__main__":

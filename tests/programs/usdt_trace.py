@@ -130,10 +130,10 @@ class Tracer:
     def __init__(self, pid: int, probes=PROBES):
         from bcc import BPF, USDT
 
-        from inferprobe.collector.attach import bcc_uprobes
+        from tests.support import bcc_uprobes
 
         # The uprobe binding inferprobe uses: with bcc's own, this tracer and a recorder probing
-        # the same _usdt.so at once would disagree on the semaphore offset (collector/attach/bcc_uprobes.py).
+        # the same _usdt.so at once would disagree on the semaphore offset (tests/support/bcc_uprobes.py).
         bcc_uprobes.install()
         self.probes = tuple(probes)
         self.usdt = USDT(pid=pid)

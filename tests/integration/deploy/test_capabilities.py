@@ -87,10 +87,10 @@ def test_without_cap_bpf_the_agent_says_so_in_one_sentence(tmp_path):
 def test_with_the_manifest_capabilities_uprobes_attach(tmp_path):
     """TLS uprobes in a server, with exactly the DaemonSet's capabilities (no CAP_SYS_ADMIN).
 
-    Since Linux 6.16 perf_event_open() refuses uprobes without CAP_SYS_ADMIN; bcc then
-    creates them through tracefs' uprobe_events, which the DaemonSet mounts writable
-    for it (docs/deploy.md). The server maps a private copy of libssl, so that no other
-    tracer on the host holds probes on the same instructions."""
+    Since Linux 6.16 perf_event_open() refuses uprobes without CAP_SYS_ADMIN; inferprobe
+    then creates them through tracefs' uprobe_events (collector/attach/tracefs_uprobes.py),
+    which the DaemonSet mounts writable for it (docs/deploy.md). The server maps a private
+    copy of libssl, so that no other tracer on the host holds probes on the same instructions."""
     if not SYSTEM_LIBSSL.exists():
         pytest.skip("needs Debian's /usr/lib/x86_64-linux-gnu/libssl.so.3")
     private = tmp_path / "lib"

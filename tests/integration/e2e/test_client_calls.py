@@ -169,7 +169,8 @@ def test_connection_reuse_matches_the_server_s_view(streamed):
     SDK's stream returns its connection to no pool and opens a new one per call). A call
     over the warm-up's connection, still open when the recording began, reused it."""
     attempts = [a for (a,) in attempts_of(streamed["report"]).values()]
-    warm_up, *ports = [json.loads(line)["peer_port"] for line in streamed["server_log"].read_text().splitlines()]
+    logged = streamed["server_log"].read_text().splitlines()
+    warm_up, *ports = [json.loads(line)["peer_port"] for line in logged]
     assert len(ports) == len(attempts)  # the server's first response went to the client's warm-up
     connections = {c["conn_id"]: c for c in streamed["report"]["connections"]}
     seen: set[int] = {warm_up}

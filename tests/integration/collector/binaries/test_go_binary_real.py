@@ -30,7 +30,6 @@ from pathlib import Path
 import pytest
 from elftools.elf.elffile import ELFFile
 
-from inferprobe.collector.attach import bcc_uprobes
 from inferprobe.collector.binaries import go_struct_offsets
 from inferprobe.collector.binaries.go_binary import (
     READ_SYMBOL,
@@ -48,6 +47,7 @@ from inferprobe.collector.binaries.go_struct_offsets import (
     table_offsets,
 )
 
+from tests.support import bcc_uprobes
 from tests.support.kernel import needs_root
 from tests.support.paths import PROGRAMS, SERVERS
 from tests.support.processes import stop_process

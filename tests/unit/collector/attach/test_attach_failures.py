@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from inferprobe.collector.attach.attach_failures import RECENT_KEPT, AttachFailures, describe
-from inferprobe.collector.attach.bcc_uprobes import MAX_EVENT_NAME, short_event_name
+from inferprobe.collector.attach.tracefs_uprobes import MAX_EVENT_NAME, short_event_name
 
 
 def test_each_failure_is_said_once_and_counted_by_probe_set():
@@ -32,14 +32,14 @@ def test_the_recent_list_is_bounded_and_the_counts_are_not():
 
 
 def test_tracefs_event_names_fit_the_kernel_and_stay_distinct():
-    long_path = b"/proc/4194303/root/usr/lib/x86_64-linux-gnu/some-very-long-library-name.so.3.0.11"
-    names = {short_event_name(prefix, path, addr, pid)
-             for prefix in (b"p", b"r")
-             for path in (long_path, long_path.replace(b"/usr/", b"/opt/"))
-             for addr in (0x35430, 0xffffffffffff)
+    long_path = "/proc/4194303/root/usr/lib/x86_64-linux-gnu/some-very-long-library-name.so.3.0.11"
+    names = {short_event_name(on_return, path, offset, pid)
+             for on_return in (False, True)
+             for path in (long_path, long_path.replace("/usr/", "/opt/"))
+             for offset in (0x35430, 0xffffffffffff)
              for pid in (-1, 4194303)}
     assert len(names) == 16
     for name in names:
-        # bcc appends "_bcc_<its pid>"; the kernel refuses 64 characters or more.
-        assert len(name + b"_bcc_4194304") <= MAX_EVENT_NAME and re.fullmatch(rb"[A-Za-z0-9_]+", name)
-    assert short_event_name(b"p", b"/usr/lib/libssl.so.3", 0x10, 7).startswith(b"p_libssl_so_3_")
+        # the kernel refuses 64 characters or more
+        assert len(name) <= MAX_EVENT_NAME and re.fullmatch(r"[A-Za-z0-9_]+", name)
+    assert short_event_name(False, "/usr/lib/libssl.so.3", 0x10, 7).startswith("p_libssl_so_3_")

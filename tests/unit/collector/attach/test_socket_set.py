@@ -39,19 +39,20 @@ def test_task_storage_needs_linux_5_13_and_btf(release, new_enough):
 def test_rebuilding_syscalls_under_way_needs_linux_5_15(release, new_enough):
     expected = new_enough and HAVE_BTF and os.uname().machine == "x86_64"
     assert task_pt_regs_usable(release) is expected
+    # The task-storage object reads the saved registers: chosen only where they are readable.
     probes = SocketProbes()
-    probes.pending_in_task_storage = True
-    assert ("-DHAVE_TASK_PT_REGS" in probes.cflags()) is task_pt_regs_usable()
+    probes.prepare(TargetContext(pids=[1]))
+    assert (probes.core_object == "sock.bpf.o") is task_pt_regs_usable()
 
 
 def test_the_hash_fallback_can_be_forced_and_is_then_watched_for_leaks():
     forced = SocketProbes()
     forced.prepare(TargetContext(pids=[1], options={"sockets": {"pending": "hash"}}))
-    assert forced.cflags() == [] and "pending" in forced.state_maps
+    assert forced.core_object == "sock_hash.bpf.o" and "pending" in forced.state_maps
 
     auto = SocketProbes()
     auto.prepare(TargetContext(pids=[1]))
-    assert auto.pending_in_task_storage is task_storage_usable()
+    assert auto.pending_in_task_storage is task_pt_regs_usable()
     assert ("pending" in auto.state_maps) is not auto.pending_in_task_storage
 
 
@@ -59,3 +60,13 @@ def test_doctor_says_where_thread_state_lives_and_whether_blocked_reads_are_rebu
     detail = check_btf().detail
     assert ("state in task-local storage;" in detail) is task_storage_usable()
     assert ("blocked at attach is rebuilt" in detail) is task_pt_regs_usable()
+
+
+def test_kernels_without_the_bpf_ring_buffer_are_refused_in_one_sentence():
+    from inferprobe.collector.attach.loader import ensure_kernel_version
+    from inferprobe.collector.errors import EnvironmentProblem
+
+    ensure_kernel_version("5.8.0")
+    ensure_kernel_version("6.18.44-fc-v1147")
+    with pytest.raises(EnvironmentProblem, match=r"^Linux 5\.4\.0-150-generic is older than 5\.8, .*ring"):
+        ensure_kernel_version("5.4.0-150-generic")
