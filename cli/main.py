@@ -25,7 +25,7 @@ def _version() -> str:
 
 
 # Each command by the module that defines it, imported only when that command runs (or
-# `--help` lists them all): `record` pulls in bcc, the loader and every probe set, which an
+# `--help` lists them all): `record` pulls in libbpf, the loader and every probe set, which an
 # offline `report` on a laptop never needs. click's documented lazy-loading pattern.
 COMMANDS = {
     "advise": "inferprobe.cli.advise:advise",

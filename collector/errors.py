@@ -18,7 +18,7 @@ class InferprobeError(Exception):
 
 
 class EnvironmentProblem(InferprobeError):
-    """The host cannot trace: missing headers, no privileges, no bcc."""
+    """The host cannot trace: no BTF, no privileges, a kernel too old, no libbpf."""
 
     exit_code = 3
 

@@ -29,7 +29,7 @@ class AttachFailure:
     pid: int
     probe_set: str
     target: str      # what was being attached: a file, with the functions or probes that failed
-    error: str       # one line: what bcc or the kernel answered
+    error: str       # one line: what libbpf or the kernel answered
     t_ns: int        # CLOCK_MONOTONIC
 
 

@@ -4,7 +4,7 @@ Why ctypes and not a C extension: the calls here are few and none is on a hot
 path (open, load, attach, detach; the ring is read by collector/attach/ringbuf.py),
 libbpf 1.x keeps its ABI stable behind versioned symbols, and ctypes needs no
 compiler where inferprobe is installed. The library is the distribution's
-libbpf.so.1 (Debian's bcc links the same one).
+libbpf.so.1.
 
 Only what the probe sets use is bound. Every failure becomes a LibbpfError
 whose message carries libbpf's own last warning, which says what the kernel

@@ -13,13 +13,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from inferprobe.collector.attach.libbpf import BpfObject
 from inferprobe.collector.binaries.elf_symbols import elf_file
 
 
 @dataclass(frozen=True, slots=True)
 class Probe:
-    address: int  # ELF virtual address in the file (bcc's attach_uprobe addr=)
+    address: int  # ELF virtual address in the file (made a file offset here)
     program: str  # the BPF function it runs
     on_return: bool = False  # a uretprobe on the function at address
 
@@ -28,14 +27,14 @@ def attach_functions(bpf, path: str, pid: int,
                      functions: Iterable[tuple[str, Iterable[Probe]]]) -> tuple[list[str], dict[str, str]]:
     """(function name, its probes) for each function: (hooked names, name -> why not).
 
-    bpf is the set's built object (BpfObject, libbpf) or the bcc program."""
+    bpf is the object holding the set's programs (BpfObject)."""
     hooked: list[str] = []
     failed: dict[str, str] = {}
     for name, probes in functions:
         try:
             for probe in probes:
                 attach_probe(bpf, path, pid, probe)
-        except Exception as err:  # bcc: bare Exception; libbpf: LibbpfError; a dead pid, the probe limit
+        except Exception as err:  # LibbpfError, or an ELF reader's: a dead pid, the probe limit
             failed[name] = str(err)
             continue
         hooked.append(name)
@@ -44,17 +43,12 @@ def attach_functions(bpf, path: str, pid: int,
 
 def attach_probe(bpf, path: str, pid: int, probe: Probe) -> None:
     """One probe in pid; raises what the library raised when it cannot be attached."""
-    if isinstance(bpf, BpfObject):
-        bpf.attach_uprobe(probe.program, pid, path, _file_offset(path, probe.address),
-                          on_return=probe.on_return)
-    else:
-        attach = bpf.attach_uretprobe if probe.on_return else bpf.attach_uprobe
-        attach(name=path.encode(), addr=probe.address, fn_name=probe.program.encode(), pid=pid)
+    bpf.attach_uprobe(probe.program, pid, path, _file_offset(path, probe.address), on_return=probe.on_return)
 
 
 def _file_offset(path: str, vaddr: int) -> int:
     """Where the code at vaddr lies in the file: the kernel places uprobes by file offset
-    (bcc converted the address itself; libbpf takes the offset)."""
+    (libbpf takes the offset)."""
     elf = elf_file(path)
     offset = elf.offset_of_vaddr(vaddr) if elf is not None else None
     if offset is None:

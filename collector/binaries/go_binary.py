@@ -30,9 +30,9 @@ runtime.morestack and jumps back to the entry, same arguments, same
 goroutine); and the stack may have moved between entry and RET, so nothing
 keyed by a stack address survives.
 
-Addresses here are ELF virtual addresses, what bcc's attach_uprobe(name=path,
-addr=...) takes (it turns them into file offsets itself, as for the symbol
-values collector/attach/probe_sets/semaphores.py passes); the file offsets, what the
+Addresses here are ELF virtual addresses (collector/attach/uprobe_attach.py turns
+them into the file offsets libbpf takes, as for the symbol values
+collector/attach/probe_sets/semaphores.py passes); the file offsets, what the
 kernel's uprobe_events lists, are kept beside them. Return instructions are
 found by disassembling the function with capstone: a byte scan for 0xC3
 would find that byte inside other instructions, and a probe there corrupts
@@ -76,7 +76,7 @@ class NotHookable(Exception):
 @dataclass(frozen=True, slots=True)
 class GoFunction:
     name: str
-    address: int  # ELF virtual address of the entry: bcc's attach_uprobe(addr=...)
+    address: int  # ELF virtual address of the entry (uprobe_attach makes it a file offset)
     file_offset: int  # the entry's offset in the file
     returns: tuple[int, ...]  # virtual address of every return instruction in the function
 

@@ -214,7 +214,7 @@ class GpuProbes(ProbeSet):
         if symbols is None:
             try:
                 symbols = exported_functions(mapped.host_path, mapped.library)
-            except Exception as err:  # bcc raises bare Exception for unreadable ELF files
+            except Exception as err:  # ELF readers raise bare Exception for unreadable files
                 att.failed["*"] = str(err)
                 return att
             self._symbols[mapped.file_key] = symbols

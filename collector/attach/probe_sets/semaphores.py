@@ -138,7 +138,7 @@ class SemaphoreProbes:
         if points is None:
             try:
                 points = probe_points(libc.host_path)
-            except Exception as err:  # bcc raises bare Exception for unreadable ELF files
+            except Exception as err:  # ELF readers raise bare Exception for unreadable files
                 att.failed["*"] = str(err)
                 return att
             self._points[libc.file_key] = points

@@ -111,7 +111,7 @@ class TlsProbes(ProbeSet):
                 continue
             try:
                 notes.extend(self._refresh_pid(bpf, pid))
-            except Exception as err:  # bcc and ELF readers raise bare Exception; a map may be full
+            except Exception as err:  # ELF readers raise bare Exception; a map may be full
                 self._failed_pids.add(pid)   # not retried (collector/attach/attach_failures.py says why)
                 self.failures.add(pid, self.name, "its TLS libraries", str(err))
         return notes
