@@ -44,12 +44,13 @@ import hashlib
 import os
 import re
 
+from inferprobe.collector.attach.libbpf import holds_cap_sys_admin
+
 # The kernel's MAX_EVENT_NAME_LEN is 64, terminator included; bcc appends "_bcc_<its pid>".
 MAX_EVENT_NAME = 63
 _BCC_SUFFIX_MAX = len("_bcc_") + len(str(1 << 22))   # PID_MAX_LIMIT on 64-bit kernels
 _NAME_BUDGET = MAX_EVENT_NAME - _BCC_SUFFIX_MAX
 _NOT_NAME = re.compile(rb"[^a-zA-Z0-9_]")
-CAP_SYS_ADMIN = 21
 
 _installed = False
 
@@ -61,17 +62,6 @@ def short_event_name(prefix: bytes, path: bytes, addr: int, pid: int) -> bytes:
     room = _NAME_BUDGET - len(prefix) - 1 - len(tail)
     base = _NOT_NAME.sub(b"_", os.path.basename(path))[:max(room, 0)]
     return b"%s_%s%s" % (prefix, base, tail)
-
-
-def holds_cap_sys_admin() -> bool:
-    try:
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith("CapEff:"):
-                    return bool(int(line.split()[1], 16) >> CAP_SYS_ADMIN & 1)
-    except OSError:
-        pass
-    return os.geteuid() == 0
 
 
 class UprobeRefused(Exception):
