@@ -319,15 +319,21 @@ def test_an_itl_bound_target_gets_fewer_places_and_the_prediction_holds(recorded
     # demo server's steps barely shrink with the batch: CI, 2026-12-04, 260 ms predicted at 2
     # places for 247 asked), the target is halfway between the best of them and A's own: A
     # still misses it, the advice must still go down, and the run at B still judges the model.
+    # A must miss the target as measured and as the model predicts it: advise compares
+    # predictions, and the replay at A may sit anywhere within its bound of the measurement
+    # (CI, 2026-12-05: the demo's replay at A, 226 ms, already met a target 15 % under the
+    # measured p99, and the advice rightly kept A).
     sweep = _advise(recorded.recording, a.ttft_p99_ns, a.itl_p99_ns)
+    at_a = _prediction(sweep, recorded.engine.recorded)["itl_ns"]["p99"]
+    missed = min(a.itl_p99_ns, at_a)
     fewer = [p["itl_ns"]["p99"] for p in sweep["predictions"]
              if p["setting"] < recorded.engine.recorded]
     best = min(fewer)
-    if best >= a.itl_p99_ns:
+    if best >= missed:
         pytest.skip(f"the model predicts no setting below {recorded.engine.recorded} a p99 ITL under "
-                    f"A's {a.itl_p99_ns / 1e6:.0f} ms (best {best / 1e6:.0f} ms): nothing for fewer places "
+                    f"A's {missed / 1e6:.0f} ms (best {best / 1e6:.0f} ms): nothing for fewer places "
                     "to win")
-    target = a.itl_p99_ns * 0.85 if best <= a.itl_p99_ns * 0.85 else (best + a.itl_p99_ns) / 2
+    target = missed * 0.85 if best <= missed * 0.85 else (best + missed) / 2
     _check_advised(recorded, int(a.ttft_p99_ns * 10), int(target), more=False)
 
 
