@@ -28,9 +28,8 @@ def assert_one_sentence(result: subprocess.CompletedProcess, exit_code: int, *wo
 
 
 def run_doctor(*args: str, env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """`inferprobe doctor` in a wide terminal, with no kernel-header override from our environment."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("BCC_KERNEL_SOURCE", "INFERPROBE_KERNEL_HEADERS")}
+    """`inferprobe doctor` in a wide terminal, with no BTF file (--btf) from our environment."""
+    env = {k: v for k, v in os.environ.items() if k != "INFERPROBE_BTF"}
     env["COLUMNS"] = "200"
     env.update(env_extra or {})
     return subprocess.run(

@@ -45,6 +45,8 @@ CPU_MS = 150
 GIL_SHARE_MIN = 0.4
 CALM_SHARE_MAX = 0.02
 TOLERANCE = 0.03
+# Of a thread's time off CPU, what runqueue delay may take rather than the GIL (measured ~0.05).
+RUNQUEUE_SHARE = 0.1
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +82,12 @@ def test_gil_requests_wait_for_the_gil(gil_traced):
         share = wait["gil_wait_ns"] / wait["span_ns"]
         o = own[r["tid"]]
         off_cpu_share = (o["span_ns"] - o["cpu_ns"]) / o["span_ns"]
-        assert share >= GIL_SHARE_MIN, (share, off_cpu_share)
+        # The waits the threads had, by their own count: on a busy host the four requests
+        # may overlap less (CI, 2026-12-05: a thread off CPU for 0.18 of its span, the tracer
+        # finding 0.25). Then the tracer must find that much, less the runqueue's share.
+        expected = GIL_SHARE_MIN if off_cpu_share >= GIL_SHARE_MIN + RUNQUEUE_SHARE else \
+            off_cpu_share - RUNQUEUE_SHARE
+        assert share >= expected, (share, off_cpu_share)
         # The tracer cannot find more GIL wait than the thread was off CPU.
         # Its span (read returned -> reply written) is a little longer than
         # the one the handler timed itself, and that margin can be all

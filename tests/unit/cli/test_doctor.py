@@ -77,6 +77,7 @@ def test_a_failed_load_says_its_first_warning_and_libbpf_s_own_error_in_words():
 
 def test_a_btf_file_given_for_a_kernel_without_btf_must_exist(tmp_path: Path, monkeypatch):
     monkeypatch.setattr(preflight, "BTF_VMLINUX", str(tmp_path / "no-vmlinux"))
+    monkeypatch.delenv("INFERPROBE_BTF", raising=False)
     check = preflight.check_btf()
     assert not check.ok and check.required
     assert "exposes no BTF" in check.detail and check.fix and "--btf" in check.fix and "BTFHub" in check.fix
