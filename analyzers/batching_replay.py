@@ -78,6 +78,20 @@ class _Draw:
         return base * (self.rng.choice(ratios) if ratios else 1.0)
 
 
+class _Between:
+    """The engine's time between a step's compute end and the next step's start, drawn from
+    the recording's (EngineTrace.between_steps_ns): after a step that ends a request, from
+    those measured after such steps."""
+
+    def __init__(self, trace: EngineTrace, rng: random.Random) -> None:
+        after_end, others = trace.between_steps_ns
+        self.after_end, self.others, self.rng = after_end or others, others or after_end, rng
+
+    def __call__(self, ends: bool) -> float:
+        gaps = self.after_end if ends else self.others
+        return float(self.rng.choice(gaps)) if gaps else 0.0
+
+
 def replay(trace: EngineTrace, model: StepModel, setting: int) -> Prediction:
     """The workload at one setting, replayed REPLICAS times with other draws: each figure is
     the median of the replicas', so one unlucky draw does not decide a p99."""
@@ -98,6 +112,7 @@ def _median_of(dists: list[Distribution]) -> Distribution:
 
 def _replay_once(trace: EngineTrace, model: StepModel, setting: int, rng: random.Random) -> Prediction:
     step_time = _Draw(model.step, rng)
+    between = _Between(trace, rng)
     prefill_time = _Draw(model.prefill, rng) if model.prefill is not None else None
     mixed = trace.engine.shape == MIXED
     followers: dict[int, list[WorkItem]] = {}
@@ -134,10 +149,10 @@ def _replay_once(trace: EngineTrace, model: StepModel, setting: int, rng: random
             running.append(seq)
             admitted.append(seq)
         if mixed:
-            t = _mixed_step(running, t, step_time)
+            t = _mixed_step(running, t, step_time, between)
         else:
             assert prefill_time is not None
-            t = _prefill_then_decode(running, admitted, t, step_time, prefill_time)
+            t = _prefill_then_decode(running, admitted, t, step_time, prefill_time, between)
         for seq in [s for s in running if s.tokens_left <= 0]:
             running.remove(seq)
             done.append(seq)
@@ -147,7 +162,7 @@ def _replay_once(trace: EngineTrace, model: StepModel, setting: int, rng: random
     return _predict(trace, setting, done)
 
 
-def _mixed_step(running: list[_Seq], t: float, step_time: _Draw) -> float:
+def _mixed_step(running: list[_Seq], t: float, step_time: _Draw, between: _Between) -> float:
     decode = [s for s in running if s.prompt_left == 0 and s.tokens_left > 0]
     budget = STEP_TOKEN_BUDGET - len(decode)
     chunks = []
@@ -160,17 +175,21 @@ def _mixed_step(running: list[_Seq], t: float, step_time: _Draw) -> float:
         take for _, take in chunks)
     end = t + step_time({"decode_seqs": len(decode), "prefill_tokens": sum(k for _, k in chunks),
                          "prefill_seqs": len(chunks), "context_tokens": context})
+    # the step's time runs to the next step's start; its tokens left when its compute ended
+    ends = any(s.tokens_left <= 1 for s in decode) or any(s.prompt_left == take and s.tokens_left <= 1
+                                                         for s, take in chunks)
+    out = max(t, end - between(ends))
     for s in decode:
-        _token(s, end)
+        _token(s, out)
     for s, take in chunks:
         s.prompt_left -= take
         if s.prompt_left == 0:
-            _token(s, end)
+            _token(s, out)
     return end
 
 
 def _prefill_then_decode(running: list[_Seq], admitted: list[_Seq], t: float, step_time: _Draw,
-                         prefill_time: _Draw) -> float:
+                         prefill_time: _Draw, between: _Between) -> float:
     for s in admitted:
         t += prefill_time({"prefill_tokens": s.prompt_left})
         s.prompt_left = 0
@@ -180,8 +199,9 @@ def _prefill_then_decode(running: list[_Seq], admitted: list[_Seq], t: float, st
         return t
     context = sum(s.item.prompt_tokens + s.generated for s in decode)
     end = t + step_time({"decode_seqs": len(decode), "context_tokens": context})
+    out = max(t, end - between(any(s.tokens_left <= 1 for s in decode)))  # as in _mixed_step
     for s in decode:
-        _token(s, end)
+        _token(s, out)
     return end
 
 

@@ -14,7 +14,9 @@ from inferprobe.analyzers.engine_iterations import (
     LLAMA_CPP,
     USDT_ENGINE,
     EngineTrace,
+    Iteration,
     WorkItem,
+    _between_steps,
     _continuing,
 )
 from inferprobe.analyzers.step_model import CannotFit, LinearFit, fit
@@ -98,8 +100,10 @@ def _constant(step_ms: float) -> LinearFit:
     return LinearFit("step", (), step_ms * MS, (), (), 100, 0.0, 0.0, ())
 
 
-def _trace(engine, work: list[WorkItem], before: int = 0, wire: int = 0, tail: int = 0) -> EngineTrace:
-    return EngineTrace(engine, [], work, before, wire, tail, current=1, current_binding=True, untied=0)
+def _trace(engine, work: list[WorkItem], before: int = 0, wire: int = 0, tail: int = 0,
+           between: tuple[tuple[int, ...], tuple[int, ...]] = ((), ())) -> EngineTrace:
+    return EngineTrace(engine, [], work, before, wire, tail, current=1, current_binding=True, untied=0,
+                       between_steps_ns=between)
 
 
 def test_replay_of_a_one_slot_mixed_engine_is_the_schedule_worked_out_by_hand():
@@ -126,6 +130,31 @@ def test_replay_chains_a_connections_requests_after_its_pause():
     # first: tokens at 10, 20; response ends 23; second sent at 28, steps at 28..38, 38..48
     assert p.ttft_ns == Distribution.of([11 * MS, 11 * MS])
     assert p.tokens_per_s == pytest.approx(4 / 0.048)
+
+
+def test_a_clients_next_request_that_arrives_between_steps_joins_the_next_one():
+    """Two clients, two places, steps of 10 ms whose compute ends 3 ms before the next starts
+    after a step that ended a request (1 ms after others). Client 0's one-token request is
+    answered by the first step's compute, at 7 ms; its next request is back 1 ms later, in the
+    gap, and its prompt is in the very next step (10..20, compute to 19): TTFT 11 ms. Timed
+    to the step's end, as when the gap is not known, it is back at 11, after that step began,
+    and waits for the one after: its first token at 30, TTFT 19 ms."""
+    work = [WorkItem(0, None, 0, 0, 5, 1), WorkItem(1, None, 0, 0, 5, 6), WorkItem(2, 0, 0, 1 * MS, 5, 3)]
+    gaps = ((3 * MS,), (1 * MS,))
+    joined = replay(_trace(LLAMA_CPP, work, between=gaps), StepModel(_constant(10)), setting=2)
+    assert joined.ttft_ns.max == 11 * MS and joined.queue_ns.max == 2 * MS  # back at 8, in at 10
+    late = replay(_trace(LLAMA_CPP, work), StepModel(_constant(10)), setting=2)
+    assert late.ttft_ns.max == 19 * MS and late.queue_ns.max == 9 * MS
+
+
+def test_between_steps_is_measured_after_steps_that_ended_a_request_apart():
+    def it(start: int, compute_end: int) -> Iteration:
+        return Iteration(1, start * MS, 10 * MS, 1, 0, 0, 10, compute_end_ns=compute_end * MS)
+
+    # steps every 10 ms; the request held 0..38 ends in the step starting at 30
+    iterations = [it(0, 9), it(10, 19), it(20, 29), it(30, 37)]
+    after_end, others = _between_steps(iterations, [(0, 38 * MS)])
+    assert after_end == (3 * MS,) and others == (1 * MS, 1 * MS, 1 * MS)
 
 
 def test_replay_of_prefill_then_decode_turns():
