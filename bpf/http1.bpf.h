@@ -38,21 +38,52 @@ static __always_inline int path_ends_at(u8 c)
     return c == ' ' || c == '?' || c == '#' || c == '\r' || c == '\n';
 }
 
+/* The path from `start`: `len` counts the bytes walked before its end. */
+struct path_walk {
+    struct scratch *s;
+    u32 start, len;
+};
+
+/* Byte k of the path: copied into the event, or 1 where the path ends. */
+SCAN_CALLBACK(path_byte)
+{
+    struct path_walk *walk = context;
+    struct scratch *s = walk->s;
+    u32 pos = walk->start + index;
+    if (pos >= s->n)
+        return 1;
+    u8 c = s->head[pos & SCRATCH_MASK];
+    if (path_ends_at(c))
+        return 1;
+    s->ev.path[bounded(index, PATH_MAX_BYTES - 1)] = c;
+    walk->len = index + 1;
+    return 0;
+}
+
+/* Byte k past the first PATH_MAX_BYTES of a long path: 1 at its end (len
+ * then says where, counted from `start`; 0 when the bytes in view ran out). */
+SCAN_CALLBACK(path_end_byte)
+{
+    struct path_walk *walk = context;
+    struct scratch *s = walk->s;
+    u32 pos = walk->start + index;
+    if (pos >= s->n)
+        return 1;   /* the path runs past the bytes in view */
+    if (path_ends_at(s->head[pos & SCRATCH_MASK])) {
+        walk->len = index;
+        return 1;
+    }
+    return 0;
+}
+
 /* A path longer than PATH_MAX_BYTES: its end found within PATH_SCAN_BYTES,
  * its last bytes go after its first PATH_HEAD_BYTES and path_len says how
  * long it was (bpf/inferprobe.h). */
 static __always_inline void keep_path_end(struct scratch *s, u32 start)
 {
-    u32 n = s->n, end = 0;
-    for (u32 k = PATH_MAX_BYTES; k < PATH_SCAN_BYTES; k++) {   /* a bounded loop: unrolled, too long */
-        u32 pos = start + k;
-        if (pos >= n)
-            return;   /* the path runs past the bytes in view */
-        if (path_ends_at(s->head[pos & SCRATCH_MASK])) {
-            end = k;
-            break;
-        }
-    }
+    struct path_walk walk = {.s = s, .start = start + PATH_MAX_BYTES};
+    SCAN_LOOP(PATH_SCAN_BYTES - PATH_MAX_BYTES, PATH_SCAN_BYTES - PATH_MAX_BYTES, path_end_byte, &walk);
+    u32 end = walk.len ? walk.len + PATH_MAX_BYTES : 0;
     if (end <= PATH_MAX_BYTES)
         return;   /* exactly PATH_MAX_BYTES long, or longer than PATH_SCAN_BYTES */
     u32 tail_from = start + end - (PATH_MAX_BYTES - PATH_HEAD_BYTES);
@@ -66,19 +97,9 @@ static __always_inline void keep_path_end(struct scratch *s, u32 start)
  * can carry user data, so it is never copied. */
 static __always_inline void copy_path(struct scratch *s, u32 start)
 {
-    u32 n = s->n;
-    u32 len = 0;
-#pragma unroll
-    for (int k = 0; k < PATH_MAX_BYTES; k++) {
-        u32 pos = start + k;
-        if (pos >= n)
-            break;
-        u8 c = s->head[pos & SCRATCH_MASK];
-        if (path_ends_at(c))
-            break;
-        s->ev.path[k] = c;
-        len++;
-    }
+    struct path_walk walk = {.s = s, .start = start};
+    SCAN_LOOP(PATH_MAX_BYTES, PATH_MAX_BYTES, path_byte, &walk);
+    u32 len = walk.len;
     s->ev.path_len = len;
     if (len == PATH_MAX_BYTES)
         keep_path_end(s, start);
@@ -169,24 +190,32 @@ static __always_inline int header_newline(struct scratch *s, u32 q)
     return 0;
 }
 
+/* One word of the header block: 1 when the blank line ending it is here. */
+SCAN_CALLBACK(header_word)
+{
+    struct line_walk *walk = context;
+    struct scratch *s = walk->s;
+    u32 base = index * 8;
+    if (base >= s->n)
+        return 1;
+    u64 found = newlines(s->head, base, 0, s->n);
+    if (!found)
+        return 0;
+#pragma unroll
+    for (u32 b = 0; b < 8; b++) {
+        if ((found & (0x80ULL << (8 * b))) && header_newline(s, base + b))
+            return 1;
+        stay_in_memory();
+    }
+    return 0;
+}
+
 /* Header block: sets s->body_start (0 when the headers run past the
  * window), the header flags and where a Content-Length value starts. */
 static __always_inline void scan_headers(struct scratch *s)
 {
-    u32 n = s->n;
-    for (u32 base = 0; base < SCAN_HEAD_BYTES; base += 8) {
-        if (base >= n)
-            break;
-        u64 found = newlines(s->head, base, 0, n);
-        if (!found)
-            continue;
-#pragma unroll
-        for (u32 b = 0; b < 8; b++) {
-            if ((found & (0x80ULL << (8 * b))) && header_newline(s, base + b))
-                return;
-            stay_in_memory();
-        }
-    }
+    struct line_walk walk = {.s = s};
+    SCAN_LOOP(words_to(0, s->n), SCAN_HEAD_BYTES / 8, header_word, &walk);
 }
 
 /* The Content-Length value noted by scan_headers(). Runs in its own program:

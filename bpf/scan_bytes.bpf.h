@@ -58,7 +58,7 @@ static __always_inline u64 load8(const u8 *head, u32 at)
 /* The same for the tail buffer (at < SCAN_TAIL_BYTES). */
 static __always_inline u64 load8_tail(const u8 *tail, u32 at)
 {
-    return *(const u64 *)&tail[at & (SCAN_TAIL_BYTES - 1)];
+    return *(const u64 *)&tail[bounded(at, SCAN_TAIL_BYTES - 1)];   /* a mask the compiler keeps */
 }
 
 /* What the scanners find goes to the scratch map at once: left to itself
@@ -93,6 +93,49 @@ static __always_inline u64 within(u64 mask, u32 base, u32 from, u32 n)
 static __always_inline u64 newlines(const u8 *head, u32 base, u32 from, u32 n)
 {
     return within(bytes_equal(load8(head, base), '\n'), base, from, n);
+}
+
+/* ---------------------------------------------------------------- loops
+ *
+ * A scanner's loop is written once, as a callback run for index 0, 1, ...
+ * up to a count, that returns 1 to stop early (SCAN_CALLBACK), and run by
+ * SCAN_LOOP. Where the kernel has bpf_loop() (Linux 5.17+, built with
+ * -DHAVE_BPF_LOOP) the callback is a function of its own that the verifier
+ * checks once, whatever the count: the scans then verify in a fraction of
+ * the time that the same loop unrolled, or walked by the verifier position
+ * after position, takes (docs/performance.md). Below 5.17 the callback is
+ * inlined into a bounded loop of at most `max` rounds, as before.
+ *
+ * The callback's context is a struct on the caller's stack; a pointer kept
+ * in it (the scratch area) keeps its type across the call for the verifier. */
+#ifdef HAVE_BPF_LOOP
+#define SCAN_CALLBACK(name) static long name(u32 index, void *context)
+#define SCAN_LOOP(count, max, callback, context) \
+    bpf_loop((u32)(count) < (u32)(max) ? (u32)(count) : (u32)(max), callback, context, 0)
+#else
+#define SCAN_CALLBACK(name) static __always_inline long name(u32 index, void *context)
+#define SCAN_LOOP(count, max, callback, context)                      \
+    ({                                                                \
+        u32 scan_count_ = (count);                                    \
+        for (u32 scan_i_ = 0; scan_i_ < (max); scan_i_++) {           \
+            if (scan_i_ >= scan_count_ || (callback)(scan_i_, context)) \
+                break;                                                \
+        }                                                             \
+        0;                                                            \
+    })
+#endif
+
+/* A walk over the head's words from `first` (a multiple of 8), looking at
+ * bytes from `from` on: the context of the line and field scanners. */
+struct line_walk {
+    struct scratch *s;
+    u32 first, from;
+};
+
+/* The number of 8-byte words from `first` (a multiple of 8) to n. */
+static __always_inline u32 words_to(u32 first, u32 n)
+{
+    return n > first ? (n - first + 7) / 8 : 0;
 }
 
 /* The word starts with the literal, compared as sent (methods and "HTTP/"

@@ -75,6 +75,26 @@ static __always_inline void sse_line(struct scratch *s, u32 p)
         s->done |= 1;   /* bit 0: seen in the head, its "data:" was counted */
 }
 
+/* One word of the body: an SSE line starts after each of its newlines. */
+SCAN_CALLBACK(sse_word)
+{
+    struct line_walk *walk = context;
+    struct scratch *s = walk->s;
+    u32 base = walk->first + index * 8;
+    if (base >= s->n)
+        return 1;
+    u64 found = newlines(s->head, base, walk->from, s->n);
+    if (!found)
+        return 0;
+#pragma unroll
+    for (u32 b = 0; b < 8; b++) {
+        if (found & (0x80ULL << (8 * b)))
+            sse_line(s, base + b + 1);
+        stay_in_memory();
+    }
+    return 0;
+}
+
 /* Body: SSE "data:" fields at the start of a line, and "data: [DONE]". In a
  * window after the first, body_start only bounds the newlines looked at: the
  * lines starting before it were the previous window's. */
@@ -94,21 +114,8 @@ static __always_inline void scan_sse(struct scratch *s)
         return;
     if (!s->windows)
         sse_line(s, start);   /* a line begins where the body does */
-    u32 first = start & ~7U;
-    for (u32 word = 0; word < SCAN_HEAD_BYTES / 8; word++) {
-        u32 base = first + word * 8;
-        if (base >= n)
-            break;
-        u64 found = newlines(s->head, base, start, n);
-        if (!found)
-            continue;
-#pragma unroll
-        for (u32 b = 0; b < 8; b++) {
-            if (found & (0x80ULL << (8 * b)))
-                sse_line(s, base + b + 1);
-            stay_in_memory();
-        }
-    }
+    struct line_walk walk = {.s = s, .first = start & ~7U, .from = start};
+    SCAN_LOOP(words_to(walk.first, n), SCAN_HEAD_BYTES / 8, sse_word, &walk);
 }
 
 static __always_inline void finish_sse(struct scratch *s)

@@ -60,6 +60,31 @@ static __always_inline u32 json_line_at_end(struct scratch *s, const u8 *tail, u
     return c == '}' || c == ']';
 }
 
+struct tail_walk {
+    struct scratch *s;
+    u32 len, done;
+};
+
+/* Word `index` of the tail: 1 (and done) at a "[DONE]" that starts in it and
+ * lies whole within the tail's len bytes. */
+SCAN_CALLBACK(tail_done_word)
+{
+    struct tail_walk *walk = context;
+    struct scratch *s = walk->s;
+    u32 base = index * 8, len = walk->len;
+    if (base + 6 > len)
+        return 1;
+    u64 found = within(bytes_equal(load8_tail(s->tail, base), '['), base, 0, len - 5);
+#pragma unroll
+    for (u32 b = 0; b < 8; b++) {
+        if ((found & (0x80ULL << (8 * b))) && MATCHES(load8_tail(s->tail, base + b), "[done]", 6)) {
+            walk->done = 1;
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* The last bytes of a write: the chunked terminator and [DONE] trail the
  * final token chunk when a server coalesces the end of a stream. */
 static __always_inline void scan_tail(struct scratch *s)
@@ -86,11 +111,10 @@ static __always_inline void scan_tail(struct scratch *s)
     end_lines(s, s->tail, t, SCAN_TAIL_BYTES - 1);
     /* [DONE] beyond the windows scanned is only looked for in the tail. */
     u32 tail_is_new = (u64)s->ev.bytes > s->window_start + s->n;
-#pragma unroll
-    for (u32 k = 0; k + 6 <= SCAN_TAIL_BYTES; k++) {
-        if (k + 6 <= t && MATCHES(load8_tail(s->tail, k), "[done]", 6))
-            s->done |= tail_is_new << 1;   /* bit 1: seen in the tail only */
-    }
+    struct tail_walk walk = {.s = s, .len = t};
+    SCAN_LOOP(SCAN_TAIL_BYTES / 8, SCAN_TAIL_BYTES / 8, tail_done_word, &walk);
+    if (walk.done)
+        s->done |= tail_is_new << 1;   /* bit 1: seen in the tail only */
     if (t >= 7 && MATCHES(load8_tail(s->tail, t - 7), CHUNKED_END, 7))
         s->ev.flags |= HTTP_FLAG_CHUNKED_END;
     /* The last chunk as a buffer of its own at the end of a vectored write

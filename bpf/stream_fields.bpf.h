@@ -52,31 +52,45 @@ static __always_inline void model_key_at(struct scratch *s, u32 q)
         s->model_at = v + 2;
 }
 
+struct model_copy {
+    struct scratch *s;
+    u32 from, len, closed;
+};
+
+/* Byte k of the "model" value: copied while printable ASCII; 1 at its
+ * closing quote, or where it stops being one that is taken. */
+SCAN_CALLBACK(model_byte)
+{
+    struct model_copy *copy = context;
+    struct scratch *s = copy->s;
+    u32 k = index, pos = copy->from + k;
+    if (pos >= s->n)
+        return 1;
+    u8 c = s->head[pos & SCRATCH_MASK];
+    if (c == '"') {
+        copy->closed = 1;
+        return 1;
+    }
+    if (c < 0x20 || c > 0x7e || c == '\\' || k >= MODEL_MAX_BYTES)
+        return 1;
+    s->ev.model[bounded(k, MODEL_MAX_BYTES - 1)] = c;
+    copy->len = k + 1;
+    return 0;
+}
+
 /* The "model" value model_key_at() found: printable ASCII up to its closing
  * quote, which must be in view (a value cut short, escaped or longer than
  * MODEL_MAX_BYTES is not taken). Returns 1 when taken. */
 static __always_inline int take_model(struct scratch *s)
 {
-    u32 at = s->model_at, n = s->n;
+    u32 at = s->model_at;
     s->model_at = 0;
     if (!at)
         return 0;
-    u32 len = 0, closed = 0;
-    for (u32 k = 0; k < MODEL_MAX_BYTES + 1; k++) {   /* a bounded loop: unrolled, it would not fit */
-        u32 pos = at - 1 + k;
-        if (pos >= n)
-            break;
-        u8 c = s->head[pos & SCRATCH_MASK];
-        if (c == '"') {
-            closed = 1;
-            break;
-        }
-        if (c < 0x20 || c > 0x7e || c == '\\' || k == MODEL_MAX_BYTES)
-            break;
-        s->ev.model[k & (MODEL_MAX_BYTES - 1)] = c;
-        len++;
-    }
-    if (!closed || !len) {
+    struct model_copy copy = {.s = s, .from = at - 1};
+    SCAN_LOOP(MODEL_MAX_BYTES + 1, MODEL_MAX_BYTES + 1, model_byte, &copy);   /* unrolled, it would not fit */
+    u32 len = copy.len;
+    if (!copy.closed || !len) {
         __builtin_memset(s->ev.model, 0, MODEL_MAX_BYTES);
         return 0;
     }
@@ -197,33 +211,40 @@ static __always_inline void json_line_end(struct scratch *s, u32 q)
     s->json_lines++;
 }
 
+/* One word of the head: its line ends and key triggers ('_', 'd', '['). */
+SCAN_CALLBACK(fields_word)
+{
+    struct line_walk *walk = context;
+    struct scratch *s = walk->s;
+    u32 base = walk->first + index * 8;
+    if (base >= s->n)
+        return 1;
+    u64 w = load8(s->head, base);
+    u64 found = within(bytes_equal(w, '_') | bytes_equal(w, 'd') | bytes_equal(w, '\n') |
+                       bytes_equal(w, '['), base, walk->from, s->n);
+    if (!found)
+        return 0;
+#pragma unroll
+    for (u32 b = 0; b < 8; b++) {
+        if (found & (0x80ULL << (8 * b))) {
+            if (s->head[(base + b) & SCRATCH_MASK] == '\n')
+                json_line_end(s, base + b);
+            else
+                json_key_at(s, base + b);
+        }
+        stay_in_memory();
+    }
+    return 0;
+}
+
 /* NDJSON line ends, token counts and "done" in [start, n) of the head,
  * then the counts' values. */
 static __always_inline void scan_json_fields(struct scratch *s, u32 start)
 {
     u32 n = s->n;
     if (start < n && start < SCAN_HEAD_BYTES) {
-        u32 first = start & ~7U;
-        for (u32 word = 0; word < SCAN_HEAD_BYTES / 8; word++) {
-            u32 base = first + word * 8;
-            if (base >= n)
-                break;
-            u64 w = load8(s->head, base);
-            u64 found = within(bytes_equal(w, '_') | bytes_equal(w, 'd') | bytes_equal(w, '\n') |
-                               bytes_equal(w, '['), base, start, n);
-            if (!found)
-                continue;
-#pragma unroll
-            for (u32 b = 0; b < 8; b++) {
-                if (found & (0x80ULL << (8 * b))) {
-                    if (s->head[(base + b) & SCRATCH_MASK] == '\n')
-                        json_line_end(s, base + b);
-                    else
-                        json_key_at(s, base + b);
-                }
-                stay_in_memory();
-            }
-        }
+        struct line_walk walk = {.s = s, .first = start & ~7U, .from = start};
+        SCAN_LOOP(words_to(walk.first, n), SCAN_HEAD_BYTES / 8, fields_word, &walk);
     }
     take_counts(s);
 }

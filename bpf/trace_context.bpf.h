@@ -105,24 +105,39 @@ static __always_inline int trace_newline(struct trace_scan *t, u32 q)
     return 0;
 }
 
+struct trace_walk {
+    struct trace_scan *t;
+    u32 ended;
+};
+
+/* One word of the window: 1 when the headers ended in it. */
+SCAN_CALLBACK(trace_word)
+{
+    struct trace_walk *walk = context;
+    struct trace_scan *t = walk->t;
+    u32 base = index * 8;
+    if (base >= t->n)
+        return 1;
+    u64 found = newlines(t->buf, base, 0, t->n);
+    if (!found)
+        return 0;
+#pragma unroll
+    for (u32 b = 0; b < 8; b++) {
+        if ((found & (0x80ULL << (8 * b))) && trace_newline(t, base + b)) {
+            walk->ended = 1;
+            return 1;
+        }
+        stay_in_memory();
+    }
+    return 0;
+}
+
 /* One window: every newline in buf[0, n). 1 when the headers ended. */
 static __always_inline int trace_scan_window(struct trace_scan *t)
 {
-    u32 n = t->n;
-    for (u32 base = 0; base < SCAN_HEAD_BYTES; base += 8) {
-        if (base >= n)
-            break;
-        u64 found = newlines(t->buf, base, 0, n);
-        if (!found)
-            continue;
-#pragma unroll
-        for (u32 b = 0; b < 8; b++) {
-            if ((found & (0x80ULL << (8 * b))) && trace_newline(t, base + b))
-                return 1;
-            stay_in_memory();
-        }
-    }
-    return 0;
+    struct trace_walk walk = {.t = t};
+    SCAN_LOOP(words_to(0, t->n), SCAN_HEAD_BYTES / 8, trace_word, &walk);
+    return walk.ended;
 }
 
 /* Copies a value, [at, end) of the syscall's bytes (both + 1, the optional

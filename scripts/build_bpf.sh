@@ -15,9 +15,10 @@ SRC="$ROOT/bpf"
 OUT="$SRC/build"
 # Every object: "<object name>[:<source name> <clang flags>]". The socket set's
 # source is built twice (bpf/sock.bpf.c says why): with its pending I/O in
-# task-local storage, and in a hash for kernels without.
+# task-local storage and its scans on bpf_loop (Linux 5.17+), and with a hash
+# and bounded loops for older kernels.
 OBJECTS=(
-    "sock:sock -DPENDING_IN_TASK_STORAGE"
+    "sock:sock -DPENDING_IN_TASK_STORAGE -DHAVE_BPF_LOOP"
     "sock_hash:sock"
     usdt llama profile offcpu locks gpu
 )

@@ -172,15 +172,16 @@ def check_btf() -> Check:
     name = "btf"
     try:
         from inferprobe.collector.attach.libbpf import BTF_ENV
-        from inferprobe.collector.attach.probe_sets.sockets import task_pt_regs_usable
+        from inferprobe.collector.attach.probe_sets.sockets import sock_object_usable
 
         given = os.environ.get(BTF_ENV)
         if os.path.exists(BTF_VMLINUX):
             size = os.path.getsize(BTF_VMLINUX)
-            in_flight = ("in task-local storage; a read already blocked at attach is rebuilt"
-                         if task_pt_regs_usable() else
-                         "in a hash map (task-local storage with the saved registers needs x86-64 "
-                         "and Linux 5.15+); a read already blocked at attach is not recorded")
+            in_flight = ("in task-local storage; a read already blocked at attach is rebuilt; "
+                         "scans on bpf_loop" if sock_object_usable() else
+                         "in a hash map (task-local storage with the saved registers, and bpf_loop, "
+                         "need x86-64 and Linux 5.17+); a read already blocked at attach is not "
+                         "recorded; scans in bounded loops, slower to verify")
             return Check(name, True,
                          f"{BTF_VMLINUX} ({size // 1024} KiB); per-thread syscall state {in_flight}")
         if given:

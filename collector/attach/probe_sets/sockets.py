@@ -17,10 +17,9 @@ from inferprobe.collector.model.layout_generated import LocalIpc
 from inferprobe.collector.processes import targets as target_procs
 from inferprobe.collector.processes.unix_peers import self_paired_fds
 
-# The tail-call chain of sock.bpf.c, in enum classify_prog order, each with
-# what the kernel's verifier takes for it, in tenths of a second on the test
-# VM (loaded one at a time, 2026-12-05): the chain is split by these into one
-# group per CPU, verified at once (BpfObject.load_apart).
+# The tail-call chain of sock.bpf.c, in enum classify_prog order. The
+# kernel's verifier takes most of start-up on these: the chain is split into
+# one group per CPU by VERIFY_MS and verified at once (BpfObject.load_apart).
 CLASSIFIER_PROGRAMS = [
     "classify_request",
     "classify_response",
@@ -36,9 +35,18 @@ CLASSIFIER_PROGRAMS = [
 # library call has one buffer), so their copies (*_tls) are not loaded.
 TLS_CHAIN_PROGRAMS = ("classify_request", "classify_response", "scan_header_block", "scan_body",
                       "scan_fields", "scan_trace_context", "h2_frames")
-VERIFY_COST = {"classify_request": 1, "classify_response": 1, "scan_header_block": 2, "scan_body": 4,
-               "gather_iovecs": 6, "gather_window": 6, "scan_fields": 6, "scan_trace_context": 4,
-               "h2_frames": 1}
+# What the verifier takes for each, in ms, loaded one at a time on the test VM
+# (Linux 6.18, 2026-12-05). In sock.bpf.o the scans run on bpf_loop; the
+# iovec gatherers are unrolled in both (their framing test, as a callback,
+# left the verifier more states, not fewer).
+VERIFY_MS = {
+    "sock.bpf.o": {"classify_request": 4, "classify_response": 1, "scan_header_block": 25, "scan_body": 16,
+                   "gather_iovecs": 345, "gather_window": 362, "scan_fields": 85, "scan_trace_context": 130,
+                   "h2_frames": 38},
+    "sock_hash.bpf.o": {"classify_request": 88, "classify_response": 1, "scan_header_block": 88,
+                        "scan_body": 422, "gather_iovecs": 332, "gather_window": 365, "scan_fields": 487,
+                        "scan_trace_context": 279, "h2_frames": 36},
+}
 # The read syscalls' entry programs: unloaded where reads are taken at their exit.
 READ_ENTRY_PROGRAMS = ("sys_enter_read", "sys_enter_readv", "sys_enter_recvfrom", "sys_enter_recvmsg")
 # Programs of the other sets that live in sock.bpf.o: off unless their set turns them on.
@@ -51,15 +59,16 @@ def is_tls_program(name: str) -> bool:
     return name.startswith("tls_") or name.endswith("_tls")
 
 
-def chain_groups(programs: list[str], workers: int) -> list[list[str]]:
+def chain_groups(programs: list[str], workers: int, core_object: str = "sock.bpf.o") -> list[list[str]]:
     """The chain's programs in `workers` groups of about equal verifier cost
-    (the costliest first, each to the group with least so far)."""
+    in `core_object` (the costliest first, each to the group with least so far)."""
+    cost = VERIFY_MS[core_object]
     groups: list[list[str]] = [[] for _ in range(max(1, workers))]
     totals = [0] * len(groups)
-    for program in sorted(programs, key=lambda p: -VERIFY_COST[p.removesuffix("_tls")]):
+    for program in sorted(programs, key=lambda p: -cost[p.removesuffix("_tls")]):
         least = totals.index(min(totals))
         groups[least].append(program)
-        totals[least] += VERIFY_COST[program.removesuffix("_tls")]
+        totals[least] += cost[program.removesuffix("_tls")]
     return [group for group in groups if group]
 
 
@@ -77,8 +86,9 @@ class SocketProbes(ProbeSet):
     def prepare(self, ctx: TargetContext) -> str | None:
         choice = (ctx.options.get("sockets") or {}).get("pending", "auto")
         # The task-storage object rebuilds a syscall already under way at attach
-        # from the thread's saved registers (bpf_task_pt_regs: Linux 5.15+, x86-64).
-        self.pending_in_task_storage = choice == "task" or (choice == "auto" and task_pt_regs_usable())
+        # from the thread's saved registers (bpf_task_pt_regs: Linux 5.15+, x86-64),
+        # and its scans run on bpf_loop (5.17+): sock_object_usable().
+        self.pending_in_task_storage = choice == "task" or (choice == "auto" and sock_object_usable())
         self.core_object = "sock.bpf.o" if self.pending_in_task_storage else "sock_hash.bpf.o"
         if self.pending_in_task_storage:
             # Freed with each thread by the kernel, and not listable: nothing to watch.
@@ -102,7 +112,7 @@ class SocketProbes(ProbeSet):
         if core.constants.get("tls_probes"):
             chains["classifiers_tls"] = {name: f"{name}_tls" for name in TLS_CHAIN_PROGRAMS}
         everything = [program for programs in chains.values() for program in programs.values()]
-        holders = core.load_apart(chain_groups(everything, os.cpu_count() or 1))
+        holders = core.load_apart(chain_groups(everything, os.cpu_count() or 1, self.core_object))
         for array, programs in chains.items():
             table = core[array]
             for name, program in programs.items():
@@ -177,3 +187,11 @@ def task_pt_regs_usable(release: str | None = None) -> bool:
     on x86-64 (elsewhere a syscall's first argument is gone by its exit)."""
     return (task_storage_usable(release) and kernel_at_least((5, 15), release)
             and os.uname().machine == "x86_64")
+
+
+def sock_object_usable(release: str | None = None) -> bool:
+    """sock.bpf.o, the object built for current kernels: task storage with the
+    saved registers, and bpf_loop() for its scans (Linux 5.17 and later).
+    Elsewhere sock_hash.bpf.o, whose scans are bounded loops the verifier
+    walks (slower to load, same results)."""
+    return task_pt_regs_usable(release) and kernel_at_least((5, 17), release)

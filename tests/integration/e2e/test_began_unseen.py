@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from inferprobe.collector.attach.probe_sets.sockets import task_pt_regs_usable
+from inferprobe.collector.attach.probe_sets.sockets import sock_object_usable
 from inferprobe.collector.model.events import EventType, HttpFlag, HttpKind
 
 from tests.support.kernel import KernelCapture, bytes_moved, needs_root
@@ -26,9 +26,10 @@ from tests.support.processes import LISTENING_SERVER
 pytestmark = [
     pytest.mark.bpf,
     needs_root,
-    pytest.mark.skipif(not task_pt_regs_usable(),
-                       reason="needs x86-64, task-local storage and bpf_task_pt_regs (Linux 5.15+ "
-                       "with BTF) to tell unseen threads and read their syscall's arguments"),
+    pytest.mark.skipif(not sock_object_usable(),
+                       reason="needs sock.bpf.o: x86-64, task-local storage and bpf_task_pt_regs "
+                       "(with BTF) to tell unseen threads and read their syscall's arguments, and "
+                       "bpf_loop (Linux 5.17+)"),
 ]
 
 REQUEST = b"GET /v1/models HTTP/1.1\r\nHost: h\r\n\r\n"

@@ -11,6 +11,7 @@ from inferprobe.collector.attach.preflight import BTF_VMLINUX, check_btf
 from inferprobe.collector.attach.probe_sets import TargetContext
 from inferprobe.collector.attach.probe_sets.sockets import (
     SocketProbes,
+    sock_object_usable,
     task_pt_regs_usable,
     task_storage_usable,
 )
@@ -39,10 +40,22 @@ def test_task_storage_needs_linux_5_13_and_btf(release, new_enough):
 def test_rebuilding_syscalls_under_way_needs_linux_5_15(release, new_enough):
     expected = new_enough and HAVE_BTF and os.uname().machine == "x86_64"
     assert task_pt_regs_usable(release) is expected
-    # The task-storage object reads the saved registers: chosen only where they are readable.
+
+
+@pytest.mark.parametrize(("release", "new_enough"), [
+    ("5.15.0-105-generic", False),   # the saved registers, but no bpf_loop yet
+    ("5.16.20", False),
+    ("5.17.0", True),
+    ("6.18.0", True),
+])
+def test_the_task_storage_object_needs_linux_5_17_for_its_bpf_loop_scans(release, new_enough):
+    expected = new_enough and HAVE_BTF and os.uname().machine == "x86_64"
+    assert sock_object_usable(release) is expected
+    # The task-storage object reads the saved registers and calls bpf_loop:
+    # chosen only where the kernel has both.
     probes = SocketProbes()
     probes.prepare(TargetContext(pids=[1]))
-    assert (probes.core_object == "sock.bpf.o") is task_pt_regs_usable()
+    assert (probes.core_object == "sock.bpf.o") is sock_object_usable()
 
 
 def test_the_hash_fallback_can_be_forced_and_is_then_watched_for_leaks():
@@ -52,14 +65,14 @@ def test_the_hash_fallback_can_be_forced_and_is_then_watched_for_leaks():
 
     auto = SocketProbes()
     auto.prepare(TargetContext(pids=[1]))
-    assert auto.pending_in_task_storage is task_pt_regs_usable()
+    assert auto.pending_in_task_storage is sock_object_usable()
     assert ("pending" in auto.state_maps) is not auto.pending_in_task_storage
 
 
 def test_doctor_says_where_thread_state_lives_and_whether_blocked_reads_are_rebuilt():
     detail = check_btf().detail
     assert ("state in task-local storage;" in detail) is task_storage_usable()
-    assert ("blocked at attach is rebuilt" in detail) is task_pt_regs_usable()
+    assert ("blocked at attach is rebuilt" in detail) is sock_object_usable()
 
 
 def test_kernels_without_the_bpf_ring_buffer_are_refused_in_one_sentence():
