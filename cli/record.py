@@ -320,6 +320,8 @@ def record(pids, all_hosts, ports, comm, cgroup, duration, output, ringbuf_mb,
     finally:
         if scraper is not None:
             scraper.stop()
+        if writer is not None and writer.closed:
+            tracer.hand_over_on_exit()   # the recording is written: nobody waits for the detach
         if session is not None:
             session.close()
         else:

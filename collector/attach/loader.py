@@ -243,6 +243,18 @@ class LoadedTracer:
                 out[name] = snap
         return out
 
+    def hand_over_on_exit(self) -> int | None:
+        """Leaves the kernel's detach to a child that outlives this process
+        (collector/attach/detach_on_exit.py), so that close() and exit are
+        quick. Not where a uprobe went through tracefs: removing its event
+        after close() needs the detach done. Returns the child's pid, or None."""
+        from inferprobe.collector.attach.detach_on_exit import hand_over_probes
+
+        objects = [probe_set.core for probe_set in self.active.values() if probe_set.core is not None]
+        if any(link.after_destroy is not None for core in objects for link in core.links):
+            return None
+        return hand_over_probes()
+
     def close(self) -> None:
         """Detaches and frees every object: the others first, the sockets set's
         (whose maps they share) last. A set that is part of another's object
