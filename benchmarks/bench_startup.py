@@ -6,7 +6,10 @@ server (idle), run `inferprobe record -p PID`, and measure from the recorder's
 spawn to its "inferprobe: attached" line (wall), the recorder's own split of
 that wait (the recording's startup_s; the
 rest is Python start-up and the engine /metrics probe), its peak resident size
-(VmHWM), and the time from SIGTERM to a written recording. The stages are
+(VmHWM), the time from SIGTERM to a written recording and the recorder's
+exit ("stop"), and to the last of its BPF programs unloaded by the kernel
+("detached": a child finishes that after the recorder has exited,
+collector/attach/detach_on_exit.py). The stages are
 prepare / verify / attach since the move to libbpf (issue 36), and were
 prepare / compile_and_verify / load_and_attach with bcc: a baseline tree from
 before shows its own, and "build+verify" is the verifier's share either way
@@ -36,6 +39,7 @@ from bench_support import Recorder, Server, baseline_env, proc_status_kb  # noqa
 
 CONFIGS = {
     "defaults": (),
+    "every-set": ("--locks", "--network", "--profile", "--offcpu"),
     "locks+network": ("--locks", "--network"),
     "locks+profile": ("--locks", "--profile"),
     "profile+offcpu": ("--profile", "--offcpu"),
@@ -54,7 +58,8 @@ def one_start(extra: tuple[str, ...], tmp: Path, name: str, env: dict[str, str] 
     finally:
         server.stop()
     stages = read_recording(output).meta.get("startup_s", {})
-    return {"attach_s": rec.attach_s, "stop_s": stop_s, "peak_mb": (peak_kb or 0) / 1024, **stages}
+    return {"attach_s": rec.attach_s, "stop_s": stop_s, "detached_s": rec.detached_s,
+            "peak_mb": (peak_kb or 0) / 1024, **stages}
 
 
 # The stage that compiles (bcc) or verifies (libbpf), and the one after it, by either naming.
@@ -64,7 +69,7 @@ AFTER_STAGE = {"attach": "attach", "load_and_attach": "attach"}
 
 def summarize(runs: list[dict]) -> dict:
     runs = [{**{VERIFY_STAGE.get(k, AFTER_STAGE.get(k, k)): v for k, v in r.items()}} for r in runs]
-    keys = ("attach_s", "prepare", "verify", "attach", "stop_s", "peak_mb")
+    keys = ("attach_s", "prepare", "verify", "attach", "stop_s", "detached_s", "peak_mb")
     out = {k: statistics.median(r[k] for r in runs) for k in keys if all(k in r for r in runs)}
     out["range_attach_s"] = (min(r["attach_s"] for r in runs), max(r["attach_s"] for r in runs))
     if "verify" in out:
@@ -96,13 +101,14 @@ def main() -> int:
     configs = rows
     print(f"\nmedians of {args.rounds} round(s), idle test server, seconds unless said:")
     print(f"{'config':<26} {'to attached':>12} {'range':>13} {'prepare':>8} {'build+verify':>12} "
-          f"{'attach':>8} {'share':>6} {'stop':>6} {'peak RSS':>9}")
+          f"{'attach':>8} {'share':>6} {'stop':>6} {'detached':>9} {'peak RSS':>9}")
     for config in configs:
         s = summarize(runs[config])
         lo, hi = s["range_attach_s"]
         print(f"{config:<26} {s['attach_s']:>12.2f} {f'{lo:.2f}-{hi:.2f}':>13} {s.get('prepare', 0):>8.2f} "
               f"{s.get('verify', 0):>12.2f} {s.get('attach', 0):>8.2f} "
-              f"{100 * s.get('verify_share', 0):>5.0f}% {s['stop_s']:>6.2f} {s['peak_mb']:>6.0f} MB")
+              f"{100 * s.get('verify_share', 0):>5.0f}% {s['stop_s']:>6.2f} {s['detached_s']:>9.2f} "
+              f"{s['peak_mb']:>6.0f} MB")
     return 0
 
 

@@ -15,6 +15,7 @@ import resource
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import tomllib
@@ -163,18 +164,34 @@ class EmptyPrograms:
     which it books for every run of the tracer's programs too."""
 
     def __init__(self) -> None:
-        from bcc import BPF
+        from inferprobe.collector.attach.libbpf import BpfObject
 
-        text = "\n".join(f"TRACEPOINT_PROBE(syscalls, sys_{edge}_{name}) {{ return 0; }}"
-                         for name in SOCKET_SYSCALLS for edge in ("enter", "exit"))
-        self.bpf = BPF(text=text)
+        # Built here, as the tracer's are by scripts/build_bpf.sh, with the
+        # same clang; no header is needed for programs that only return.
+        source = "\n".join(
+            ['#define SEC(name) __attribute__((section(name), used))',
+             'char LICENSE[] SEC("license") = "GPL";']
+            + [f'SEC("tracepoint/syscalls/sys_{edge}_{name}") int {edge}_{name}(void *ctx) {{ return 0; }}'
+               for name in SOCKET_SYSCALLS for edge in ("enter", "exit")])
+        clang = shutil.which("clang-14") or shutil.which("clang")
+        if clang is None:
+            raise RuntimeError("the empty programs need clang (apt-get install clang-14)")
+        self._dir = tempfile.TemporaryDirectory()
+        obj = Path(self._dir.name) / "empty.bpf.o"
+        subprocess.run([clang, "-O2", "-g", "-target", "bpf", "-x", "c", "-", "-c", "-o", str(obj)],
+                       input=source, text=True, check=True)
+        self.bpf = BpfObject(obj)
+        self.bpf.load()
+        self.bpf.attach_tracepoints()
 
     def run_time(self) -> tuple[int, int]:
         """(run time ns, runs) of these programs, as bpf_program_time() counts them."""
-        return _sum_run_times(Path(f"/proc/self/fdinfo/{fn.fd}") for fn in self.bpf.funcs.values())
+        return _sum_run_times(Path(f"/proc/self/fdinfo/{self.bpf.program_fd(name)}")
+                              for name in self.bpf.programs())
 
     def stop(self) -> None:
-        self.bpf.cleanup()
+        self.bpf.close()
+        self._dir.cleanup()
 
 
 class DrainedTracer:
@@ -258,6 +275,12 @@ class Server:
         stop_process(self.proc, timeout=10)
 
 
+def loaded_program_ids() -> set[int]:
+    """The ids of every BPF program loaded now (bpftool)."""
+    shown = subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True, text=True, check=True)
+    return {program["id"] for program in json.loads(shown.stdout)}
+
+
 class Recorder:
     """`inferprobe record -p PID` as a subprocess; returns from __init__ once attached."""
 
@@ -274,6 +297,8 @@ class Recorder:
         )
         self.stderr_path = stderr_path
         self.lines: list[str] = []
+        self.detached_s: float | None = None   # stop() to our last program unloaded
+        before = loaded_program_ids()
         t0 = time.monotonic()
         while True:
             line = self.proc.stdout.readline()
@@ -282,6 +307,7 @@ class Recorder:
                 self.cpu_at_attach_s = proc_cpu_s(self.proc.pid)
                 self.attach_s = time.monotonic() - t0
                 self.lines.append(line)
+                self.programs = loaded_program_ids() - before
                 return
             if not line or time.monotonic() - t0 > ATTACH_TIMEOUT_S:
                 self.kill()
@@ -309,7 +335,14 @@ class Recorder:
         if self.proc.returncode != 0:
             err = self.stderr_path.read_text(encoding="utf-8", errors="replace")
             raise RuntimeError(f"recorder exited with {self.proc.returncode}: {err}")
-        return time.monotonic() - t0
+        stopped = time.monotonic() - t0
+        # The kernel's detach may go on after the recorder exited (a child holds
+        # the probes: collector/attach/detach_on_exit.py). Wait for it: it is
+        # part of what a stop costs the host, and the next run must not meet it.
+        while self.programs & loaded_program_ids() and time.monotonic() - t0 < STOP_TIMEOUT_S:
+            time.sleep(0.02)
+        self.detached_s = time.monotonic() - t0
+        return stopped
 
     def kill(self) -> None:
         if self.proc.poll() is None:

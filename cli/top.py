@@ -145,6 +145,7 @@ def top(pids, window, interval, no_usdt, locks, mutex_threshold, engine_metrics_
     finally:
         if scraper is not None:
             scraper.stop()
+        tracer.hand_over_on_exit()   # nothing is kept: the prompt need not wait for the detach
         if session is not None:
             session.close()
         else:

@@ -40,12 +40,12 @@ TLS_CHAIN_PROGRAMS = ("classify_request", "classify_response", "scan_header_bloc
 # iovec gatherers are unrolled in both (their framing test, as a callback,
 # left the verifier more states, not fewer).
 VERIFY_MS = {
-    "sock.bpf.o": {"classify_request": 4, "classify_response": 1, "scan_header_block": 25, "scan_body": 16,
-                   "gather_iovecs": 345, "gather_window": 362, "scan_fields": 85, "scan_trace_context": 130,
+    "sock.bpf.o": {"classify_request": 5, "classify_response": 1, "scan_header_block": 25, "scan_body": 16,
+                   "gather_iovecs": 392, "gather_window": 414, "scan_fields": 85, "scan_trace_context": 82,
                    "h2_frames": 38},
-    "sock_hash.bpf.o": {"classify_request": 88, "classify_response": 1, "scan_header_block": 88,
-                        "scan_body": 422, "gather_iovecs": 332, "gather_window": 365, "scan_fields": 487,
-                        "scan_trace_context": 279, "h2_frames": 36},
+    "sock_hash.bpf.o": {"classify_request": 70, "classify_response": 1, "scan_header_block": 157,
+                        "scan_body": 422, "gather_iovecs": 356, "gather_window": 363, "scan_fields": 487,
+                        "scan_trace_context": 332, "h2_frames": 38},
 }
 # The read syscalls' entry programs: unloaded where reads are taken at their exit.
 READ_ENTRY_PROGRAMS = ("sys_enter_read", "sys_enter_readv", "sys_enter_recvfrom", "sys_enter_recvmsg")
