@@ -7,7 +7,7 @@ Measured in this one process, in interleaved rounds::
                  [traced:   empty(), probe(), `usdt.enabled`]
 
 where empty() is a Python function with the same number of arguments, and
-"traced" means a minimal bcc program (a per-CPU counter) attached to the probe
+"traced" means a minimal BPF program (a per-CPU counter) attached to the probe
 through USDT, which increments its semaphore, as any tracer would. The BPF
 program is compiled once; each traced phase enables the probes and attaches
 the uprobes, and detaches them afterwards, so the untraced phases really run
@@ -15,8 +15,8 @@ with the semaphores at zero. Loop overhead (a `pass` statement timed the same
 way) is subtracted; the medians over rounds are printed in ns and as ratios
 against empty().
 
-Usage (the traced half needs root and bcc; without them only the untraced
-half runs, and says so)::
+Usage (the traced half needs root, clang and libbpf's headers, as set-up
+installs; without them only the untraced half runs, and says so)::
 
     sudo .venv/bin/python benchmarks/bench_probes.py [--rounds 7] [--calls 1000000]
         [--traced-calls 100000]
@@ -36,12 +36,22 @@ from inferprobe.probes import PROVIDER, usdt
 PROBES_MEASURED = ("request_start", "token_emit")
 TARGET_UNTRACED_NS = 150
 
-BPF_COUNTER = b"""
-#include <uapi/linux/ptrace.h>
-BPF_PERCPU_ARRAY(calls, u64, 1);
-int count(struct pt_regs *ctx) {
+# The counter, built by clang and loaded with libbpf (tests/support/clang_bpf.py),
+# on libbpf's USDT support: what any USDT consumer attaches, from outside.
+BPF_COUNTER = r"""
+#include <bpf/usdt.bpf.h>
+
+struct {
+    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+    __uint(max_entries, 1);
+    __type(key, u32);
+    __type(value, u64);
+} calls SEC(".maps");
+
+SEC("usdt") int count_call(struct pt_regs *ctx)
+{
     u32 zero = 0;
-    u64 *n = calls.lookup(&zero);
+    u64 *n = bpf_map_lookup_elem(&calls, &zero);
     if (n)
         (*n)++;
     return 0;
@@ -79,44 +89,31 @@ class Attacher:
     """Enables the measured probes on this very process and attaches a counter to each."""
 
     def __init__(self) -> None:
-        from bcc import BPF
+        import tempfile
 
         sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # the repository: tests.support
-        from tests.support import bcc_uprobes
+        from tests.support import clang_bpf
 
-        # bcc's own attach passes a garbage ref_ctr_offset (tests/support/bcc_uprobes.py); bcc, not
-        # inferprobe's loader, because this measures the probe sites themselves, from outside
-        bcc_uprobes.install()
-        self.bpf = BPF(text=BPF_COUNTER)
-        # Load the program before the first USDT context exists: bcc 0.26
-        # closes one fd of that context twice (once at creation, again when the
-        # context is freed), and a program fd that reused the number would be
-        # closed under us, failing the next attach with EINVAL.
-        self.bpf.load_func(b"count", BPF.KPROBE)
-        self.usdt = None
-        self.attached: list[tuple[bytes, int]] = []
+        self._dir = tempfile.TemporaryDirectory()
+        self.bpf = clang_bpf.build(BPF_COUNTER, Path(self._dir.name), "counter")
+        self.bpf.load()
+        self.links: list = []
 
     def attach(self) -> None:
-        from bcc import USDT
+        from tests.programs.usdt_trace import probe_binary
 
-        self.usdt = USDT(pid=os.getpid())
+        binary = probe_binary(os.getpid())
         for name in PROBES_MEASURED:
-            self.usdt.enable_probe(probe=f"{PROVIDER}:{name}", fn_name="count")
-        for path, fn, addr, pid in self.usdt.enumerate_active_probes():
-            self.bpf.attach_uprobe(name=path, fn_name=fn, addr=addr, pid=pid)
-            self.attached.append((path, addr))
+            # libbpf increments each probe's semaphore as it attaches
+            self.links.append(self.bpf.attach_usdt("count_call", os.getpid(), binary, PROVIDER, name, 0))
 
     def detach(self) -> None:
-        import gc
-
-        for path, addr in self.attached:
-            self.bpf.detach_uprobe(name=path, addr=addr, pid=os.getpid())
-        self.attached.clear()
-        self.usdt = None  # closing the USDT context decrements the semaphores
-        gc.collect()
+        for link in self.links:
+            link.destroy()   # and decrements the semaphore
+        self.links.clear()
 
     def count(self) -> int:
-        return sum(self.bpf[b"calls"][0])
+        return sum(self.bpf["calls"][0])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -136,8 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         try:
             attacher = Attacher()
-        except Exception as e:  # bcc missing or no kernel headers: still report the untraced half
-            why_untraced_only = f"bcc could not load the counter ({type(e).__name__}: {e})"
+        except Exception as e:  # no clang or libbpf: still report the untraced half
+            why_untraced_only = f"the counter could not be built or loaded ({type(e).__name__}: {e})"
 
     results: dict[tuple[str, bool], list[float]] = {}
     fired_expected = fired = 0

@@ -1,6 +1,6 @@
 """Shared by the probe tests (tests/unit/probes, tests/integration/probes,
 tests/integration/collector/attach/test_usdt_set.py): known probe values, child
-processes that fire every probe, a bcc tracer that reads every argument, and
+processes that fire every probe, a tracer of the tests' own that reads every argument, and
 a reader for .note.stapsdt. The children are beside this file.
 
 The children (probe_child.py for Python, fire_probes.c for the C/C++ header)
@@ -95,77 +95,94 @@ class Child:
 MAX_ARGS = max(len(p.args) for p in PROBES)
 
 
-def bpf_text(probes=PROBES) -> bytes:
-    """One BPF function per probe that copies every argument into the ring buffer.
+def bpf_source(probes=PROBES) -> str:
+    """One BPF program per probe that copies every argument into a record
+    (tests/support/clang_bpf.py), argument by argument as libbpf's USDT support
+    reads it from the probe's note.
 
     Generated from the table, not written per probe, so a new probe is traced
     here the moment it is added there.
     """
     parts = [
-        "#include <uapi/linux/ptrace.h>",
-        f"struct probe_event {{ u32 probe; u32 nargs; s64 args[{MAX_ARGS}]; }};",
-        "BPF_RINGBUF_OUTPUT(events, 16);",
+        f"struct record {{ u32 probe; u32 nargs; s64 args[{MAX_ARGS}]; }};",
+        "%RECORDS%",
+        "#include <bpf/usdt.bpf.h>",
     ]
     for index, p in enumerate(probes):
-        reads = "\n".join(f"    bpf_usdt_readarg({j + 1}, ctx, &e.args[{j}]);" for j in range(len(p.args)))
+        reads = "\n".join(f"    bpf_usdt_arg(ctx, {j}, &arg);\n    e->args[{j}] = arg;"
+                          for j in range(len(p.args)))
         parts.append(
-            f"int on_{p.name}(struct pt_regs *ctx) {{\n"
-            f"    struct probe_event e = {{}};\n"
-            f"    e.probe = {index};\n"
-            f"    e.nargs = {len(p.args)};\n"
+            f'SEC("usdt") int on_{p.name}(struct pt_regs *ctx)\n{{\n'
+            f"    struct record *e = next_record();\n"
+            f"    long arg = 0;\n"
+            f"    if (!e)\n        return 0;\n"
+            f"    e->probe = {index};\n"
+            f"    e->nargs = {len(p.args)};\n"
             f"{reads}\n"
-            f"    events.ringbuf_output(&e, sizeof(e), 0);\n"
             f"    return 0;\n"
             f"}}"
         )
-    return "\n".join(parts).encode()
+    return "\n".join(parts)
 
 
-EVENT = struct.Struct(f"<II{MAX_ARGS}q")
+def probe_binary(pid: int) -> str:
+    """The file mapped by pid whose notes hold our provider's probes (the C
+    extension for Python, the executable for the C children)."""
+    paths = []
+    for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
+        fields = line.split(maxsplit=5)
+        if len(fields) == 6 and fields[5].startswith("/") and fields[5] not in paths:
+            paths.append(fields[5])
+    for path in paths:
+        try:
+            notes, _ = stapsdt_notes(Path(path))
+        except (OSError, ValueError):
+            continue
+        if any(n.provider == PROVIDER for n in notes):
+            return path
+    raise RuntimeError(f"pid {pid} maps no file with {PROVIDER} USDT probes")
 
 
 class Tracer:
-    """Attaches to every probe of one pid with bcc and collects (name, args) in order."""
+    """Attaches to every probe of one pid and collects (name, args) in order.
+
+    A tracer of the tests' own (built by clang, loaded with libbpf:
+    tests/support/clang_bpf.py), not inferprobe's USDT set: what the probes
+    library writes is read here as any USDT consumer reads it."""
 
     def __init__(self, pid: int, probes=PROBES):
-        from bcc import BPF, USDT
+        import tempfile
 
-        from tests.support import bcc_uprobes
+        from tests.support import clang_bpf
 
-        # The uprobe binding inferprobe uses: with bcc's own, this tracer and a recorder probing
-        # the same _usdt.so at once would disagree on the semaphore offset (tests/support/bcc_uprobes.py).
-        bcc_uprobes.install()
         self.probes = tuple(probes)
-        self.usdt = USDT(pid=pid)
-        for p in self.probes:
-            # Enabling is what increments the probe's semaphore.
-            self.usdt.enable_probe(probe=f"{PROVIDER}:{p.name}", fn_name=f"on_{p.name}")
-        self.bpf = BPF(text=bpf_text(self.probes), usdt_contexts=[self.usdt])
+        self._dir = tempfile.TemporaryDirectory()
+        self.bpf = clang_bpf.build(bpf_source(self.probes), Path(self._dir.name), "usdt_trace")
+        self._read = clang_bpf.read_records
+        try:
+            self.bpf.load()
+            binary = probe_binary(pid)
+            for index, p in enumerate(self.probes):
+                # Attaching is what increments the probe's semaphore (libbpf sets it).
+                self.bpf.attach_usdt(f"on_{p.name}", pid, binary, PROVIDER, p.name, index)
+        except Exception:
+            self.detach()
+            raise
         self.events: list[tuple[str, tuple[int, ...]]] = []
-        self.bpf[b"events"].open_ring_buffer(self._on_event)
-
-    def _on_event(self, _ctx, data, size) -> None:
-        import ctypes
-
-        raw = ctypes.string_at(data, size)
-        probe, nargs, *args = EVENT.unpack_from(raw)
-        self.events.append((self.probes[probe].name, tuple(args[:nargs])))
 
     def wait_for(self, count: int, timeout: float = 10.0) -> list[tuple[str, tuple[int, ...]]]:
         deadline = time.monotonic() + timeout
-        while len(self.events) < count and time.monotonic() < deadline:
-            self.bpf.ring_buffer_poll(100)
-        self.bpf.ring_buffer_consume()
-        return self.events
+        while True:
+            self.events = [(self.probes[r.probe].name, tuple(r.args[: r.nargs]))
+                           for r in self._read(self.bpf)]
+            if len(self.events) >= count or time.monotonic() >= deadline:
+                return self.events
+            time.sleep(0.02)
 
     def detach(self) -> None:
-        """Detach every uprobe, then drop the USDT context (which decrements the semaphores)."""
-        import gc
-
-        self.bpf.cleanup()
-        del self.bpf
-        del self.usdt
-        gc.collect()
+        """Detach every probe (which decrements the semaphores) and free the programs."""
+        self.bpf.close()
+        self._dir.cleanup()
 
 
 # -- .note.stapsdt ---------------------------------------------------------------

@@ -1,5 +1,6 @@
-"""Real tracing of the probes with bcc: every probe fires with its arguments in
-the documented order, and the semaphores follow attach and detach.
+"""Real tracing of the probes, by a tracer of the tests' own on libbpf's USDT
+support: every probe fires with its arguments in the documented order, and the
+semaphores follow attach and detach.
 
 Three children fire the same values: Python through the C extension, and the
 C/C++ header compiled as C and as C++ (usdt_trace.py has the protocol).

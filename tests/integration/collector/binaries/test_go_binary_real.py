@@ -47,7 +47,7 @@ from inferprobe.collector.binaries.go_struct_offsets import (
     table_offsets,
 )
 
-from tests.support import bcc_uprobes
+from tests.support import clang_bpf
 from tests.support.kernel import needs_root
 from tests.support.paths import PROGRAMS, SERVERS
 from tests.support.processes import stop_process
@@ -234,17 +234,15 @@ def test_offsets_lead_from_a_tls_conn_to_its_fd_in_process_memory(binaries) -> N
             server.stop()
 
 
-BPF_TEXT = r"""
-#include <uapi/linux/ptrace.h>
-
-struct go_call {
+GO_CALLS = r"""
+struct record {
     u32 kind;         // 1 Read entry, 2 Write entry, 3 Read RET, 4 Write RET
     u32 sp_on_stack;  // RSP within the stack of the goroutine R14 points at
     u64 goroutine;    // R14
     s64 value;        // entry: the []byte's length (RCX); RET: n (RAX)
     s64 fd;           // entry: the socket fd the offsets lead to from RAX
 };
-BPF_PERF_OUTPUT(calls);
+%RECORDS%
 
 static __always_inline s64 conn_fd(u64 conn) {
     u64 tcp_conn = 0, net_fd = 0;
@@ -256,64 +254,60 @@ static __always_inline s64 conn_fd(u64 conn) {
 }
 
 static __always_inline int emit(struct pt_regs *ctx, u32 kind) {
-    struct go_call c = {};
+    struct record *c = next_record();
     u64 stack[2] = {};  // runtime.g opens with its stack bounds, lo and hi
-    c.kind = kind;
-    c.goroutine = ctx->r14;
+    if (!c)
+        return 0;
+    c->kind = kind;
+    c->goroutine = ctx->r14;
     bpf_probe_read_user(stack, sizeof(stack), (void *)ctx->r14);
-    c.sp_on_stack = stack[0] <= ctx->sp && ctx->sp < stack[1];
+    c->sp_on_stack = stack[0] <= ctx->sp && ctx->sp < stack[1];
     if (kind <= 2) {
-        c.value = ctx->cx;
-        c.fd = conn_fd(ctx->ax);
+        c->value = ctx->cx;
+        c->fd = conn_fd(ctx->ax);
     } else {
-        c.value = ctx->ax;
-        c.fd = -1;
+        c->value = ctx->ax;
+        c->fd = -1;
     }
-    calls.perf_submit(ctx, &c, sizeof(c));
     return 0;
 }
 
-int read_entry(struct pt_regs *ctx) { return emit(ctx, 1); }
-int write_entry(struct pt_regs *ctx) { return emit(ctx, 2); }
-int read_return(struct pt_regs *ctx) { return emit(ctx, 3); }
-int write_return(struct pt_regs *ctx) { return emit(ctx, 4); }
+SEC("uprobe") int read_entry(struct pt_regs *ctx) { return emit(ctx, 1); }
+SEC("uprobe") int write_entry(struct pt_regs *ctx) { return emit(ctx, 2); }
+SEC("uprobe") int read_return(struct pt_regs *ctx) { return emit(ctx, 3); }
+SEC("uprobe") int write_return(struct pt_regs *ctx) { return emit(ctx, 4); }
 """
 
 
 @needs_root
 @pytest.mark.bpf
-def test_uprobes_at_the_entries_and_returns_see_the_calls(binaries) -> None:
-    bcc = pytest.importorskip("bcc", reason="bcc (python3-bpfcc) is not installed")
+def test_uprobes_at_the_entries_and_returns_see_the_calls(binaries, tmp_path) -> None:
     probes = probes_of(binaries["echo"])
     o = probes.offsets
-    cflags = [f"-D{k.upper()}={getattr(o, k)}" for k in
-              ("tls_conn_conn", "iface_data", "tcp_conn_conn", "conn_fd", "netfd_pfd", "pfd_sysfd")]
+    flags = tuple(f"-D{k.upper()}={getattr(o, k)}" for k in
+                  ("tls_conn_conn", "iface_data", "tcp_conn_conn", "conn_fd", "netfd_pfd", "pfd_sysfd"))
+    # A tracer of the test's own (tests/support/clang_bpf.py), not inferprobe's TLS set.
+    bpf = clang_bpf.build(GO_CALLS, tmp_path, "go_calls", flags)
     server = EchoServer(binaries["echo"])
-    bcc_uprobes.install()   # bcc's own attach passes a garbage ref_ctr_offset (bcc_uprobes.py)
-    b = bcc.BPF(text=BPF_TEXT.encode(), cflags=cflags)
     try:
-        path = probes.path.encode()
-        for function, entry_fn, return_fn in ((probes.read, b"read_entry", b"read_return"),
-                                              (probes.write, b"write_entry", b"write_return")):
-            b.attach_uprobe(name=path, addr=function.address, fn_name=entry_fn, pid=server.pid)
-            for ret in function.returns:
-                b.attach_uprobe(name=path, addr=ret, fn_name=return_fn, pid=server.pid)
-        calls: list[tuple[int, int, int, int, int]] = []
-
-        def record(_cpu, data, _size) -> None:  # copied now: the event lives in the perf buffer's memory
-            c = b["calls"].event(data)
-            calls.append((c.kind, c.goroutine, c.value, c.fd, c.sp_on_stack))
-
-        b["calls"].open_perf_buffer(record)
+        bpf.load()
+        path = str(probes.path)
+        for function, entry_fn, return_fn in ((probes.read, "read_entry", "read_return"),
+                                              (probes.write, "write_entry", "write_return")):
+            bpf.attach_uprobe(entry_fn, server.pid, path, function.file_offset)
+            for ret in function.return_file_offsets:
+                bpf.attach_uprobe(return_fn, server.pid, path, ret)
         sock, _conn, fd = server.connect()
         for message in MESSAGES:
             echo(sock, message)
         sock.close()
         deadline = time.monotonic() + 5
+        calls: list[tuple[int, int, int, int, int]] = []
         while time.monotonic() < deadline and not any(c[0] == 3 and c[2] == 0 for c in calls):
-            b.perf_buffer_poll(timeout=100)  # until the Read that returns 0 at the close
+            time.sleep(0.05)  # until the Read that returns 0 at the close
+            calls = [(c.kind, c.goroutine, c.value, c.fd, c.sp_on_stack) for c in clang_bpf.read_records(bpf)]
     finally:
-        b.cleanup()
+        bpf.close()
         server.stop()
     lengths = [len(m) for m in MESSAGES]
     assert [v for k, _g, v, _fd, _s in calls if k == 3 and v > 0] == lengths  # n in RAX at a RET of Read
