@@ -24,6 +24,7 @@ stopped; the timeout below ends gdb (the process resumes) and says so.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
@@ -147,6 +148,11 @@ def _checked_gdb() -> str:
 
 # ------------------------------------------------------------------ the debugger call
 
+# What gdb 13 prints when it cannot set up a call in the inferior: on CPUs with
+# AMX (Sapphire Rapids and later) it fails to write back the XSAVE state, and
+# every `call` fails. Seen on the test VM (gdb 13.1, Linux 6.18).
+GDB_CANNOT_CALL = "Couldn't write extended state status"
+
 _REPLY = re.compile(r"^inferprobe-(handle|status|dlerror) (.*)$", re.M)
 
 
@@ -185,7 +191,35 @@ def _run_gdb(pid: int, commands: list[str], timeout_s: float) -> str:
                                  "run gpu-attach as root, or as the process's user with ptrace allowed")
     if "No such process" in out:
         raise TargetProblem(f"no process with pid {pid} (has it exited?)")
+    if GDB_CANNOT_CALL in out:
+        raise EnvironmentProblem(_cannot_call_sentence(f"pid {pid}"))
     return out
+
+
+def _cannot_call_sentence(where: str) -> str:
+    return (f"gdb cannot call a function in {where} on this host: it could not write back the stopped "
+            f"thread's extended register state (\"{GDB_CANNOT_CALL}\"), a limitation of gdb 13 on CPUs "
+            f"with AMX; point INFERPROBE_GDB at a gdb that can (now {GDB})")
+
+
+@functools.cache
+def check_gdb_can_call() -> None:
+    """Tries gdb's call on a throwaway child first: where gdb cannot set up a call,
+    its failed attempt leaves the target's blocked system call returning an
+    internal errno (ERESTARTSYS, 512) to the program, so a real process is
+    never the first one tried. Once per run."""
+    child = subprocess.Popen(["sleep", "30"], stdin=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        done = subprocess.run([_checked_gdb(), "-p", str(child.pid), "-batch", "-nx",
+                               "-ex", "call (int)getpid()"],
+                              capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return   # slow, not refused: the real call has its own timeout
+    finally:
+        child.kill()
+        child.wait()
+    if GDB_CANNOT_CALL in done.stdout + done.stderr:
+        raise EnvironmentProblem(_cannot_call_sentence("a process"))
 
 
 def _parse_reply(pid: int, out: str, shim: str) -> ShimReply:
@@ -207,6 +241,7 @@ def attach(pid: int, timeout_s: float = DEFAULT_TIMEOUT_S) -> ShimReply:
     shim = loaded or str(_checked_shim())
     check_ptrace(pid)
     check_cuda(pid)
+    check_gdb_can_call()
     out = _run_gdb(pid, _gdb_script(shim, RTLD_NOW, "inferprobe_cupti_start"), timeout_s)
     return _parse_reply(pid, out, shim)
 
@@ -218,5 +253,6 @@ def detach(pid: int, timeout_s: float = DEFAULT_TIMEOUT_S) -> ShimReply:
     if shim is None:
         raise TargetProblem(f"pid {pid} does not have the CUPTI shim loaded: nothing to detach")
     check_ptrace(pid)
+    check_gdb_can_call()
     out = _run_gdb(pid, _gdb_script(shim, RTLD_NOW | RTLD_NOLOAD, "inferprobe_cupti_stop"), timeout_s)
     return _parse_reply(pid, out, shim)

@@ -42,6 +42,7 @@ pytest.importorskip(
 
 from inferprobe.collector.attach import cupti_attach  # noqa: E402
 from inferprobe.collector.binaries import cupti_shim  # noqa: E402
+from inferprobe.collector.errors import EnvironmentProblem  # noqa: E402
 from inferprobe.collector.ingest import cupti_dump  # noqa: E402
 from inferprobe.collector.model.events import (  # noqa: E402
     GpuActivityKind,
@@ -58,8 +59,22 @@ from inferprobe.collector.model.recording import Recording, read_recording  # no
 PROGRAM = REPO / "tests" / "programs" / "cuda_calls.py"
 SHIM = cupti_shim.built_shim()
 needs_shim = pytest.mark.skipif(SHIM is None, reason=f"the CUPTI shim is not built: {cupti_shim.BUILD_HINT}")
-needs_gdb = pytest.mark.skipif(not os.path.exists("/usr/bin/gdb"),
-                               reason="gdb is not installed (/usr/bin/gdb)")
+
+
+def gdb_cannot_call() -> str | None:
+    """Why gdb cannot call a function in a process on this host, or None when it can."""
+    if not os.path.exists(cupti_attach.GDB):
+        return f"gdb is not installed ({cupti_attach.GDB})"
+    try:
+        cupti_attach.check_gdb_can_call()
+    except EnvironmentProblem as err:
+        return str(err)
+    return None
+
+
+GDB_CANNOT_CALL = gdb_cannot_call() if os.geteuid() == 0 else "needs root"
+needs_gdb = pytest.mark.skipif(GDB_CANNOT_CALL is not None, reason=f"the shim is loaded through gdb: "
+                               f"{GDB_CANNOT_CALL}")
 NO_DEVICE = re.compile(
     r"^CUPTI found no CUDA device in pid (\d+)\b.*\(cuptiActivityEnable: CUPTI_ERROR_\w+\)$")
 
@@ -142,6 +157,25 @@ def test_gpu_attach_loads_the_shim_and_cupti_says_there_is_no_device(program):
     off = gpu_attach("-p", str(program.pid), "--detach")
     assert off.returncode == 4
     assert one_sentence(off.stderr).startswith(f"CUPTI was not collecting in pid {program.pid}: ")
+
+
+@needs_shim
+@needs_root
+@pytest.mark.skipif(GDB_CANNOT_CALL is None or not os.path.exists(cupti_attach.GDB),
+                    reason="gdb can call into a process here: the refusal below is for hosts where it cannot")
+def test_where_gdb_cannot_call_gpu_attach_refuses_before_touching_the_process(program):
+    """On such a host (gdb 13 on an AMX CPU, as this VM) a failed call leaves the
+    target's blocked read returning errno 512 to the program: the refusal must
+    come from a throwaway process, before the real one is stopped."""
+    done = gpu_attach("-p", str(program.pid))
+    assert done.returncode != 0
+    assert one_sentence(done.stderr).startswith("gdb cannot call a function in a process on this host: ")
+    maps = Path(f"/proc/{program.pid}/maps").read_text()
+    assert str(SHIM) not in maps
+    # Untouched: its read of stdin still works.
+    program.proc.stdin.write("go\n")
+    program.proc.stdin.flush()
+    assert program.proc.stdout.readline().startswith("CALLS")
 
 
 class ShimRecording(NamedTuple):
