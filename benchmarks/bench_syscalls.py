@@ -184,6 +184,44 @@ def print_in_kernel(in_kernel: dict) -> None:
               f"{row['bpf_ns_per_server_syscall']} per server syscall; {top}")
 
 
+# The write syscall of each workload: its entry and exit programs are what a token write costs.
+WRITE_SYSCALL = {"unary": "write", "write": "write", "writev": "writev", "sendmsg": "sendmsg",
+                 "writev16": "writev"}
+
+
+def token_write_ns(row: dict, workload: str) -> int:
+    """BPF ns of one write of the workload: its syscall's entry and exit programs, a run each."""
+    syscall = WRITE_SYSCALL[workload]
+    return sum(p["ns_per_run"] for name, p in row["programs"].items()
+               if name in (f"sys_enter_{syscall}", f"sys_exit_{syscall}"))
+
+
+def compare_trees(app: PingPong, workloads: dict, trees: list[Path], rounds: int, spin_syscalls: int) -> None:
+    """The probes of several copies of bpf/ (this tree's first), each measured once a
+    round, in turn (reversed every other round, so none always follows another);
+    per tree and workload, the median and minimum over the rounds. On a VM whose
+    speed drifts between phases the minimum is the steadier figure."""
+    got: dict[tuple[int, str], list[tuple[int, int]]] = {}
+    for rnd in range(rounds):
+        order = list(enumerate(trees)) if rnd % 2 == 0 else list(reversed(list(enumerate(trees))))
+        for index, source in order:
+            with bpf_source(source):
+                figures = measure_in_kernel(app, workloads, spin_syscalls)
+            for name in workloads:
+                got.setdefault((index, name), []).append(
+                    (figures[name]["bpf_ns_per_server_syscall"], token_write_ns(figures[name], name)))
+        print(f"round {rnd + 1} of {rounds} measured", flush=True)
+    print(f"-- BPF ns, median (min) over {rounds} rounds; tree 0 is this one:")
+    for index, source in enumerate(trees):
+        print(f"tree {index}: {source}")
+        for name in workloads:
+            per_syscall = [a for a, _ in got[(index, name)]]
+            per_write = [b for _, b in got[(index, name)]]
+            print(f"  {name:8s}: per server syscall {statistics.median(per_syscall):.0f} "
+                  f"({min(per_syscall)}), per write (entry + exit) {statistics.median(per_write):.0f} "
+                  f"({min(per_write)})")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
@@ -192,8 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--record-arg", action="append", default=[])
     ap.add_argument("--bpf-dir", type=Path, action="append", default=[],
                     help="with --kernel-only: measure the probes of this source tree (a copy of bpf/, "
-                         "e.g. from `git worktree add`) too, alternating with the current one, "
-                         "for a side-by-side comparison of two versions in one run")
+                         "e.g. from `git worktree add`, its objects built) too, in turn with the current "
+                         "one for --rounds rounds, for a side-by-side comparison of versions in one run")
     ap.add_argument("--workloads", default=",".join(("unary",) + SHAPES),
                     help="comma-separated subset of: unary," + ",".join(SHAPES))
     ap.add_argument("--json", type=Path, default=None)
@@ -250,16 +288,9 @@ def main(argv: list[str] | None = None) -> int:
                           + ", ".join(f"{name} {ns[(name, mode)][-1] / 1000:.2f} us/request"
                                       for name in workloads), flush=True)
             in_kernel = measure_in_kernel(app, workloads, args.requests * 4)
-            for other in args.bpf_dir:
-                print(f"-- this tree's bpf/ (A) against {other} (B), alternating A B A B:")
-                versions = []
-                for _ in range(2):
-                    for label, source in (("A", loader.BPF_DIR), ("B", other.resolve())):
-                        with bpf_source(source):
-                            versions.append((label, measure_in_kernel(app, workloads, args.requests * 4)))
-                for label, figures in versions:
-                    print(f"[{label}]")
-                    print_in_kernel(figures)
+            if args.bpf_dir:
+                compare_trees(app, workloads, [loader.BPF_DIR, *(d.resolve() for d in args.bpf_dir)],
+                              args.rounds, args.requests * 4)
         finally:
             app.close()
     print_in_kernel(in_kernel)

@@ -43,6 +43,8 @@ struct scratch {
     u32 n;           /* bytes copied into head */
     u32 tail_in_head; /* the head ends with the whole of the last buffer */
     u32 body_start;
+    u32 scan_at;     /* next_match(): the next word a body scan looks at */
+    u64 scan_found;  /* ... and what it found in the last word it stopped at */
     u32 joined;      /* bytes of earlier reads (writes) of a request's head joined in front of the
                       * syscall's own in the head (sock.bpf.c, join_open_head): 0 for most */
     u64 tls_session; /* TLS: the session whose plaintext this is (event_conn), 0 for a socket */

@@ -75,17 +75,17 @@ static __always_inline void sse_line(struct scratch *s, u32 p)
         s->done |= 1;   /* bit 0: seen in the head, its "data:" was counted */
 }
 
-/* One word of the body: an SSE line starts after each of its newlines. */
+/* The next word of the body with a newline: an SSE line starts after each. */
 SCAN_CALLBACK(sse_word)
 {
     struct line_walk *walk = context;
     struct scratch *s = walk->s;
-    u32 base = walk->first + index * 8;
-    if (base >= s->n)
-        return 1;
-    u64 found = newlines(s->head, base, walk->from, s->n);
-    if (!found)
-        return 0;
+    int stopped = next_match(s, walk->from, WORD_NEWLINES);
+    if (stopped != 1)
+        return stopped == 2;
+    stay_in_memory();
+    u32 base = s->scan_at - 8;
+    u64 found = s->scan_found;
 #pragma unroll
     for (u32 b = 0; b < 8; b++) {
         if (found & (0x80ULL << (8 * b)))
@@ -115,6 +115,7 @@ static __always_inline void scan_sse(struct scratch *s)
     if (!s->windows)
         sse_line(s, start);   /* a line begins where the body does */
     struct line_walk walk = {.s = s, .first = start & ~7U, .from = start};
+    s->scan_at = walk.first;
     SCAN_LOOP(words_to(walk.first, n), SCAN_HEAD_BYTES / 8, sse_word, &walk);
 }
 

@@ -211,19 +211,17 @@ static __always_inline void json_line_end(struct scratch *s, u32 q)
     s->json_lines++;
 }
 
-/* One word of the head: its line ends and key triggers ('_', 'd', '['). */
+/* The next word of the head with a line end or key trigger ('_', 'd', '['). */
 SCAN_CALLBACK(fields_word)
 {
     struct line_walk *walk = context;
     struct scratch *s = walk->s;
-    u32 base = walk->first + index * 8;
-    if (base >= s->n)
-        return 1;
-    u64 w = load8(s->head, base);
-    u64 found = within(bytes_equal(w, '_') | bytes_equal(w, 'd') | bytes_equal(w, '\n') |
-                       bytes_equal(w, '['), base, walk->from, s->n);
-    if (!found)
-        return 0;
+    int stopped = next_match(s, walk->from, WORD_FIELD_TRIGGERS);
+    if (stopped != 1)
+        return stopped == 2;
+    stay_in_memory();
+    u32 base = s->scan_at - 8;
+    u64 found = s->scan_found;
 #pragma unroll
     for (u32 b = 0; b < 8; b++) {
         if (found & (0x80ULL << (8 * b))) {
@@ -244,6 +242,7 @@ static __always_inline void scan_json_fields(struct scratch *s, u32 start)
     u32 n = s->n;
     if (start < n && start < SCAN_HEAD_BYTES) {
         struct line_walk walk = {.s = s, .first = start & ~7U, .from = start};
+        s->scan_at = walk.first;
         SCAN_LOOP(words_to(walk.first, n), SCAN_HEAD_BYTES / 8, fields_word, &walk);
     }
     take_counts(s);
