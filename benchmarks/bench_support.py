@@ -164,23 +164,14 @@ class EmptyPrograms:
     which it books for every run of the tracer's programs too."""
 
     def __init__(self) -> None:
-        from inferprobe.collector.attach.libbpf import BpfObject
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # the repository: tests.support
+        from tests.support import clang_bpf
 
-        # Built here, as the tracer's are by scripts/build_bpf.sh, with the
-        # same clang; no header is needed for programs that only return.
-        source = "\n".join(
-            ['#define SEC(name) __attribute__((section(name), used))',
-             'char LICENSE[] SEC("license") = "GPL";']
-            + [f'SEC("tracepoint/syscalls/sys_{edge}_{name}") int {edge}_{name}(void *ctx) {{ return 0; }}'
-               for name in SOCKET_SYSCALLS for edge in ("enter", "exit")])
-        clang = shutil.which("clang-14") or shutil.which("clang")
-        if clang is None:
-            raise RuntimeError("the empty programs need clang (apt-get install clang-14)")
+        source = "\n".join(f'SEC("tracepoint/syscalls/sys_{edge}_{name}") int {edge}_{name}(void *ctx) '
+                            "{ return 0; }"
+                            for name in SOCKET_SYSCALLS for edge in ("enter", "exit"))
         self._dir = tempfile.TemporaryDirectory()
-        obj = Path(self._dir.name) / "empty.bpf.o"
-        subprocess.run([clang, "-O2", "-g", "-target", "bpf", "-x", "c", "-", "-c", "-o", str(obj)],
-                       input=source, text=True, check=True)
-        self.bpf = BpfObject(obj)
+        self.bpf = clang_bpf.build(source, Path(self._dir.name), "empty")
         self.bpf.load()
         self.bpf.attach_tracepoints()
 

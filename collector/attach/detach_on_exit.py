@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import os
 
-# What /proc/self/fd/N links to for the files the kernel must release itself.
-_KERNEL_OBJECTS = ("anon_inode:bpf", "anon_inode:[perf_event]", "anon_inode:bpf-")
+# What /proc/self/fd/N links to for the files the kernel must release itself
+# (anon_inode:bpf-map, bpf-prog, bpf_link, ...; anon_inode:[perf_event]).
+_KERNEL_OBJECTS = ("anon_inode:bpf", "anon_inode:[perf_event]")
 
 
 def _is_kernel_object(fd: int) -> bool:

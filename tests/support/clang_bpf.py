@@ -7,7 +7,9 @@ and bcc compiles against the running kernel's headers at every load; set-up no
 longer provides headers (the product needs none since issue 36), so they are
 CO-RE programs now, built against bpf/build/vmlinux.h. A program appends its
 records to an array map (`records`, `count`: see RECORDS) that the test reads
-back once the workload is done: no ring to poll.
+back once the workload is done: no ring to poll. The benchmarks' own small
+programs (bench_probes' counter, bench_syscalls' do-nothing programs) are built
+here too.
 """
 
 from __future__ import annotations
