@@ -362,7 +362,9 @@ def functions_matching(path: str, pattern: str) -> list[tuple[str, int]]:
 
 
 def symbols_matching(path: str, pattern: str,
-                     types: tuple[int, ...] = (_STT_FUNC, _STT_GNU_IFUNC)) -> list[ElfSymbol]:
+                     types: tuple[int, ...] = (_STT_FUNC, _STT_GNU_IFUNC),
+                     tables: tuple[str, ...] = (".symtab", ".dynsym"),
+                     needle: bytes | None = None) -> list[ElfSymbol]:
     """Each defined symbol of these types (functions by default) in the file's .symtab
     and .dynsym whose name the regular expression finds, in table order (a name both
     tables hold comes twice); empty for a file that is no readable ELF.
@@ -373,17 +375,21 @@ def symbols_matching(path: str, pattern: str,
     symbols (Node's binary): unpacking the table and reading the names of the symbols of
     those types alone takes ~0.1 s there, where making a pyelftools object per symbol
     took 3.5 s. Separate debug files are not read: every symbol asked for is exported
-    or in the file's own .symtab."""
+    or in the file's own .symtab.
+
+    tables limits the walk to some of the two; needle, a string every wanted name holds,
+    skips a table whose names do not hold it without unpacking its symbols (one search of
+    the string table, for names looked for in every file a process maps)."""
     regex = re.compile(pattern.encode())
     try:
         with _mapped_elf(path) as mapped:
-            return _matching(*mapped, regex, types) if mapped is not None else []
+            return _matching(*mapped, regex, types, tables, needle) if mapped is not None else []
     except (ELFError, ValueError, struct.error):
         return []
 
 
-def _matching(data: mmap.mmap, elf: ELFFile, regex: re.Pattern[bytes], types: tuple[int, ...]
-              ) -> list[ElfSymbol]:
+def _matching(data: mmap.mmap, elf: ELFFile, regex: re.Pattern[bytes], types: tuple[int, ...],
+              tables: tuple[str, ...], needle: bytes | None) -> list[ElfSymbol]:
     """symbols_matching's walk of one mapped file's two symbol tables."""
     order = "<" if elf.little_endian else ">"
     # Elf64_Sym: name, info, other, shndx, value, size; Elf32_Sym: name, value, size, info, other, shndx
@@ -391,12 +397,14 @@ def _matching(data: mmap.mmap, elf: ELFFile, regex: re.Pattern[bytes], types: tu
                    else (order + "IIIBBH", (0, 3, 5, 1, 2)))
     i_name, i_info, i_shndx, i_value, i_size = fields
     found: list[ElfSymbol] = []
-    for section_name in (".symtab", ".dynsym"):
+    for section_name in tables:
         section = elf.get_section_by_name(section_name)
         if not isinstance(section, SymbolTableSection) or section["sh_type"] == "SHT_NOBITS":
             continue
         strtab = elf.get_section(section["sh_link"])
         names = data[strtab["sh_offset"] : strtab["sh_offset"] + strtab["sh_size"]]
+        if needle is not None and needle not in names:
+            continue
         table = data[section["sh_offset"] : section["sh_offset"] + section["sh_size"]]
         table = table[: len(table) - len(table) % struct.calcsize(fmt)]
         for sym in struct.iter_unpack(fmt, table):
@@ -412,6 +420,27 @@ def _matching(data: mmap.mmap, elf: ELFFile, regex: re.Pattern[bytes], types: tu
 def data_symbols_matching(path: str, pattern: str) -> list[ElfSymbol]:
     """symbols_matching for data objects (STT_OBJECT)."""
     return symbols_matching(path, pattern, (_STT_OBJECT,))
+
+
+def has_symtab(path: str) -> bool:
+    """Whether the file keeps its full symbol table (.symtab: not stripped), from its
+    section headers alone: a few hundred bytes read, where opening it with pyelftools
+    costs a millisecond or more, for a question asked of every file a process maps."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64)
+            if len(head) < 64 or head[:4] != b"\x7fELF" or head[4] != 2:   # ELF64 only
+                return False
+            order = "<" if head[5] == 1 else ">"
+            shoff, = struct.unpack(order + "Q", head[40:48])
+            shentsize, shnum = struct.unpack(order + "HH", head[58:62])
+            if not shoff or shentsize < 8 or not shnum:
+                return False
+            headers = os.pread(f.fileno(), shentsize * shnum, shoff)
+    except OSError:
+        return False
+    return any(struct.unpack_from(order + "I", headers, at + 4)[0] == 2   # sh_type SHT_SYMTAB
+               for at in range(0, len(headers) - shentsize + 1, shentsize))
 
 
 def position_independent(path: str) -> bool | None:
