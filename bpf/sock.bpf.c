@@ -851,6 +851,38 @@ int tcp_rcv_space_adjust(struct trace_event_raw_tcp_event_sk *args)
 /* Which counter a connection that moved bytes nothing recognised goes to:
  * local IPC, TLS ciphertext a hooked library read over (no plaintext came),
  * or traffic inferprobe could not read (analyzers/unread_traffic.py). */
+/* A TLS session of a target process: the library's handle for it (SSL *,
+ * Go's *tls.Conn) and the connection state the classifier keeps, as socks
+ * keeps it for a plain socket. */
+struct tls_key {
+    u32 pid;
+    u32 pad;
+    u64 session;
+};
+
+struct tls_session {
+    struct conn_state state;
+    s32 fd;          /* the socket under it, -1 where none was found (COUNTER_TLS_UNTIED) */
+    u32 pad;
+};
+struct {
+    __uint(type, BPF_MAP_TYPE_LRU_HASH);
+    __uint(max_entries, 65536);
+    __type(key, struct tls_key);
+    __type(value, struct tls_session);
+} tls_sessions SEC(".maps");
+
+/* A rustls connection's session key (rustls_socket_of, in "TLS" below), one
+ * no pointer can be: user addresses stay below 2^47. */
+#define RUSTLS_SESSION(conn_id) ((conn_id) | (1ULL << 63))
+
+/* A rustls session lives as long as its socket (an SSL *'s ends at SSL_free). */
+static __always_inline void rustls_session_closed(u32 tgid, u64 conn_id)
+{
+    struct tls_key key = {.pid = tgid, .session = RUSTLS_SESSION(conn_id)};
+    bpf_map_delete_elem(&tls_sessions, &key);
+}
+
 static __always_inline u32 unread_counter(u32 local_ipc, u32 tls_read_over)
 {
     if (local_ipc)
@@ -887,6 +919,8 @@ int sys_enter_close(struct trace_event_raw_sys_enter *args)
     u32 client = state->client;
     if (state->h2 || state->tls)   /* a TLS session's frames are walked under its socket's id */
         h2_connection_closed(conn_id);
+    if (state->tls)
+        rustls_session_closed(tgid, conn_id);
     bpf_map_delete_elem(&socks, &key);
     socks_changed(tgid, key.fd);
     if (!carried_http) {
@@ -947,31 +981,16 @@ struct {
     __type(value, u32);
 } classifiers_tls SEC(".maps");
 
-/* A TLS session of a target process: the library's handle for it (SSL *,
- * Go's *tls.Conn) and the connection state the classifier keeps, as socks
- * keeps it for a plain socket. */
-struct tls_key {
-    u32 pid;
-    u32 pad;
-    u64 session;
-};
-
-struct tls_session {
-    struct conn_state state;
-    s32 fd;          /* the socket under it, -1 where none was found (COUNTER_TLS_UNTIED) */
-    u32 pad;
-};
-struct {
-    __uint(type, BPF_MAP_TYPE_LRU_HASH);
-    __uint(max_entries, 65536);
-    __type(key, struct tls_key);
-    __type(value, struct tls_session);
-} tls_sessions SEC(".maps");
 
 /* An SSL_read/SSL_write (or Go Read/Write) under way, from its entry probe
  * to its return probe: per thread for OpenSSL; per goroutine for Go, which
  * may resume on another thread after blocking. */
 enum tls_caller { TLS_CALLER_THREAD = 0, TLS_CALLER_GOROUTINE = 1 };
+/* What a call's return value is: the byte count (SSL_read, Go's n), 1 with
+ * the count stored through len_out (SSL_read_ex), or Rust's io::Result<usize>
+ * (rustls: a tag, 0 for Ok, then the count; in RAX:RDX, or through len_out
+ * where an older rustc returned it through a hidden pointer). */
+enum tls_result { TLS_RESULT_COUNT = 0, TLS_RESULT_COUNT_OUT = 1, TLS_RESULT_RUST = 2 };
 
 struct tls_call_key {
     u32 pid;
@@ -986,6 +1005,8 @@ struct tls_call {
     u64 ts_ns;
     u32 dir;
     s32 fd;          /* the socket, where the library's structures name it (Go), else -1 */
+    u32 result;      /* enum tls_result: how the call's return says how many bytes moved */
+    u32 pad;
 };
 struct {
     __uint(type, BPF_MAP_TYPE_HASH);
@@ -2470,15 +2491,75 @@ static __always_inline struct tls_session *tls_session_of(u32 tgid, struct tls_c
     return bpf_map_lookup_elem(&tls_sessions, &key);
 }
 
+/* rustls has no library: it is compiled into each Rust program, and it
+ * moves no bytes itself (the program calls read_tls/write_tls on its own
+ * socket). Its plaintext is read at <Reader as io::Read>::read and
+ * <Writer as io::Write>::write, whose receivers borrow the connection: the
+ * first word of each (Reader.received_plaintext, Writer.sink) is a pointer
+ * into it, stable while the connection lives but not the same for the two
+ * halves. Each pointer is tied, when first seen moving plaintext, to the
+ * socket the thread read last: the ciphertext just read for a read, the
+ * handshake's or the request's last read for a write, the way every rustls
+ * I/O driver (tokio-rustls, its blocking StreamOwned, hyper-rustls) runs
+ * one connection's turn on one thread. Both halves then share the socket's
+ * session, keyed by its connection id (RUSTLS_SESSION), so a response is
+ * classified against the request its connection read. */
+struct rustls_key {
+    u32 pid;
+    u32 pad;
+    u64 ptr;
+};
+struct rustls_conn {
+    u64 conn_id;
+    s32 fd;
+    u32 pad;
+};
+struct {
+    __uint(type, BPF_MAP_TYPE_LRU_HASH);
+    __uint(max_entries, 16384);
+    __type(key, struct rustls_key);
+    __type(value, struct rustls_conn);
+} rustls_conns SEC(".maps");
+
+
+/* The socket under a rustls call's connection pointer: remembered, while it
+ * is still the same connection, or else the one the thread read last (then
+ * remembered). Sets the call's session and fd; 0 where no socket is known. */
+static __always_inline int rustls_socket_of(u32 tgid, struct tls_call *call, s32 last_read_fd)
+{
+    struct rustls_key key = {.pid = tgid, .ptr = call->session};
+    struct rustls_conn conn = {.fd = -1};
+    struct rustls_conn *known = bpf_map_lookup_elem(&rustls_conns, &key);
+    if (known)
+        conn = *known;
+    struct sock_key skey = {.pid = tgid, .fd = conn.fd};
+    struct conn_state *sock = conn.fd >= 0 ? bpf_map_lookup_elem(&socks, &skey) : 0;
+    if (!sock || sock->conn_id != conn.conn_id) {
+        /* first seen, or the connection it named closed and the memory was reused */
+        skey.fd = last_read_fd;
+        sock = last_read_fd >= 0 ? bpf_map_lookup_elem(&socks, &skey) : 0;
+        if (!sock) {
+            count(COUNTER_TLS_UNTIED);
+            return 0;
+        }
+        conn.fd = last_read_fd;
+        conn.conn_id = sock->conn_id;
+        bpf_map_update_elem(&rustls_conns, &key, &conn, BPF_ANY);
+    }
+    call->session = RUSTLS_SESSION(conn.conn_id);
+    call->fd = conn.fd;
+    return 1;
+}
+
 static __always_inline int tls_call_begin(u32 caller, u64 caller_id, u64 session, u64 buf, u64 len_out,
-                                          u16 dir, s32 fd)
+                                          u16 dir, s32 fd, u32 result)
 {
     u32 tgid = bpf_get_current_pid_tgid() >> 32;
     if (!is_target(tgid) || !session)
         return 0;
     struct tls_call_key key = {.pid = tgid, .caller = caller, .id = caller_id};
     struct tls_call call = {.session = session, .buf = buf, .len_out = len_out, .ts_ns = bpf_ktime_get_ns(),
-                            .dir = dir, .fd = fd};
+                            .dir = dir, .fd = fd, .result = result};
     if (bpf_map_update_elem(&tls_calls, &key, &call, BPF_ANY) != 0) {
         count(COUNTER_IO_UNTRACKED);
         return 0;
@@ -2513,8 +2594,9 @@ static __always_inline int tls_handshake_done(u32 tgid, u64 id, struct tls_call 
 }
 
 /* The call's return: `ret` is what the function returned (bytes, or 1 for
- * the _ex forms, which store the count through len_out). */
-static __always_inline int tls_call_end(void *ctx, u32 caller, u64 caller_id, long ret)
+ * the _ex forms, which store the count through len_out), `ret2` the second
+ * return register (a Rust Result's count). */
+static __always_inline int tls_call_end(void *ctx, u32 caller, u64 caller_id, long ret, u64 ret2)
 {
     u64 id = bpf_get_current_pid_tgid();
     u32 tgid = id >> 32;
@@ -2546,17 +2628,24 @@ static __always_inline int tls_call_end(void *ctx, u32 caller, u64 caller_id, lo
         return 0;
     }
     long bytes = ret;
-    if (call.len_out) {
+    if (call.result == TLS_RESULT_COUNT_OUT) {
         u64 n = 0;
         if (ret == 1)
             bpf_probe_read_user(&n, sizeof(n), (void *)call.len_out);
         bytes = ret == 1 ? (long)n : 0;
+    } else if (call.result == TLS_RESULT_RUST) {
+        u64 result[2] = {ret, ret2};
+        if (call.len_out && bpf_probe_read_user(result, sizeof(result), (void *)call.len_out))
+            result[0] = 1;
+        bytes = (u8)result[0] == 0 ? (long)result[1] : 0;
     }
     if (bytes <= 0) {
         /* would block, close_notify, an error: no plaintext moved */
         tls_note_carrier(tgid, &call, nested_fd, last_read_fd);
         return 0;
     }
+    if (call.result == TLS_RESULT_RUST && !rustls_socket_of(tgid, &call, last_read_fd))
+        return 0;
     struct tls_session *session = tls_session_of(tgid, &call, nested_fd, last_read_fd);
     if (!session)
         return 0;
@@ -2580,7 +2669,7 @@ static __always_inline u64 current_tid(void)
 static __always_inline int openssl_call_begin(struct pt_regs *ctx, u16 dir, int ex)
 {
     return tls_call_begin(TLS_CALLER_THREAD, current_tid(), PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx),
-                          ex ? PT_REGS_PARM4(ctx) : 0, dir, -1);
+                          ex ? PT_REGS_PARM4(ctx) : 0, dir, -1, ex ? TLS_RESULT_COUNT_OUT : TLS_RESULT_COUNT);
 }
 
 SEC("uprobe")
@@ -2595,14 +2684,58 @@ int tls_ssl_write_ex_enter(struct pt_regs *ctx) { return openssl_call_begin(ctx,
 SEC("uprobe")
 int tls_ssl_return(struct pt_regs *ctx)
 {
-    return tls_call_end(ctx, TLS_CALLER_THREAD, current_tid(), (long)(int)PT_REGS_RC(ctx));
+    return tls_call_end(ctx, TLS_CALLER_THREAD, current_tid(), (long)(int)PT_REGS_RC(ctx), 0);
 }
 
 /* int SSL_do_handshake(SSL *), SSL_connect(SSL *), SSL_accept(SSL *): 1 once done. */
 SEC("uprobe")
 int tls_ssl_handshake_enter(struct pt_regs *ctx)
 {
-    return tls_call_begin(TLS_CALLER_THREAD, current_tid(), PT_REGS_PARM1(ctx), 0, 0, DIR_HANDSHAKE, -1);
+    return tls_call_begin(TLS_CALLER_THREAD, current_tid(), PT_REGS_PARM1(ctx), 0, 0, DIR_HANDSHAKE, -1,
+                          TLS_RESULT_COUNT);
+}
+
+/* rustls: <Reader as io::Read>::read(&mut self, buf: &mut [u8]) and
+ * <Writer as io::Write>::write(&mut self, buf: &[u8]), both returning
+ * io::Result<usize>: the receiver, the buffer's address and length in the
+ * first three argument registers, the Result in RAX:RDX. Code from an older
+ * rustc returns the Result through a hidden first argument instead, which
+ * shifts the others by one: the _sret programs (collector/binaries/
+ * tls_libraries.py tells which from the code). The session is the
+ * connection pointer the receiver holds first (rustls_socket_of). */
+static __always_inline int rustls_call_begin(u64 self, u64 buf, u64 result_slot, u16 dir)
+{
+    u32 tgid = bpf_get_current_pid_tgid() >> 32;
+    u64 conn = 0;
+    if (!is_target(tgid) || bpf_probe_read_user(&conn, sizeof(conn), (void *)self))
+        return 0;
+    return tls_call_begin(TLS_CALLER_THREAD, current_tid(), conn, buf, result_slot, dir, -1, TLS_RESULT_RUST);
+}
+
+SEC("uprobe")
+int tls_rustls_read_enter(struct pt_regs *ctx)
+{
+    return rustls_call_begin(PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx), 0, DIR_READ);
+}
+SEC("uprobe")
+int tls_rustls_write_enter(struct pt_regs *ctx)
+{
+    return rustls_call_begin(PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx), 0, DIR_WRITE);
+}
+SEC("uprobe")
+int tls_rustls_read_enter_sret(struct pt_regs *ctx)
+{
+    return rustls_call_begin(PT_REGS_PARM2(ctx), PT_REGS_PARM3(ctx), PT_REGS_PARM1(ctx), DIR_READ);
+}
+SEC("uprobe")
+int tls_rustls_write_enter_sret(struct pt_regs *ctx)
+{
+    return rustls_call_begin(PT_REGS_PARM2(ctx), PT_REGS_PARM3(ctx), PT_REGS_PARM1(ctx), DIR_WRITE);
+}
+SEC("uprobe")
+int tls_rustls_return(struct pt_regs *ctx)
+{
+    return tls_call_end(ctx, TLS_CALLER_THREAD, current_tid(), (long)ctx->ax, ctx->dx);
 }
 
 /* void SSL_free(SSL *): its handle may come back for another connection. */
@@ -2659,7 +2792,8 @@ static __always_inline int go_tls_enter(struct pt_regs *ctx, u16 dir)
     u32 tgid = bpf_get_current_pid_tgid() >> 32;
     if (!is_target(tgid))
         return 0;
-    return tls_call_begin(TLS_CALLER_GOROUTINE, ctx->r14, ctx->ax, ctx->bx, 0, dir, go_conn_fd(tgid, ctx->ax));
+    return tls_call_begin(TLS_CALLER_GOROUTINE, ctx->r14, ctx->ax, ctx->bx, 0, dir, go_conn_fd(tgid, ctx->ax),
+                          TLS_RESULT_COUNT);
 }
 
 SEC("uprobe")
@@ -2670,7 +2804,7 @@ int tls_go_write_enter(struct pt_regs *ctx) { return go_tls_enter(ctx, DIR_WRITE
 SEC("uprobe")
 int tls_go_return(struct pt_regs *ctx)
 {
-    return tls_call_end(ctx, TLS_CALLER_GOROUTINE, ctx->r14, (long)ctx->ax);
+    return tls_call_end(ctx, TLS_CALLER_GOROUTINE, ctx->r14, (long)ctx->ax, 0);
 }
 
 /* ---------------------------------------------------------------- the parts of other probe sets */

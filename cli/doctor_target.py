@@ -31,7 +31,15 @@ def tls_lines(pid: int) -> list[TargetLine]:
                                       "as unrecognised traffic, not as requests")
              for lib in linked_tls(pid)]
     for lib in tls_libraries(pid):
-        if lib.hookable:
+        if lib.hookable and lib.kind == "rustls":
+            name = f"rustls {lib.version}" if lib.version else "rustls"
+            lines.append(TargetLine("TLS", True, f"{name} compiled into {lib.path}, with its symbols: hooks "
+                                                 "Reader::read and Writer::write"))
+        elif lib.kind == "rustls":
+            lines.append(TargetLine("TLS", False, f"rustls compiled into {lib.path}: how its rustc returns "
+                                                  "a Result was not recognised in its code, so it is not "
+                                                  "hooked; its connections show as unrecognised traffic"))
+        elif lib.hookable:
             functions = ", ".join(sorted(lib.functions))
             where = "linked into the executable" if lib.kind == "openssl-static" else "shared library"
             lines.append(TargetLine("TLS", True, f"OpenSSL ({where}) {lib.path}: hooks {functions}"))

@@ -15,9 +15,12 @@ connection is which library it goes through:
   hooked;
 - rustls, which has no library of its own: it is compiled into each Rust
   program or Python extension that uses it (granian, hf_xet, uv, Rust LLM
-  gateways), usually stripped. `linked_tls` finds it by the source paths
-  its panic messages leave in the file ("rustls-0.23.46/src/conn.rs"), for
-  doctor to name; never hooked.
+  gateways). Where the file keeps its symbols (.symtab), its plaintext
+  functions are found by their mangled names and hooked (`rustls_functions`,
+  the programs in bpf/sock.bpf.c's "rustls"). Most shipped files are
+  stripped: `linked_tls` then finds rustls by the source paths its panic
+  messages leave in the file ("rustls-0.23.46/src/conn.rs"), for doctor to
+  name.
 
 Functions are found by name in the file's symbol tables
 (elf_symbols.functions_matching); a file is read once however many
@@ -32,7 +35,12 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from inferprobe.collector.binaries.elf_symbols import functions_matching
+from inferprobe.collector.binaries.elf_symbols import (
+    code_at,
+    functions_matching,
+    has_symtab,
+    symbols_matching,
+)
 from inferprobe.collector.processes.proc_maps import executable_files
 
 # What each hooked OpenSSL function is, for the programs in sock.bpf.c.
@@ -51,6 +59,25 @@ OPENSSL_RETURN_PROGRAM = "tls_ssl_return"
 OPENSSL_RETURN_FUNCTIONS = ("SSL_read", "SSL_read_ex", "SSL_write", "SSL_write_ex", "SSL_do_handshake",
                             "SSL_connect", "SSL_accept")
 _OPENSSL_PATTERN = r"^SSL_(read|write)(_ex)?$|^SSL_(do_handshake|connect|accept|free)$"
+
+# rustls's plaintext at the application's side: <rustls::conn::Reader as
+# std::io::Read>::read and <rustls::conn::Writer as std::io::Write>::write
+# (rustls::conn::connection:: in 0.22 and later), by their mangled names in
+# Rust's default (legacy) scheme; a build with -C symbol-mangling-version=v0
+# is not matched.
+RUSTLS_READ, RUSTLS_WRITE = "Reader::read", "Writer::write"
+_RUSTLS_PATTERN = (r"^_ZN\d+_\$LT\$rustls\.\.(?:\w+\.\.)*"
+                   r"(?:Reader\$u20\$as\$u20\$std\.\.io\.\.Read\$GT\$4read"
+                   r"|Writer\$u20\$as\$u20\$std\.\.io\.\.Write\$GT\$5write)17h[0-9a-f]{16}E$")
+# Each at its entry, by how the file's rustc returns their io::Result<usize>
+# (rustls_abi), and at its return.
+RUSTLS_ENTRY_PROGRAMS = {
+    ("registers", RUSTLS_READ): "tls_rustls_read_enter",
+    ("registers", RUSTLS_WRITE): "tls_rustls_write_enter",
+    ("hidden-pointer", RUSTLS_READ): "tls_rustls_read_enter_sret",
+    ("hidden-pointer", RUSTLS_WRITE): "tls_rustls_write_enter_sret",
+}
+RUSTLS_RETURN_PROGRAM = "tls_rustls_return"
 
 LIBSSL = re.compile(r"^libssl\.so(\.[0-9]+)*$")  # OpenSSL's; NSS ships libssl3.so
 UNHOOKED = {
@@ -78,6 +105,7 @@ class TlsLibrary:
     file_key: tuple[int, int]  # (st_dev, st_ino): one file under many names
     functions: dict[str, int] = field(default_factory=dict, compare=False)  # hooked name -> address
     version: str | None = None  # where the file states it (rustls's crate version)
+    abi: str | None = None  # rustls: how its functions return their Result (rustls_abi)
 
     @property
     def host_path(self) -> str:
@@ -86,8 +114,19 @@ class TlsLibrary:
 
     @property
     def hookable(self) -> bool:
+        if self.kind == "rustls":
+            return self.abi is not None and {RUSTLS_READ, RUSTLS_WRITE} <= self.functions.keys()
         return self.kind in ("openssl", "openssl-static") and all(
             name in self.functions for name in ("SSL_read", "SSL_write"))
+
+    def probe_programs(self) -> list[tuple[str, int, str, str | None]]:
+        """(function, address, entry program, return program or None) for each function to hook."""
+        if self.kind == "rustls":
+            return [(name, address, RUSTLS_ENTRY_PROGRAMS[(self.abi or "", name)], RUSTLS_RETURN_PROGRAM)
+                    for name, address in sorted(self.functions.items())]
+        return [(name, address, OPENSSL_ENTRY_PROGRAMS[name],
+                 OPENSSL_RETURN_PROGRAM if name in OPENSSL_RETURN_FUNCTIONS else None)
+                for name, address in sorted(self.functions.items())]
 
 
 @lru_cache(maxsize=256)
@@ -98,6 +137,45 @@ def _openssl_functions(host_path: str, file_key: tuple[int, int]) -> dict[str, i
         if name in OPENSSL_ENTRY_PROGRAMS:
             found.setdefault(name, address)
     return found
+
+
+def rustls_abi(read_code: bytes, write_code: bytes) -> str | None:
+    """How a file's rustc passes the io::Result<usize> its Reader::read and Writer::write
+    return, from where each first loads through its receiver (&mut self): from RDI, the
+    first argument register, when the Result comes back in RAX:RDX ("registers", rustc
+    1.7x and later); from RSI when a hidden first argument points to where the Result is
+    to go ("hidden-pointer", older rustc). The first `mov r64, [rdi]` or `mov r64, [rsi]`
+    of each function (REX.W 8B with ModRM mod 00, r/m 111 or 110) says; None where the
+    two disagree or neither is found, and the file is then not hooked."""
+    def receiver(code: bytes) -> str | None:
+        for at in range(len(code) - 2):
+            if code[at] in (0x48, 0x4C) and code[at + 1] == 0x8B and code[at + 2] & 0xC0 == 0:
+                if code[at + 2] & 7 == 7:
+                    return "registers"
+                if code[at + 2] & 7 == 6:
+                    return "hidden-pointer"
+        return None
+    read, write = receiver(read_code), receiver(write_code)
+    return read if read == write else None
+
+
+@lru_cache(maxsize=512)
+def _rustls_functions(host_path: str, file_key: tuple[int, int]) -> tuple[dict[str, int], str | None]:
+    """rustls's Reader::read and Writer::write in a file that keeps its symbols, and how
+    they return (rustls_abi); ({}, None) for a file without them (most: stripped, or no
+    Rust). The section headers are read first, so a stripped file costs ~0.1 ms."""
+    if not has_symtab(host_path):
+        return {}, None
+    found: dict[str, int] = {}
+    sizes: dict[str, int] = {}
+    for sym in symbols_matching(host_path, _RUSTLS_PATTERN, tables=(".symtab",), needle=b"$LT$rustls.."):
+        name = RUSTLS_READ if "Reader" in sym.name else RUSTLS_WRITE
+        found.setdefault(name, sym.value)
+        sizes.setdefault(name, sym.size)
+    if {RUSTLS_READ, RUSTLS_WRITE} - found.keys():
+        return {}, None
+    code = {name: code_at(host_path, found[name], min(sizes[name] or 64, 64)) for name in found}
+    return found, rustls_abi(code[RUSTLS_READ], code[RUSTLS_WRITE])
 
 
 def tls_libraries(pid: int) -> list[TlsLibrary]:
@@ -115,6 +193,11 @@ def tls_libraries(pid: int) -> list[TlsLibrary]:
                 kind = "openssl" if LIBSSL.match(name) else "openssl-static"
                 found.append(TlsLibrary(pid=pid, path=mapped.path, kind=kind, file_key=key,
                                         functions=functions))
+                continue
+        rustls, abi = _rustls_functions(mapped.host_path, key)
+        if rustls:
+            found.append(TlsLibrary(pid=pid, path=mapped.path, kind="rustls", file_key=key, functions=rustls,
+                                    version=_rustls_version(mapped.host_path, key), abi=abi))
             continue
         for pattern, library in UNHOOKED.items():
             if pattern.match(name):
@@ -137,11 +220,13 @@ def _rustls_version(host_path: str, file_key: tuple[int, int]) -> str | None:
 
 
 def linked_tls(pid: int) -> list[TlsLibrary]:
-    """TLS stacks compiled into the files pid maps, which no library name gives
-    away (rustls): for doctor to name, since inferprobe does not read them."""
+    """TLS stacks compiled into the files pid maps without the symbols that would let
+    inferprobe hook them, which no library name gives away (a stripped rustls): for
+    doctor to name, since inferprobe does not read them."""
     found = []
     for mapped in executable_files(pid):
-        if LIBSSL.match(os.path.basename(mapped.path)):
+        if (LIBSSL.match(os.path.basename(mapped.path))
+                or _rustls_functions(mapped.host_path, mapped.file_key)[0]):
             continue
         version = _rustls_version(mapped.host_path, mapped.file_key)
         if version is not None:

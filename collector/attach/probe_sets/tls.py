@@ -10,7 +10,9 @@ and attaches, per process, a uprobe at the entry and a uretprobe at the
 return of SSL_read, SSL_read_ex, SSL_write and SSL_write_ex and of the
 handshake (SSL_do_handshake, SSL_connect, SSL_accept: when it completed),
 and an entry probe on SSL_free (its session handle may come back for another
-connection). In a Go executable that links crypto/tls (collector/binaries/go_binary.py)
+connection). Where rustls is compiled into a file that keeps its symbols,
+it probes rustls's Reader::read and Writer::write at their entry and
+return. In a Go executable that links crypto/tls (collector/binaries/go_binary.py)
 it probes (*Conn).Read and (*Conn).Write at their entry and at each of
 their return instructions, and gives the kernel the struct offsets from a
 *tls.Conn to its socket fd. Libraries mapped later (a dlopen, a new child) are picked up
@@ -33,13 +35,7 @@ from inferprobe.collector.attach.probe_sets import ProbeSet, TargetContext
 from inferprobe.collector.attach.probe_sets.sockets import is_tls_program
 from inferprobe.collector.attach.uprobe_attach import Probe, attach_functions
 from inferprobe.collector.binaries.go_binary import GoTlsTarget, go_tls_targets
-from inferprobe.collector.binaries.tls_libraries import (
-    OPENSSL_ENTRY_PROGRAMS,
-    OPENSSL_RETURN_FUNCTIONS,
-    OPENSSL_RETURN_PROGRAM,
-    TlsLibrary,
-    tls_libraries,
-)
+from inferprobe.collector.binaries.tls_libraries import TlsLibrary, tls_libraries
 from inferprobe.collector.processes import targets as target_procs
 
 
@@ -56,8 +52,8 @@ class TlsAttachment:
 class TlsProbes(ProbeSet):
     name = "tls"
     part_of = "sockets"   # its programs are in sock.bpf.o
-    description = ("TLS plaintext: uprobes on OpenSSL's SSL_read/SSL_write (libssl.so, or linked in) "
-                   "and Go's crypto/tls")
+    description = ("TLS plaintext: uprobes on OpenSSL's SSL_read/SSL_write (libssl.so, or linked in), "
+                   "Go's crypto/tls and rustls (where its symbols are kept)")
     state_maps = ("tls_calls",)
 
     def __init__(self) -> None:
@@ -82,7 +78,8 @@ class TlsProbes(ProbeSet):
         self._go_pending = [target for target in go if target.probes is not None]
         if not self._pending and not self._go_pending and self.mode != "on":
             return ("no target uses a TLS library inferprobe reads (libssl.so, OpenSSL linked into the "
-                    "executable, Go's crypto/tls); record --tls watches for one loaded later")
+                    "executable, Go's crypto/tls, rustls with its symbols); record --tls watches for one "
+                    "loaded later")
         return None
 
     def configure(self, core: BpfObject) -> None:
@@ -180,10 +177,8 @@ class TlsProbes(ProbeSet):
             self.failures.add_functions(lib.pid, self.name, lib.path, att.failed)
             return att
         att.hooked, att.failed = attach_functions(bpf, lib.host_path, lib.pid, [
-            (function, [Probe(address, OPENSSL_ENTRY_PROGRAMS[function]),
-                        *([Probe(address, OPENSSL_RETURN_PROGRAM, on_return=True)]
-                          if function in OPENSSL_RETURN_FUNCTIONS else [])])
-            for function, address in sorted(lib.functions.items())])
+            (function, [Probe(address, entry), *([Probe(address, ret, on_return=True)] if ret else [])])
+            for function, address, entry, ret in lib.probe_programs()])
         att.t_attached_ns = time.monotonic_ns()
         self.failures.add_functions(lib.pid, self.name, lib.path, att.failed)
         return att
