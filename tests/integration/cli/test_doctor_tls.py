@@ -7,6 +7,8 @@ Python's libssl, which doctor used to give as the answer although none of
 the worker's connections go through it. And hf_xet (Hugging Face's Xet
 storage client, a Rust extension huggingface_hub downloads through) links
 rustls the same way. A Python process that maps only libssl names no rustls.
+A Rust server that keeps its symbols (tests/programs/rustls_sse, hyper on
+tokio-rustls) has its rustls hooked, and doctor says so.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from tests.support.cli import run_doctor
 from tests.support.kernel import needs_root
 from tests.support.paths import SERVERS
 from tests.support.processes import stop_process
+from tests.support.rust import rustls_program
 from tests.support.tls import self_signed_certificate
 
 pytestmark = needs_root
@@ -83,3 +86,17 @@ def test_a_process_with_only_openssl_names_no_rustls():
         stop_process(proc)
     assert lines and not any("rustls" in line for line in lines), lines
     assert any("OpenSSL" in line for line in lines), lines
+
+
+def test_a_rust_server_that_keeps_its_symbols_has_its_rustls_hooked(tmp_path):
+    env = {**self_signed_certificate(tmp_path), "PATH": "/usr/bin:/bin"}
+    server = subprocess.Popen([str(rustls_program("rustls_sse_server")), str(tmp_path / "log")],
+                              stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        int(server.stdout.readline())   # listening
+        lines = tls_lines(server.pid)
+    finally:
+        stop_process(server)
+    assert len(lines) == 1, lines
+    assert re.search(r"✓ TLS: rustls (\d+\.\d+\.\d+ )?compiled into \S+/rustls_sse_server, with its symbols: "
+                     r"hooks Reader::read and Writer::write", lines[0]), lines

@@ -15,7 +15,10 @@ import pytest
 from tests.support.paths import REPO
 
 TEST_ONLY = {"prometheus", "chromium", "golang-go", "nodejs", "strace", "wrk", "openssl", "python3-bpfcc",
-             "cmake", "ninja-build", "g++", "gdb", "nginx-light"}
+             "cmake", "ninja-build", "g++", "gdb", "nginx-light",
+             # tests/programs/rustls_sse's compiler and crates
+             "rustc-web", "cargo-web", "librust-tokio-rustls-dev", "librust-hyper-dev", "librust-tokio-dev",
+             "librust-rustls-pemfile-dev", "librust-ureq-dev", "librust-futures-util-dev", "librust-libc-dev"}
 # What builds the programs compiled ahead of time (scripts/build_bpf.sh): the demo needs them too.
 BPF_BUILD = {"clang-14", "libbpf-dev", "bpftool"}
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="scripts/setup.sh refuses to run without root")
@@ -45,3 +48,4 @@ def test_test_setup_installs_the_demo_set_and_the_backends():
     assert set(demo["apt"].split()) | TEST_ONLY == set(full["apt"].split())
     assert "phoenix" in full
     assert "llama-server" in full and "llama-server" not in demo
+    assert "rust-programs" in full and "rust-programs" not in demo

@@ -4,8 +4,9 @@ The application is traced, not the server: `record -p APP` on a process
 with no listening socket (no flag needed). Clients: the official openai SDK
 over HTTP, the anthropic SDK over HTTPS (Python's ssl over libssl), Google's
 Gen AI SDKs for Python (google-genai) and Node (@google/genai, Node's own
-OpenSSL) against Gemini's streamGenerateContent over HTTPS, and Go's net/http
-client over HTTP and HTTPS (crypto/tls); the server is
+OpenSSL) against Gemini's streamGenerateContent over HTTPS, Go's net/http
+client over HTTP and HTTPS (crypto/tls), and Rust's ureq over HTTPS (rustls
+compiled into the program, read at its Reader and Writer); the server is
 tests/servers/stream_shapes_fastapi.py, untraced. Each client measures its
 own calls with CLOCK_MONOTONIC: when each call began and returned, and when
 each token event reached the application.
@@ -36,6 +37,7 @@ from tests.support.kernel import needs_root
 from tests.support.node import node_binary, node_package
 from tests.support.paths import PROGRAMS, SERVERS
 from tests.support.processes import inferprobe_cmd, record_client_run, stop_process
+from tests.support.rust import rustls_program
 from tests.support.tls import self_signed_certificate
 
 pytestmark = [needs_root, pytest.mark.bpf]
@@ -59,6 +61,8 @@ def client_command(sdk: str, tmp_path: Path, base_url: str, calls: int,
     if sdk == "go":
         exe = build_go_program(PROGRAMS / "llm_go_client.go", tmp_path)
         return [str(exe), base_url, str(calls), str(TOKENS)], dict(os.environ)
+    if sdk == "rust":
+        return [str(rustls_program("rustls_sse_client")), base_url, str(calls), str(TOKENS)], dict(os.environ)
     if sdk in NODE_CLIENTS:
         package, program = NODE_CLIENTS[sdk]
         env = {**os.environ, "NODE_PATH": node_package(package), "NODE_TLS_REJECT_UNAUTHORIZED": "0"}
@@ -117,7 +121,7 @@ def check_span(call: dict, app: dict) -> None:
 
 
 CLIENTS = [("openai", "http"), ("anthropic", "https"), ("gemini", "https"), ("gemini-node", "https"),
-           ("go", "http"), ("go", "https")]
+           ("go", "http"), ("go", "https"), ("rust", "https")]
 
 
 @pytest.fixture(scope="module", params=CLIENTS, ids=[f"{sdk}-{scheme}" for sdk, scheme in CLIENTS])
@@ -154,7 +158,8 @@ def test_the_output_count_each_stream_states_is_read(streamed):
 
 
 # The API each client's calls speak, by their paths (analyzers/llm_apis.py).
-APIS = {"openai": ("chat", None), "go": ("chat", None), "anthropic": ("chat", "anthropic"),
+APIS = {"openai": ("chat", None), "go": ("chat", None), "rust": ("chat", None),
+        "anthropic": ("chat", "anthropic"),
         "gemini": ("generate_content", "gcp.gemini"), "gemini-node": ("generate_content", "gcp.gemini")}
 
 
@@ -251,11 +256,11 @@ def test_an_answered_503_and_its_retry_are_one_call(tmp_path, sdk, scheme):
 
 def test_a_new_tls_connection_times_its_handshake(streamed):
     """OpenSSL's handshake (SSL_do_handshake returning 1) between the TCP connect
-    and the first request byte; Go's crypto/tls handshake is not hooked (docs/tls.md),
-    and Node's, driven inside SSL_read on a memory BIO, is not timed apart
+    and the first request byte; Go's crypto/tls handshake and rustls's are not hooked
+    (docs/tls.md), and Node's, driven inside SSL_read on a memory BIO, is not timed apart
     (docs/client-calls.md)."""
     first = next(iter(attempts_of(streamed["report"]).values()))[0]
-    if streamed["scheme"] != "https" or streamed["sdk"] == "go" or streamed["sdk"] in NODE_CLIENTS:
+    if streamed["scheme"] != "https" or streamed["sdk"] in ("go", "rust") or streamed["sdk"] in NODE_CLIENTS:
         assert first["t_tls_done_ns"] is None
         return
     assert first["t_connect_end_ns"] < first["t_tls_done_ns"] <= first["t_ingress_ns"]

@@ -12,6 +12,11 @@
    socket write that carried it.
 3. A connection that sends a TLS ClientHello to a plain HTTP/1.1 server moves
    bytes nothing recognises: the report counts and names it.
+4. A Rust server on hyper and tokio-rustls (rustls compiled in, its symbols
+   kept: tests/programs/rustls_sse), called by a Rust client: every call is
+   found with its exact chunks at the server's clock, on its connection, and
+   no connection is left unrecognised. (The client's side of the same
+   programs is in test_client_calls.py.)
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from tests.integration.e2e.test_stream_shapes import write_errors
 from tests.support.kernel import needs_root
 from tests.support.paths import PROGRAMS, SERVERS
 from tests.support.processes import Recorder, report_json_text, stop_process
+from tests.support.rust import rustls_program
 from tests.support.tls import self_signed_certificate
 
 pytestmark = [needs_root, pytest.mark.bpf]
@@ -238,3 +244,44 @@ def test_a_tls_connection_open_before_attach_is_picked_up_at_its_next_record(tmp
     assert {r["transport"] for r in recorded} == {"tls"} and len({r["conn"] for r in recorded}) == 1
     (conn_json,) = [c for c in report["connections"] if c["conn_id"] == recorded[0]["conn"]]
     assert conn_json["fd"] >= 0  # the socket seeded at attach: the session was tied to it
+
+
+def test_a_rust_server_s_rustls_plaintext_is_read(tmp_path):
+    log = tmp_path / "server.log"
+    env = {**self_signed_certificate(tmp_path), "PATH": "/usr/bin:/bin"}
+    server = subprocess.Popen([str(rustls_program("rustls_sse_server")), str(log)],
+                              stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        port = int(server.stdout.readline())
+        client = subprocess.Popen([str(rustls_program("rustls_sse_client")), f"https://127.0.0.1:{port}",
+                                   str(CALLS), str(TOKENS)],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert client.stdout.readline().strip() == "ready"   # its warm-up call made, before the tracer
+        recording = tmp_path / "run.ipr"
+        rec = Recorder([server.pid], recording, "--duration", "60")
+        out, _ = client.communicate("go\n", timeout=60)
+        time.sleep(0.3)
+        rec.stop()
+    finally:
+        stop_process(server)
+    report = report_json(recording)
+    calls = [json.loads(line) for line in out.splitlines()]
+    served = [json.loads(line) for line in log.read_text().splitlines()][1:]   # less the warm-up
+    recorded = sorted(report["requests"], key=lambda r: r["t_ingress_ns"])
+    assert len(recorded) == len(calls) == len(served) == CALLS
+    errors = []
+    for rec_, call, srv in zip(recorded, calls, served, strict=True):
+        assert rec_["transport"] == "tls" and rec_["outcome"] == "complete" and rec_["status"] == 200
+        assert rec_["path"] == call["path"] == srv["path"] and rec_["model"] == call["model"]
+        assert len(rec_["token_ns"]) == TOKENS == len(call["received_ns"]) == len(srv["token_ns"])
+        errors += write_errors(rec_["token_ns"], srv)
+        assert all(t < r for t, r in zip(rec_["token_ns"], call["received_ns"], strict=True))
+        assert call["began_ns"] < rec_["t_ingress_ns"] and rec_["t_end_ns"] < call["returned_ns"]
+    within_tolerance(errors)
+    connections = {c["conn_id"]: c for c in report["connections"]}
+    (conn,) = {rec_["conn"] for rec_ in recorded}   # one pooled connection, opened after attach
+    assert connections[conn]["peer"] == "127.0.0.1" and connections[conn]["fd"] >= 0
+    assert report["unrecognised_connections"] == 0 and report["lost_events"] == 0
+    raw = recording.read_bytes()
+    for secret in (MARKER, SECRET, "say something"):
+        assert secret.encode() not in raw and secret not in json.dumps(report)
