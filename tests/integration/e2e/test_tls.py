@@ -285,3 +285,44 @@ def test_a_rust_server_s_rustls_plaintext_is_read(tmp_path):
     raw = recording.read_bytes()
     for secret in (MARKER, SECRET, "say something"):
         assert secret.encode() not in raw and secret not in json.dumps(report)
+
+
+def test_concurrent_rustls_connections_keep_their_own_requests(tmp_path):
+    """Each rustls connection is tied to the socket its thread read last when its
+    plaintext first moves (docs/tls.md): with 16 clients at once on the server's two
+    worker threads, every request still lands on its own connection, whole, in the
+    order its client sent it (each client alternates two models)."""
+    clients_n, calls = 16, 5
+    env = {**self_signed_certificate(tmp_path), "PATH": "/usr/bin:/bin"}
+    server = subprocess.Popen([str(rustls_program("rustls_sse_server")), str(tmp_path / "server.log")],
+                              stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        port = int(server.stdout.readline())
+        clients = [subprocess.Popen([str(rustls_program("rustls_sse_client")), f"https://127.0.0.1:{port}",
+                                     str(calls), str(TOKENS)],
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                   for _ in range(clients_n)]
+        for client in clients:
+            assert client.stdout.readline().strip() == "ready"
+        recording = tmp_path / "run.ipr"
+        rec = Recorder([server.pid], recording, "--duration", "60")
+        for client in clients:
+            client.stdin.write("go\n")
+            client.stdin.flush()
+        for client in clients:
+            client.communicate(timeout=60)
+            assert client.returncode == 0
+        time.sleep(0.3)
+        rec.stop()
+    finally:
+        stop_process(server)
+    report = report_json(recording)
+    by_conn: dict[int, list[dict]] = {}
+    for r in sorted(report["requests"], key=lambda r: r["t_ingress_ns"]):
+        by_conn.setdefault(r["conn"], []).append(r)
+    assert len(by_conn) == clients_n
+    for requests in by_conn.values():
+        assert [r["model"] for r in requests] == [f"rust-test-{k % 2}" for k in range(calls)]
+        assert all(r["outcome"] == "complete" and r["status"] == 200 and len(r["token_ns"]) == TOKENS
+                   for r in requests)
+    assert report["unrecognised_connections"] == 0 and report["lost_events"] == 0
