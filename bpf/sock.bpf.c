@@ -1001,7 +1001,8 @@ struct tls_call_key {
 struct tls_call {
     u64 session;
     u64 buf;
-    u64 len_out;     /* SSL_read_ex/SSL_write_ex: where the library stores the byte count, else 0 */
+    u64 len_out;     /* SSL_read_ex/SSL_write_ex: where the library stores the byte count; rustls from an
+                      * older rustc: where its Result goes (TLS_RESULT_RUST); else 0 */
     u64 ts_ns;
     u32 dir;
     s32 fd;          /* the socket, where the library's structures name it (Go), else -1 */
