@@ -2536,10 +2536,13 @@ static __always_inline int rustls_socket_of(u32 tgid, struct tls_call *call, s32
     struct sock_key skey = {.pid = tgid, .fd = conn.fd};
     struct conn_state *sock = conn.fd >= 0 ? bpf_map_lookup_elem(&socks, &skey) : 0;
     if (!sock || sock->conn_id != conn.conn_id) {
-        /* first seen, or the connection it named closed and the memory was reused */
+        /* First seen, or the connection it named closed and the memory was
+         * reused. A socket that carried plain HTTP is never a rustls
+         * connection's: a gateway that read a request from its client and
+         * writes it on over a new rustls connection keeps both. */
         skey.fd = last_read_fd;
         sock = last_read_fd >= 0 ? bpf_map_lookup_elem(&socks, &skey) : 0;
-        if (!sock) {
+        if (!sock || (sock->http_seen && !sock->tls)) {
             count(COUNTER_TLS_UNTIED);
             return 0;
         }
