@@ -402,9 +402,10 @@ def _matching(data: mmap.mmap, elf: ELFFile, regex: re.Pattern[bytes], types: tu
         if not isinstance(section, SymbolTableSection) or section["sh_type"] == "SHT_NOBITS":
             continue
         strtab = elf.get_section(section["sh_link"])
-        names = data[strtab["sh_offset"] : strtab["sh_offset"] + strtab["sh_size"]]
-        if needle is not None and needle not in names:
-            continue
+        start, end = strtab["sh_offset"], strtab["sh_offset"] + strtab["sh_size"]
+        if needle is not None and data.find(needle, start, end) < 0:
+            continue   # searched in place: a copy of libtorch's names alone is ~100 MB
+        names = data[start:end]
         table = data[section["sh_offset"] : section["sh_offset"] + section["sh_size"]]
         table = table[: len(table) - len(table) % struct.calcsize(fmt)]
         for sym in struct.iter_unpack(fmt, table):

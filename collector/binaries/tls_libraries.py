@@ -163,8 +163,14 @@ def rustls_abi(read_code: bytes, write_code: bytes) -> str | None:
 def _rustls_functions(host_path: str, file_key: tuple[int, int]) -> tuple[dict[str, int], str | None]:
     """rustls's Reader::read and Writer::write in a file that keeps its symbols, and how
     they return (rustls_abi); ({}, None) for a file without them (most: stripped, or no
-    Rust). The section headers are read first, so a stripped file costs ~0.1 ms."""
-    if not has_symtab(host_path):
+    Rust). The section headers are read first, so a stripped file costs ~0.1 ms; an
+    unstripped one costs a search of its symbol names (~1 ms per MB of file), so files
+    past LINKED_TLS_SCAN_BYTES (ML libraries: libtorch_cpu's names alone are 76 MB, 70 ms)
+    are not searched, as for the version."""
+    try:
+        if os.path.getsize(host_path) > LINKED_TLS_SCAN_BYTES or not has_symtab(host_path):
+            return {}, None
+    except OSError:
         return {}, None
     found: dict[str, int] = {}
     sizes: dict[str, int] = {}
