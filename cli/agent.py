@@ -150,7 +150,7 @@ def agent(all_hosts, ports, comm, cgroup, ring_dir, keep, segment, max_cpu, otlp
         started = time.monotonic()
 
         def closing_stats() -> dict:
-            counters = tracer.counters()
+            counters = session.counters() if session is not None else tracer.counters()
             reader = session.reader if session is not None else None
             return {"duration_s": time.monotonic() - started, "lost_events": counters["events_lost"],
                     "events_received": reader.events if reader else 0, "rss_kb": own_rss_kb(),

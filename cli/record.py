@@ -262,7 +262,7 @@ def record(pids, all_hosts, ports, comm, cgroup, duration, output, ringbuf_mb,
             if filters is not None and live is not None and live.metrics is not None:
                 live.metrics.set_targets(host_wide_set(tracer).target_names())
             sys.stdout.flush()
-            counters = tracer.counters()
+            counters = session.counters()
             lost = counters["events_lost"]
             stats = {"t": now - session.started, "lost_events": counters["events_lost"],
                      "clock": measure_offset().as_dict(), "rss_kb": own_rss_kb(), **counters}
@@ -289,7 +289,7 @@ def record(pids, all_hosts, ports, comm, cgroup, duration, output, ringbuf_mb,
         writer.add_snapshot("processes", identities.snapshot())
         for name, data in tracer.snapshots().items():
             writer.add_snapshot(name, data)
-        counters = tracer.counters()
+        counters = session.counters()
         if status_line:
             click.echo("", err=True)
         final: dict[str, Any] = {  # the recording's closing summary, JSON

@@ -35,6 +35,13 @@ class EventStream:
         """HTTP/2 connections whose HPACK tables are held now (bounded; closed ones are dropped)."""
         return self._header_pieces.blocks.connections if self._header_pieces is not None else 0
 
+    @property
+    def h2_requests(self) -> int:
+        """HTTP/2 requests whose header block was decoded so far: the kernel's request count
+        (COUNTER_REQUESTS) is of HTTP/1 request lines, since an HTTP/2 request is known as
+        one only once HPACK is decoded here."""
+        return self._header_pieces.blocks.requests if self._header_pieces is not None else 0
+
     def poll(self, timeout_ms: int) -> int:
         """Waits up to timeout_ms for events, then takes everything committed."""
         received = self._ring.poll(timeout_ms)

@@ -72,6 +72,14 @@ class Session:
         if self.stop_reason is None:
             self.stop_reason = reason
 
+    def counters(self) -> dict[str, int]:
+        """The kernel's counters, with `requests` counting HTTP/2 requests as well as HTTP/1
+        request lines (h2_requests: those of them decoded here)."""
+        counters = self.tracer.counters()
+        counters["h2_requests"] = self.reader.h2_requests
+        counters["requests"] += counters["h2_requests"]
+        return counters
+
     def elapsed(self) -> float:
         return time.monotonic() - self.started
 

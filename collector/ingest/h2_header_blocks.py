@@ -109,6 +109,7 @@ class HeaderBlocks:
         self._conns: OrderedDict[int, dict[int, _Direction]] = OrderedDict()   # least recently fed first
         self._gave_way: OrderedDict[int, None] = OrderedDict()
         self._max = max_connections
+        self.requests = 0   # request header blocks decoded (a :method in a HEADERS block), either side
 
     @property
     def connections(self) -> int:
@@ -179,6 +180,8 @@ class HeaderBlocks:
             except HpackError:
                 fields = {}
         del block
+        if b":method" in fields and first.frame_type == H2FrameType.HEADERS:
+            self.requests += 1
         return encode_event(piece, first, fields, lost=d.table.lost)
 
 

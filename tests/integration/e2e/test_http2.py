@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import json
 import random
+import re
 import statistics
 import string
 import subprocess
@@ -109,7 +110,7 @@ def recorded(tmp_path_factory) -> dict:
             calls = {kind: run_clients(kind, port) for kind, (_, port) in servers.items()}
             time.sleep(0.3)   # the server's close() of the clients' connections reaches the tracer
         finally:
-            rec.stop()
+            recorder_out, _ = rec.stop()
     finally:
         for server, _ in servers.values():
             stop_process(server)
@@ -118,7 +119,7 @@ def recorded(tmp_path_factory) -> dict:
     cases = {kind: {"kind": kind, "pid": server.pid, "calls": calls[kind],
                     "report": report_of_pid(report, server.pid)} for kind, (server, _) in servers.items()}
     return {"cases": cases, "skipped": skipped, "recording": recording, "report": report, "json": report_raw,
-            "text": text}
+            "text": text, "recorder_out": recorder_out}
 
 
 @pytest.fixture(params=SERVER_KINDS)
@@ -305,3 +306,16 @@ def test_the_client_side_of_grpc_calls(tmp_path):
             assert len(req["token_ns"]) == len(call["received_ns"])
             gaps += [got - read for got, read in zip(call["received_ns"], req["token_ns"], strict=True)]
     assert min(gaps) > 0 and statistics.median(gaps) < MEDIAN_GAP_NS
+
+
+def test_the_recorder_s_closing_line_counts_http2_requests(recorded):
+    """An HTTP/2 request is known as one only once its header block is decoded in user
+    space, so the kernel's request count (HTTP/1 request lines) missed them: record said
+    "0 requests" for a recording of gRPC calls (issue 39). Its closing line now counts
+    them: every request of the report, plus our own metric scrapes it names."""
+    line = re.search(r"inferprobe: wrote \S+: (\d+) requests(?: \((\d+) of them our own metric scrapes\))?",
+                     recorded["recorder_out"])
+    assert line, recorded["recorder_out"]
+    h2 = [r for r in recorded["report"]["requests"] if r["protocol"] == "h2"]
+    assert h2 and int(line[1]) - int(line[2] or 0) == len(recorded["report"]["requests"]), (
+        line[0], len(recorded["report"]["requests"]), len(h2))

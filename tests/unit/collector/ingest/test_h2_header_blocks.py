@@ -116,3 +116,20 @@ def test_a_long_path_keeps_its_two_ends_as_the_kernel_keeps_a_request_lines():
     assert path_of(VERTEX + "?alt=sse") == "/v1/projects/inference-team/loca…nnet-4@20250514:streamRawPredict"
     assert path_of("/" + "a" * 63) == "/" + "a" * 63  # PATH_MAX_BYTES: whole
     assert path_of("/" + "b" * 300) == "/" + "b" * 63  # no end within PATH_SCAN_BYTES: its start
+
+
+def test_request_blocks_are_counted_and_responses_trailers_and_promises_are_not():
+    """The recorder's request count takes HTTP/2 requests from here (EventStream.h2_requests)."""
+    blocks = HeaderBlocks()
+    request = request_block()
+    blocks.feed(piece(request, len(request)))
+    response = Encoder().encode([(":status", "200"), ("content-type", "application/grpc")])
+    blocks.feed(piece(response, len(response), direction=1))
+    trailers = Encoder().encode([("grpc-status", "0")])
+    blocks.feed(piece(trailers, len(trailers), flags=END_HEADERS | END_STREAM, direction=1))
+    promise = bytes(4) + Encoder().encode([(":method", "GET"), (":path", "/pushed")])
+    blocks.feed(piece(promise, len(promise), frame_type=H2FrameType.PUSH_PROMISE, direction=1, stream_id=3))
+    assert blocks.requests == 1
+    request = Encoder().encode([(":method", "POST"), (":path", "/v1/chat/completions")])
+    blocks.feed(piece(request, len(request), stream_id=5))
+    assert blocks.requests == 2
