@@ -848,9 +848,6 @@ int tcp_rcv_space_adjust(struct trace_event_raw_tcp_event_sk *args)
     return conn_event_submit(ev);
 }
 
-/* Which counter a connection that moved bytes nothing recognised goes to:
- * local IPC, TLS ciphertext a hooked library read over (no plaintext came),
- * or traffic inferprobe could not read (analyzers/unread_traffic.py). */
 /* A TLS session of a target process: the library's handle for it (SSL *,
  * Go's *tls.Conn) and the connection state the classifier keeps, as socks
  * keeps it for a plain socket. */
@@ -883,6 +880,9 @@ static __always_inline void rustls_session_closed(u32 tgid, u64 conn_id)
     bpf_map_delete_elem(&tls_sessions, &key);
 }
 
+/* Which counter a connection that moved bytes nothing recognised goes to:
+ * local IPC, TLS ciphertext a hooked library read over (no plaintext came),
+ * or traffic inferprobe could not read (analyzers/unread_traffic.py). */
 static __always_inline u32 unread_counter(u32 local_ipc, u32 tls_read_over)
 {
     if (local_ipc)
@@ -980,7 +980,6 @@ struct {
     __type(key, u32);
     __type(value, u32);
 } classifiers_tls SEC(".maps");
-
 
 /* An SSL_read/SSL_write (or Go Read/Write) under way, from its entry probe
  * to its return probe: per thread for OpenSSL; per goroutine for Go, which
@@ -2521,7 +2520,6 @@ struct {
     __type(key, struct rustls_key);
     __type(value, struct rustls_conn);
 } rustls_conns SEC(".maps");
-
 
 /* The socket under a rustls call's connection pointer: remembered, while it
  * is still the same connection, or else the one the thread read last (then
