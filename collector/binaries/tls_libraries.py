@@ -159,7 +159,15 @@ def rustls_abi(read_code: bytes, write_code: bytes) -> str | None:
     return read if read == write else None
 
 
-@lru_cache(maxsize=512)
+# The per-file answers kept: more than all the files a host's serving processes map. The
+# TLS set asks again for every mapped file of every target each second (refresh), so a
+# smaller cache (512) thrashed under the stream-shape tests' dozen servers: each second
+# re-read hundreds of symbol tables, and the recorder's CPU made granian's token writes
+# late against its own clock (median 140-161 us against the test's 100 us bound).
+FILES_LOOKED_AT = 8192
+
+
+@lru_cache(maxsize=FILES_LOOKED_AT)
 def _rustls_functions(host_path: str, file_key: tuple[int, int]) -> tuple[dict[str, int], str | None]:
     """rustls's Reader::read and Writer::write in a file that keeps its symbols, and how
     they return (rustls_abi); ({}, None) for a file without them (most: stripped, or no
