@@ -24,7 +24,7 @@ from tests.support.cli import run_doctor
 from tests.support.kernel import needs_root
 from tests.support.paths import SERVERS
 from tests.support.processes import stop_process
-from tests.support.rust import rustls_program
+from tests.support.rust import start_rustls_server
 from tests.support.tls import self_signed_certificate
 
 pytestmark = needs_root
@@ -89,11 +89,8 @@ def test_a_process_with_only_openssl_names_no_rustls():
 
 
 def test_a_rust_server_that_keeps_its_symbols_has_its_rustls_hooked(tmp_path):
-    env = {**self_signed_certificate(tmp_path), "PATH": "/usr/bin:/bin"}
-    server = subprocess.Popen([str(rustls_program("rustls_sse_server")), str(tmp_path / "log")],
-                              stdout=subprocess.PIPE, text=True, env=env)
+    server, _ = start_rustls_server(tmp_path, tmp_path / "log")   # listening
     try:
-        int(server.stdout.readline())   # listening
         lines = tls_lines(server.pid)
     finally:
         stop_process(server)

@@ -36,7 +36,7 @@ from tests.integration.e2e.test_stream_shapes import write_errors
 from tests.support.kernel import needs_root
 from tests.support.paths import PROGRAMS, SERVERS
 from tests.support.processes import Recorder, report_json_text, stop_process
-from tests.support.rust import rustls_program
+from tests.support.rust import rustls_program, start_rustls_server
 from tests.support.tls import self_signed_certificate
 
 pytestmark = [needs_root, pytest.mark.bpf]
@@ -248,11 +248,8 @@ def test_a_tls_connection_open_before_attach_is_picked_up_at_its_next_record(tmp
 
 def test_a_rust_server_s_rustls_plaintext_is_read(tmp_path):
     log = tmp_path / "server.log"
-    env = {**self_signed_certificate(tmp_path), "PATH": "/usr/bin:/bin"}
-    server = subprocess.Popen([str(rustls_program("rustls_sse_server")), str(log)],
-                              stdout=subprocess.PIPE, text=True, env=env)
+    server, port = start_rustls_server(tmp_path, log)
     try:
-        port = int(server.stdout.readline())
         client = subprocess.Popen([str(rustls_program("rustls_sse_client")), f"https://127.0.0.1:{port}",
                                    str(CALLS), str(TOKENS)],
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -293,11 +290,8 @@ def test_concurrent_rustls_connections_keep_their_own_requests(tmp_path):
     worker threads, every request still lands on its own connection, whole, in the
     order its client sent it (each client alternates two models)."""
     clients_n, calls = 16, 5
-    env = {**self_signed_certificate(tmp_path), "PATH": "/usr/bin:/bin"}
-    server = subprocess.Popen([str(rustls_program("rustls_sse_server")), str(tmp_path / "server.log")],
-                              stdout=subprocess.PIPE, text=True, env=env)
+    server, port = start_rustls_server(tmp_path, tmp_path / "server.log")
     try:
-        port = int(server.stdout.readline())
         clients = [subprocess.Popen([str(rustls_program("rustls_sse_client")), f"https://127.0.0.1:{port}",
                                      str(calls), str(TOKENS)],
                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
