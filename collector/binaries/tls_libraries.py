@@ -160,10 +160,8 @@ def rustls_abi(read_code: bytes, write_code: bytes) -> str | None:
 
 
 # The per-file answers kept: more than all the files a host's serving processes map. The
-# TLS set asks again for every mapped file of every target each second (refresh), so a
-# smaller cache (512) thrashed under the stream-shape tests' dozen servers: each second
-# re-read hundreds of symbol tables, and the recorder's CPU made granian's token writes
-# late against its own clock (median 140-161 us against the test's 100 us bound).
+# TLS set asks again about every mapped file of every target each second (refresh), and a
+# miss costs a symbol-table search. (The stream-shape tests' dozen servers map 110.)
 FILES_LOOKED_AT = 8192
 
 
