@@ -22,6 +22,7 @@ no conversion error.
 from __future__ import annotations
 
 import bisect
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -57,11 +58,18 @@ def measure_offset(tries: int = 5) -> OffsetSample:
 class WallClock:
     """Piecewise conversion from the samples seen so far (kept in time order)."""
 
+    # bounded by `keep` where set (the live export: LIVE_CLOCK_SAMPLES); a recording's: all of its samples
     samples: list[OffsetSample] = field(default_factory=list)
     steps: int = 0
     _keys: list[int] = field(default_factory=list, repr=False)
+    keep: int | None = None  # the most samples kept: beyond it the oldest go (times before use the oldest)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(self, sample: OffsetSample) -> None:
+        with self._lock:
+            self._add(sample)
+
+    def _add(self, sample: OffsetSample) -> None:
         if self.samples:
             last = self.samples[-1]
             if sample.monotonic_ns <= last.monotonic_ns:
@@ -73,12 +81,16 @@ class WallClock:
                 self.steps += 1
         self.samples.append(sample)
         self._keys.append(sample.monotonic_ns)
+        if self.keep is not None and len(self.samples) > self.keep:
+            del self.samples[: len(self.samples) - self.keep]
+            del self._keys[: len(self._keys) - self.keep]
 
     def to_wall_ns(self, monotonic_ns: int) -> int:
-        if not self.samples:
-            raise ValueError("no clock offset sample: cannot place kernel times on the wall clock")
-        i = bisect.bisect_right(self._keys, monotonic_ns) - 1
-        return monotonic_ns + self.samples[max(i, 0)].offset_ns
+        with self._lock:  # the span shipper's thread converts while the recording thread adds
+            if not self.samples:
+                raise ValueError("no clock offset sample: cannot place kernel times on the wall clock")
+            i = bisect.bisect_right(self._keys, monotonic_ns) - 1
+            return monotonic_ns + self.samples[max(i, 0)].offset_ns
 
     @classmethod
     def from_recording(cls, meta: dict, stats: list[dict]) -> WallClock:

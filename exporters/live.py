@@ -19,11 +19,17 @@ from inferprobe.collector.model.events import LlamaStepRecord, UsdtRecord
 from inferprobe.collector.model.ringbuf_format import iter_ring_records
 from inferprobe.collector.model.timeline import Request
 from inferprobe.collector.processes.containers import ProcessIdentities
+from inferprobe.collector.processes.targets import alive as process_alive
 from inferprobe.exporters.clock import WallClock, measure_offset
 from inferprobe.exporters.metrics import Metrics
 from inferprobe.exporters.otlp import SpanShipper
 
 CLOCK_RECHECK_NS = 1_000_000_000
+# How often the per-process state of processes that exited is looked for and dropped (no
+# event says a process exited: its sockets close with it, without a close() to see).
+PROCESS_SWEEP_NS = 10 * 1_000_000_000
+# Offset samples the live clock keeps (one a second: an hour); older times use the oldest kept.
+LIVE_CLOCK_SAMPLES = 3600
 
 
 @dataclass
@@ -31,20 +37,25 @@ class LiveStats:
     finished: int = 0
     undecodable: int = 0
     usdt_events: int = 0
+    processes_exited: int = 0  # processes whose state was dropped at their exit (forget_exited)
     extra: dict = field(default_factory=dict)
 
 
 class LiveExport:
     def __init__(self, clock: WallClock, shipper: SpanShipper | None = None, metrics: Metrics | None = None,
-                 identities: ProcessIdentities | None = None):
+                 identities: ProcessIdentities | None = None, alive: Callable[[int], bool] = process_alive):
         self.clock = clock
+        if clock.keep is None:
+            clock.keep = LIVE_CLOCK_SAMPLES  # bounded: one re-check a second for weeks otherwise
         # Where each request's process runs (container.id, k8s.pod.uid, the container_id label)
         self.identities = identities if identities is not None else ProcessIdentities()
         self.shipper = shipper
         self.metrics = metrics
         self.ingest = LiveIngest()
-        self._pending: list[bytes] = []
+        self._pending: list[bytes] = []  # bounded: emptied at every tick
         self._last_clock_check = time.monotonic_ns()
+        self._alive = alive
+        self._last_sweep = time.monotonic_ns()
         self.stats = LiveStats()
 
     # -- recording thread, per ring buffer chunk ------------------------------------
@@ -65,12 +76,29 @@ class LiveExport:
             self._feed([raw for chunk in chunks for raw in iter_ring_records(chunk)])
         self._harvest()
         now = time.monotonic_ns()
+        if now - self._last_sweep >= PROCESS_SWEEP_NS:
+            self._last_sweep = now
+            self.forget_exited()
         if now - self._last_clock_check >= CLOCK_RECHECK_NS:
             self._last_clock_check = now
             self.clock.add(measure_offset())
         if self.metrics is not None:
             dropped = self.shipper.stats.dropped if self.shipper is not None else 0
             self.metrics.set_totals(lost_events or 0, dropped)
+
+    def forget_exited(self) -> int:
+        """Drops the per-process state of the processes that exited (their connections end
+        as at a close; their requests go out at the next harvest). Returns how many processes."""
+        known = self.ingest.pids() | (self.metrics.pids() if self.metrics is not None else set())
+        gone = {pid for pid in known if not self._alive(pid)}
+        if gone:
+            self.stats.processes_exited += len(gone)
+            self.ingest.forget_processes(gone)
+            if self.metrics is not None:
+                for pid in gone:
+                    self.metrics.forget_process(pid)
+            self._harvest()
+        return len(gone)
 
     def observe_engine(self, scrape: dict) -> None:
         """One scrape of the engine's /metrics, beside the wire's numbers."""

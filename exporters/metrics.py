@@ -58,6 +58,8 @@ MAX_PEERS = 64
 # container id (collector/processes/containers.py; "" for a process in none), capped too.
 CONTAINER_LABEL = "container_id"
 MAX_CONTAINERS = 256
+# The target label: process names, over days of processes coming and going; capped too.
+MAX_TARGETS = 64
 
 
 class PortBusy(InferprobeError):
@@ -85,10 +87,13 @@ class Metrics:
 
     def __init__(self, targets: dict[int, str], container_label: bool = False):
         self.registry = CollectorRegistry(auto_describe=True)
-        self._targets = targets  # pid -> process name
+        self._targets = targets  # pid -> process name; replaced whole by set_targets (the live targets)
+        # label values seen, each bounded: MAX_ENDPOINTS, MAX_MODELS, MAX_CONTAINERS, MAX_TARGETS
+        # (so is every metric's set of label children: a product of capped values)
         self._endpoints: set[str] = set()
         self._models: set[str] = set()
         self._containers: set[str] = set()
+        self._target_names: set[str] = set()
         self._container_label = container_label
         extra = (CONTAINER_LABEL,) if container_label else ()
         labels, client_labels = (*LABELS, *extra), (*CLIENT_LABELS, *extra)
@@ -154,13 +159,14 @@ class Metrics:
             "gen_ai_client_operation_time_per_output_chunk_seconds",
             "Outbound call attempt: the gap between consecutive token chunks read.",
             client_labels, buckets=ITL_BUCKETS, registry=r)
-        self._peers: set[str] = set()
+        self._peers: set[str] = set()  # bounded: MAX_PEERS
         self._lost_seen = 0
         self._dropped_seen = 0
         # The USDT steps and their requests, built by the ingest stage's own rules (which step a
         # token belongs to); kept for LIVE_STEPS_NS, so memory stays flat.
         self._usdt_steps = ServerViewBuilder()
         self._usdt_forgotten_ns = 0
+        # per pid, each dropped at the process's exit (forget_process)
         self._step_before: dict[int, DecodeStep] = {}  # pid -> the step before its last one
         self._stalled: dict[int, DecodeStep] = {}  # pid -> its last step whose stall was observed
         self._llama_last: dict[int, DecodeStep] = {}  # pid -> its last llama.cpp step
@@ -171,7 +177,19 @@ class Metrics:
         self._targets = dict(targets)
 
     def target(self, pid: int) -> str:
-        return self._targets.get(pid) or next(iter(self._targets.values()), "unknown")
+        name = self._targets.get(pid) or next(iter(self._targets.values()), "unknown")
+        return capped(name, self._target_names, MAX_TARGETS)
+
+    def pids(self) -> set[int]:
+        """The processes some per-process state is kept for."""
+        return set(self._step_before) | set(self._stalled) | set(self._llama_last) | self._usdt_steps.pids()
+
+    def forget_process(self, pid: int) -> None:
+        """pid exited: its step state goes (its label children stay: they are counters)."""
+        self._step_before.pop(pid, None)
+        self._stalled.pop(pid, None)
+        self._llama_last.pop(pid, None)
+        self._usdt_steps.forget_process(pid)
 
     def _endpoint(self, req: Request) -> str:
         return capped(req.endpoint, self._endpoints, MAX_ENDPOINTS)

@@ -20,6 +20,7 @@ import queue
 import socket
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,6 +41,8 @@ from inferprobe.exporters.spans import (
 )
 
 PROTOCOLS = ("grpc", "http/protobuf")
+# Per-process OTLP resources kept (days of short-lived processes): least recently used go first.
+MAX_RESOURCES = 1024
 DEFAULT_ENDPOINTS = {"grpc": "http://localhost:4317", "http/protobuf": "http://localhost:4318"}
 HTTP_TRACES_PATH = "/v1/traces"
 
@@ -272,7 +275,8 @@ class SpanShipper:
         self._server = server or ServerInfo()
         self._max_token_events = max_token_events
         self._resource_for_pid = resource_for_pid
-        self._resources: dict[int, Resource] = {}
+        # pid -> its resource, the worker thread's; bounded: MAX_RESOURCES, least recently used first out
+        self._resources: OrderedDict[int, Resource] = OrderedDict()
         self._resource_cls = Resource
         self._scope = InstrumentationScope("inferprobe", _version())
         self._ids = RandomIdGenerator()
@@ -330,6 +334,10 @@ class SpanShipper:
         res = self._resources.get(pid)
         if res is None:
             res = self._resources[pid] = self._resource_cls.create(self._resource_for_pid(pid))
+            if len(self._resources) > MAX_RESOURCES:  # made again if asked for: nothing is lost
+                self._resources.popitem(last=False)
+        else:
+            self._resources.move_to_end(pid)
         return res
 
     def _next_batch(self) -> list[tuple[Request | ClientCall, Any]]:

@@ -23,17 +23,20 @@ class Probe:
     on_return: bool = False  # a uretprobe on the function at address
 
 
-def attach_functions(bpf, path: str, pid: int,
-                     functions: Iterable[tuple[str, Iterable[Probe]]]) -> tuple[list[str], dict[str, str]]:
+def attach_functions(bpf, path: str, pid: int, functions: Iterable[tuple[str, Iterable[Probe]]],
+                     links: list | None = None) -> tuple[list[str], dict[str, str]]:
     """(function name, its probes) for each function: (hooked names, name -> why not).
 
-    bpf is the object holding the set's programs (BpfObject)."""
+    bpf is the object holding the set's programs (BpfObject); links, where given, gets
+    each attachment made (for a caller that detaches them when the process exits)."""
     hooked: list[str] = []
     failed: dict[str, str] = {}
     for name, probes in functions:
         try:
             for probe in probes:
-                attach_probe(bpf, path, pid, probe)
+                link = attach_probe(bpf, path, pid, probe)
+                if links is not None and link is not None:
+                    links.append(link)
         except Exception as err:  # LibbpfError, or an ELF reader's: a dead pid, the probe limit
             failed[name] = str(err)
             continue
@@ -41,9 +44,10 @@ def attach_functions(bpf, path: str, pid: int,
     return hooked, failed
 
 
-def attach_probe(bpf, path: str, pid: int, probe: Probe) -> None:
-    """One probe in pid; raises what the library raised when it cannot be attached."""
-    bpf.attach_uprobe(probe.program, pid, path, _file_offset(path, probe.address), on_return=probe.on_return)
+def attach_probe(bpf, path: str, pid: int, probe: Probe):
+    """One probe in pid, its link; raises what the library raised when it cannot be attached."""
+    return bpf.attach_uprobe(probe.program, pid, path, _file_offset(path, probe.address),
+                             on_return=probe.on_return)
 
 
 def _file_offset(path: str, vaddr: int) -> int:

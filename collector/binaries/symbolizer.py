@@ -60,6 +60,12 @@ PYTHON_HOWTO = (
 )
 
 
+# Processes a symbolizer remembers (a recording host-wide for days); exited ones go first.
+MAX_PROCESSES = 4096
+# Thread names kept per process (a server that starts a thread per request).
+MAX_THREADS = 4096
+
+
 @lru_cache(maxsize=1)
 def _cxa_demangle():
     lib = ctypes.util.find_library("stdc++")
@@ -205,10 +211,16 @@ def _is_after_call(before: bytes) -> bool:
 class Symbolizer:
     """Per-process maps and per-file symbol tables, kept for the whole recording."""
 
-    def __init__(self) -> None:
+    def __init__(self, alive=None) -> None:
+        # pid -> maps and threads, kept past its exit (stacks are named at stop); bounded:
+        # beyond MAX_PROCESSES the longest-known exited one goes (counted in processes_evicted)
         self.processes: dict[int, ProcessInfo] = {}
+        # file identity -> its symbols (bounded by the files mapped), and (pid, path) aliases: dropped
+        # with the process
         self._tables: dict[tuple, ElfFile | None] = {}
         self._kallsyms: Kallsyms | None = None
+        self._alive = alive if alive is not None else (lambda pid: os.path.isdir(f"/proc/{pid}"))
+        self.processes_evicted = 0  # exited processes forgotten at the bound: their frames stay unnamed
 
     # -- what the targets look like while they live
 
@@ -228,6 +240,8 @@ class Symbolizer:
         if info is None:
             info = ProcessInfo(pid, comm, exe, maps)
             self.processes[pid] = info
+            if len(self.processes) > MAX_PROCESSES:
+                self._evict_exited()
         else:
             # Keep mappings that were unmapped since (a dlclose'd library's
             # samples still need their names); the newest wins on overlap.
@@ -240,12 +254,24 @@ class Symbolizer:
             name = _read(f"/proc/{pid}/task/{tid_dir}/comm")
             if name is not None:
                 info.threads[int(tid_dir)] = name.strip()
+        while len(info.threads) > MAX_THREADS:  # bounded: the longest-known thread names go first
+            del info.threads[next(iter(info.threads))]
         perf_text = _read(f"/proc/{pid}/root/tmp/perf-{pid}.map") or _read(f"/tmp/perf-{pid}.map")
         if perf_text is not None:
             info.perf_map = PerfMap.parse(perf_text)
         for m in maps if read_files else ():
             if m.is_file:
                 self._table_for(pid, m)  # read ELF files while /proc/PID/root still leads to them
+
+    def _evict_exited(self) -> None:
+        """Forgets the exited process known longest (a live one is never forgotten)."""
+        for pid in self.processes:
+            if not self._alive(pid):
+                del self.processes[pid]
+                for key in [k for k in self._tables if len(k) == 2 and k[0] == pid]:
+                    del self._tables[key]
+                self.processes_evicted += 1
+                return
 
     # -- resolution
 

@@ -93,7 +93,7 @@ class H2Streams:
         self._requests = requests
         self._stats = stats
         self._peer_of = peer_of
-        self._conns: dict[int, _H2Conn] = {}
+        self._conns: dict[int, _H2Conn] = {}  # dropped at CONN_CLOSE or its process's exit (on_close)
 
     def feed(self, ev: H2FramesRecord | H2HeadersRecord) -> None:
         conn = self._conns.setdefault(ev.conn_id, _H2Conn())
@@ -240,14 +240,14 @@ class H2Streams:
         req.end_reason = reason
 
     # -- connection end -----------------------------------------------------------
-    def on_close(self, conn_id: int, ts: int) -> None:
+    def on_close(self, conn_id: int, ts: int, reason: str = "close") -> None:
         conn = self._conns.pop(conn_id, None)
         if conn is None:
             return
         for block in conn.pending:
             self._on_headers(conn, block)
         for sid in list(conn.streams):
-            self._end(conn, sid, ts, Outcome.ABORTED, "close")
+            self._end(conn, sid, ts, Outcome.ABORTED, reason)
 
     def finish(self) -> None:
         for conn in self._conns.values():

@@ -122,7 +122,7 @@ class LiveIngest:
         self.undecodable = 0
         self._announced = 0  # sessionizer.requests[:_announced] were handed out as started
         self._clock = clock
-        self._held: list[Event] = []  # decoded, not yet REORDER_WINDOW_NS old
+        self._held: list[Event] = []  # bounded: decoded events not yet REORDER_WINDOW_NS old
 
     def feed(self, raw_events: Iterable[bytes]) -> list[Event]:
         """Decodes and feeds one batch; returns its decoded events in the order given."""
@@ -148,17 +148,19 @@ class LiveIngest:
                 self.sessionizer.feed(ev)
 
     def harvest(self) -> tuple[list[Request], list[Request]]:
-        """(started, ended) since the last call, the ended ones correlated."""
+        """(started, ended) since the last call, the ended ones correlated. Ended: a
+        request with an end time, or one given up on without one (end_reason set: an
+        HTTP/2 connection whose frames were no longer followed); nothing more comes for it."""
         self._release(self._clock() - REORDER_WINDOW_NS)
         s = self.sessionizer
         started = s.requests[self._announced:]
         ended, open_, last_end = [], [], 0
         for r in s.requests:
-            if r.t_end_ns is None:
+            if r.t_end_ns is None and r.end_reason is None:
                 open_.append(r)
             else:
                 ended.append(r)
-                last_end = max(last_end, r.t_end_ns)
+                last_end = max(last_end, r.t_end_ns or 0)
         if ended:
             s.requests = open_
             cutoff = last_end - SERVER_MEMORY_NS
@@ -175,6 +177,26 @@ class LiveIngest:
                 del s.connections[cid]
         self._announced = len(s.requests)
         return started, ended
+
+    def pids(self) -> set[int]:
+        """The processes some state is kept for (connections, the server's view)."""
+        return self.sessionizer.pids() | self.server.pids()
+
+    def forget_processes(self, gone: Iterable[int]) -> int:
+        """Those processes exited: their connections end as at a close (exit closes a
+        process's sockets without a close() the kernel reports) and their server-side
+        state goes; the requests ended so go out at the next harvest(). Events still
+        held for them are fed first. Returns how many connections ended."""
+        gone = set(gone)
+        if not gone:
+            return 0
+        now = self._clock() - REORDER_WINDOW_NS
+        self._release(now)
+        ended = 0
+        for pid in sorted(gone):
+            ended += self.sessionizer.forget_process(pid, int(now))
+            self.server.forget_process(pid)
+        return ended
 
     def finish(self) -> list[Request]:
         """Ends the stream: the requests still open, marked incomplete."""

@@ -35,6 +35,10 @@ class ServerView:
         return not self.probes_seen
 
 
+# Server requests kept unended (a live view's: their request_end may have been lost).
+MAX_OPEN_REQUESTS = 65536
+
+
 def _arg(ev: UsdtRecord, index: int) -> int | None:
     return ev.args[index] if index < len(ev.args) else None
 
@@ -47,10 +51,15 @@ class ServerViewBuilder:
     """
 
     def __init__(self) -> None:
+        # live (LiveIngest, Metrics): view.requests is dropped once ended (forget_before), at
+        # its process's exit (forget_process), and bounded: MAX_OPEN_REQUESTS, oldest first out
         self.view = ServerView()
-        self._open_steps: dict[tuple[int, int], DecodeStep] = {}  # (pid, step_id)
-        self._last_step: dict[int, DecodeStep] = {}  # pid -> the step that started last
-        self._open_spans: dict[tuple[UsdtProbe, int, int], tuple[int, int]] = {}  # -> (start, tid)
+        # (pid, step_id); dropped at its end, at its process's exit, or once older than forget_before's cut
+        self._open_steps: dict[tuple[int, int], DecodeStep] = {}
+        self._last_step: dict[int, DecodeStep] = {}  # pid -> the step that started last; dropped at exit
+        # -> (start, tid); dropped at its end, at its process's exit, or once older than forget_before's cut
+        self._open_spans: dict[tuple[UsdtProbe, int, int], tuple[int, int]] = {}
+        self.requests_evicted = 0  # server requests dropped unended at the MAX_OPEN_REQUESTS bound
 
     def last_step(self, pid: int) -> DecodeStep | None:
         """The step pid started last: the one its tokens now go to."""
@@ -58,9 +67,13 @@ class ServerViewBuilder:
 
     def request(self, ev: UsdtRecord) -> ServerRequest:
         key = (ev.pid, ev.args[0])
-        found = self.view.requests.get(key)
+        requests = self.view.requests
+        found = requests.get(key)
         if found is None:
-            found = self.view.requests[key] = ServerRequest(pid=ev.pid, req_id=ev.args[0])
+            found = requests[key] = ServerRequest(pid=ev.pid, req_id=ev.args[0])
+            if len(requests) > MAX_OPEN_REQUESTS:  # a lost request_end: the oldest seen goes
+                del requests[next(iter(requests))]
+                self.requests_evicted += 1
         return found
 
     def feed(self, ev: UsdtRecord) -> None:
@@ -134,11 +147,27 @@ class ServerViewBuilder:
             step.requests.add(req.req_id)
             req.steps.append(step)
 
+    def pids(self) -> set[int]:
+        """The processes some state is kept for."""
+        return ({pid for pid, _ in self.view.requests} | {pid for pid, _ in self._open_steps}
+                | set(self._last_step) | {pid for _, pid, _ in self._open_spans})
+
+    def forget_process(self, pid: int) -> None:
+        """pid exited: what was kept of it goes (its open requests, steps and spans never end)."""
+        v = self.view
+        v.requests = {k: r for k, r in v.requests.items() if k[0] != pid}
+        self._open_steps = {k: st for k, st in self._open_steps.items() if k[0] != pid}
+        self._last_step.pop(pid, None)
+        self._open_spans = {k: began for k, began in self._open_spans.items() if k[1] != pid}
+        v.steps = [st for st in v.steps if st.pid != pid or st.t_end_ns is not None]
+
     def forget_before(self, t_ns: int) -> None:
-        """Drops what ended before t_ns: keeps a live view's memory bounded."""
+        """Drops what ended before t_ns: keeps a live view's memory bounded. A step still open
+        that began before t_ns lost its end (a step takes milliseconds): it goes too."""
         v = self.view
         v.requests = {k: r for k, r in v.requests.items() if r.t_end_ns is None or r.t_end_ns >= t_ns}
-        v.steps = [s for s in v.steps if s.t_end_ns is None or s.t_end_ns >= t_ns]
+        v.steps = [s for s in v.steps if (s.t_end_ns if s.t_end_ns is not None else s.t_start_ns) >= t_ns]
+        self._open_steps = {k: st for k, st in self._open_steps.items() if st.t_start_ns >= t_ns}
         v.prefills = [s for s in v.prefills if s.end_ns >= t_ns]
         v.queue_waits = [s for s in v.queue_waits if s.end_ns >= t_ns]
         self._open_spans = {k: began for k, began in self._open_spans.items() if began[0] >= t_ns}

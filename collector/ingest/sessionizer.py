@@ -47,6 +47,8 @@ from inferprobe.collector.model.timeline import Connection, Outcome, Request, Se
 
 # The end reason of a client's error answer closed with its body unread (_on_close).
 ERROR_BODY_UNREAD = "error status, then closed with its body unread"
+# The end reason of a request whose process exited (its sockets closed with it, no close() seen).
+PROCESS_EXITED = "process exited"
 
 
 @dataclass(slots=True)
@@ -138,10 +140,10 @@ def effect_order(ev: Event) -> tuple[int, int]:
 
 class Sessionizer:
     def __init__(self) -> None:
-        self._conns: dict[int, _Conn] = {}
-        self.requests: list[Request] = []
-        self.connections: dict[int, Connection] = {}
-        # The connection open at each (pid, fd), for EVENT_TLS_TIED; closed ones leave.
+        self._conns: dict[int, _Conn] = {}  # dropped at CONN_CLOSE, or at its process's exit (forget_process)
+        self.requests: list[Request] = []  # live: handed out and dropped by LiveIngest.harvest once ended
+        self.connections: dict[int, Connection] = {}  # live: LiveIngest.harvest drops it after close or exit
+        # The connection open at each (pid, fd), for EVENT_TLS_TIED; dropped at close and at process exit.
         self._open_at: dict[tuple[int, int], int] = {}
         self.stats = SessionStats()
         self._trace = TraceContextJoiner(self.stats)  # W3C traceparent / tracestate onto requests
@@ -239,6 +241,22 @@ class Sessionizer:
                 conn_id=ev.conn_id, pid=ev.pid, fd=ev.fd, family=family, peer=None, peer_port=None,
                 t_open_ns=None, role=ev.role.name.lower())
         known.family, known.peer, known.peer_port = family, peer, ev.peer_port if peer else None
+
+    def pids(self) -> set[int]:
+        """The processes some connection state is kept for."""
+        return {c.pid for c in self.connections.values()} | {pid for pid, _fd in self._open_at}
+
+    def forget_process(self, pid: int, ts: int) -> int:
+        """pid exited: its sockets closed without a close() the kernel reports (exit closes
+        them), so each of its connections ends here as at a close at ts. Returns how many."""
+        ended = [cid for cid, c in self.connections.items() if c.pid == pid and c.t_close_ns is None]
+        for cid in ended:
+            self.connections[cid].t_close_ns = ts
+            self._on_close(cid, ts, PROCESS_EXITED)
+            self._h2.on_close(cid, ts, PROCESS_EXITED)
+        for key in [k for k in self._open_at if k[0] == pid]:
+            del self._open_at[key]
+        return len(ended)
 
     def finish(self) -> list[Request]:
         """Ends the recording: whatever is still open is incomplete."""

@@ -91,8 +91,10 @@ class TraceContextJoiner:
 
     def __init__(self, stats: SessionStats) -> None:
         self._stats = stats
-        self._waiting: dict[tuple[int, int], TraceContextRecord] = {}  # a record before its io_event
-        self._last_io: dict[int, tuple[int, Request]] = {}  # conn_id -> (exit_ns, request) of its last
+        # a record before its io_event; bounded: MAX_WAITING, oldest first out, and dropped at close
+        self._waiting: dict[tuple[int, int], TraceContextRecord] = {}
+        # conn_id -> (exit_ns, request) of its last request-side io; dropped at close (or process exit)
+        self._last_io: dict[int, tuple[int, Request]] = {}
 
     def feed(self, ev: Event) -> bool:
         """Takes a TraceContextRecord (True); any other event is left to the caller (False)."""

@@ -30,13 +30,16 @@ import time
 from dataclasses import dataclass, field
 
 from inferprobe.collector.attach.attach_failures import AttachFailures
-from inferprobe.collector.attach.libbpf import BpfObject
+from inferprobe.collector.attach.libbpf import BpfObject, destroy_all
 from inferprobe.collector.attach.probe_sets import ProbeSet, TargetContext
 from inferprobe.collector.attach.probe_sets.sockets import is_tls_program
 from inferprobe.collector.attach.uprobe_attach import Probe, attach_functions
 from inferprobe.collector.binaries.go_binary import GoTlsTarget, go_tls_targets
 from inferprobe.collector.binaries.tls_libraries import TlsLibrary, tls_libraries
 from inferprobe.collector.processes import targets as target_procs
+
+# Attachments of exited processes a recording's snapshot still lists (the agent's, for weeks).
+MAX_EXITED = 1024
 
 
 @dataclass
@@ -58,14 +61,19 @@ class TlsProbes(ProbeSet):
 
     def __init__(self) -> None:
         self.mode = "auto"
+        # Per process, each dropped at its exit (refresh, _forget): what the recording's snapshot says
+        # of exited ones is kept in `exited`, bounded: MAX_EXITED, oldest first out
         self.attachments: list[TlsAttachment] = []
         self.unhooked: list[dict] = []  # TLS libraries found that inferprobe cannot read
+        self.exited: list[TlsAttachment] = []
+        self.exited_dropped = 0  # attachments of exited processes dropped at the MAX_EXITED bound
         self._done: set[tuple[int, tuple[int, int]]] = set()
         self._go_done: set[int] = set()  # pids whose executable was looked at for Go crypto/tls
-        self._pending: list[TlsLibrary] = []
+        self._pending: list[TlsLibrary] = []  # emptied at after_load
         self._go_pending: list[GoTlsTarget] = []
         self.failures = AttachFailures()   # the context's, from prepare() on
         self._failed_pids: set[int] = set()   # processes whose files could not be read or hooked
+        self._links: dict[int, list] = {}   # pid -> its uprobe links, detached at its exit
 
     def prepare(self, ctx: TargetContext) -> str | None:
         self.mode = ctx.options.get("tls", "auto")
@@ -103,6 +111,7 @@ class TlsProbes(ProbeSet):
         Per process: one whose files cannot be read or hooked (it exited, a file changed
         under it, the kernel refused) is recorded as a failed attach, and the others go on."""
         notes: list[str] = []
+        self._forget_exited(bpf)
         for pid in target_procs.with_descendants(ctx.pids):
             if pid in self._failed_pids:
                 continue
@@ -112,6 +121,37 @@ class TlsProbes(ProbeSet):
                 self._failed_pids.add(pid)   # not retried (collector/attach/attach_failures.py says why)
                 self.failures.add(pid, self.name, "its TLS libraries", str(err))
         return notes
+
+    def _tracked_pids(self) -> set[int]:
+        return ({pid for pid, _ in self._done} | self._go_done | self._failed_pids | set(self._links)
+                | {a.pid for a in self.attachments} | {u["pid"] for u in self.unhooked})
+
+    def _forget_exited(self, bpf, alive=target_procs.alive) -> list[int]:
+        """What is kept per process goes at its exit: its links are detached, its Go offsets
+        leave the kernel's table (1024 entries), its attachments move to `exited` (bounded),
+        and a reused pid is looked at afresh. Returns the pids forgotten."""
+        gone = sorted(pid for pid in self._tracked_pids() if not alive(pid))
+        if not gone:
+            return gone
+        dead = set(gone)
+        links = [link for pid in gone for link in self._links.pop(pid, [])]
+        if links:
+            destroy_all(links)
+        for pid in dead & self._go_done:
+            try:
+                del bpf[b"go_tls_offsets"][ctypes.c_uint32(pid)]
+            except KeyError:   # never set: no Go crypto/tls in it
+                pass
+        self._done = {k for k in self._done if k[0] not in dead}
+        self._go_done -= dead
+        self._failed_pids -= dead
+        self.exited.extend(a for a in self.attachments if a.pid in dead)
+        self.attachments = [a for a in self.attachments if a.pid not in dead]
+        self.unhooked = [u for u in self.unhooked if u["pid"] not in dead]
+        if len(self.exited) > MAX_EXITED:
+            self.exited_dropped += len(self.exited) - MAX_EXITED
+            del self.exited[: len(self.exited) - MAX_EXITED]
+        return gone
 
     def _refresh_pid(self, bpf, pid: int) -> list[str]:
         notes = []
@@ -155,7 +195,7 @@ class TlsProbes(ProbeSet):
         att.hooked, att.failed = attach_functions(bpf, target.host_path, target.pid, [
             (function.name, [Probe(function.address, entry),
                              *(Probe(address, "tls_go_return") for address in function.returns)])
-            for function, entry in entries])
+            for function, entry in entries], links=self._links.setdefault(target.pid, []))
         att.t_attached_ns = time.monotonic_ns()
         self.failures.add_functions(target.pid, self.name, f"Go crypto/tls in {target.path}", att.failed)
         return att
@@ -178,7 +218,8 @@ class TlsProbes(ProbeSet):
             return att
         att.hooked, att.failed = attach_functions(bpf, lib.host_path, lib.pid, [
             (function, [Probe(address, entry), *([Probe(address, ret, on_return=True)] if ret else [])])
-            for function, address, entry, ret in lib.probe_programs()])
+            for function, address, entry, ret in lib.probe_programs()],
+            links=self._links.setdefault(lib.pid, []))
         att.t_attached_ns = time.monotonic_ns()
         self.failures.add_functions(lib.pid, self.name, lib.path, att.failed)
         return att
@@ -186,7 +227,8 @@ class TlsProbes(ProbeSet):
     def snapshot(self, bpf) -> dict:
         return {
             "mode": self.mode,
-            "attachments": [vars(a) for a in self.attachments],
+            "attachments": [vars(a) for a in (*self.exited, *self.attachments)],
+            "attachments_dropped": self.exited_dropped,
             "unhooked": self.unhooked,
             "sessions": sum(1 for _ in bpf[b"tls_sessions"].keys()),
         }

@@ -95,3 +95,17 @@ def test_a_perf_map_names_the_jit_regions_a_runtime_wrote_and_nothing_outside_th
     assert perf_map.lookup(0x7F000000203F) == "py::handler:/srv/app.py"
     assert perf_map.lookup(0x7F0000003004) == "LazyCompile:~onRequest server.js:12"
     assert perf_map.lookup(0x7F0000000FFF) is None
+
+
+def test_exited_processes_past_the_bound_are_forgotten_and_live_ones_kept(monkeypatch):
+    sym = symbolizer
+    monkeypatch.setattr(sym, "MAX_PROCESSES", 3)
+    live = {os.getpid(), 2}
+    s = sym.Symbolizer(alive=lambda pid: pid in live)
+    for pid in (1, 2, 3):
+        s.processes[pid] = sym.ProcessInfo(pid, "x", "", [])
+        s._tables[(pid, "/lib/x.so")] = None
+    s.remember_process(os.getpid(), read_files=False)
+    assert set(s.processes) == {2, 3, os.getpid()} and s.processes_evicted == 1
+    assert (1, "/lib/x.so") not in s._tables and (3, "/lib/x.so") in s._tables
+    assert s.user_frame(1, 0x1000).startswith("[unknown]")
