@@ -23,6 +23,7 @@ from inferprobe.reports import json_locks
 from inferprobe.reports.json_batching import batching_json
 from inferprobe.reports.json_gpu import gpu_json
 from inferprobe.reports.json_network import network_json
+from inferprobe.reports.json_stacks import stacks_json
 
 JSON_FORMAT_VERSION = 1
 
@@ -264,6 +265,7 @@ def to_json(data: ReportData) -> dict:
             for t, held in zip(data.proxy_hops.ties, data.proxy_hops.held_ns, strict=True)],
         "network": network_json(data.network, data.network_findings, data.recording.snapshots.get("network"),
                                 "network" in data.probe_sets.get("active", {})),
+        "stacks": stacks_json(data.recording),
     }
 
 

@@ -60,6 +60,11 @@ def _symbols(path: str) -> tuple[dict[str, tuple[int, int]], bool] | None:
     return (found, relocated) if SYMBOL in found else None
 
 
+def candidate_files(pid: int) -> list[str]:
+    """The files pid maps that could define _PyRuntime (python*, libpython*), as it sees them."""
+    return list(dict.fromkeys(m.path for m in read_maps(pid) if _is_candidate(m.path)))
+
+
 def find_interpreter(pid: int) -> Interpreter | None:
     """The CPython in pid's address space, or None (not CPython, or its symbols are stripped)."""
     maps = [m for m in read_maps(pid) if _is_candidate(m.path)]
@@ -83,6 +88,29 @@ def find_interpreter(pid: int) -> Interpreter | None:
         return Interpreter(path, bias + value, size, bias + version[0] if version else None,
                            (int(named.group(1)), int(named.group(2))) if named else None)
     return None
+
+
+def image_of(pid: int) -> tuple[str, str] | None:
+    """What find_interpreter's answer for pid depends on, read cheaply (two small /proc files,
+    where find_interpreter reads the maps and scans symbol tables: tens of ms): the executable
+    (an exec changes it) and the size of its mapped library code (VmLib: the dynamic loader
+    mapping libpython, or a dlopen, changes it). None when pid is gone.
+
+    A negative answer (no CPython in the process yet) holds only while this stays the same: a
+    process caught between fork and exec, or before the dynamic loader mapped libpython (a
+    shared build, pyenv's), has no _PyRuntime at that moment and has one a moment later. On a
+    loaded host that moment lasts seconds (measured here: 1.3 s for a pyenv python3 started at
+    nice 15 beside two busy loops)."""
+    try:
+        exe = os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        exe = ""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            vmlib = next((line.split(":", 1)[1].strip() for line in f if line.startswith("VmLib:")), "")
+    except OSError:
+        return None
+    return exe, vmlib
 
 
 def runtime_range(pid: int) -> tuple[int, int] | None:

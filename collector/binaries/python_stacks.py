@@ -23,9 +23,11 @@ walk found: the Python part is whole, the native part between is unknown.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 
-from inferprobe.collector.binaries import python_threads
+from inferprobe.collector.binaries import cpython_runtime, python_threads
+from inferprobe.collector.binaries.cpython_runtime import Interpreter
 from inferprobe.collector.binaries.python_code import CodeResolver
 from inferprobe.collector.binaries.python_layouts import LayoutProblem, PythonLayout
 from inferprobe.collector.binaries.python_threads import PythonProcess
@@ -122,31 +124,95 @@ def splice(native: list[str], python_groups: list[list[str]]) -> list[str]:
 
 @dataclass
 class PythonTargets:
-    """The traced CPython processes, as the stack sets see them."""
+    """The traced CPython processes, as the stack sets see them.
+
+    No answer about a process is final until it is walked: one that is not (yet) a CPython,
+    or whose interpreter does not check out, is asked again at each refresh. A process
+    caught between fork and exec (a launcher, pyenv's shim), before the dynamic loader
+    mapped libpython, or before Py_Initialize made its first thread state is not a walkable
+    CPython for that moment only; on a loaded host the moment lasts seconds, and a negative
+    answer kept for the whole recording left such a process with no Python frame at all.
+    find_interpreter's symbol scan (tens of ms) is redone only when the process's image
+    changed (cpython_runtime.image_of: an exec, a library mapped); the check on its memory
+    is a few reads, redone each time."""
 
     processes: dict[int, PythonProcess] = field(default_factory=dict)
-    problems: dict[int, str] = field(default_factory=dict)  # pid -> why its frames are not walked
-    not_python: set[int] = field(default_factory=set)
+    problems: dict[int, str] = field(default_factory=dict)  # pid -> why its frames are not walked (now)
     resolvers: dict[int, CodeResolver] = field(default_factory=dict)
+    # pid -> (its image, find_interpreter's answer for that image)
+    looked_up: dict[int, tuple[tuple[str, str], Interpreter | None]] = field(default_factory=dict)
+    pending: dict[int, str] = field(default_factory=dict)  # pid -> why not walked yet (not a CPython yet)
+    walked_since_ns: dict[int, int] = field(default_factory=dict)  # pid -> when its walk began (monotonic)
+    unwalked_before: dict[int, str] = field(default_factory=dict)  # pid -> why not walked until then
+
+    def _no_interpreter(self, pid: int, image: tuple[str, str]) -> None:
+        """Notes why pid, with no _PyRuntime in its maps now, is not walked."""
+        exe = image[0] or "?"
+        files = cpython_runtime.candidate_files(pid)
+        if files:
+            names = ", ".join(os.path.basename(f) for f in files)
+            self.pending.pop(pid, None)
+            self.problems[pid] = (f"no _PyRuntime symbol in {names} (a stripped build, or libpython "
+                                  "not loaded yet)")
+        else:
+            self.problems.pop(pid, None)
+            self.pending[pid] = f"it ran no CPython yet (its executable was {exe})"
 
     def _attach(self, pid: int) -> PythonProcess | None:
         if pid in self.processes:
             return self.processes[pid]
-        if pid in self.not_python or pid in self.problems:
-            return None
+        image = cpython_runtime.image_of(pid)
+        if image is None:
+            return None  # gone
+        known = self.looked_up.get(pid)
+        if known is not None and known[0] == image:
+            interp = known[1]
+            if interp is None:
+                return None  # still no CPython: neither exec'd nor a library mapped since
+        else:
+            try:
+                interp = cpython_runtime.find_interpreter(pid)
+            except OSError:
+                return None  # gone
+            self.looked_up[pid] = (image, interp)
+            if interp is None:
+                self._no_interpreter(pid, image)
+                return None
         try:
-            proc = python_threads.attach(pid)
+            proc = python_threads.attach(pid, interp)
         except LayoutProblem as e:
-            self.problems[pid] = str(e)
+            self.problems[pid] = str(e)  # asked again at the next refresh: it may be starting up
             return None
         except OSError:
             return None  # gone
         if proc is None:
-            self.not_python.add(pid)
             return None
+        before = self.problems.pop(pid, None) or self.pending.pop(pid, None)
+        self.pending.pop(pid, None)
+        if before is not None:
+            self.unwalked_before[pid] = before
+        self.walked_since_ns[pid] = time.monotonic_ns()
         self.processes[pid] = proc
         self.resolvers[pid] = CodeResolver(proc.memory, proc.layout)
         return proc
+
+    def naming(self, pid: int, started_ns: int) -> tuple[dict, str | None]:
+        """How pid's Python frames were named, for its entry in a stack snapshot: fields, and a
+        note for the report where they were not walked from the start (started_ns: when the
+        set began sampling), or not at all."""
+        if pid in self.processes:
+            since = self.walked_since_ns.get(pid, 0)
+            if since <= started_ns or pid not in self.unwalked_before:
+                return {}, None
+            after_s = round((since - started_ns) / 1e9, 3)
+            before = self.unwalked_before[pid]
+            return ({"python_walked_from_s": after_s, "python_unwalked_before": before},
+                    f"Python frames are named only from {after_s:.1f} s into the recording on; "
+                    f"samples before then have none: {before}")
+        problem = self.problems.get(pid)
+        if problem is not None:
+            return {"python_unsupported": problem}, f"Python frames are not shown: {problem}"
+        return {}, None
 
     @staticmethod
     def _attach_exit_hook(core) -> None:

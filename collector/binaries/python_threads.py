@@ -167,7 +167,8 @@ class PythonProcess:
         """Raises LayoutProblem unless the layout walks this process's thread list to real threads."""
         tstates = self._thread_states()
         if not tstates:
-            raise LayoutProblem("its interpreter list holds no thread state at the expected offsets")
+            raise LayoutProblem("its interpreter list holds no thread state at the expected offsets "
+                                "(an interpreter not yet initialised, or offsets that do not fit)")
         self.main_interpreter = self.memory.u64(self.interpreter.runtime
                                                 + self.layout.runtime_interpreters_head)
         if self.layout.tstate_native_thread_id is None:
@@ -192,10 +193,12 @@ def _version(mem: ProcessMemory, interp: cpython_runtime.Interpreter) -> tuple[i
                         "in its name)")
 
 
-def attach(pid: int) -> PythonProcess | None:
+def attach(pid: int, interp: cpython_runtime.Interpreter | None = None) -> PythonProcess | None:
     """The CPython process pid, checked and ready to walk; None when it is no CPython.
-    Raises LayoutProblem (one sentence) for a CPython that cannot be walked."""
-    interp = cpython_runtime.find_interpreter(pid)
+    Raises LayoutProblem (one sentence) for a CPython that cannot be walked. interp: pid's
+    interpreter as cpython_runtime.find_interpreter found it (looked up here when not given)."""
+    if interp is None:
+        interp = cpython_runtime.find_interpreter(pid)
     if interp is None:
         return None
     try:

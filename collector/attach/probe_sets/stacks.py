@@ -18,9 +18,13 @@ Snapshot layout (one per set, under its name in Recording.snapshots):
                     python_stacks (samples with Python frames), python_lost
     stacks          [{pid, tid, thread, user_stack_id, kernel_stack_id, flags, python_stack_id,
                       frames (root first), weight, periods}]
-    processes       {pid: {comm, exe, python, python_version[, python_unsupported]}}
+    processes       {pid: {comm, exe, python, python_version[, python_unsupported]
+                           [, python_walked_from_s, python_unwalked_before]}}
                     python: frames (walked from the thread states: collector/binaries/python_stacks.py)
                     | perf-map | unresolved | null
+                    python_unsupported: why its frames were not walked (one sentence)
+                    python_walked_from_s / python_unwalked_before: walked only from this many
+                    seconds after the set started, and why not before
     notes           sentences the report shows (unresolved Python frames, lost stacks)
 """
 
@@ -171,7 +175,14 @@ class _StackSet(ProbeSet):
             info = self.symbolizer.processes.get(pid)
             status = info.python_status() if info else None
             version = self.python.version_of(pid)
-            problem = self.python.problems.get(pid)
+            # why not walked, or walked only from some time on (collector/binaries/python_stacks.py)
+            if self.python_frames:
+                naming, naming_note = self.python.naming(pid, self.started_ns)
+            elif status == "unresolved":
+                off = "the frame walk was off for this recording (python_frames=False)"
+                naming, naming_note = {"python_unsupported": off}, f"Python frames are not shown: {off}"
+            else:
+                naming, naming_note = {}, None
             if version is not None:
                 status = "frames"
             processes[str(pid)] = {
@@ -179,10 +190,10 @@ class _StackSet(ProbeSet):
                 "exe": info.exe if info else "",
                 "python": status,
                 "python_version": version,
+                **naming,
             }
-            if problem is not None and info is not None:
-                processes[str(pid)]["python_unsupported"] = problem
-                notes.append(f"pid {pid} ({info.comm}): Python frames are not shown: {problem}")
+            if naming_note is not None:
+                notes.append(f"pid {pid} ({info.comm if info else '?'}): {naming_note}")
             elif info is not None and status == "unresolved":
                 notes.append(f"pid {pid} ({info.comm}): {PYTHON_HOWTO}")
         counters = self.counters(bpf)

@@ -228,6 +228,44 @@ def test_an_interpreter_started_after_attach_gets_python_frames(tmp_path):
     assert snap["processes"][str(child[0])]["python"] == "frames"
 
 
+def test_a_process_that_execs_python_after_attach_gets_python_frames_and_says_since_when(tmp_path):
+    """The recorder attached to a pid that was not a CPython yet: a launcher between fork and
+    exec (pyenv's shim, a wrapper script; on a loaded host for seconds). It was taken as no
+    Python for the whole recording, 0 % of its samples named, with a note blaming the version.
+    Now it is walked once it is one, and the recording and the report say from when and why
+    not before."""
+    python = INTERPRETERS["pyenv-3.11"] or INTERPRETERS["debian-3.11"]  # pyenv's maps libpython late
+    if python is None:
+        pytest.skip("no CPython 3.11 on this host")
+    launcher = subprocess.Popen(["bash", "-c", f"read go; exec {python} {BURNER}"], stdin=subprocess.PIPE,
+                                stdout=subprocess.DEVNULL, text=True)
+    out = tmp_path / "exec.ipr"
+    try:
+        rec = Recorder([launcher.pid], out, "--no-listen-check", "--no-usdt", "-d", "5",
+                       "--profile", "--profile-hz", "299")
+        launcher.stdin.write("go\n")   # exec the interpreter now, after attach
+        launcher.stdin.flush()
+        rec.proc.wait(timeout=65)
+        assert rec.proc.returncode == 0, rec.proc.stderr.read()
+    finally:
+        launcher.kill()
+        launcher.wait()
+    snap = read_recording(out).snapshots["profile"]
+    info = snap["processes"][str(launcher.pid)]
+    assert info["python"] == "frames", info
+    assert "its executable was /usr/bin/bash" in info["python_unwalked_before"], info
+    assert 0 < info["python_walked_from_s"] < 4, info
+    stacks = [s for s in snap["stacks"] if s["pid"] == launcher.pid]
+    total = sum(s["weight"] for s in stacks)
+    named = sum(s["weight"] for s in stacks if _python_function(tuple(s["frames"])) in ("burn_a", "burn_b",
+                                                                                        "burn_c"))
+    # walked from the first refresh after the exec (about a second): most of the 5 s
+    assert total > 200 and named >= 0.5 * total, (named, total)
+    (proc,) = [p for p in json_report(out)["stacks"]["cpu"]["processes"] if p["pid"] == launcher.pid]
+    assert proc["walked_from_s"] == info["python_walked_from_s"] and "bash" in proc["unwalked_before"], proc
+    assert proc["python_named_share"] == pytest.approx(named / total, abs=1e-3)
+
+
 @pytest.mark.skipif(shutil.which("unshare") is None, reason="no unshare(1) to make a pid namespace")
 def test_a_process_in_its_own_pid_namespace_gets_python_frames(tmp_path):
     """As in a container: the thread states hold the namespace's tids, BPF sees the host's."""
@@ -272,6 +310,10 @@ def test_unsupported_interpreter_is_named_not_walked(tmp_path):
     assert "not supported" in info.get("python_unsupported", ""), info
     assert any("Python frames are not shown" in n for n in snap["notes"]), snap["notes"]
     assert not any(f.startswith("py::") for s in snap["stacks"] for f in s["frames"])
+    # and the JSON report says so for that process (reports/json_stacks.py)
+    processes = json_report(tmp_path / "old.ipr")["stacks"]["cpu"]["processes"]
+    (entry,) = [p for p in processes if p["pid"] == proc.pid]
+    assert "not supported" in entry["not_walked"] and entry["python_named_share"] == 0.0, entry
 
 
 def test_off_cpu_sleep_is_under_the_python_function_that_slept(tmp_path):
