@@ -33,6 +33,9 @@ Examples:
 """
 
 BUDGET_INTERVAL_S = 2.0
+# The ring segment's buffered events reach the file this often: what a kill -9
+# loses is this, plus a poll, plus the kernel-to-agent hand-over (< 1 s in all).
+RING_FLUSH_S = 0.5
 DEFAULT_RING = "/var/lib/inferprobe/ring"
 
 
@@ -78,6 +81,17 @@ def _load(load_tracer, filters, pages: int):
                 raise
             click.echo(f"inferprobe: {err}; scanning again", err=True)
     raise AssertionError("unreachable")
+
+
+def _remove_stale_uprobe_events() -> None:
+    """The tracefs uprobe events of a tracer killed before it could detach (an agent's
+    OOM kill): gone before the load, which re-adopts the same servers."""
+    from inferprobe.collector.attach.tracefs_uprobes import remove_stale_events
+
+    removed = remove_stale_events()
+    if removed:
+        click.echo(f"inferprobe: removed {len(removed)} uprobe event(s) that a tracer gone without "
+                   f"detaching left in tracefs ({removed[0].split('/')[0]}, ...)")
 
 
 def _say_attach_failures(tracer, agent_metrics) -> None:
@@ -136,6 +150,7 @@ def agent(all_hosts, ports, comm, cgroup, ring_dir, keep, segment, max_cpu, otlp
     agent_metrics = AgentMetrics(metrics) if metrics is not None else None
     tally_metrics = TallyCollector(metrics.registry) if metrics is not None else None
     pages = 1 << ((ringbuf_mb * 256).bit_length() - 1)
+    _remove_stale_uprobe_events()
     tracer = _load(load_tracer, filters, pages)
     host = host_wide_set(tracer)
     budget = cpu_budget.CpuBudget(max_cpu)
@@ -215,6 +230,7 @@ def agent(all_hosts, ports, comm, cgroup, ring_dir, keep, segment, max_cpu, otlp
 
         session.every(BUDGET_INTERVAL_S, hold_budget)
         session.every(1.0, each_second)
+        session.every(RING_FLUSH_S, lambda _now: ring.writer.flush())
         end_reason = session.run(each_poll)
         final = {**closing_stats(), "end_reason": end_reason}
         if live is not None:

@@ -51,6 +51,7 @@ RECORD_SNAPSHOT = 4
 RECORD_RINGBUF = 5
 RECORD_ENGINE_METRICS = 6
 
+NO_END_RECORD = "the recorder did not stop cleanly (no end record)"   # Recording.problem, all read
 MAX_RECORD_BYTES = 1 << 30  # a larger length field means corruption (ring buffers are <= 512 MiB)
 
 
@@ -64,8 +65,8 @@ class RecordingWriter:
         except OSError as err:
             raise RecordingProblem(f"cannot write the recording {self.path}: {err.strerror}") from None
         meta_bytes = json.dumps(meta, sort_keys=True).encode()
-        self._file.write(FILE_HEADER.pack(MAGIC, FORMAT_VERSION, 0, len(meta_bytes)))
-        self._file.write(meta_bytes)
+        # one write: a kill between header and metadata would leave a file no reader opens
+        self._file.write(FILE_HEADER.pack(MAGIC, FORMAT_VERSION, 0, len(meta_bytes)) + meta_bytes)
         self._file.flush()
         self._pending: list[bytes] = []
         self._pending_kind = RECORD_EVENTS
@@ -277,5 +278,5 @@ def read_recording(path: str | os.PathLike) -> Recording:
                 break
             offset += RECORD_HEADER.size + length
         if rec.problem is None and rec.final is None:
-            rec.problem = "the recorder did not stop cleanly (no end record)"
+            rec.problem = NO_END_RECORD
         return rec

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from inferprobe.collector.errors import RecordingProblem
 from inferprobe.collector.model.connection_tallies import ConnectionTallies
-from inferprobe.collector.model.recording import Recording, RecordingWriter, read_recording
+from inferprobe.collector.model.recording import NO_END_RECORD, Recording, RecordingWriter, read_recording
 
 SEGMENT_NAME = re.compile(r"^(?P<run>\d{8}T\d{6}-\d+)-(?P<seq>\d{6})\.ipr$")
 
@@ -141,7 +141,8 @@ def read_window(directory: Path, last_s: float, now: float | None = None) -> Rec
             continue   # pruned meanwhile
     if not chosen:
         raise RecordingProblem(f"the agent wrote nothing in {directory} within the last {last_s:g} s")
-    parts = [read_recording(s.path) for s in chosen]
+    parts, unread = _read_segments(chosen)
+    chosen = chosen[:len(parts)]
     first, last = parts[0], parts[-1]
     merged = Recording(path=directory, meta=dict(first.meta))
     merged.meta["window"] = {"last_s": last_s, "segments": [s.path.name for s in chosen], "run": run}
@@ -158,9 +159,40 @@ def read_window(directory: Path, last_s: float, now: float | None = None) -> Rec
     ended = last.final.get("end_reason", "window") if last.final else "window"
     merged.final = {**newest, "end_reason": ended}
     merged.final = _window_tallies(merged.final, before)
-    problems = [p.problem for p in parts[:-1] if p.problem]
+    problems = [f"{s.path.name}: {p.problem}"
+                for s, p in zip(chosen[:-1], parts[:-1], strict=True) if p.problem]
+    problems += unread
+    # The newest segment lacks its END while the agent writes it, and after a kill -9 too:
+    # all it holds up to the last flush is read. A record torn by a crash (or a full disk)
+    # is said: what came before it is in the window, nothing after.
+    if last.problem is not None and last.problem != NO_END_RECORD:
+        problems.append(f"{chosen[-1].path.name}: {last.problem}; read up to there")
+    merged.meta["window"]["complete"] = not problems
     merged.problem = "; ".join(problems) or None
+    earlier = sorted({s.run for s in segments if s.run != run and _written_within(s, now, last_s)})
+    if earlier:   # an agent restarted within the window: connection ids restart, runs are not merged
+        merged.meta["window"]["earlier_runs"] = earlier
     return merged
+
+
+def _read_segments(chosen: list[Segment]) -> tuple[list[Recording], list[str]]:
+    """Each segment read, but for a newest one whose header is unreadable (the agent killed
+    as it opened it, or it was pruned meanwhile): left out, and said."""
+    parts = [read_recording(s.path) for s in chosen[:-1]]
+    try:
+        parts.append(read_recording(chosen[-1].path))
+    except RecordingProblem as err:
+        if not parts:
+            raise
+        return parts, [f"{chosen[-1].path.name} left out: {err}"]
+    return parts, []
+
+
+def _written_within(segment: Segment, now: float, last_s: float) -> bool:
+    try:
+        return now - segment.mtime <= last_s
+    except FileNotFoundError:
+        return False
 
 
 def _window_tallies(final: dict, before: Segment | None) -> dict:

@@ -3,9 +3,9 @@
 Run without CAP_SYS_ADMIN: Linux 6.16+ then refuses perf uprobes, and
 collector/attach/libbpf.py makes the probe a tracefs event instead
 (collector/attach/tracefs_uprobes.py), named after the file, the offset and the
-pid. Before attaching, this process writes an entry of exactly that name
-itself, as an agent killed with SIGKILL leaves one behind for the next agent
-with its pid (pid 1 of a restarted container). It then attaches a uprobe on
+pid, in the group of the tracer's pid. Before attaching, this process writes an
+entry of exactly that name itself, as an agent killed with SIGKILL leaves one
+behind for the next agent with its pid (pid 1 of a restarted container). It then attaches a uprobe on
 libc's getpid() with a small BPF program built here with clang (as
 scripts/build_bpf.sh builds ours), calls getpid() CALLS times and prints one
 JSON line: whether the stale entry was there before, whether the attach went
@@ -97,7 +97,7 @@ def main() -> None:
     pid = os.getpid()
     path, offset = libc_getpid()
     name = tracefs_uprobes.short_event_name(False, path, offset, pid)
-    event = f"{tracefs_uprobes.GROUP}/{name}"
+    event = f"{tracefs_uprobes.owner_group()}/{name}"
     write_line(tracefs, f"p:{event} {path}:0x{offset:x}\n")   # what a killed tracer of this pid left
     try:
         stale_before = name in entries(tracefs)

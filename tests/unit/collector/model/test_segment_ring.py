@@ -110,3 +110,55 @@ def test_a_windows_kernel_tallies_are_its_own_not_since_the_agent_started(tmp_pa
     first.path.unlink()
     assert read_window(tmp_path, 60).final["tallies"]["since"] == "agent start"
     ring.close({"end_reason": "test"})
+
+
+def test_a_segment_cut_short_by_a_kill_is_read_up_to_its_tear(tmp_path):
+    """kill -9 while the agent writes: the newest segment has no end record and may end in a torn
+    record; the window holds every whole record before it and says where it stopped."""
+    ring = _ring(tmp_path)
+    ring.writer.add_event(b"\x01" * 4)
+    ring.rotate()
+    ring.writer.add_event(b"\x02" * 4)
+    ring.writer.flush()
+    newest = ring.writer.path
+    whole = newest.stat().st_size
+    ring.writer.add_event(b"\x03" * 300)
+    ring.writer.flush()
+    with open(newest, "r+b") as f:   # the last record cut short, as a kill between two writes leaves it
+        f.truncate(newest.stat().st_size - 100)
+    window = read_window(tmp_path, 60)
+    assert window.events == [b"\x01" * 4, b"\x02" * 4]
+    assert window.problem == (f"{newest.name}: truncated at byte {whole} (last record cut short); "
+                              "read up to there")
+    assert window.meta["window"]["complete"] is False
+
+
+def test_an_open_segment_without_its_end_record_is_no_problem(tmp_path):
+    ring = _ring(tmp_path)
+    ring.writer.add_event(b"\x01" * 4)
+    ring.writer.flush()
+    window = read_window(tmp_path, 60)
+    assert window.events == [b"\x01" * 4] and window.problem is None and window.meta["window"]["complete"]
+
+
+def test_a_newest_segment_killed_as_it_was_opened_is_left_out(tmp_path):
+    ring = _ring(tmp_path)
+    ring.writer.add_event(b"\x01" * 4)
+    ring.rotate()
+    with open(ring.writer.path, "r+b") as f:   # its header cut short
+        f.truncate(10)
+    window = read_window(tmp_path, 60)
+    assert window.events == [b"\x01" * 4]
+    assert window.problem.startswith(f"{ring.writer.path.name} left out: ")
+
+
+def test_a_window_names_the_runs_of_an_agent_restarted_within_it(tmp_path):
+    killed = _ring(tmp_path)
+    killed.writer.add_event(b"\x07" * 4)
+    killed.writer.flush()   # no end record: killed
+    time.sleep(1.1)
+    ring = _ring(tmp_path)
+    ring.writer.add_event(b"\x01" * 4)
+    ring.writer.flush()
+    window = read_window(tmp_path, 60)
+    assert window.events == [b"\x01" * 4] and window.meta["window"]["earlier_runs"] == [killed.run]
