@@ -162,7 +162,9 @@ class LiveIngest:
                 ended.append(r)
                 last_end = max(last_end, r.t_end_ns or 0)
         if ended:
-            s.requests = open_
+            # in place: the HTTP/2 view appends to this same list (H2Streams holds it); a new
+            # list left every later HTTP/2 request in the old one, never handed out and kept
+            s.requests[:] = open_
             cutoff = last_end - SERVER_MEMORY_NS
             view = self.server.view
             if not view.empty:
@@ -202,6 +204,6 @@ class LiveIngest:
         """Ends the stream: the requests still open, marked incomplete."""
         self._release(float("inf"))
         leftover = self.sessionizer.finish()
-        self.sessionizer.requests = []
+        self.sessionizer.requests = []   # the stream ended: nothing is fed after this
         self._announced = 0
         return leftover

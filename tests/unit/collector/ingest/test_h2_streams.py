@@ -108,3 +108,29 @@ def test_a_client_s_request_write_that_returns_after_its_answer_arrived_still_ge
     (req,) = sessionize(events).requests
     assert req.role == "client" and req.outcome == Outcome.COMPLETE and req.grpc_status == 0
     assert req.t_ingress_ns == 100 and req.t_response_start_ns == 410 and req.token_ns == [410]
+
+
+def test_the_live_path_hands_out_http2_requests_after_its_first_harvest():
+    """LiveIngest.harvest once replaced the sessionizer's request list, which the HTTP/2 view
+    keeps a reference to: every HTTP/2 request after the first harvest was never handed out
+    (no span, no metric) and kept for good. Found by benchmarks/bench_soak.py's gRPC load."""
+    from inferprobe.collector.ingest.pipeline import LiveIngest
+
+    clock = [0]
+    live = LiveIngest(clock=lambda: clock[0])
+    handed_out = []
+    for n, stream in enumerate((1, 3, 5, 7)):   # one call per tick, each harvested
+        t = 1_000_000_000 * (n + 1)
+        live.feed_decoded(request(t, stream) + [
+            headers(t + 100, False, stream, H2HeadersFlag.HAS_STATUS, status=200),
+            headers(t + 100, False, stream, H2HeadersFlag.END_STREAM | H2HeadersFlag.GRPC_STATUS,
+                    grpc_status=0, content=H2Content.NONE),
+            frames(t + 100, False, (stream, 3, 0, HEADERS, 0x4, ENDS, 0), (stream, 30, 30, DATA, 0, GRPC, 1),
+                   (stream, 10, 0, HEADERS, 0x5, ENDS, 0))])
+        clock[0] = t + 500_000_000   # past the reorder window
+        _started, ended = live.harvest()
+        handed_out += ended
+    # each request once, at its read's exit
+    assert [r.t_ingress_ns for r in handed_out] == [1_000_000_000 * (n + 1) + 10 for n in range(4)]
+    assert all(r.outcome == Outcome.COMPLETE for r in handed_out)
+    assert live.sessionizer.requests == []   # nothing kept once handed out
