@@ -25,6 +25,9 @@ from inferprobe.collector.processes import host_wide
 from inferprobe.collector.processes import targets as target_procs
 
 SCAN_INTERVAL_S = 5.0
+# Adopted processes that exited, kept for the recording's snapshot: an agent
+# runs for weeks while servers come and go, so the oldest go first past this.
+MAX_EXITED = 1024
 # A process is released once this many of its connections moved bytes and
 # none carried a request line (ssh, a database, a message broker).
 RELEASE_AFTER_UNRECOGNISED = 3
@@ -46,9 +49,13 @@ class Adopted:
 class HostWideState:
     """What the set has learned, for the recording and the live labels."""
 
+    # The live ones; each moves to `exited` at its exit (forget_exited)
     adopted: dict[int, Adopted] = field(default_factory=dict)
     serving_http: set[int] = field(default_factory=set)   # pids a request line was read from
     released: dict[int, str] = field(default_factory=dict)   # pid -> comm
+    # (process, whether it served HTTP, whether it was released); bounded: MAX_EXITED, oldest first out
+    exited: list[tuple[Adopted, bool, bool]] = field(default_factory=list)
+    exited_dropped: int = 0   # exited processes dropped at that bound
 
 
 class HostWideProbes(ProbeSet):
@@ -125,6 +132,7 @@ class HostWideProbes(ProbeSet):
             del table[key]
         if time.monotonic() >= self._next_scan:
             self._next_scan = time.monotonic() + SCAN_INTERVAL_S
+            self.forget_exited(bpf, ctx)
             notes.extend(self._scan(bpf))
             notes.extend(self._release_non_http(bpf))
         # The other sets attach per process (TLS libraries, USDT, GPU) from ctx.pids.
@@ -132,6 +140,38 @@ class HostWideProbes(ProbeSet):
             if pid not in ctx.pids and pid not in self.state.released and target_procs.alive(pid):
                 ctx.pids.append(pid)
         return notes
+
+    def forget_exited(self, bpf, ctx: TargetContext, alive=target_procs.alive) -> set[int]:
+        """Adopted processes that exited leave the live state: their entry moves to the
+        bounded `exited` list, they leave ctx.pids (which every set walks each second), a
+        released one leaves host_wide_rejected, and their socket entries leave `socks`
+        (exit closes their sockets without a close() the programs see; socks is an LRU of
+        65,536, so this keeps it to live connections rather than bounding it). A reused pid
+        is adopted afresh. Returns the pids forgotten."""
+        state = self.state
+        dead = {pid for pid in state.adopted if not alive(pid)}
+        if not dead:
+            return dead
+        rejected = bpf[b"host_wide_rejected"]
+        for pid in sorted(dead, key=lambda p: state.adopted[p].t_ns):
+            state.exited.append((state.adopted.pop(pid), pid in state.serving_http, pid in state.released))
+            if state.released.pop(pid, None) is not None:
+                try:   # a process that reuses the pid is judged afresh
+                    del rejected[ctypes.c_uint32(pid)]
+                except KeyError:
+                    pass
+        state.serving_http -= dead
+        if len(state.exited) > MAX_EXITED:
+            state.exited_dropped += len(state.exited) - MAX_EXITED
+            del state.exited[: len(state.exited) - MAX_EXITED]
+        ctx.pids[:] = [pid for pid in ctx.pids if pid not in dead]
+        socks = bpf[b"socks"]
+        for key in [key for key, _state in socks.items() if key.pid in dead]:
+            try:
+                del socks[key]
+            except KeyError:   # closed meanwhile
+                pass
+        return dead
 
     def _adopted_line(self, pid: int) -> str:
         a = self.state.adopted[pid]
@@ -185,11 +225,13 @@ class HostWideProbes(ProbeSet):
         return notes
 
     def snapshot(self, bpf) -> dict:
+        exited = self.state.exited
         return {
             "filters": self.filters.as_dict(),
-            "adopted": [vars(a) for a in self.state.adopted.values()],
-            "serving_http": sorted(self.state.serving_http),
-            "released": sorted(self.state.released),
+            "adopted": [vars(a) for a, _, _ in exited] + [vars(a) for a in self.state.adopted.values()],
+            "serving_http": sorted(self.state.serving_http | {a.pid for a, served, _ in exited if served}),
+            "released": sorted(set(self.state.released) | {a.pid for a, _, released in exited if released}),
+            "exited_dropped": self.state.exited_dropped,
             "counters": self.counters(bpf),
             "tallies": read_tallies(bpf).as_dict(),
             "follow_ratio": self.follow_ratio,
