@@ -20,7 +20,7 @@ import click
 from inferprobe.cli.export_options import otlp_options
 from inferprobe.cli.host_wide_options import host_wide_filters, host_wide_options, listening_now
 from inferprobe.cli.options import apply_btf, btf_option, duration_option
-from inferprobe.collector.attach import attach_failures, cpu_budget
+from inferprobe.collector.attach import attach_failures, cpu_budget, heap_trim
 from inferprobe.collector.model import segment_ring
 from inferprobe.collector.processes import host_wide
 
@@ -134,7 +134,7 @@ def agent(all_hosts, ports, comm, cgroup, ring_dir, keep, segment, max_cpu, otlp
     """
     from inferprobe.collector.attach.loader import load_tracer
     from inferprobe.collector.attach.probe_sets.host_wide import host_wide_set
-    from inferprobe.collector.attach.session import Session, own_rss_kb, recording_meta
+    from inferprobe.collector.attach.session import MAP_COUNT_INTERVAL_S, Session, own_rss_kb, recording_meta
     from inferprobe.collector.model.connection_tallies import read_tallies
     from inferprobe.exporters.agent_metrics import AgentMetrics
     from inferprobe.exporters.setup import bind_prometheus, start_live_export
@@ -146,6 +146,9 @@ def agent(all_hosts, ports, comm, cgroup, ring_dir, keep, segment, max_cpu, otlp
         raise click.BadParameter("a segment cannot be longer than what the ring keeps",
                                  param_hint="--segment")
     apply_btf(btf)
+    trim_heap = heap_trim.wanted()
+    if trim_heap:
+        heap_trim.cap_arenas()   # before the exporter's and the metrics server's threads start
     metrics = bind_prometheus(prometheus)
     agent_metrics = AgentMetrics(metrics) if metrics is not None else None
     tally_metrics = TallyCollector(metrics.registry) if metrics is not None else None
@@ -216,8 +219,10 @@ def agent(all_hosts, ports, comm, cgroup, ring_dir, keep, segment, max_cpu, otlp
                 agent_metrics.update(last_sample, host.counters(tracer.bpf), len(host.target_names()),
                                      ring.bytes_on_disk(), max_cpu)
 
+        next_map_count = started
+
         def each_second(now: float) -> None:
-            nonlocal lost
+            nonlocal lost, next_map_count
             for note in tracer.refresh():
                 click.echo(f"inferprobe: {note}")
             _say_attach_failures(tracer, agent_metrics)
@@ -226,13 +231,18 @@ def agent(all_hosts, ports, comm, cgroup, ring_dir, keep, segment, max_cpu, otlp
                 live.metrics.set_targets(host.target_names())
             stats = closing_stats()
             lost = stats["lost_events"]
+            if now >= next_map_count:   # a walk of the keys: every few seconds, as record does
+                next_map_count = now + MAP_COUNT_INTERVAL_S
+                stats["map_entries"] = tracer.map_entries()
             ring.writer.flush(stats={"t": now - started, **stats})
 
         session.every(BUDGET_INTERVAL_S, hold_budget)
         session.every(1.0, each_second)
         session.every(RING_FLUSH_S, lambda _now: ring.writer.flush())
+        if trim_heap:
+            session.every(heap_trim.TRIM_INTERVAL_S, heap_trim.every_interval)
         end_reason = session.run(each_poll)
-        final = {**closing_stats(), "end_reason": end_reason}
+        final = {**closing_stats(), "end_reason": end_reason, "map_entries": tracer.map_entries()}
         if live is not None:
             final["export"] = live.close(final["lost_events"])
         ring.close(final, tracer.snapshots())
