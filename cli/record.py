@@ -70,11 +70,6 @@ def _startup_line(startup_s: dict[str, float]) -> str:
     return f"ready in {total:.1f} s, {startup_s.get('verify', 0.0):.1f} s of it verifying BPF"
 
 
-# In-flight state maps are counted (a key walk each) this often: their sizes
-# in the recording show that nothing leaks on long runs.
-MAP_COUNT_INTERVAL_S = 5.0
-
-
 @click.command(epilog=EXAMPLES)
 @optional_pid_option
 @host_wide_options
@@ -166,7 +161,7 @@ def record(pids, all_hosts, ports, comm, cgroup, duration, output, ringbuf_mb,
     """
     from inferprobe.collector.attach.loader import load_tracer
     from inferprobe.collector.attach.probe_sets.host_wide import host_wide_set
-    from inferprobe.collector.attach.session import Session, own_rss_kb, recording_meta
+    from inferprobe.collector.attach.session import MAP_COUNT_INTERVAL_S, Session, own_rss_kb, recording_meta
     from inferprobe.exporters.clock import measure_offset
     from inferprobe.exporters.setup import bind_prometheus, start_live_export
 

@@ -87,6 +87,7 @@ class OtlpSink:
 
         sink = self
         self.trace_ids: set[bytes] = set()
+        self.spans_by_kind: dict[int, int] = {}   # SpanKind number (2 server, 3 client) -> spans
         self.started = time.monotonic_ns()
 
         class Handler(BaseHTTPRequestHandler):
@@ -96,6 +97,8 @@ class OtlpSink:
                 for resource_spans in request.resource_spans:
                     for scope_spans in resource_spans.scope_spans:
                         sink.trace_ids.update(span.trace_id for span in scope_spans.spans)
+                        for span in scope_spans.spans:
+                            sink.spans_by_kind[span.kind] = sink.spans_by_kind.get(span.kind, 0) + 1
                 self.send_response(200)
                 self.send_header("Content-Type", "application/x-protobuf")
                 self.send_header("Content-Length", "0")
