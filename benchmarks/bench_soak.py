@@ -262,12 +262,17 @@ def scrape(port: int) -> dict[str, float]:
     """The agent's counters that the soak reports: sums over their label sets."""
     wanted = {"inferprobe_requests_total": "requests", "inferprobe_lost_events_total": "lost",
               "inferprobe_otlp_dropped_traces_total": "dropped_traces"}
-    totals = dict.fromkeys(wanted.values(), 0.0)
+    totals: dict = dict.fromkeys(wanted.values(), 0.0)
+    by_endpoint: dict[str, float] = {}
     with urllib_open(f"http://127.0.0.1:{port}/metrics") as resp:
         for line in resp.read().decode().splitlines():
             name = line.split("{", 1)[0].split(" ", 1)[0]
             if name in wanted:
                 totals[wanted[name]] += float(line.rsplit(" ", 1)[1])
+            if name == "inferprobe_requests_total" and 'endpoint="' in line:
+                endpoint = line.split('endpoint="', 1)[1].split('"', 1)[0]
+                by_endpoint[endpoint] = by_endpoint.get(endpoint, 0) + float(line.rsplit(" ", 1)[1])
+    totals["by_endpoint"] = by_endpoint
     return totals
 
 
@@ -444,6 +449,7 @@ def soak(duration: float, restart_every: float, outage_at: float, outage: float,
         "spans_by_kind": {{1: "internal", 2: "server", 3: "client"}.get(k, str(k)): n
                           for k, n in (sink.spans_by_kind.items() if sink is not None else ())},
         "agent_requests": int(counters.get("requests", 0)),
+        "agent_requests_by_endpoint": {k: int(v) for k, v in counters.get("by_endpoint", {}).items()},
         "lost_events": int(counters.get("lost", 0)),
         "dropped_traces": int(counters.get("dropped_traces", 0)),
         "maps_end": maps_end,
