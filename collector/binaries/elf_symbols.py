@@ -29,6 +29,7 @@ import mmap
 import os
 import re
 import struct
+from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -300,10 +301,28 @@ def _debug_file(build_id: str | None) -> ElfFile | None:
     return read_elf(path) if os.path.exists(path) else None
 
 
-@lru_cache(maxsize=64)
 def elf_file(path: str) -> ElfFile | None:
-    """read_elf, remembered by path: for the probe sets' one-off lookups (libc, libpython)."""
-    return read_elf(path)
+    """read_elf, remembered by file: for the probe sets' one-off lookups (libc, libpython).
+
+    Callers name a process's file through its /proc/PID/root, a new path for every
+    process: kept by path, an agent watching servers restart mapped the same libssl once
+    per process (64 copies at the cache's bound). By (device, inode, mtime) it is once."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    identity = (st.st_dev, st.st_ino, st.st_mtime_ns)
+    if identity in _ELF_FILES:
+        _ELF_FILES.move_to_end(identity)
+        return _ELF_FILES[identity]
+    elf = _ELF_FILES[identity] = read_elf(path)
+    if len(_ELF_FILES) > ELF_FILES_KEPT:   # bounded: the least recently asked for goes (and its mmap)
+        _ELF_FILES.popitem(last=False)
+    return elf
+
+
+ELF_FILES_KEPT = 64
+_ELF_FILES: OrderedDict[tuple[int, int, int], ElfFile | None] = OrderedDict()
 
 
 # -- the USDT view

@@ -107,3 +107,14 @@ def test_position_independence_from_the_header(tmp_path):
     assert position_independent(_libc_path()) is True
     (tmp_path / "text").write_text("not an ELF file at all")
     assert position_independent(str(tmp_path / "text")) is None
+
+
+def test_elf_file_is_kept_once_per_file_whatever_path_names_it():
+    """A process's files are named through /proc/PID/root: one mapping per file, not per process."""
+    from inferprobe.collector.binaries import elf_symbols
+
+    libc = next(m.path for m in read_maps(os.getpid()) if "libc.so" in m.path)
+    first = elf_symbols.elf_file(libc)
+    again = elf_symbols.elf_file(f"/proc/{os.getpid()}/root{libc}")
+    assert first is not None and again is first
+    assert elf_symbols.elf_file("/no/such/file") is None
