@@ -39,6 +39,7 @@ import json
 import os
 import signal
 import ssl
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -324,13 +325,9 @@ def server_spans(sink: OtlpSink) -> int:
 
 def slope_kb_per_min(points: list[tuple[float, int]]) -> float:
     """Least-squares slope of (seconds, KB) points, in KB a minute."""
-    n = len(points)
-    if n < 2:
+    if len({t for t, _ in points}) < 2:
         return 0.0
-    mt = sum(t for t, _ in points) / n
-    mk = sum(k for _, k in points) / n
-    var = sum((t - mt) ** 2 for t, _ in points)
-    return 60 * sum((t - mt) * (k - mk) for t, k in points) / var if var else 0.0
+    return 60 * statistics.linear_regression([t for t, _ in points], [kb for _, kb in points]).slope
 
 
 # -- the run -------------------------------------------------------------------

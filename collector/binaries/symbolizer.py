@@ -39,6 +39,7 @@ from functools import lru_cache
 
 from inferprobe.collector.binaries.elf_symbols import ElfFile, read_elf
 from inferprobe.collector.model.stack_markers import TRUNCATED
+from inferprobe.collector.processes import targets as target_procs
 from inferprobe.collector.processes.proc_maps import Mapping, parse_maps, read_maps_text
 
 KERNEL_SUFFIX = "_[k]"
@@ -219,7 +220,7 @@ class Symbolizer:
         # with the process
         self._tables: dict[tuple, ElfFile | None] = {}
         self._kallsyms: Kallsyms | None = None
-        self._alive = alive if alive is not None else (lambda pid: os.path.isdir(f"/proc/{pid}"))
+        self._alive = alive if alive is not None else target_procs.alive
         self.processes_evicted = 0  # exited processes forgotten at the bound: their frames stay unnamed
 
     # -- what the targets look like while they live
