@@ -55,7 +55,7 @@ static __always_inline void copy_iovecs(struct scratch *s, u32 at, int resume)
         array_bytes = sizeof(s->iovs);
     if (array_bytes == 0 || bpf_probe_read_user(s->iovs, array_bytes, (void *)buf) != 0)
         count = 0;
-    if (s->chunked)
+    if (s->body & BODY_CHUNKED)
         find_framing(s, count, vlen > count);
     else
         __builtin_memset(s->frame_word, 0, sizeof(s->frame_word));

@@ -132,7 +132,7 @@ static __always_inline int status_line(struct scratch *s, u64 first8)
 }
 
 /* A Content-Type value starting at v: text/event-stream, with or without
- * parameters ("; charset=utf-8"). */
+ * parameters ("; charset=utf-8"); NDJSON; AWS's event stream. */
 static __always_inline void content_type(struct scratch *s, u32 v)
 {
     u32 n = s->n;
@@ -148,6 +148,13 @@ static __always_inline void content_type(struct scratch *s, u32 v)
     if (v + 17 > n || !MATCHES(load8(s->head, v), "applicat", 8) || !MATCHES(load8(s->head, v + 8), "ion/", 4))
         return;
     u32 t = v + 12;
+    /* AWS's binary event stream (Bedrock's invoke-with-response-stream and
+     * converse-stream): application/vnd.amazon.eventstream. */
+    if (t + 22 <= n && MATCHES(load8(s->head, t), "vnd.amaz", 8) && MATCHES(load8(s->head, t + 8), "on.event", 8) &&
+        MATCHES(load8(s->head, t + 16), "stream", 6)) {
+        s->ev.stream_flags |= STREAM_FLAG_AWS_EVENTS;
+        return;
+    }
     if (t + 2 <= n && (s->head[t & SCRATCH_MASK] | 0x20) == 'x' && s->head[(t + 1) & SCRATCH_MASK] == '-')
         t += 2;
     if ((t + 6 <= n && MATCHES(load8(s->head, t), "ndjson", 6)) ||

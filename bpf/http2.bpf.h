@@ -69,7 +69,22 @@ enum h2_data_shape {
     H2_SHAPE_UNKNOWN = 0,
     H2_SHAPE_GRPC = 1,   /* length-prefixed messages: the first byte is the compressed flag, 0 or 1 */
     H2_SHAPE_TEXT = 2,   /* anything else (SSE, JSON, bytes) */
+    H2_SHAPE_AWS_EVENTS = 3,  /* AWS event stream messages (Bedrock; event_stream.bpf.h): a prelude, not a flag */
 };
+
+/* A stream's first DATA bytes, 16 of them, are an AWS event stream message's
+ * prelude and first header: a total length (big-endian, its first byte 0
+ * like a gRPC message's flag) of at least the prelude, headers, CRC, a
+ * headers length within it, and a header name starting with ':' (:event-type,
+ * :exception-type, ...). A gRPC message's bytes 4-7 are its length's last
+ * byte and its first three bytes of protobuf, which make that headers length
+ * larger than the total it would be in. */
+static __always_inline int h2_aws_prelude(const u8 *b)
+{
+    u32 total = (u32)b[0] << 24 | (u32)b[1] << 16 | (u32)b[2] << 8 | b[3];
+    u32 headers = (u32)b[4] << 24 | (u32)b[5] << 16 | (u32)b[6] << 8 | b[7];
+    return b[0] == 0 && headers >= 4 && headers + 16 <= total && b[12] >= 2 && b[12] < 64 && b[13] == ':';
+}
 
 struct h2_stream_key {
     u64 conn_id;

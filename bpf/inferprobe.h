@@ -150,6 +150,12 @@ enum http_method {
 #define HTTP_FLAG_MODEL          0x4000 /* model holds the request body's "model" value */
 #define HTTP_FLAG_JSON_DONE      0x8000 /* "done": true in this write, NDJSON's end marker (Ollama) */
 
+/* io_event.stream_flags: stream shapes the sixteen HTTP flags have no room for */
+#define STREAM_FLAG_AWS_EVENTS   0x01 /* Content-Type: application/vnd.amazon.eventstream (Bedrock): sse_events
+                                       * counts its token messages (bpf/event_stream.bpf.h) */
+#define STREAM_FLAG_EXCEPTION    0x02 /* an event stream message of :message-type exception in this write:
+                                       * its :exception-type (e.g. throttlingException) in event_name */
+
 struct event_header {
     __u32 type;     /* enum event_type: must be first */
     __u32 pid;      /* thread group id (what ps calls the pid) */
@@ -198,7 +204,8 @@ struct io_event {
     __u8 retry_count;       /* a request's x-stainless-retry-count value + 1 (SDK retries), 0: none */
     __u8 joined_pieces;     /* earlier reads (writes) of this request's head held and joined in front
                              * of this one's bytes (bpf/sock.bpf.c, request_heads_open); 0: none */
-    __u8 pad_retry[6];
+    __u8 stream_flags;      /* STREAM_FLAG_* */
+    __u8 pad_retry[5];
     __u64 wire_ns;          /* TLS: CLOCK_MONOTONIC at the start of the first socket syscall of the
                              * library call (the write that carried the plaintext); 0 if none was seen */
     __u64 first_piece_ns;   /* with joined_pieces: when the first piece moved (a read's exit, a write's entry) */
@@ -706,6 +713,7 @@ enum h2_content {
     H2_CONTENT_NDJSON = 3,
     H2_CONTENT_JSON = 4,
     H2_CONTENT_OTHER = 5,
+    H2_CONTENT_AWS_EVENT_STREAM = 6,  /* application/vnd.amazon.eventstream (Bedrock) */
 };
 
 #define H2_TRACEPARENT_BYTES 55

@@ -25,6 +25,12 @@
 #define MAX_IOVECS 8
 #define H2_NO_PART 0xff
 
+/* What a connection's response body is (conn_state.body, pending_io.body,
+ * scratch.body), from its headers (remember_body in sock.bpf.c). */
+#define BODY_CHUNKED    0x1   /* Transfer-Encoding: chunked: find_framing may apply (chunk_framing.bpf.h) */
+#define BODY_AWS_EVENTS 0x2
+#define AWS_MAX_HEADERS_SLOTS 16   /* event_stream.bpf.h's AWS_MAX_HEADERS */   /* an AWS event stream: scan_event_stream reads it (event_stream.bpf.h) */
+
 /* User-space ABI layouts (stable, unlike kernel-internal structs). */
 struct user_iovec {
     u64 base;
@@ -50,7 +56,7 @@ struct scratch {
     u64 tls_session; /* TLS: the session whose plaintext this is (event_conn), 0 for a socket */
     u32 request_side; /* the bytes are the request half: a server's read, a client's write */
     u32 http_seen;
-    u32 chunked;     /* the connection's response is chunked (conn_state) */
+    u32 body;        /* BODY_* of the connection's response (conn_state) */
     u32 length_at;   /* where the Content-Length value starts, 0 if none */
     u32 type_at;     /* where the Content-Type value starts, 0 if none */
     u32 retry_at;    /* where an x-stainless-retry-count value starts, 0 if none (http1.bpf.h) */
@@ -90,6 +96,16 @@ struct scratch {
     u32 input_at;
     u32 model_at;
     u32 model_pass;     /* request body: 0 the head, 1 the read's last bytes */
+    /* An AWS event stream's window (event_stream.bpf.h): where headers are
+     * looked for up to, where a metadata message's payload may start (+ 1; 0:
+     * none) and whether it goes on into the next window, and a message's
+     * prelude or payload prefix read for a closer look. */
+    u32 es_limit;
+    u32 es_usage_from;
+    u32 es_usage_next;
+    u8 es_peek[48];
+    u32 es_hits;                        /* length bytes found in the window ... */
+    u32 es_hit_at[AWS_MAX_HEADERS_SLOTS]; /* ... and where, the first AWS_MAX_HEADERS */
     u32 tail_read;      /* bytes of the write's end read into tail[] */
     u32 tail_pass;      /* scan_fields is reading the tail, copied into the head */
     /* HTTP/2 (http2.bpf.h): the syscall's bytes as the frame walk sees them
@@ -113,6 +129,7 @@ struct scratch {
     u32 h2_scan_len;
     u32 h2_scan_part;
     u32 h2_scans;
+    u32 h2_scan_aws;    /* its stream is an AWS event stream: scan_event_stream reads it */
     struct h2_frames_event h2ev;
     struct user_iovec iovs[MAX_IOVECS];   /* copy_iovecs: the next iovecs, read at once */
     u64 frame_word[MAX_IOVECS];           /* find_framing: a framing buffer's bytes, 0: read it */

@@ -37,6 +37,7 @@
 #include "http1.bpf.h"          /* request line, status line, header block */
 #include "sse.bpf.h"            /* SSE lines of a body window */
 #include "stream_fields.bpf.h"  /* the JSON fields a stream states about itself */
+#include "event_stream.bpf.h"   /* AWS event streams (Bedrock): messages of a body window */
 #include "stream_end.bpf.h"     /* how a write ends: its last bytes */
 #include "chunk_framing.bpf.h"  /* chunk framing known from iovec lengths */
 #include "gather.bpf.h"         /* a syscall's bytes into the head: buffer or iovecs */
@@ -92,7 +93,7 @@ struct sock_key {
 struct conn_state {
     u64 conn_id;
     u32 http_seen;   /* a request line was read: from now on every I/O counts */
-    u32 chunked;     /* its last response's headers said chunked: find_framing may apply */
+    u32 body;        /* BODY_* of its last response: chunked (find_framing may apply), an AWS event stream */
     u32 tls;         /* a TLS session runs over it: its bytes are ciphertext, read at the library */
     u32 unrecognised; /* it moved bytes the classifier did not recognise (counted at close) */
     u32 client;      /* enum conn_role: connect()ed by the target (it sends requests) or accepted */
@@ -114,7 +115,7 @@ struct pending_io {
     u16 dir;
     u16 is_msghdr;
     u32 http_seen;
-    u32 chunked;
+    u32 body;
     u32 client;
     u64 session;     /* TLS: the library's session (SSL *, Go *tls.Conn); 0 for a socket syscall */
     u64 wire_ns;     /* TLS: when the first socket syscall inside the library call began */
@@ -188,7 +189,7 @@ static __always_inline void fill_pending(struct pending_io *io, u64 ts_ns, u64 b
     io->dir = dir;
     io->is_msghdr = is_msghdr;
     io->http_seen = conn->http_seen;
-    io->chunked = conn->chunked;
+    io->body = conn->body;
     io->client = conn->client;
     io->h2 = conn->h2;
     io->session = 0;
@@ -248,7 +249,7 @@ struct cached_conn {
     u64 generation;
     s32 fd;
     u32 http_seen;
-    u32 chunked;
+    u32 body;
     u32 tls;
     u32 client;
     u32 h2;
@@ -309,7 +310,7 @@ static __always_inline int lookup_conn(struct pending_io *slot, u32 tgid, s32 fd
     if (cached->filled && cached->fd == fd && cached->generation == generation) {
         out->conn_id = cached->conn_id;
         out->http_seen = cached->http_seen;
-        out->chunked = cached->chunked;
+        out->body = cached->body;
         out->tls = cached->tls;
         out->client = cached->client;
         out->h2 = cached->h2;
@@ -330,7 +331,7 @@ static __always_inline int lookup_conn(struct pending_io *slot, u32 tgid, s32 fd
     *out = *state;
     cached->conn_id = out->conn_id;
     cached->http_seen = out->http_seen;
-    cached->chunked = out->chunked;
+    cached->body = out->body;
     cached->tls = out->tls;
     cached->client = out->client;
     cached->h2 = out->h2;
@@ -962,10 +963,12 @@ enum classify_prog {
     PROG_SCAN_FIELDS = 6,
     PROG_SCAN_TRACE_CONTEXT = 7,
     PROG_H2_FRAMES = 8,
+    PROG_SCAN_EVENT_STREAM = 9,
+    PROG_COUNT = 10,
 };
 struct {
     __uint(type, BPF_MAP_TYPE_PROG_ARRAY);
-    __uint(max_entries, 9);
+    __uint(max_entries, PROG_COUNT);
     __type(key, u32);
     __type(value, u32);
 } classifiers SEC(".maps");
@@ -976,7 +979,7 @@ struct {
  * and each copy calls on through the array of its kind. */
 struct {
     __uint(type, BPF_MAP_TYPE_PROG_ARRAY);
-    __uint(max_entries, 9);
+    __uint(max_entries, PROG_COUNT);
     __type(key, u32);
     __type(value, u32);
 } classifiers_tls SEC(".maps");
@@ -1074,7 +1077,7 @@ static __always_inline int io_enter(s32 fd, u64 buf, u32 vlen, u16 dir, u16 is_m
 
 /* The state of the connection an event is about, in the socket table or,
  * for TLS plaintext, the session table: what the chain programs change
- * once they know more of it (http_seen, chunked), each followed by
+ * once they know more of it (http_seen, body), each followed by
  * conn_changed() so no thread's cache misses it. */
 static __always_inline struct conn_state *event_conn(struct scratch *s)
 {
@@ -1399,10 +1402,15 @@ static __always_inline void h2_payload_step(struct scratch *s, struct h2_dir *d,
     u32 at_start = d->frame_left == d->frame_len;
     if (d->type == H2_FRAME_DATA) {
         if (d->shape == H2_SHAPE_UNKNOWN && !d->padded) {
-            /* The stream's first DATA byte: a gRPC message's compressed flag, or text. */
-            u8 first = 0xff;
-            bpf_probe_read_user(&first, 1, (void *)at);
-            d->shape = first <= 1 ? H2_SHAPE_GRPC : H2_SHAPE_TEXT;
+            /* The stream's first DATA byte: a gRPC message's compressed flag, or text;
+             * or its first 16, an AWS event stream's prelude (h2_aws_prelude). */
+            u8 first[16] = {0xff};
+            if (take >= 16)
+                bpf_probe_read_user(first, 16, (void *)at);
+            else
+                bpf_probe_read_user(first, 1, (void *)at);
+            d->shape = take >= 16 && h2_aws_prelude(first) ? H2_SHAPE_AWS_EVENTS :
+                       first[0] <= 1 ? H2_SHAPE_GRPC : H2_SHAPE_TEXT;
         }
         if (d->shape == H2_SHAPE_GRPC && !d->padded) {
             part->part |= H2_PART_FLAG_GRPC;
@@ -1430,7 +1438,7 @@ static __always_inline void h2_payload_step(struct scratch *s, struct h2_dir *d,
         } else {
             if (d->padded)
                 part->part |= H2_PART_FLAG_UNWALKED;
-            else if (at_start)
+            else if (at_start && d->shape != H2_SHAPE_AWS_EVENTS)
                 part->part |= h2_sse_start(at, take);
             /* On the response half, the payload's lines are scanned as an HTTP/1
              * body's (h2_scan_data): a frame may hold several events, a finish
@@ -1439,6 +1447,7 @@ static __always_inline void h2_payload_step(struct scratch *s, struct h2_dir *d,
                 s->h2_scan_at = at;
                 s->h2_scan_len = take;
                 s->h2_scan_part = s->h2_part;
+                s->h2_scan_aws = d->shape == H2_SHAPE_AWS_EVENTS;   /* its messages, by scan_event_stream */
             }
         }
         part->value += take;
@@ -1666,7 +1675,7 @@ static __always_inline int classify_io(void *ctx, u64 id, struct pending_io io, 
     /* The request half of the exchange: a server reads it, a client writes it. */
     s->request_side = (io.dir == DIR_READ) != (io.client != 0);
     s->http_seen = io.http_seen;
-    s->chunked = io.chunked;
+    s->body = io.body;
     s->n = 0;
     s->tail_in_head = 0;
     s->joined = 0;
@@ -1923,18 +1932,21 @@ static __always_inline int chain_classify_response(void *ctx, int tls)
 }
 CHAIN_PROGRAM(classify_response)
 
-/* A response's headers say whether its body is chunked: the connection
- * keeps that for the writes of the body (find_framing reads only their
- * payloads then). Written only when it changes, which a keep-alive
+/* A response's headers say what its body is: chunked, an AWS event stream.
+ * The connection keeps that for the writes (reads) of the body: find_framing
+ * reads only a chunked body's payloads, scan_body hands an event stream to
+ * scan_event_stream. Written only when it changes, which a keep-alive
  * connection's responses of one kind never do. */
-static __always_inline void remember_chunked(struct scratch *s)
+static __always_inline void remember_body(struct scratch *s)
 {
-    u32 chunked = (s->ev.flags & HTTP_FLAG_CHUNKED) != 0;
-    if (chunked == s->chunked)
+    u32 body = (s->ev.flags & HTTP_FLAG_CHUNKED ? BODY_CHUNKED : 0) |
+               (s->ev.stream_flags & STREAM_FLAG_AWS_EVENTS ? BODY_AWS_EVENTS : 0);
+    if (body == s->body)
         return;
+    s->body = body;   /* this write's own body, after its headers */
     struct conn_state *state = event_conn(s);
     if (state) {
-        state->chunked = chunked;
+        state->body = body;
         conn_changed(s);
     }
 }
@@ -1949,12 +1961,12 @@ static __always_inline int chain_scan_header_block(void *ctx, int tls)
     if (s->type_at)
         content_type(s, s->type_at);
     if (s->ev.kind == HTTP_KIND_RESPONSE) {
-        remember_chunked(s);
+        remember_body(s);
         /* Headers seen whole, neither chunked nor an event stream: nothing
          * in this body is read downstream (no tokens outside streams, the
          * end is a byte count or close), so the scan is skipped. */
         u16 flags = s->ev.flags;
-        if ((flags & HTTP_FLAG_HEADERS_END) &&
+        if ((flags & HTTP_FLAG_HEADERS_END) && !(s->body & BODY_AWS_EVENTS) &&
             !(flags & (HTTP_FLAG_CHUNKED | HTTP_FLAG_EVENT_STREAM | HTTP_FLAG_NDJSON_STREAM)))
             return submit(s);
         if (!s->body_start)
@@ -1999,6 +2011,8 @@ static __always_inline int chain_scan_body(void *ctx, int tls)
     struct scratch *s = get_scratch();
     if (!s)
         return 0;
+    if ((s->body & BODY_AWS_EVENTS) && !s->h2_scan_len && !s->request_side)
+        chain_call(ctx, tls, PROG_SCAN_EVENT_STREAM);   /* binary messages, not lines */
     if (s->ev.kind == HTTP_KIND_RESPONSE && !(s->ev.flags & HTTP_FLAG_HEADERS_END))
         s->more = 0;   /* headers past the head: where the body starts is unknown */
     scan_sse(s);
@@ -2025,6 +2039,27 @@ static __always_inline int chain_scan_body(void *ctx, int tls)
     return finish_body(ctx, tls, s);
 }
 CHAIN_PROGRAM(scan_body)
+
+/* A window of an AWS event stream's body (event_stream.bpf.h): its token
+ * messages, other events, exception and usage, in place of the SSE and JSON
+ * scans of scan_body and scan_fields, which read lines; then the next window
+ * (a plain buffer's here, a vectored write's through gather_window and
+ * scan_body, which hands it back), or the write's end. */
+static __always_inline int chain_scan_event_stream(void *ctx, int tls)
+{
+    struct scratch *s = get_scratch();
+    if (!s)
+        return 0;
+    if (s->ev.kind == HTTP_KIND_RESPONSE && !(s->ev.flags & HTTP_FLAG_HEADERS_END))
+        s->more = 0;   /* headers past the head: where the body starts is unknown */
+    scan_event_stream_window(s);
+    if (s->h2_scan_len)
+        return h2_data_scanned(ctx, tls, s);   /* an HTTP/2 DATA payload (h2_scan_data): back to the walk */
+    if (next_body_window(s))
+        chain_call(ctx, tls, s->ev.flags & HTTP_FLAG_VECTORED ? PROG_GATHER_WINDOW : PROG_SCAN_EVENT_STREAM);
+    return finish_body(ctx, tls, s);
+}
+CHAIN_PROGRAM(scan_event_stream)
 
 /* NDJSON line ends and the JSON fields of a window (stream_fields.bpf.h),
  * apart from scan_body: each program's scan loop has a budget of branches
@@ -2124,7 +2159,7 @@ static __always_inline int chain_h2_frames(void *ctx, int tls)
     if (s->h2_scan_len && !d->lost) {
         s->h2_scans++;
         h2_scan_data(s);
-        chain_call(ctx, tls, PROG_SCAN_BODY);
+        chain_call(ctx, tls, s->h2_scan_aws ? PROG_SCAN_EVENT_STREAM : PROG_SCAN_BODY);
         s->h2_scan_len = 0;   /* the tail call failed: the part keeps what its first bytes said */
     }
     if (d->lost) {

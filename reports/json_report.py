@@ -61,6 +61,7 @@ def request_json(r: Request, analysis: RequestAnalysis, stall_ns: dict[tuple[int
         "outcome": r.outcome.value,
         "streaming": r.streaming,
         "stream_format": r.stream_format,
+        "stream_error": r.stream_error,
         "model": r.model,
         "usage": ({"output_tokens": r.output_tokens, "input_tokens": r.input_tokens}
                   if r.output_tokens is not None or r.input_tokens is not None else None),

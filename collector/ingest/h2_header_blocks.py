@@ -81,6 +81,8 @@ def content_kind(content_type: bytes | None) -> H2Content:
         return H2Content.NDJSON
     if media == b"application/json":
         return H2Content.JSON
+    if media == b"application/vnd.amazon.eventstream":
+        return H2Content.AWS_EVENT_STREAM
     return H2Content.OTHER
 
 

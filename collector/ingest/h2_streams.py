@@ -48,7 +48,8 @@ ERROR_CODES = {0x0: "NO_ERROR", 0x1: "PROTOCOL_ERROR", 0x2: "INTERNAL_ERROR", 0x
 
 HEADER_BLOCK_FRAMES = (H2FrameType.HEADERS, H2FrameType.CONTINUATION, H2FrameType.PUSH_PROMISE)
 
-STREAM_FORMATS = {H2Content.GRPC: "grpc", H2Content.EVENT_STREAM: "sse", H2Content.NDJSON: "ndjson"}
+STREAM_FORMATS = {H2Content.GRPC: "grpc", H2Content.EVENT_STREAM: "sse", H2Content.NDJSON: "ndjson",
+                  H2Content.AWS_EVENT_STREAM: "aws-eventstream"}
 
 
 def grpc_method(path: str | None) -> tuple[str, str] | None:
@@ -166,8 +167,12 @@ class H2Streams:
                 continue
             stream = conn.streams.get(part.stream_id)
             if part.frame_type == H2FrameType.GOAWAY and H2PartFlag.ENDS in part.part:
-                for sid in [s for s in conn.streams if s > part.value]:
-                    self._end(conn, sid, t, Outcome.ABORTED, "GOAWAY")
+                # Its last stream id is of the streams its receiver opened: a server's GOAWAY
+                # refuses requests past it; a client's (the AWS SDK for JavaScript closes its
+                # session so after each response) speaks of pushed streams, not of its requests.
+                if not request_side:
+                    for sid in [s for s in conn.streams if s > part.value]:
+                        self._end(conn, sid, t, Outcome.ABORTED, "GOAWAY")
                 continue
             if stream is None:
                 continue
@@ -210,8 +215,8 @@ class H2Streams:
     def _token_events(req: Request, part) -> int:
         if req.stream_format == "grpc" or H2PartFlag.GRPC in part.part:
             return part.messages
-        if H2PartFlag.SCANNED in part.part and req.stream_format == "sse":
-            return part.messages   # its events, counted in the kernel as an HTTP/1 body's are
+        if H2PartFlag.SCANNED in part.part and req.stream_format in ("sse", "aws-eventstream"):
+            return part.messages   # its events (messages), counted in the kernel as an HTTP/1 body's are
         if H2PartFlag.SCANNED in part.part and req.stream_format == "ndjson":
             # its lines; the "done" line is the end marker, not a token
             return max(part.messages - 1, 0) if H2PartFlag.JSON_DONE in part.part else part.messages
@@ -240,6 +245,11 @@ class H2Streams:
         req.end_reason = reason
 
     # -- connection end -----------------------------------------------------------
+    def open_requests(self, conn_id: int) -> list[Request]:
+        """The requests of a connection's streams still open."""
+        conn = self._conns.get(conn_id)
+        return [stream.request for stream in conn.streams.values()] if conn is not None else []
+
     def on_close(self, conn_id: int, ts: int, reason: str = "close") -> None:
         conn = self._conns.pop(conn_id, None)
         if conn is None:

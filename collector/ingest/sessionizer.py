@@ -42,6 +42,7 @@ from inferprobe.collector.model.events import (
     HttpFlag,
     HttpKind,
     IoRecord,
+    StreamFlag,
 )
 from inferprobe.collector.model.timeline import Connection, Outcome, Request, SessionStats, StreamEvent
 
@@ -221,12 +222,13 @@ class Sessionizer:
             return
         opened.conn_id = ev.conn_id
         self.connections[ev.conn_id] = opened
-        # Its requests so far began before their connection was known.
+        # Its requests so far began before their connection was known: HTTP/1's, and
+        # HTTP/2's streams (the AWS SDK for JavaScript's default handler).
         session = self._conns.get(ev.conn_id)
-        if session is not None:
-            current = [session.responding.request] if session.responding is not None else []
-            for req in (*session.waiting, *current):
-                req.peer = req.peer or self._peer(ev.conn_id)
+        current = [] if session is None else [*session.waiting, *(
+            [session.responding.request] if session.responding is not None else [])]
+        for req in (*current, *self._h2.open_requests(ev.conn_id)):
+            req.peer = req.peer or self._peer(ev.conn_id)
 
     def _on_peer(self, ev: ConnRecord) -> None:
         """The peer of a connection accepted without its address, or open at attach,
@@ -347,6 +349,8 @@ class Sessionizer:
             req.token_events.append(tokens)
         if ev.named_events and req.stream_format == "sse":
             req.stream_events.append(StreamEvent(t, ev.event_name, ev.named_events))
+        if StreamFlag.EXCEPTION in ev.stream_flags and req.stream_error is None:
+            req.stream_error = ev.event_name  # the AWS event stream's exception: the stream ends in it
         if ev.output_tokens is not None:
             req.output_tokens = ev.output_tokens  # the last count stated is the total
         if ev.input_tokens is not None:
@@ -391,6 +395,8 @@ class Sessionizer:
             req.stream_format = "sse"
         elif HttpFlag.NDJSON_STREAM in ev.flags:
             req.stream_format = "ndjson"
+        elif StreamFlag.AWS_EVENTS in ev.stream_flags:
+            req.stream_format = "aws-eventstream"  # token messages counted in sse_events
         req.streaming = req.stream_format is not None
         headers_seen = HttpFlag.HEADERS_END in ev.flags
         resp = _Response(

@@ -97,6 +97,7 @@ from inferprobe.collector.model.layout_generated import (
     StackFlag,
     StackKey,
     StackSampleEvent,
+    StreamFlag,
     TraceContextEvent,
     TraceContextFlag,
     Transport,
@@ -120,7 +121,8 @@ __all__ = [
     "H2PartFlag",
     "HttpFlag", "HttpKind", "HttpMethod", "IoEvent", "LockCounter", "NetAckEvent",
     "NetFlag", "NetRetransmitEvent", "NetVia", "NetXmitEvent", "OffcpuEvent", "OffcpuReason",
-    "OffcpuValue", "StackCounter", "StackFlag", "StackKey", "StackSampleEvent", "TraceContextEvent",
+    "OffcpuValue", "StackCounter", "StackFlag", "StackKey", "StackSampleEvent", "StreamFlag",
+    "TraceContextEvent",
     "TraceContextFlag", "Transport", "UsdtEvent",
     "UsdtProbe",
     # decoding
@@ -195,6 +197,9 @@ class IoRecord:
     # many earlier reads (writes) it holds, and when the first of them moved.
     joined_pieces: int = 0
     first_piece_ns: int | None = None
+    # Stream shapes past the HTTP flags: an AWS event stream's response, and an
+    # exception message in this write (its :exception-type in event_name).
+    stream_flags: StreamFlag = StreamFlag(0)
 
     @property
     def is_read(self) -> bool:
@@ -603,6 +608,7 @@ def _io(etype: EventType, ev: Any) -> IoRecord:
     hdr = ev.hdr
     kind = member(HttpKind, ev.kind, "HTTP kind")
     flags = HttpFlag(ev.flags)
+    stream_flags = StreamFlag(ev.stream_flags)
     method = None
     path = None
     if kind == HttpKind.REQUEST:
@@ -630,13 +636,15 @@ def _io(etype: EventType, ev: Any) -> IoRecord:
         input_tokens=ev.input_tokens if HttpFlag.INPUT_TOKENS in flags else None,
         json_lines=ev.json_lines,
         named_events=ev.named_events,
-        event_name=_text(ev.event_name, ev.event_name_len, EVENT_NAME_MAX_BYTES) if ev.named_events else None,
+        event_name=(_text(ev.event_name, ev.event_name_len, EVENT_NAME_MAX_BYTES)
+                    if ev.named_events or StreamFlag.EXCEPTION in stream_flags else None),
         transport=member(Transport, ev.transport, "transport"),
         wire_ns=ev.wire_ns or None,
         role=member(ConnRole, ev.role, "connection role"),
         retry_count=ev.retry_count - 1 if ev.retry_count else None,
         joined_pieces=ev.joined_pieces,
         first_piece_ns=ev.first_piece_ns if ev.joined_pieces else None,
+        stream_flags=stream_flags,
     )
 
 

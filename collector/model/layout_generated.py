@@ -315,6 +315,7 @@ class H2Content(enum.IntEnum):
     NDJSON = 3
     JSON = 4
     OTHER = 5
+    AWS_EVENT_STREAM = 6
 
 
 class GpuActivityKind(enum.IntEnum):
@@ -354,6 +355,13 @@ class HttpFlag(enum.IntFlag):
     INPUT_TOKENS = 0x2000
     MODEL = 0x4000
     JSON_DONE = 0x8000
+
+
+class StreamFlag(enum.IntFlag):
+    """STREAM_FLAG_* (#define)"""
+
+    AWS_EVENTS = 0x0001
+    EXCEPTION = 0x0002
 
 
 class StackFlag(enum.IntFlag):
@@ -454,6 +462,7 @@ C_PREFIXES: dict[str, str] = {
     "GpuActivityKind": "GPU_ACTIVITY_",
     "GpuShimStatus": "GPU_SHIM_",
     "HttpFlag": "HTTP_FLAG_",
+    "StreamFlag": "STREAM_FLAG_",
     "StackFlag": "STACK_FLAG_",
     "NetFlag": "NET_FLAG_",
     "FutexWaitFlag": "FUTEX_WAIT_FLAG_",
@@ -523,7 +532,8 @@ class IoEvent(ctypes.Structure):
         ("role", ctypes.c_uint8),                           # offset 247, 1 byte
         ("retry_count", ctypes.c_uint8),                    # offset 248, 1 byte
         ("joined_pieces", ctypes.c_uint8),                  # offset 249, 1 byte
-        ("pad_retry", ctypes.c_uint8 * 6),                  # offset 250, 6 bytes
+        ("stream_flags", ctypes.c_uint8),                   # offset 250, 1 byte
+        ("pad_retry", ctypes.c_uint8 * 5),                  # offset 251, 5 bytes
         ("wire_ns", ctypes.c_uint64),                       # offset 256, 8 bytes
         ("first_piece_ns", ctypes.c_uint64),                # offset 264, 8 bytes
     ]

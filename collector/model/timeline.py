@@ -55,7 +55,7 @@ class Request:
     bytes_in: int = 0
     bytes_out: int = 0
     streaming: bool = False  # an event stream (SSE) or NDJSON response
-    stream_format: str | None = None  # "sse" or "ndjson" when streaming
+    stream_format: str | None = None  # "sse", "ndjson" or "aws-eventstream" (Bedrock) when streaming
     stream_events: list[StreamEvent] = field(default_factory=list)  # named SSE events that are no tokens
     # What the stream states of itself (never its text): the request body's
     # "model", and the usage counts of its last events (OpenAI usage, Anthropic
@@ -64,6 +64,9 @@ class Request:
     output_tokens: int | None = None
     input_tokens: int | None = None
     end_reason: str | None = None
+    # The error a stream ended with, as it named it: an AWS event stream's
+    # :exception-type (throttlingException, modelStreamErrorException), never its message.
+    stream_error: str | None = None
     write_tids: set[int] = field(default_factory=set)
     # "socket": read from socket syscalls; "tls": the plaintext of TLS library
     # calls (token_ns are then SSL_write entries, and the socket write that

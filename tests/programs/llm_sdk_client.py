@@ -1,6 +1,14 @@
-"""Streamed calls through the official openai, anthropic or google-genai SDK, timed by the caller.
+"""Streamed calls through the official openai, anthropic, google-genai or AWS SDKs, timed by the caller.
 
-Usage: llm_sdk_client.py openai|anthropic|gemini BASE_URL CALLS TOKENS [--wait] [--timeout S]
+vertex is anthropic's AnthropicVertex (streamRawPredict, Anthropic's SSE, an
+OAuth access token in Authorization); bedrock is anthropic's AnthropicBedrock
+(invoke-with-response-stream, httpx),
+boto3 is boto3's bedrock-runtime client (converse_stream, urllib3): both sign
+their requests with SigV4 (an Authorization header, and x-amz-security-token
+from the session token) with a secret that must never reach the tracer's outputs.
+
+Usage: llm_sdk_client.py openai|anthropic|gemini|bedrock|boto3|vertex BASE_URL CALLS TOKENS [--wait]
+[--timeout S]
 [--retries N] [--stall-first MS] [--fail-first STATUS] [--warm-up] [--unary]. The server is
 one of tests/servers/stream_shapes* (they take the token count and pacing
 from extra body fields) over HTTPS with a self-signed certificate, so
@@ -39,6 +47,84 @@ def anthropic_client(base_url: str, options: dict):
 
     return anthropic.Anthropic(base_url=base_url, api_key=SECRET,
                                http_client=anthropic.DefaultHttpxClient(verify=False), **options)
+
+
+# An AWS key pair and session token for the SigV4 signatures; the server does not check them.
+AWS_KEY_ID, AWS_SESSION_TOKEN = "AKIDEXAMPLE", "SESSION-TOKEN-" + SECRET
+
+
+def bedrock_client(base_url: str, options: dict):
+    import anthropic
+
+    return anthropic.AnthropicBedrock(base_url=base_url, aws_region="us-east-1", aws_access_key=AWS_KEY_ID,
+                                      aws_secret_key=SECRET, aws_session_token=AWS_SESSION_TOKEN,
+                                      http_client=anthropic.DefaultHttpxClient(verify=False), **options)
+
+
+def bedrock_call(client, k: int, tokens: int) -> dict:
+    model = f"anthropic.claude-test-{k % 2}"
+    received = []
+    began = time.monotonic_ns()
+    with client.messages.stream(model=model, max_tokens=64,
+                                messages=[{"role": "user", "content": f"{MARKER} say something {k}"}],
+                                extra_body={"tokens": tokens, "prompt": f"{MARKER} {k}",
+                                            "interval_ms": 3, **STALL}) as stream:
+        for event in stream:
+            if event.type == "content_block_delta":
+                received.append(time.monotonic_ns())
+    return {"model": None, "path": f"/model/{model}/invoke-with-response-stream", "received_ns": received,
+            "began_ns": began, "returned_ns": time.monotonic_ns()}
+
+
+def boto3_client(base_url: str, options: dict):
+    import boto3
+    from botocore.config import Config
+
+    retries = {"max_attempts": options.get("max_retries", 2) + 1, "mode": "standard"}
+    return boto3.client("bedrock-runtime", endpoint_url=base_url, region_name="us-east-1", verify=False,
+                        aws_access_key_id=AWS_KEY_ID, aws_secret_access_key=SECRET,
+                        aws_session_token=AWS_SESSION_TOKEN, config=Config(retries=retries))
+
+
+def boto3_call(client, k: int, tokens: int) -> dict:
+    model = f"anthropic.claude-test-{k % 2}"
+    received = []
+    began = time.monotonic_ns()
+    answer = client.converse_stream(
+        modelId=model, messages=[{"role": "user", "content": [{"text": f"{MARKER} say something {k}"}]}],
+        additionalModelRequestFields={"tokens": tokens, "prompt": f"{MARKER} {k}", "interval_ms": 3, **STALL})
+    for event in answer["stream"]:
+        if "contentBlockDelta" in event:
+            received.append(time.monotonic_ns())
+    return {"model": None, "path": f"/model/{model}/converse-stream", "received_ns": received,
+            "began_ns": began, "returned_ns": time.monotonic_ns()}
+
+
+def vertex_client(base_url: str, options: dict):
+    import anthropic
+
+    # an OAuth access token, as google-auth would hand it over: a secret like the API keys
+    return anthropic.AnthropicVertex(base_url=f"{base_url}/v1", region="us-east5",
+                                     project_id="inferprobe-test", access_token=SECRET,
+                                     http_client=anthropic.DefaultHttpxClient(verify=False), **options)
+
+
+def vertex_call(client, k: int, tokens: int) -> dict:
+    """Claude through Vertex AI: Anthropic's Messages API and SSE, the model in the path."""
+    model = f"claude-test-{k % 2}"
+    received = []
+    began = time.monotonic_ns()
+    with client.messages.stream(model=model, max_tokens=64,
+                                messages=[{"role": "user", "content": f"{MARKER} say something {k}"}],
+                                extra_body={"tokens": tokens, "prompt": f"{MARKER} {k}",
+                                            "interval_ms": 3, **STALL}) as stream:
+        for event in stream:
+            if event.type == "content_block_delta":
+                received.append(time.monotonic_ns())
+    path = (f"/v1/projects/inferprobe-test/locations/us-east5/publishers/anthropic/models/{model}"
+            ":streamRawPredict")
+    return {"model": None, "path": path, "received_ns": received, "began_ns": began,
+            "returned_ns": time.monotonic_ns()}
 
 
 def gemini_client(base_url: str, options: dict):
@@ -125,8 +211,10 @@ def main() -> None:
         options["timeout"] = float(rest[rest.index("--timeout") + 1])
     if "--retries" in rest:
         options["max_retries"] = int(rest[rest.index("--retries") + 1])
-    make_client = {"openai": openai_client, "anthropic": anthropic_client, "gemini": gemini_client}[sdk]
-    call = {"openai": openai_call, "anthropic": anthropic_call, "gemini": gemini_call}[sdk]
+    make_client = {"openai": openai_client, "anthropic": anthropic_client, "gemini": gemini_client,
+                   "bedrock": bedrock_client, "boto3": boto3_client, "vertex": vertex_client}[sdk]
+    call = {"openai": openai_call, "anthropic": anthropic_call, "gemini": gemini_call,
+            "bedrock": bedrock_call, "boto3": boto3_call, "vertex": vertex_call}[sdk]
     if "--unary" in rest:
         call = openai_unary_call if sdk == "openai" else anthropic_unary_call
     # A first call in a fresh process spends ~30 ms in the SDK (its models, its

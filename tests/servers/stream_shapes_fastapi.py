@@ -29,6 +29,9 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))   # the repository: tests.support
+from tests.support import aws_event_stream  # noqa: E402 - after the path it needs
+
 SHAPES = json.loads((Path(__file__).with_name("stream_shapes_payloads.json")).read_text())
 # Gemini's streamGenerateContent?alt=sse, served here only (the shared payloads are
 # every stack's): the model is in the path, usageMetadata in every chunk, the
@@ -44,6 +47,16 @@ GEMINI = {
               '"modelVersion": "{model}"}\r\n\r\n'),
     "after": [],
 }
+# Bedrock's streaming operations, served here only, in AWS's binary event stream
+# (tests/support/aws_event_stream.py): invoke-with-response-stream carries the
+# model's own events (Anthropic's) base64 in "chunk" messages; converse-stream
+# its own events, the usage in the last (metadata). The token count and pacing
+# come in the body's extra fields (converse's in additionalModelRequestFields).
+BEDROCK_PATH = re.compile(r"model/([^/]+)/(invoke-with-response-stream|converse-stream)")
+BEDROCK_PROMPT_TOKENS = 7
+# Claude on Vertex AI: Anthropic's Messages API and SSE, the model in the path.
+VERTEX_PATH = re.compile(r"v1/projects/[^/]+/locations/[^/]+/publishers/anthropic/models/([^/:]+)"
+                         r":streamRawPredict")
 PLACEHOLDER = re.compile(r"\{(\w+)\}")
 LOG = open(os.environ.get("STREAM_SHAPES_LOG") or sys.argv[1], "a")  # noqa: SIM115 - the server's lifetime
 app = FastAPI()
@@ -67,15 +80,63 @@ def unary_answer(path: str, body: dict, prompt_tokens: int) -> dict:
                       "total_tokens": prompt_tokens + tokens}}
 
 
+def first_attempt(request: Request) -> bool:
+    """Neither the Stainless SDKs' retry count nor the AWS SDKs' attempt number says it is a retry."""
+    return (request.headers.get("x-stainless-retry-count", "0") == "0"
+            and not re.search(r"attempt=([2-9]|\d\d)", request.headers.get("amz-sdk-request", "")))
+
+
+def bedrock(path: str, operation: str, body: dict, request: Request) -> Response:
+    """A Bedrock streaming answer, or its throttling of a first attempt (as Bedrock sends it)."""
+    fields = {**body, **body.get("additionalModelRequestFields", {})}
+    peer_port = request.client.port if request.client else None
+    if fields.get("fail_first_status") and first_attempt(request):
+        LOG.write(json.dumps({"peer_port": peer_port, "path": "/" + path, "status": 429}) + "\n")
+        LOG.flush()
+        return JSONResponse({"message": "Too many requests, please wait before trying again."},
+                            status_code=429,
+                            headers={"x-amzn-ErrorType": "ThrottlingException:http://internal.amazon.com/coral/"})
+    texts = [f"{fields['prompt'][:24]} {i}" for i in range(fields["tokens"])]
+    if operation == "converse-stream":
+        messages = aws_event_stream.converse_events(texts, BEDROCK_PROMPT_TOKENS)
+        before, tokens, after = messages[:1], messages[1:-3], messages[-3:]
+    else:
+        model_events = aws_event_stream.anthropic_events(texts, BEDROCK_PROMPT_TOKENS)
+        chunks = [aws_event_stream.chunk(e) for e in model_events]
+        before, tokens, after = chunks[:3], chunks[3:-3], chunks[-3:]
+
+    async def messages_out():
+        token_ns, written_ns = [], []
+        for message in before:
+            yield message
+        for message in tokens:
+            await asyncio.sleep(fields["interval_ms"] / 1000)
+            token_ns.append(time.monotonic_ns())
+            yield message
+            written_ns.append(time.monotonic_ns())
+        for message in after:
+            yield message
+        LOG.write(json.dumps({"peer_port": peer_port, "path": "/" + path, "token_ns": token_ns,
+                              "token_written_ns": written_ns}) + "\n")
+        LOG.flush()
+
+    return StreamingResponse(messages_out(), media_type="application/vnd.amazon.eventstream",
+                             headers={"x-amzn-RequestId": "6f1c0d2e-test",
+                                      "x-amzn-bedrock-content-type": "application/json"})
+
+
 @app.post("/{path:path}")
 async def stream(path: str, request: Request) -> Response:
-    gemini = GEMINI_PATH.fullmatch(path)
-    shape = GEMINI if gemini else SHAPES.get("/" + path)
+    on_bedrock = BEDROCK_PATH.fullmatch(path)
+    if on_bedrock:
+        return bedrock(path, on_bedrock.group(2), await request.json(), request)
+    gemini, vertex = GEMINI_PATH.fullmatch(path), VERTEX_PATH.fullmatch(path)
+    shape = GEMINI if gemini else SHAPES["/v1/messages"] if vertex else SHAPES.get("/" + path)
     if shape is None:
         return Response(status_code=404)
     body = await request.json()
-    if gemini:
-        body["model"] = gemini.group(1)
+    if gemini or vertex:
+        body["model"] = (gemini or vertex).group(1)
     if body.get("stall_first_ms") and request.headers.get("x-stainless-retry-count", "0") == "0":
         # A first attempt that gets no byte for a while: the SDK's own timeout and retry fire.
         await asyncio.sleep(body["stall_first_ms"] / 1000)

@@ -180,3 +180,22 @@ srv.bind(("127.0.0.1", 0))
 srv.listen()
 print(srv.getsockname()[1], flush=True)
 """
+
+# Reads one request per recv() and answers it with the writes given for it, in
+# the JSON file named by its argument: per request, a list of writes, each hex
+# (one send) or a list of hex (one sendmsg, an iovec each). For tests that
+# pin what the kernel makes of exact bytes.
+SCRIPTED_SERVER = LISTENING_SERVER + r"""
+steps = json.load(open(sys.argv[1]))
+conn, _ = srv.accept()
+conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+for writes in steps:
+    conn.recv(65536)
+    for w in writes:
+        if isinstance(w, list):
+            conn.sendmsg([bytes.fromhex(part) for part in w])
+        else:
+            conn.sendall(bytes.fromhex(w))
+        time.sleep(0.01)
+conn.recv(1)
+"""

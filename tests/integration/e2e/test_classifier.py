@@ -24,27 +24,10 @@ import pytest
 from inferprobe.collector.model.events import HttpFlag, HttpKind, IoRecord
 
 from tests.support.kernel import KernelCapture, bytes_moved, needs_root
-from tests.support.processes import LISTENING_SERVER
+from tests.support.processes import LISTENING_SERVER, SCRIPTED_SERVER
 from tests.support.sse_scan import SSE_WINDOW, SSE_WINDOW_STEP, sse_events_counted
 
 pytestmark = [pytest.mark.bpf, needs_root]
-
-# Reads one request per recv() and answers it with the writes given for it.
-SERVER = LISTENING_SERVER + r"""
-# A write is hex (one send) or a list of hex (one sendmsg, an iovec each).
-steps = json.load(open(sys.argv[1]))
-conn, _ = srv.accept()
-conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-for writes in steps:
-    conn.recv(65536)
-    for w in writes:
-        if isinstance(w, list):
-            conn.sendmsg([bytes.fromhex(part) for part in w])
-        else:
-            conn.sendall(bytes.fromhex(w))
-        time.sleep(0.01)
-conn.recv(1)
-"""
 
 FLAGS = (HttpFlag.HEADERS_END | HttpFlag.CHUNKED | HttpFlag.EVENT_STREAM | HttpFlag.SSE_DONE
          | HttpFlag.CHUNKED_END | HttpFlag.CONN_CLOSE | HttpFlag.HAS_LENGTH | HttpFlag.NDJSON_STREAM
@@ -427,7 +410,7 @@ def as_expect(ev: IoRecord) -> dict:
 def test_each_read_and_write_is_classified_as_its_bytes_say(tmp_path, pending, python_script):
     script = tmp_path / "steps.json"
     script.write_text(json.dumps([[w.script() for w in writes] for _, writes in STEPS]))
-    server = python_script(SERVER, str(script))
+    server = python_script(SCRIPTED_SERVER, str(script))
     port = int(server.stdout.readline())
     with KernelCapture(server.pid, options={"sockets": {"pending": pending}}) as capture:
         with socket.create_connection(("127.0.0.1", port)) as client:

@@ -80,6 +80,19 @@ def test_goaway_aborts_only_the_streams_past_the_last_one_handled():
     assert one.outcome == Outcome.INCOMPLETE
 
 
+def test_a_goaway_from_the_side_that_opened_the_streams_ends_none_of_them():
+    """A client's GOAWAY names the last stream the server pushed: the AWS SDK for JavaScript
+    sends one (last stream 0) after each response's headers, and the server goes on
+    answering. Its request, and a server's reading the same frame, stay open."""
+    events = request(100, 1) + [
+        frames(300, True, (0, 8, 0, GOAWAY, 0, ENDS, 0)),   # the server reads the client's GOAWAY (last 0)
+        headers(310, False, 1, H2HeadersFlag.HAS_STATUS, status=200),
+        frames(310, False, (1, 3, 0, HEADERS, 0x4, ENDS, 0), (1, 30, 30, DATA, 0x1, GRPC, 1)),
+    ]
+    (one,) = sessionize(events).requests
+    assert one.outcome == Outcome.COMPLETE and one.end_reason == "END_STREAM" and one.token_events == [1]
+
+
 def test_a_connection_whose_frames_are_lost_leaves_its_streams_incomplete_and_counted():
     events = request(100, 1) + [frames(200, False, flags=H2Flag.LOST_SYNC)]
     session = sessionize(events)
