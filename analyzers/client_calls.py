@@ -36,6 +36,9 @@ from inferprobe.collector.model.timeline import Connection, Outcome, Request
 
 RETRY_WINDOW_NS = 60_000_000_000
 RETRIED_STATUSES = frozenset({408, 409, 429}) | frozenset(range(500, 600))
+# What a client is told by each status an SDK retries on.
+TURNED_AWAY = {429: "throttled: a rate limit or quota", 503: "overloaded", 529: "overloaded",
+               502: "a bad gateway", 504: "a gateway timeout", 408: "a request timeout"}
 
 
 @dataclass(frozen=True)
@@ -122,9 +125,13 @@ class Attempt:
             elif r.t_end_ns is not None:
                 parts.append(f"body {duration(r.t_end_ns - r.t_response_start_ns)}")
         if r.status is not None and r.status >= 400:
-            parts.append(f"status {r.status}")
+            meaning = TURNED_AWAY.get(r.status)
+            parts.append(f"status {r.status}" + (f" ({meaning})" if meaning else ""))
         elif r.outcome == Outcome.ABORTED:
             parts.append("closed by the client before the end")
+        if r.stream_error is not None:
+            parts.append(f"the stream ended in {r.stream_error}"
+                         + (" (throttled)" if "throttl" in r.stream_error.lower() else ""))
         return ", ".join(parts)
 
 

@@ -14,7 +14,7 @@ import statistics
 from collections import defaultdict
 
 from inferprobe.analyzers.cadence import percentile
-from inferprobe.analyzers.client_calls import ClientCall, slow_calls
+from inferprobe.analyzers.client_calls import TURNED_AWAY, ClientCall, slow_calls
 from inferprobe.analyzers.findings import Finding
 from inferprobe.analyzers.sections import AnalysisInput, AnalyzerResult, AnalyzerSection, Table, source_states
 from inferprobe.analyzers.units import duration, ms
@@ -44,11 +44,6 @@ def peer_rows(calls: list[ClientCall]) -> tuple[tuple[str, ...], ...]:
                      f"{reused}/{len(attempts)}", _ms(connects, 50), _ms(ttft, 50), _ms(ttft, 99),
                      _ms(itl, 50), _ms([c.duration_ns for c in group], 50)))
     return tuple(rows)
-
-
-# What a client is told by each status an SDK retries on.
-TURNED_AWAY = {429: "throttled: a rate limit or quota", 503: "overloaded", 529: "overloaded",
-               502: "a bad gateway", 504: "a gateway timeout", 408: "a request timeout"}
 
 
 def retry_advice(retried: list[ClientCall]) -> str:
