@@ -189,6 +189,8 @@ static __always_inline int header_newline(struct scratch *s, u32 q)
             s->length_at = q + 16;
         else if (MATCHES(rest, "-type:", 6))
             s->type_at = q + 14;   /* read once after the scan: fewer branches per line */
+    } else if (MATCHES(first, "\nhost:", 6)) {
+        s->host_at = q + 6;   /* a request's host name: which cloud endpoint and region a client called */
     } else if (MATCHES(first, "\nx-stain", 8) && q + 25 <= n && MATCHES(load8(s->head, q + 8), "less-ret", 8) &&
                MATCHES(load8(s->head, q + 16), "ry-count", 8)) {
         /* The Stainless SDKs' (openai, anthropic) attempt number: only its digits are read. */
@@ -265,6 +267,31 @@ static __always_inline void parse_content_length(struct scratch *s)
         s->ev.content_length = (s64)value;
         s->ev.flags |= HTTP_FLAG_HAS_LENGTH;
     }
+}
+
+/* A request's Host value (noted by scan_headers) into ev.event_name, which a
+ * request has no other use for: the name only, up to its port or its end, at
+ * most EVENT_NAME_MAX_BYTES of host-name characters (bedrock-runtime.us-east-1.
+ * amazon..., us-central1-aiplatform.googleapi...: enough for the provider and
+ * the region). */
+static __always_inline void copy_host(struct scratch *s)
+{
+    u32 at = s->host_at, copied = 0;
+    if (!at || s->ev.kind != HTTP_KIND_REQUEST)
+        return;
+    if (at < s->n && s->head[at & SCRATCH_MASK] == ' ')
+        at++;
+#pragma unroll
+    for (u32 k = 0; k < EVENT_NAME_MAX_BYTES; k++) {
+        if (at + k >= s->n)
+            break;
+        u8 c = s->head[(at + k) & SCRATCH_MASK];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '.'))
+            break;
+        s->ev.event_name[k] = c;
+        copied++;
+    }
+    s->ev.event_name_len = copied;
 }
 
 /* A write that is no status line may still end a chunked body: */

@@ -196,7 +196,7 @@ struct io_event {
     __u16 json_lines;       /* NDJSON lines (objects or arrays) the write completes */
     __u16 named_events;     /* SSE events named other than *delta (message_start, ping, ...): not tokens */
     __u8 model_len;         /* with HTTP_FLAG_MODEL */
-    __u8 event_name_len;    /* the first of the named_events */
+    __u8 event_name_len;    /* the first of the named_events; a request's Host name (http1.bpf.h copy_host) */
     char model[MODEL_MAX_BYTES];
     char event_name[EVENT_NAME_MAX_BYTES];
     __u8 transport;         /* enum transport: what carried the bytes */

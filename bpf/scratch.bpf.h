@@ -60,6 +60,7 @@ struct scratch {
     u32 length_at;   /* where the Content-Length value starts, 0 if none */
     u32 type_at;     /* where the Content-Type value starts, 0 if none */
     u32 retry_at;    /* where an x-stainless-retry-count value starts, 0 if none (http1.bpf.h) */
+    u32 host_at;     /* where a request's Host value starts, 0 if none (http1.bpf.h) */
     u32 data_lines;
     u32 done;
     /* Vectored I/O: the iovecs copy_iovecs() did not reach, and the bytes the

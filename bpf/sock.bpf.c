@@ -1683,6 +1683,7 @@ static __always_inline int classify_io(void *ctx, u64 id, struct pending_io io, 
     s->length_at = 0;
     s->type_at = 0;
     s->retry_at = 0;
+    s->host_at = 0;
     s->last_len = 0;
     reset_body_scans(s);
 
@@ -1958,6 +1959,7 @@ static __always_inline int chain_scan_header_block(void *ctx, int tls)
         return 0;
     scan_headers(s);
     parse_content_length(s);
+    copy_host(s);
     if (s->type_at)
         content_type(s, s->type_at);
     if (s->ev.kind == HTTP_KIND_RESPONSE) {

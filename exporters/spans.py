@@ -116,14 +116,17 @@ def operation_name(path: str | None) -> str | None:
     return api.operation if api is not None else None
 
 
-def genai_attributes(path: str | None) -> Attributes:
-    """gen_ai.operation.name, and gen_ai.provider.name where the path is one provider's."""
-    api = llm_api(path)
+def genai_attributes(path: str | None, host: str | None = None) -> Attributes:
+    """gen_ai.operation.name, gen_ai.provider.name where the path or host is one provider's,
+    and cloud.region where the host names it (Bedrock's, Vertex's endpoints)."""
+    api = llm_api(path, host)
     if api is None:
         return {}
     attrs: Attributes = {"gen_ai.operation.name": api.operation}
     if api.provider is not None:
         attrs["gen_ai.provider.name"] = api.provider
+    if api.region is not None:
+        attrs["cloud.region"] = api.region
     return attrs
 
 
@@ -185,7 +188,7 @@ def rpc_attributes(req: Request) -> Attributes:
 
 
 def root_attributes(req: Request, server: ServerInfo, analysis: RequestAnalysis = NONE) -> Attributes:
-    attrs: Attributes = genai_attributes(req.path)
+    attrs: Attributes = genai_attributes(req.path, req.host)
     if attrs:
         attrs["gen_ai.request.stream"] = req.streaming
         if req.ttft_ns is not None:
@@ -327,7 +330,7 @@ def call_trace(call: ClientCall, analyses: Sequence[RequestAnalysis],
     first, last = call.attempts[0].request, call.attempts[-1].request
     attrs: Attributes = {"inferprobe.call": call.id, "inferprobe.attempts": len(call.attempts),
                          **peer_attributes(first.peer)}
-    attrs.update(genai_attributes(first.path))
+    attrs.update(genai_attributes(first.path, first.host))
     if first.model is not None:
         attrs["gen_ai.request.model"] = first.model
     err = error_type(last)

@@ -140,11 +140,12 @@ def client_fields(attempt: Attempt | None) -> dict:
 
 
 def client_call_json(call: ClientCall) -> dict:
-    api = llm_api(call.attempts[0].request.path)
-    return {"call": call.id, "peer": call.peer, "t_start_ns": call.t_start_ns, "t_end_ns": call.t_end_ns,
-            "duration_ns": call.duration_ns, "attempts": len(call.attempts),
+    first = call.attempts[0].request
+    api = llm_api(first.path, first.host)
+    return {"call": call.id, "peer": call.peer, "host": first.host, "t_start_ns": call.t_start_ns,
+            "t_end_ns": call.t_end_ns, "duration_ns": call.duration_ns, "attempts": len(call.attempts),
             "operation": api.operation if api else None, "provider": api.provider if api else None,
-            "explanation": call.explain()}
+            "region": api.region if api else None, "explanation": call.explain()}
 
 
 def series_json(points: Sequence[tuple[int, float]], peak: float | None) -> dict:

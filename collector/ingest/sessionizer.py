@@ -289,6 +289,7 @@ class Sessionizer:
                 role=ev.role.name.lower(),
                 retry_count=ev.retry_count,
                 peer=self._peer(ev.conn_id),
+                host=ev.host,
             )
             self.requests.append(req)
             self.stats.requests += 1

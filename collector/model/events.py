@@ -200,6 +200,9 @@ class IoRecord:
     # Stream shapes past the HTTP flags: an AWS event stream's response, and an
     # exception message in this write (its :exception-type in event_name).
     stream_flags: StreamFlag = StreamFlag(0)
+    # A request's Host name (its first EVENT_NAME_MAX_BYTES, without a port): which
+    # endpoint a client called (bedrock-runtime.us-east-1.amazon...).
+    host: str | None = None
 
     @property
     def is_read(self) -> bool:
@@ -645,6 +648,8 @@ def _io(etype: EventType, ev: Any) -> IoRecord:
         joined_pieces=ev.joined_pieces,
         first_piece_ns=ev.first_piece_ns if ev.joined_pieces else None,
         stream_flags=stream_flags,
+        host=(_text(ev.event_name, ev.event_name_len, EVENT_NAME_MAX_BYTES)
+              if kind == HttpKind.REQUEST and ev.event_name_len else None),
     )
 
 

@@ -79,6 +79,7 @@ class Request:
     role: str = "server"
     retry_count: int | None = None  # the request's x-stainless-retry-count header, where it was read
     peer: str | None = None  # the other end, "address:port" (a client's server, a server's client)
+    host: str | None = None  # the Host it named (HTTP/1: its first 32 bytes, no port): a client's endpoint
     # W3C trace context of the request (docs/trace-context.md): its traceparent's
     # trace-id and parent-id (32 and 16 lower-case hex digits) and flags, where a
     # valid one was read (HTTP/1: bpf/trace_context.bpf.h; HTTP/2: HPACK), and its

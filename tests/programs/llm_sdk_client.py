@@ -9,7 +9,7 @@ from the session token) with a secret that must never reach the tracer's outputs
 
 Usage: llm_sdk_client.py openai|anthropic|gemini|bedrock|boto3|vertex BASE_URL CALLS TOKENS [--wait]
 [--timeout S]
-[--retries N] [--stall-first MS] [--fail-first STATUS] [--warm-up] [--unary]. The server is
+[--retries N] [--resolve HOST] [--stall-first MS] [--fail-first STATUS] [--warm-up] [--unary]. The server is
 one of tests/servers/stream_shapes* (they take the token count and pacing
 from extra body fields) over HTTPS with a self-signed certificate, so
 certificate checks are off. Prints one JSON line per call: the model, and
@@ -27,6 +27,7 @@ the tracer's outputs.
 """
 
 import json
+import socket
 import sys
 import time
 
@@ -203,10 +204,24 @@ def anthropic_call(client, k: int, tokens: int) -> dict:
             "returned_ns": time.monotonic_ns()}
 
 
+def resolve_to_loopback(host: str) -> None:
+    """--resolve HOST: HOST's address is 127.0.0.1 in this process (curl's --resolve), so
+    that a base URL can name a cloud's endpoint (its Host header, SNI and SigV4 host)
+    and reach the test's server."""
+    real = socket.getaddrinfo
+
+    def getaddrinfo(name, *args, **kwargs):
+        return real("127.0.0.1" if name == host else name, *args, **kwargs)
+
+    socket.getaddrinfo = getaddrinfo
+
+
 def main() -> None:
     sdk, base_url, calls, tokens = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     rest = sys.argv[5:]
     options = {}
+    if "--resolve" in rest:
+        resolve_to_loopback(rest[rest.index("--resolve") + 1])
     if "--timeout" in rest:
         options["timeout"] = float(rest[rest.index("--timeout") + 1])
     if "--retries" in rest:

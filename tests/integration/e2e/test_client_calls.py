@@ -86,6 +86,13 @@ def client_command(sdk: str, tmp_path: Path, base_url: str, calls: int,
             "--wait", "--warm-up", *extra], dict(os.environ)
 
 
+# The cloud endpoint each Python SDK's base URL names (resolved to the test's server in
+# the client: llm_sdk_client.py --resolve): its Host header is the cloud's, as in production.
+CLOUD_HOSTS = {"bedrock": "bedrock-runtime.us-west-2.amazonaws.com",
+               "boto3": "bedrock-runtime.us-west-2.amazonaws.com",
+               "vertex": "us-east5-aiplatform.googleapis.com", "gemini": "generativelanguage.googleapis.com"}
+
+
 def record_client(tmp_path: Path, sdk: str, scheme: str, calls: int = CALLS, extra: list[str] = ()) -> dict:
     log = tmp_path / "server.log"
     env = {**os.environ, **(self_signed_certificate(tmp_path) if scheme == "https" else {})}
@@ -93,8 +100,10 @@ def record_client(tmp_path: Path, sdk: str, scheme: str, calls: int = CALLS, ext
     recording = tmp_path / "run.ipr"
     try:
         port = int(server.stdout.readline())
-        base_url = f"{scheme}://127.0.0.1:{port}"
-        command, client_env = client_command(sdk, tmp_path, base_url, calls, list(extra))
+        host = CLOUD_HOSTS.get(sdk)
+        base_url = f"{scheme}://{host or '127.0.0.1'}:{port}"
+        command, client_env = client_command(sdk, tmp_path, base_url, calls,
+                                             [*extra, *(["--resolve", host] if host else [])])
         out = record_client_run(command, recording, client_env)
     finally:
         stop_process(server)
@@ -188,9 +197,17 @@ APIS = {"openai": ("chat", None), "go": ("chat", None), "rust": ("chat", None),
         "vertex": ("chat", "gcp.vertex_ai")}
 
 
-def test_each_call_names_the_api_its_path_speaks(streamed):
+# The region each call's host names (HTTP/1's Host header; not read from HTTP/2 yet).
+REGIONS = {"bedrock": "us-west-2", "boto3": "us-west-2", "vertex": "us-east5"}
+
+
+def test_each_call_names_the_api_its_path_speaks_and_the_region_its_host_names(streamed):
+    sdk = streamed["sdk"]
     for call in streamed["report"]["client_calls"]:
-        assert (call["operation"], call["provider"]) == APIS[streamed["sdk"]]
+        assert (call["operation"], call["provider"]) == APIS[sdk]
+        assert call["region"] == REGIONS.get(sdk)
+        assert call["host"] == (CLOUD_HOSTS[sdk][:32] if sdk in CLOUD_HOSTS else
+                                None if sdk == "bedrock-node" else "127.0.0.1")
 
 
 def test_connection_reuse_matches_the_server_s_view(streamed):

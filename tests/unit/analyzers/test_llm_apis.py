@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from inferprobe.analyzers.llm_apis import LlmApi, llm_api
+from inferprobe.analyzers.llm_apis import LlmApi, cloud_endpoint, llm_api
 from inferprobe.collector.model.events import path_ends, request_path
 
 
@@ -43,3 +43,30 @@ def test_each_api_is_named_whole_and_with_its_middle_cut(path, api):
 @pytest.mark.parametrize("path", ["/health", "/metrics", "/", None, "/model/x/health", "/v1/models"])
 def test_other_traffic_is_no_llm_api(path):
     assert llm_api(path) is None
+
+
+@pytest.mark.parametrize("host, provider, region", [
+    ("bedrock-runtime.us-east-1.amazon", "aws.bedrock", "us-east-1"),         # cut at 32 bytes, as kept
+    ("bedrock-runtime.ap-southeast-2.a", "aws.bedrock", "ap-southeast-2"),
+    ("bedrock-runtime-fips.us-gov-west", "aws.bedrock", None),                # the region itself cut
+    ("bedrock-runtime.us-gov-west-1.am", "aws.bedrock", "us-gov-west-1"),
+    ("us-central1-aiplatform.googleapi", "gcp.vertex_ai", "us-central1"),
+    ("europe-west4-aiplatform.googleap", "gcp.vertex_ai", "europe-west4"),
+    ("aiplatform.googleapis.com", "gcp.vertex_ai", None),
+    ("generativelanguage.googleapis.co", "gcp.gemini", None),
+    ("api.openai.com", "openai", None),
+    ("api.anthropic.com", "anthropic", None),
+    ("127.0.0.1", None, None),
+    ("llm-gateway.internal", None, None),
+    (None, None, None),
+])
+def test_a_host_names_the_cloud_endpoint_and_its_region(host, provider, region):
+    assert cloud_endpoint(host) == (provider, region)
+
+
+def test_the_host_adds_the_provider_a_path_leaves_open_and_the_region():
+    assert llm_api("/v1/chat/completions", "api.openai.com") == LlmApi("chat", "openai")
+    assert llm_api("/model/m/converse-stream", "bedrock-runtime.eu-west-3.amazon") == \
+        LlmApi("chat", "aws.bedrock", "eu-west-3")
+    assert llm_api("/v1/messages", "gateway.internal") == LlmApi("chat", "anthropic")
+    assert llm_api("/health", "api.openai.com") is None

@@ -111,6 +111,11 @@ def test_operation_names_and_server_info():
     # OpenAI's path is every compatible server's: no provider
     assert genai_attributes("/v1/chat/completions") == {"gen_ai.operation.name": "chat"}
     assert genai_attributes("/metrics") == {}
+    # the host a client named: the provider an OpenAI path leaves open, a cloud's region
+    assert genai_attributes("/v1/chat/completions", "api.openai.com") == {
+        "gen_ai.operation.name": "chat", "gen_ai.provider.name": "openai"}
+    assert genai_attributes("/model/m/converse-stream", "bedrock-runtime.us-west-2.amazon") == {
+        "gen_ai.operation.name": "chat", "gen_ai.provider.name": "aws.bedrock", "cloud.region": "us-west-2"}
     assert server_info({"listening": ["tcp 127.0.0.1:8000"]}) == ServerInfo("127.0.0.1", 8000)
     assert server_info({"listening": ["tcp 0.0.0.0:8000", "tcp6 :::8000"]}) == ServerInfo(None, 8000)
     assert server_info({"listening": ["tcp 0.0.0.0:8000", "tcp 0.0.0.0:9000"]}) == ServerInfo()
