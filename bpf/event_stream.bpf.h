@@ -4,7 +4,7 @@
  * exception and the stated usage of a body window whose connection's
  * response said Content-Type: application/vnd.amazon.eventstream
  * (BODY_AWS_EVENTS, remember_body in sock.bpf.c). Needs struct scratch
- * (scratch.bpf.h), the byte tools (scan_bytes.bpf.h) and read_count
+ * (scratch.bpf.h), the byte tools (scan_bytes.bpf.h) and take_stated_counts
  * (stream_fields.bpf.h). Run by the scan_event_stream program (sock.bpf.c)
  * in place of the SSE and JSON scans, on either side (a server's writes,
  * a client's reads), over each window of a body (body_windows.bpf.h).
@@ -195,7 +195,7 @@ SCAN_CALLBACK(header_at)
 }
 
 /* converse-stream's metadata payload: "inputTokens" and "outputTokens", as
- * numbers (stream_fields.bpf.h's read_count), found by their 'T'. */
+ * numbers (stream_fields.bpf.h's take_stated_counts), found by their 'T'. */
 SCAN_CALLBACK(usage_word)
 {
     struct line_walk *walk = context;
@@ -222,7 +222,7 @@ SCAN_CALLBACK(usage_word)
 
 static __always_inline void take_usage(struct scratch *s)
 {
-    u32 from = s->es_usage_from, value = 0;
+    u32 from = s->es_usage_from;
     s->es_usage_from = 0;
     /* A metadata message cut by this window's end: the next reads on from its start. */
     s->es_usage_next = from && s->more;
@@ -231,16 +231,7 @@ static __always_inline void take_usage(struct scratch *s)
     from--;
     struct line_walk walk = {.s = s, .first = from & ~7U, .from = from};
     SCAN_LOOP(words_to(walk.first, s->n), SCAN_HEAD_BYTES / 8, usage_word, &walk);
-    if (read_count(s, s->output_at, &value)) {
-        s->ev.output_tokens = value;
-        s->ev.flags |= HTTP_FLAG_OUTPUT_TOKENS;
-    }
-    if (read_count(s, s->input_at, &value)) {
-        s->ev.input_tokens = value;
-        s->ev.flags |= HTTP_FLAG_INPUT_TOKENS;
-    }
-    s->output_at = 0;
-    s->input_at = 0;
+    take_stated_counts(s);
 }
 
 /* The window's headers: those starting in [from, es_limit), where from is

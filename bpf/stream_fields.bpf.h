@@ -174,7 +174,7 @@ static __always_inline int read_count(struct scratch *s, u32 at, u32 *out)
 
 /* The last count of each kind this window states wins over earlier ones:
  * Anthropic's message_start says output_tokens 1, its message_delta the total. */
-static __always_inline void take_counts(struct scratch *s)
+static __always_inline void take_stated_counts(struct scratch *s)
 {
     u32 value = 0;
     if (read_count(s, s->output_at, &value)) {
@@ -187,6 +187,11 @@ static __always_inline void take_counts(struct scratch *s)
     }
     s->output_at = 0;
     s->input_at = 0;
+}
+
+static __always_inline void take_counts(struct scratch *s)
+{
+    take_stated_counts(s);
     if (s->json_done)
         s->ev.flags |= HTTP_FLAG_JSON_DONE;
 }

@@ -64,17 +64,8 @@ def bedrock_client(base_url: str, options: dict):
 
 def bedrock_call(client, k: int, tokens: int) -> dict:
     model = f"anthropic.claude-test-{k % 2}"
-    received = []
-    began = time.monotonic_ns()
-    with client.messages.stream(model=model, max_tokens=64,
-                                messages=[{"role": "user", "content": f"{MARKER} say something {k}"}],
-                                extra_body={"tokens": tokens, "prompt": f"{MARKER} {k}",
-                                            "interval_ms": 3, **STALL}) as stream:
-        for event in stream:
-            if event.type == "content_block_delta":
-                received.append(time.monotonic_ns())
-    return {"model": None, "path": f"/model/{model}/invoke-with-response-stream", "received_ns": received,
-            "began_ns": began, "returned_ns": time.monotonic_ns()}
+    return messages_stream_call(client, k, tokens, model, f"/model/{model}/invoke-with-response-stream",
+                                body_model=False)
 
 
 def boto3_client(base_url: str, options: dict):
@@ -113,19 +104,9 @@ def vertex_client(base_url: str, options: dict):
 def vertex_call(client, k: int, tokens: int) -> dict:
     """Claude through Vertex AI: Anthropic's Messages API and SSE, the model in the path."""
     model = f"claude-test-{k % 2}"
-    received = []
-    began = time.monotonic_ns()
-    with client.messages.stream(model=model, max_tokens=64,
-                                messages=[{"role": "user", "content": f"{MARKER} say something {k}"}],
-                                extra_body={"tokens": tokens, "prompt": f"{MARKER} {k}",
-                                            "interval_ms": 3, **STALL}) as stream:
-        for event in stream:
-            if event.type == "content_block_delta":
-                received.append(time.monotonic_ns())
     path = (f"/v1/projects/inferprobe-test/locations/us-east5/publishers/anthropic/models/{model}"
             ":streamRawPredict")
-    return {"model": None, "path": path, "received_ns": received, "began_ns": began,
-            "returned_ns": time.monotonic_ns()}
+    return messages_stream_call(client, k, tokens, model, path, body_model=False)
 
 
 def gemini_client(base_url: str, options: dict):
@@ -189,8 +170,9 @@ def openai_call(client, k: int, tokens: int) -> dict:
             "returned_ns": time.monotonic_ns()}
 
 
-def anthropic_call(client, k: int, tokens: int) -> dict:
-    model = f"claude-test-{k % 2}"
+def messages_stream_call(client, k: int, tokens: int, model: str, path: str, body_model: bool = True) -> dict:
+    """One streamed Messages API call through an anthropic client (direct, Bedrock or
+    Vertex: the clouds' clients move the model from the body into the path)."""
     received = []
     began = time.monotonic_ns()
     with client.messages.stream(model=model, max_tokens=64,
@@ -200,8 +182,12 @@ def anthropic_call(client, k: int, tokens: int) -> dict:
         for event in stream:
             if event.type == "content_block_delta":
                 received.append(time.monotonic_ns())
-    return {"model": model, "path": "/v1/messages", "received_ns": received, "began_ns": began,
+    return {"model": model if body_model else None, "path": path, "received_ns": received, "began_ns": began,
             "returned_ns": time.monotonic_ns()}
+
+
+def anthropic_call(client, k: int, tokens: int) -> dict:
+    return messages_stream_call(client, k, tokens, f"claude-test-{k % 2}", "/v1/messages")
 
 
 def resolve_to_loopback(host: str) -> None:

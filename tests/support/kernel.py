@@ -55,3 +55,36 @@ def bytes_moved(events: list, pid: int) -> list:
     from inferprobe.collector.model.events import IoRecord
 
     return [e for e in events if isinstance(e, IoRecord) and e.pid == pid and e.bytes > 0]
+
+
+def scripted_exchange(python_script, script_dir, exchanges: list,
+                      options: dict | None = None) -> tuple[list, dict, int]:
+    """tests/support/processes.SCRIPTED_SERVER answering each request with exact writes,
+    over a real TCP connection, with the sockets set on it: (decoded events, the kernel's
+    counters, the server's pid). `exchanges`: (request bytes, its writes), a write being
+    bytes (one send) or a list of bytes (one sendmsg, an iovec each). `python_script` is
+    the fixture of that name."""
+    import json
+    import socket
+
+    from tests.support.processes import SCRIPTED_SERVER
+
+    def hexed(write):
+        return [part.hex() for part in write] if isinstance(write, list) else write.hex()
+
+    script = script_dir / "steps.json"
+    script.write_text(json.dumps([[hexed(w) for w in writes] for _, writes in exchanges]))
+    server = python_script(SCRIPTED_SERVER, str(script))
+    port = int(server.stdout.readline())
+    with KernelCapture(server.pid, options=options) as capture:
+        with socket.create_connection(("127.0.0.1", port)) as client:
+            for request, writes in exchanges:
+                client.sendall(request)
+                want = sum(len(b"".join(w) if isinstance(w, list) else w) for w in writes)
+                got = 0
+                while got < want:
+                    got += len(client.recv(65536))
+            client.sendall(b"x")
+        server.wait(timeout=10)
+        events, counters = capture.finish()
+    return events, counters, server.pid

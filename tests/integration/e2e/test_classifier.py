@@ -23,8 +23,8 @@ import pytest
 
 from inferprobe.collector.model.events import HttpFlag, HttpKind, IoRecord
 
-from tests.support.kernel import KernelCapture, bytes_moved, needs_root
-from tests.support.processes import LISTENING_SERVER, SCRIPTED_SERVER
+from tests.support.kernel import KernelCapture, bytes_moved, needs_root, scripted_exchange
+from tests.support.processes import LISTENING_SERVER
 from tests.support.sse_scan import SSE_WINDOW, SSE_WINDOW_STEP, sse_events_counted
 
 pytestmark = [pytest.mark.bpf, needs_root]
@@ -55,10 +55,6 @@ class Expect:
     @property
     def payload(self) -> bytes:
         return b"".join(self.data) if isinstance(self.data, list) else self.data
-
-    def script(self) -> str | list[str]:
-        """How the scripted server is told to write it."""
-        return [part.hex() for part in self.data] if isinstance(self.data, list) else self.data.hex()
 
 
 def chunk(payload: bytes) -> bytes:
@@ -408,22 +404,10 @@ def as_expect(ev: IoRecord) -> dict:
 
 @pytest.mark.parametrize("pending", ["auto", "hash"])
 def test_each_read_and_write_is_classified_as_its_bytes_say(tmp_path, pending, python_script):
-    script = tmp_path / "steps.json"
-    script.write_text(json.dumps([[w.script() for w in writes] for _, writes in STEPS]))
-    server = python_script(SCRIPTED_SERVER, str(script))
-    port = int(server.stdout.readline())
-    with KernelCapture(server.pid, options={"sockets": {"pending": pending}}) as capture:
-        with socket.create_connection(("127.0.0.1", port)) as client:
-            for request, writes in STEPS:
-                client.sendall(request.payload)
-                want = sum(len(w.payload) for w in writes)
-                got = 0
-                while got < want:
-                    got += len(client.recv(65536))
-            client.sendall(b"x")
-        server.wait(timeout=10)
-        events, counters = capture.finish()
-    io = bytes_moved(events, server.pid)
+    exchanges = [(request.payload, [w.data for w in writes]) for request, writes in STEPS]
+    events, counters, pid = scripted_exchange(python_script, tmp_path, exchanges,
+                                              options={"sockets": {"pending": pending}})
+    io = bytes_moved(events, pid)
     expected = [x for request, writes in STEPS for x in (request, *writes)] + [Expect(b"x")]
     got = [as_expect(e) for e in io]
     for g, x in zip(got, expected, strict=False):

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -27,10 +26,10 @@ from inferprobe.collector.model.events import HttpFlag, HttpKind, StreamFlag
 
 from tests.integration.e2e.test_stream_shapes import MEDIAN_ERROR_NS, P99_ERROR_NS, write_errors
 from tests.support.aws_event_stream import anthropic_events, chunk, converse_events, exception
-from tests.support.kernel import KernelCapture, bytes_moved, needs_root
+from tests.support.kernel import bytes_moved, needs_root, scripted_exchange
 from tests.support.node import node_binary, node_package
 from tests.support.paths import PROGRAMS, SERVERS
-from tests.support.processes import SCRIPTED_SERVER, Recorder, report_json_text, stop_process
+from tests.support.processes import Recorder, report_json_text, stop_process
 from tests.support.tls import self_signed_certificate
 
 pytestmark = [pytest.mark.bpf, needs_root]
@@ -68,24 +67,10 @@ CASES = {
 
 @pytest.mark.parametrize("pending", ["auto", "hash"])   # with bpf_loop, and without (sock_hash.bpf.o)
 def test_each_write_counts_its_messages(tmp_path, pending, python_script):
-    steps = [[HEAD.hex(), *[[p.hex() for p in w] if isinstance(w, list) else w.hex() for w in writes]]
-             for writes, _ in CASES.values()]
-    script = tmp_path / "steps.json"
-    script.write_text(json.dumps(steps))
-    server = python_script(SCRIPTED_SERVER, str(script))
-    port = int(server.stdout.readline())
-    with KernelCapture(server.pid, options={"sockets": {"pending": pending}}) as capture:
-        with socket.create_connection(("127.0.0.1", port)) as client:
-            for writes, _ in CASES.values():
-                client.sendall(REQUEST)
-                want = len(HEAD) + sum(len(b"".join(w) if isinstance(w, list) else w) for w in writes)
-                got = 0
-                while got < want:
-                    got += len(client.recv(65536))
-            client.sendall(b"x")
-        server.wait(timeout=10)
-        events, counters = capture.finish()
-    writes = [e for e in bytes_moved(events, server.pid) if not e.is_read]
+    exchanges = [(REQUEST, [HEAD, *writes]) for writes, _ in CASES.values()]
+    events, counters, pid = scripted_exchange(python_script, tmp_path, exchanges,
+                                              options={"sockets": {"pending": pending}})
+    writes = [e for e in bytes_moved(events, pid) if not e.is_read]
     heads = [e for e in writes if e.kind == HttpKind.RESPONSE]
     assert len(heads) == len(CASES)
     assert all(StreamFlag.AWS_EVENTS in h.stream_flags and HttpFlag.CHUNKED in h.flags for h in heads)
@@ -105,25 +90,11 @@ def test_a_server_sent_event_body_is_not_read_as_messages(tmp_path, python_scrip
     """The event-stream scan is the connection's only after its response said so:
     the next response on the same connection, SSE, is read as lines again."""
     sse_head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
-    steps = [[HEAD.hex(), chunked(CONVERSE[1]).hex()],
-             [sse_head.hex(), chunked(b'data: {"a":1}\n\n').hex(), b"0\r\n\r\n".hex()]]
-    script = tmp_path / "steps.json"
-    script.write_text(json.dumps(steps))
-    server = python_script(SCRIPTED_SERVER, str(script))
-    port = int(server.stdout.readline())
-    with KernelCapture(server.pid) as capture:
-        with socket.create_connection(("127.0.0.1", port)) as client:
-            for writes in steps:
-                client.sendall(REQUEST)
-                want = sum(len(bytes.fromhex(w)) for w in writes)
-                got = 0
-                while got < want:
-                    got += len(client.recv(65536))
-            client.sendall(b"x")
-        server.wait(timeout=10)
-        events, _ = capture.finish()
+    exchanges = [(REQUEST, [HEAD, chunked(CONVERSE[1])]),
+                 (REQUEST, [sse_head, chunked(b'data: {"a":1}\n\n'), b"0\r\n\r\n"])]
+    events, _, pid = scripted_exchange(python_script, tmp_path, exchanges)
     writes = [(e.kind, e.sse_events, StreamFlag.AWS_EVENTS in e.stream_flags)
-              for e in bytes_moved(events, server.pid) if not e.is_read]
+              for e in bytes_moved(events, pid) if not e.is_read]
     assert writes == [(HttpKind.RESPONSE, 0, True), (HttpKind.DATA, 1, False),
                       (HttpKind.RESPONSE, 0, False), (HttpKind.DATA, 1, False), (HttpKind.DATA, 0, False)]
 
