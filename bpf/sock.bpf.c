@@ -2445,15 +2445,24 @@ static __always_inline struct conn_state *tls_read_carrier(u32 tgid, struct tls_
  * socket takes that id, and EVENT_TLS_TIED tells user space which (pid, fd)
  * it was: the connection opened there gives the requests its peer and
  * connect times (collector/ingest/sessionizer.py), and its ciphertext is no longer
- * "unrecognised" traffic. Only a socket of the same role not yet under TLS
- * nor carrying plain HTTP qualifies. */
+ * "unrecognised" traffic. Only a socket not yet under TLS nor carrying plain
+ * HTTP qualifies, of the session's role, or accepted (below). */
 static __always_inline void tls_tie_late(u32 tgid, struct tls_session *session, struct tls_call *call,
                                          s32 nested_fd, s32 last_read_fd)
 {
     s32 fd = -1;
     struct conn_state *sock = tls_read_carrier(tgid, call, nested_fd, last_read_fd, &fd);
-    if (!sock || sock->client != session->state.client)
+    if (!sock)
         return;
+    if (sock->client != session->state.client) {
+        /* The session's role was a guess from its first call, a write: HTTP/1's client
+         * speaks first. An HTTP/2 server speaks first too, its SETTINGS (Node's http2
+         * over TLS, when it writes them before it reads the client's preface): an
+         * accepted socket, fresh, says the session is its server's. */
+        if (sock->client)
+            return;
+        session->state.client = 0;
+    }
     sock->conn_id = session->state.conn_id;
     sock->tls = 1;
     session->fd = fd;

@@ -105,7 +105,7 @@ def test_a_server_sent_event_body_is_not_read_as_messages(tmp_path, python_scrip
 # Servers that speak Bedrock's wire format, traced: FastAPI/uvicorn (HTTP/1.1, plain
 # and TLS: tests/servers/stream_shapes_fastapi.py) called by boto3 (converse-stream)
 # and anthropic's AnthropicBedrock (invoke-with-response-stream), and Node's http2
-# module (h2c: tests/servers/bedrock_h2_server.js) called by the AWS SDK for
+# module (h2c and TLS: tests/servers/bedrock_h2_server.js) called by the AWS SDK for
 # JavaScript. Each token message's write is timed against the server's own clock
 # (test_stream_shapes' bounds and tolerances); counts are exact.
 TOKENS, CALLS = 5, 2
@@ -113,6 +113,10 @@ SERVER_SIDE = {
     "uvicorn": ("http", ["boto3", "bedrock"]),
     "uvicorn-tls": ("https", ["boto3", "bedrock"]),
     "node-h2": ("http", ["bedrock-node"]),
+    # Node's http2 over TLS writes its SETTINGS before it reads the client's preface, at
+    # times: the TLS session's first call is then a write, as a client's is (bpf/sock.bpf.c,
+    # tls_tie_late)
+    "node-h2-tls": ("https", ["bedrock-node"]),
 }
 
 
