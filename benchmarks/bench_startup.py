@@ -15,6 +15,13 @@ prepare / compile_and_verify / load_and_attach with bcc: a baseline tree from
 before shows its own, and "build+verify" is the verifier's share either way
 (with bcc's compile in it).
 
+Between runs the bench waits --settle seconds (3 by default): a tracer's detach
+leaves each syscall tracepoint it left owing the kernel an RCU grace period,
+and the next tracer to attach to it within ~2 s waits that out
+(tracepoint_add_func's cond_synchronize_rcu, once per tracepoint): 0.6-1.8 s
+in its attach stage, against 0.04 s with none pending. --settle 0 measures
+back-to-back starts.
+
 --baseline DIR runs the recorder of another checkout too (e.g. `git worktree add
 /tmp/base <commit>`), interleaved with this one, config by config: the same
 host, the same moments, the same server, so the two are compared in one run.
@@ -23,7 +30,7 @@ PYTHONPATH, ahead of this checkout's editable install; its BPF objects, if it
 has any, must be built (scripts/build_bpf.sh in DIR).
 
 Usage (root): .venv/bin/python benchmarks/bench_startup.py [--rounds 3] [--config defaults ...]
-              [--baseline DIR]
+              [--baseline DIR] [--settle SECONDS]
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ import argparse
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -83,6 +91,8 @@ def main() -> int:
     ap.add_argument("--config", action="append", choices=sorted(CONFIGS),
                     help="a configuration to measure (repeatable; default: all)")
     ap.add_argument("--baseline", type=Path, help="another checkout to measure beside this one")
+    ap.add_argument("--settle", type=float, default=3.0,
+                    help="seconds between runs, for the kernel's grace periods owed by the last detach")
     args = ap.parse_args()
     configs = args.config or list(CONFIGS)
     with tempfile.TemporaryDirectory() as tmp:
@@ -96,6 +106,7 @@ def main() -> int:
                 for label, env in trees.items():
                     row = config + label
                     name = f"{config}-{r}{label.strip()}"
+                    time.sleep(args.settle)
                     runs[row].append(one_start(CONFIGS[config], Path(tmp), name, env))
                     print(f"round {r + 1} {row}: {runs[row][-1]}", flush=True)
     configs = rows

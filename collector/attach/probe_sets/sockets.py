@@ -43,7 +43,7 @@ TLS_CHAIN_PROGRAMS = ("classify_request", "classify_response", "scan_header_bloc
 VERIFY_MS = {
     "sock.bpf.o": {"classify_request": 5, "classify_response": 1, "scan_header_block": 25, "scan_body": 16,
                    "gather_iovecs": 392, "gather_window": 414, "scan_fields": 95, "scan_trace_context": 82,
-                   "h2_frames": 38, "scan_event_stream": 50},
+                   "h2_frames": 38, "scan_event_stream": 65},
     "sock_hash.bpf.o": {"classify_request": 74, "classify_response": 1, "scan_header_block": 141,
                         "scan_body": 134, "gather_iovecs": 356, "gather_window": 363, "scan_fields": 583,
                         "scan_trace_context": 287, "h2_frames": 38,
