@@ -15,11 +15,11 @@ prepare / compile_and_verify / load_and_attach with bcc: a baseline tree from
 before shows its own, and "build+verify" is the verifier's share either way
 (with bcc's compile in it).
 
-Between runs the bench waits --settle seconds (3 by default): a tracer's detach
-leaves each syscall tracepoint it left owing the kernel an RCU grace period,
-and the next tracer to attach to it within ~2 s waits that out
-(tracepoint_add_func's cond_synchronize_rcu, once per tracepoint): 0.6-1.8 s
-in its attach stage, against 0.04 s with none pending. --settle 0 measures
+Between runs the bench waits --settle seconds (3 by default): a recorder started
+within ~2 s of another's stop spends 0.6-1.8 s in its attach stage against
+0.04 s, though no process of the last one is left (most likely the RCU grace
+period the kernel owes a tracepoint re-attached soon after its last probe
+went: tracepoint_add_func's cond_synchronize_rcu). --settle 0 measures
 back-to-back starts.
 
 --baseline DIR runs the recorder of another checkout too (e.g. `git worktree add
