@@ -20,7 +20,9 @@ write syscall's (or SSL_write's) entry with the same clock, and its error is
 the distance from those bounds, 0 inside them. Each
 request's chunk count, outcome, stated token counts and model must be exact,
 and the chunk times within the plain-socket tolerances (median error under
-100 us, p99 under 1 ms). No prompt or completion text and no Authorization
+100 us, p99 under 1 ms; granian, whose app's send() returns before its Rust
+runtime writes, against the yield before each write: never earlier, the
+hand-off's median under 1 ms). No prompt or completion text and no Authorization
 value may reach the recording or the report.
 """
 
@@ -277,7 +279,22 @@ def write_errors(token_ns: list[int], served: dict) -> list[int]:
     return [t - lo if t < lo else max(0, t - hi) for t, (lo, hi) in zip(token_ns, bounds, strict=True)]
 
 
+# granian's app cannot see its writes: its ASGI send() returns once the chunk is handed to
+# the Rust runtime, which writes it from a tokio thread later (8 us to ~0.5 ms here), so the
+# app's clock after send() is no upper bound there. Its chunks are held to the bound the app
+# does know, the yield before the write: never earlier, and within HANDOFF_NS of it.
+APP_CANNOT_SEE_ITS_WRITES = ("granian",)
+HANDOFF_NS = 1_000_000
+
+
 def test_chunk_times_match_the_servers_clock(traced):
+    if traced["stack"] in APP_CANNOT_SEE_ITS_WRITES:
+        handoffs = sorted(t - served["token_ns"][k] for _, served, rec in pairs(traced)
+                          for k, t in enumerate(rec["token_ns"]))
+        assert handoffs[0] >= 0, handoffs[0]   # the write never before the app yielded its chunk
+        assert statistics.median(handoffs) < HANDOFF_NS, statistics.median(handoffs)
+        assert handoffs[min(len(handoffs) - 1, int(0.99 * len(handoffs)))] < 2 * HANDOFF_NS
+        return
     errors = [e for _, served, rec in pairs(traced) for e in write_errors(rec["token_ns"], served)]
     abs_errors = sorted(abs(e) for e in errors)
     p99 = abs_errors[min(len(abs_errors) - 1, int(0.99 * len(abs_errors)))]
