@@ -140,18 +140,10 @@ static __always_inline void exception_type_header(struct scratch *s, u32 p)
         return;
     u32 len = value_len(s, p + 17), v = p + 19;
     s->ev.stream_flags |= STREAM_FLAG_EXCEPTION;
-    u32 copied = 0;
-#pragma unroll
-    for (u32 k = 0; k < EVENT_NAME_MAX_BYTES; k++) {
-        if (k >= len || v + k >= s->n)
-            break;
-        u8 c = s->head[(v + k) & SCRATCH_MASK];
-        if (!name_char(c))
-            break;
-        s->ev.event_name[k] = c;
-        copied++;
-    }
-    s->ev.event_name_len = copied;
+    /* Copied as an SSE event's name is (stream_fields.bpf.h), within the bytes in view. */
+    s->first_name_at = v + 1;
+    s->first_name_len = v + len <= s->n ? len : v < s->n ? s->n - v : 0;
+    take_event_name(s);
 }
 
 /* The next word of the window: where it holds a header's length byte

@@ -2013,10 +2013,10 @@ static __always_inline int chain_scan_body(void *ctx, int tls)
     struct scratch *s = get_scratch();
     if (!s)
         return 0;
-    if ((s->body & BODY_AWS_EVENTS) && !s->h2_scan_len && !s->request_side)
-        chain_call(ctx, tls, PROG_SCAN_EVENT_STREAM);   /* binary messages, not lines */
     if (s->ev.kind == HTTP_KIND_RESPONSE && !(s->ev.flags & HTTP_FLAG_HEADERS_END))
         s->more = 0;   /* headers past the head: where the body starts is unknown */
+    if ((s->body & BODY_AWS_EVENTS) && !s->h2_scan_len && !s->request_side)
+        chain_call(ctx, tls, PROG_SCAN_EVENT_STREAM);   /* binary messages, not lines */
     scan_sse(s);
     if (s->h2_scan_len) {
         /* an HTTP/2 DATA payload (h2_scan_data): its fields, then back to the frame walk */
@@ -2052,9 +2052,7 @@ static __always_inline int chain_scan_event_stream(void *ctx, int tls)
     struct scratch *s = get_scratch();
     if (!s)
         return 0;
-    if (s->ev.kind == HTTP_KIND_RESPONSE && !(s->ev.flags & HTTP_FLAG_HEADERS_END))
-        s->more = 0;   /* headers past the head: where the body starts is unknown */
-    scan_event_stream_window(s);
+    scan_event_stream_window(s);   /* a write's head comes through scan_body, which bounded its windows */
     if (s->h2_scan_len)
         return h2_data_scanned(ctx, tls, s);   /* an HTTP/2 DATA payload (h2_scan_data): back to the walk */
     if (next_body_window(s))
