@@ -92,6 +92,7 @@ enum event_type {
     EVENT_GPU_KERNEL_NAME = 55, /* CUPTI shim: a kernel name id's name */
     EVENT_GPU_SHIM_STATUS = 56, /* CUPTI shim: what it is doing (collecting, no device, ...), one sentence */
     EVENT_H2_CONN_CLOSED = 99,  /* an HTTP/2 connection closed: h2_header_pieces ring only (h2_conn_closed) */
+    EVENT_ENGINE_IPC = 11,   /* what crossed an engine's ZeroMQ connection between its processes (engine_ipc_event) */
 };
 
 /* The USDT probes of provider "inferprobe" (probes/, docs/usdt-probes.md).
@@ -537,7 +538,52 @@ enum counter_index {
                                         * (write) and were joined in the kernel before being classified */
     COUNTER_NET_QUEUED = 14,    /* segments of traced connections seen at net_dev_queue */
     COUNTER_NET_XMITTED = 15,   /* ... and again at net_dev_xmit (the rest: dropped or re-segmented) */
-    COUNTER_MAX = 16,           /* room for the other probe sets' counters */
+    COUNTER_CONNS_ENGINE_IPC = 16,  /* closed connections followed as ZeroMQ (ZMTP) streams (bpf/zmtp.bpf.h) */
+    COUNTER_ENGINE_IPC_LOST_SYNC = 17, /* ZMTP streams whose frames could no longer be followed */
+    COUNTER_ENGINE_IPC_UNREAD = 18, /* messages of a followed stream whose content was not read to its end
+                                     * (not vLLM's layout, or more values than one syscall's walk takes) */
+    COUNTER_MAX = 20,           /* room for the other probe sets' counters */
+};
+
+/* ---------------------------------------------------------------- engine IPC
+ * bpf/zmtp.bpf.h: what crosses an inference engine's ZeroMQ connections
+ * between its own processes, read where the syscalls move it. vLLM V1's API
+ * server hands each request to EngineCore as an ADD message, and EngineCore
+ * sends each step's outputs back (msgpack, vllm/v1/engine/__init__.py). Only
+ * ids, counts and flags leave the kernel: never a token id or text. */
+#define ENGINE_ID_MAX_BYTES 48
+
+enum engine_ipc_kind {
+    ENGINE_IPC_ADD = 1,     /* a request handed to the engine: id, count = its prompt tokens */
+    ENGINE_IPC_OUTPUT = 2,  /* one request's entry in a step's outputs: id, count = its new tokens */
+    ENGINE_IPC_STEP = 3,    /* a step's outputs were all read: count = the entries in it */
+};
+
+#define ENGINE_IPC_FLAG_FINISHED 0x01  /* OUTPUT: the entry has a finish reason (the request's last) */
+#define ENGINE_IPC_FLAG_ID_CUT   0x02  /* the id was longer than ENGINE_ID_MAX_BYTES, or cut by the syscall's end */
+#define ENGINE_IPC_FLAG_GREETING 0x04  /* the stream was followed from its ZMTP greeting, not from mid-stream */
+#define ENGINE_IPC_FLAG_PREEMPTED 0x08 /* OUTPUT: its events say the engine preempted the request */
+
+struct engine_ipc_event {
+    struct event_header hdr;  /* ts_ns: the syscall that moved the message's last read byte (a read's exit, a
+                               * write's entry); pid/tid: the process and thread of that end */
+    __u64 conn_id;
+    __u32 message;   /* the message's number on its connection and direction: a step's entries share it */
+    __u16 kind;      /* enum engine_ipc_kind */
+    __u8 dir;        /* 0: the process read it, 1: it wrote it (enum io_dir) */
+    __u8 flags;      /* ENGINE_IPC_FLAG_* */
+    __u32 count;
+    __u16 index;     /* OUTPUT: the entry's place in its step's outputs */
+    __u8 id_len;
+    __u8 pad;
+    /* OUTPUT: the engine's own clock for the request, where the entry carries
+     * its events (vLLM: the first output after it was queued or scheduled):
+     * the IEEE-754 bits of a time.monotonic() value (CLOCK_MONOTONIC, seconds),
+     * big-endian as sent; 0 when absent. QUEUED is when the engine's loop took
+     * the request in, SCHEDULED when a step first took it (the first one). */
+    __u64 queued_bits;
+    __u64 scheduled_bits;
+    char id[ENGINE_ID_MAX_BYTES]; /* the engine's request id (vLLM: the API's id and 8 characters of its own) */
 };
 
 /* llama.cpp's llama_decode(ctx, batch) through uprobes (bpf/llama.bpf.c,

@@ -114,6 +114,7 @@ struct scratch {
      * segment it is in, and the event it fills. */
     u64 h2_buf;
     u64 h2_total;
+    u32 zmtp;           /* the connection's conn_state.zmtp, for scan_zmtp (the buffer: h2_buf, h2_total) */
     u64 h2_seg_base;
     u32 h2_vlen;
     u32 h2_seg_len;

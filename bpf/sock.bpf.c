@@ -44,6 +44,7 @@
 #include "body_windows.bpf.h"   /* a long write, a window at a time */
 #include "http2.bpf.h"          /* HTTP/2 frames, across syscalls and iovecs */
 #include "trace_context.bpf.h"  /* W3C traceparent / tracestate values of a request */
+#include "zmtp.bpf.h"           /* ZeroMQ between an engine's processes (vLLM's API server and EngineCore) */
 
 /* Two objects are built from this file (scripts/build_bpf.sh):
  *   sock.bpf.o       -DPENDING_IN_TASK_STORAGE: a syscall's pending state in
@@ -102,6 +103,7 @@ struct conn_state {
     u32 local_ipc;   /* enum local_ipc: a Unix-domain socket, whose unrecognised bytes are IPC of this host,
                       * not unhooked TLS; or one end of a socketpair the process holds both ends of */
     u32 tls_read_over; /* a hooked TLS library call read over it without plaintext yet (tls_note_carrier) */
+    u32 zmtp;        /* 1..ZMTP_PROBES_MAX: probes found no ZMTP frames; ZMTP_FOLLOWED: walked by scan_zmtp */
 };
 
 enum io_dir { DIR_READ = 0, DIR_WRITE = 1, DIR_HANDSHAKE = 2 /* a TLS call that moves no plaintext */ };
@@ -121,6 +123,7 @@ struct pending_io {
     u64 wire_ns;     /* TLS: when the first socket syscall inside the library call began */
     u32 h2;
     u32 tally_only;  /* a syscall on a connection only tallied: io_exit counts it and sends nothing */
+    u32 zmtp;
 };
 
 struct {
@@ -192,6 +195,7 @@ static __always_inline void fill_pending(struct pending_io *io, u64 ts_ns, u64 b
     io->body = conn->body;
     io->client = conn->client;
     io->h2 = conn->h2;
+    io->zmtp = conn->zmtp;
     io->session = 0;
     io->wire_ns = 0;
     io->tally_only = 0;
@@ -253,6 +257,7 @@ struct cached_conn {
     u32 tls;
     u32 client;
     u32 h2;
+    u32 zmtp;
     u32 filled;
     u32 tracked;     /* 0: socks has no entry for this fd */
     u32 tally_only;  /* no socks entry, but host_wide.bpf.c tallies it (an unsampled connection) */
@@ -314,6 +319,7 @@ static __always_inline int lookup_conn(struct pending_io *slot, u32 tgid, s32 fd
         out->tls = cached->tls;
         out->client = cached->client;
         out->h2 = cached->h2;
+        out->zmtp = cached->zmtp;
         out->tally_only = cached->tally_only;
         return cached->tracked;
     }
@@ -335,6 +341,7 @@ static __always_inline int lookup_conn(struct pending_io *slot, u32 tgid, s32 fd
     cached->tls = out->tls;
     cached->client = out->client;
     cached->h2 = out->h2;
+    cached->zmtp = out->zmtp;
     return 1;
 }
 
@@ -892,6 +899,7 @@ static __always_inline u32 unread_counter(u32 local_ipc, u32 tls_read_over)
 }
 
 static __always_inline void h2_connection_closed(u64 conn_id);   /* the HTTP/2 section below */
+static __always_inline void zmtp_connection_closed(u64 conn_id);   /* the engine IPC section below */
 
 SEC("tracepoint/syscalls/sys_enter_close")
 int sys_enter_close(struct trace_event_raw_sys_enter *args)
@@ -922,6 +930,8 @@ int sys_enter_close(struct trace_event_raw_sys_enter *args)
         h2_connection_closed(conn_id);
     if (state->tls)
         rustls_session_closed(tgid, conn_id);
+    if (state->zmtp == ZMTP_FOLLOWED)
+        zmtp_connection_closed(conn_id);
     bpf_map_delete_elem(&socks, &key);
     socks_changed(tgid, key.fd);
     if (!carried_http) {
@@ -964,7 +974,8 @@ enum classify_prog {
     PROG_SCAN_TRACE_CONTEXT = 7,
     PROG_H2_FRAMES = 8,
     PROG_SCAN_EVENT_STREAM = 9,
-    PROG_COUNT = 10,
+    PROG_SCAN_ZMTP = 10,
+    PROG_COUNT = 11,
 };
 struct {
     __uint(type, BPF_MAP_TYPE_PROG_ARRAY);
@@ -1672,6 +1683,14 @@ static __always_inline int classify_io(void *ctx, u64 id, struct pending_io io, 
         chain_call(ctx, tls, PROG_H2_FRAMES);
         return 0;
     }
+    s->zmtp = io.zmtp;
+    if (!tls && io.zmtp == ZMTP_FOLLOWED) {
+        /* An engine's ZeroMQ connection: its frames are walked where they
+         * lie, nothing is classified, and only engine_ipc events are sent. */
+        if (ret > 0 && !io.vlen)
+            chain_call(ctx, tls, PROG_SCAN_ZMTP);
+        return 0;
+    }
     /* The request half of the exchange: a server reads it, a client writes it. */
     s->request_side = (io.dir == DIR_READ) != (io.client != 0);
     s->http_seen = io.http_seen;
@@ -1702,6 +1721,13 @@ static __always_inline int classify_io(void *ctx, u64 id, struct pending_io io, 
         chain_call(ctx, tls, PROG_GATHER_IOVECS);
     } else {
         copy_buffer(s, io.buf, (u64)ret);
+        /* Bytes that could open ZMTP frames (a flags byte) or its greeting
+         * (0xff) on a connection that carried no HTTP: scan_zmtp probes them,
+         * then hands them on to the classifier if they are not. */
+#ifdef HAVE_BPF_LOOP
+        if (!tls && !io.http_seen && io.zmtp < ZMTP_PROBES_MAX && (s->head[0] <= 0x07 || s->head[0] == 0xff))
+            chain_call(ctx, tls, PROG_SCAN_ZMTP);
+#endif
         chain_call(ctx, tls, s->request_side ? PROG_CLASSIFY_REQUEST : PROG_CLASSIFY_RESPONSE);
     }
     /* Only reached when the tail call failed: send the unclassified event
@@ -1756,6 +1782,116 @@ static __always_inline int chain_gather_window(void *ctx, int tls)
     return finish_body(ctx, tls, s);
 }
 CHAIN_PROGRAM(gather_window)
+
+/* ---------------------------------------------------------------- engine IPC (ZMTP)
+ *
+ * An engine's connections between its own processes (zmtp.bpf.h). A
+ * connection that carried no HTTP and whose syscall starts like ZMTP is
+ * probed here (its greeting, or bytes that tile as frames); if it is not,
+ * the bytes go on to the classifier. Once found it is followed: every later
+ * syscall comes here straight from classify_io, and the walk's state per
+ * direction lives in zmtp_streams. Needs bpf_loop (HAVE_BPF_LOOP): on older
+ * kernels (sock_hash.bpf.o) this program only hands the bytes on. */
+static __always_inline void zmtp_connection_closed(u64 conn_id)
+{
+    struct zmtp_key key = {.conn_id = conn_id, .dir = DIR_READ};
+    bpf_map_delete_elem(&zmtp_streams, &key);
+    key.dir = DIR_WRITE;
+    bpf_map_delete_elem(&zmtp_streams, &key);
+    count(COUNTER_CONNS_ENGINE_IPC);
+}
+
+#ifdef HAVE_BPF_LOOP
+/* The connection is ZMTP from here on: marked in socks (no longer counted
+ * unrecognised), and both directions' walks begin at a frame boundary. */
+static __always_inline struct zmtp_stream *zmtp_follow(struct scratch *s, u32 dir, int greeting)
+{
+    struct conn_state *state = event_conn(s);
+    if (!state)
+        return 0;
+    state->zmtp = ZMTP_FOLLOWED;
+    state->unrecognised = 0;
+    conn_changed(s);
+    u32 zero = 0;
+    struct zmtp_stream *blank = bpf_map_lookup_elem(&zmtp_blank, &zero);
+    if (!blank)
+        return 0;
+    struct zmtp_key key = {.conn_id = s->ev.conn_id, .dir = DIR_READ};
+    bpf_map_update_elem(&zmtp_streams, &key, blank, BPF_ANY);
+    key.dir = DIR_WRITE;
+    bpf_map_update_elem(&zmtp_streams, &key, blank, BPF_ANY);
+    key.dir = dir;
+    struct zmtp_stream *st = bpf_map_lookup_elem(&zmtp_streams, &key);
+    if (st && greeting)
+        st->skip = ZMTP_GREETING_BYTES;
+    return st;
+}
+
+static __always_inline int chain_scan_zmtp(void *ctx)
+{
+    struct scratch *s = get_scratch();
+    if (!s)
+        return 0;
+    u32 dir = s->ev.hdr.type == EVENT_SOCK_WRITE ? DIR_WRITE : DIR_READ;
+    u32 len = s->h2_total < 0x7fffffff ? (u32)s->h2_total : 0x7fffffff;
+    struct zmtp_stream *st = 0;
+    if (s->zmtp == ZMTP_FOLLOWED) {
+        struct zmtp_key key = {.conn_id = s->ev.conn_id, .dir = dir};
+        st = bpf_map_lookup_elem(&zmtp_streams, &key);
+        int greeting = 0;
+        if (st && st->mode == ZM_LOST && zmtp_opens(s, s->h2_buf, len, &greeting)) {
+            st = zmtp_follow(s, dir, 0);   /* frames again: followed from here */
+        } else if (!st || st->mode == ZM_LOST) {
+            return 0;
+        }
+    } else {
+        int greeting = 0;
+        if (zmtp_opens(s, s->h2_buf, len, &greeting)) {
+            st = zmtp_follow(s, dir, greeting);
+            if (st && greeting)
+                st->ev.flags |= ENGINE_IPC_FLAG_GREETING;
+        } else {
+            struct conn_state *state = event_conn(s);
+            if (state && state->zmtp < ZMTP_PROBES_MAX) {
+                state->zmtp++;
+                conn_changed(s);
+            }
+            /* Not ZMTP: the classifier reads the bytes, as before the probe. */
+            chain_call(ctx, 0, s->request_side ? PROG_CLASSIFY_REQUEST : PROG_CLASSIFY_RESPONSE);
+            return submit(s);
+        }
+    }
+    if (!st)
+        return 0;
+    /* Every event of this syscall carries its time: a read's when it
+     * returned (the bytes had arrived), a write's when it began. */
+    st->ev.hdr = s->ev.hdr;
+    st->ev.hdr.type = EVENT_ENGINE_IPC;
+    if (dir == DIR_READ)
+        st->ev.hdr.ts_ns = s->ev.exit_ns;
+    st->ev.conn_id = s->ev.conn_id;
+    st->ev.dir = dir;
+    struct zmtp_walk w = {.st = st, .buf = s->h2_buf, .len = len};
+    /* Each unit moves at least one byte: len + 1 units walk the whole syscall. */
+    SCAN_LOOP(len + 1, 1 << 23, zmtp_unit, &w);
+    zmtp_entry_done(st);   /* an entry whose last byte was the syscall's last */
+    return 0;
+}
+#else
+static __always_inline int chain_scan_zmtp(void *ctx)
+{
+    struct scratch *s = get_scratch();
+    if (!s)
+        return 0;
+    if (s->zmtp == ZMTP_FOLLOWED)
+        return 0;
+    chain_call(ctx, 0, s->request_side ? PROG_CLASSIFY_REQUEST : PROG_CLASSIFY_RESPONSE);
+    return submit(s);
+}
+#endif
+/* ZMTP over a TLS library is not read: only the syscall chain has this program. */
+SEC("tracepoint")
+int scan_zmtp(void *ctx) { return chain_scan_zmtp(ctx); }
 
 /* ---------------------------------------------------------------- a request's head in pieces
  *

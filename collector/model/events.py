@@ -21,6 +21,7 @@ crashes on such bytes. Flag words are not enums: unknown bits are kept.
 from __future__ import annotations
 
 import ctypes
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import IntEnum
@@ -28,6 +29,7 @@ from typing import Any, TypeVar
 
 from inferprobe.collector.model.layout_generated import (
     COUNTER_MAX,
+    ENGINE_ID_MAX_BYTES,
     EVENT_NAME_MAX_BYTES,
     GPU_FN_FIRST_COPY,
     GPU_FN_FIRST_MEMORY,
@@ -51,6 +53,9 @@ from inferprobe.collector.model.layout_generated import (
     ConnEvent,
     ConnRole,
     Counter,
+    EngineIpcEvent,
+    EngineIpcFlag,
+    EngineIpcKind,
     EventHeader,
     EventType,
     FutexWaitEvent,
@@ -112,7 +117,9 @@ __all__ = [
     "LOCK_EXEC_GRANULES", "LOCK_EXEC_GRANULE_SHIFT", "LOCK_SCAN_HITS", "MODEL_MAX_BYTES",
     "NET_DEV_NAME_BYTES", "PATH_HEAD_BYTES", "PATH_MAX_BYTES", "PATH_SCAN_BYTES", "STACK_COUNTER_MAX",
     "STACK_FLAG_PREEMPTED", "USDT_MAX_ARGS",
-    "ConnEvent", "ConnRole", "Counter", "EventHeader", "EventType", "FutexWaitEvent", "FutexWaitFlag",
+    "ConnEvent", "ConnRole", "Counter",
+    "EngineIpcEvent", "EngineIpcFlag", "EngineIpcKind",
+    "EventHeader", "EventType", "FutexWaitEvent", "FutexWaitFlag",
     "GpuCallEvent",
     "GpuCopyKind", "GpuDrmEvent", "GpuDrmWhat", "GpuFenceEvent", "GpuFlushReason", "GpuFunction",
     "GpuLaunchesEvent", "GpuActivityEvent", "GpuActivityKind", "GpuApiEvent", "GpuClockEvent",
@@ -129,6 +136,7 @@ __all__ = [
     "DECODERS", "ConnRecord", "DecodeError", "Event", "FutexWaitRecord", "GpuCallRecord", "GpuDrmRecord",
     "LlamaRunRecord", "LlamaStepRecord", "GpuActivityRecord", "GpuApiRecord", "GpuClockRecord",
     "GpuKernelNameRecord", "GpuShimRecord", "GpuShimStatusRecord",
+    "EngineIpcRecord",
     "GpuFenceRecord", "GpuLaunchesRecord", "GpuRecord", "IoRecord", "NetAckRecord", "NetRecord",
     "NetRetransmitRecord", "NetXmitRecord", "OffcpuRecord", "StackSampleRecord", "TraceContextRecord",
     "UsdtRecord",
@@ -498,6 +506,29 @@ class LlamaStepRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class EngineIpcRecord:
+    """What crossed an engine's ZeroMQ connection between its processes (bpf/zmtp.bpf.h):
+    a request handed to the engine (ADD), one request's entry in a step's outputs
+    (OUTPUT), or the end of a step's outputs (STEP). ts_ns: a read's return or a
+    write's start, so both ends of one message are seen, each at its process."""
+
+    type: EventType
+    pid: int
+    tid: int
+    ts_ns: int
+    conn_id: int
+    message: int  # the message's number on its connection and direction: a step's entries share it
+    kind: EngineIpcKind
+    is_read: bool
+    flags: EngineIpcFlag
+    count: int  # ADD: prompt tokens; OUTPUT: new tokens; STEP: entries
+    index: int  # OUTPUT: its place in the step's outputs
+    request_id: str | None
+    queued_s: float | None  # OUTPUT: the engine's QUEUED event (its time.monotonic(), CLOCK_MONOTONIC)
+    scheduled_s: float | None  # ... and its first SCHEDULED event
+
+
+@dataclass(frozen=True, slots=True)
 class H2FramePart:
     """What one syscall carried of one HTTP/2 frame (bpf/http2.bpf.h)."""
 
@@ -562,7 +593,7 @@ class H2HeadersRecord:
 
 Event = (ConnRecord | IoRecord | UsdtRecord | StackSampleRecord | NetXmitRecord | NetAckRecord
          | NetRetransmitRecord | FutexWaitRecord | OffcpuRecord | GpuRecord | LlamaStepRecord
-         | TraceContextRecord | H2FramesRecord | H2HeadersRecord)
+         | TraceContextRecord | H2FramesRecord | H2HeadersRecord | EngineIpcRecord)
 
 
 E = TypeVar("E", bound=IntEnum)
@@ -783,6 +814,23 @@ def _llama_step(etype: EventType, ev: Any) -> LlamaStepRecord:
                            ctx=ev.ctx)
 
 
+def _engine_clock(bits: int) -> float | None:
+    """An engine time the kernel copied as the big-endian bits of a float64 (0: none)."""
+    return struct.unpack(">d", bits.to_bytes(8, "big"))[0] if bits else None
+
+
+def _engine_ipc(etype: EventType, ev: Any) -> EngineIpcRecord:
+    hdr = ev.hdr
+    n = min(ev.id_len, ENGINE_ID_MAX_BYTES)
+    return EngineIpcRecord(
+        type=etype, pid=hdr.pid, tid=hdr.tid, ts_ns=hdr.ts_ns, conn_id=ev.conn_id, message=ev.message,
+        kind=member(EngineIpcKind, ev.kind, "engine IPC kind"), is_read=ev.dir == 0,
+        flags=EngineIpcFlag(ev.flags), count=ev.count, index=ev.index,
+        # latin-1: any byte decodes (an id the engine made, never prompt text)
+        request_id=bytes(ev.id[:n]).decode("latin-1") or None,
+        queued_s=_engine_clock(ev.queued_bits), scheduled_s=_engine_clock(ev.scheduled_bits))
+
+
 def _trace_context(etype: EventType, ev: Any) -> TraceContextRecord:
     hdr = ev.hdr
     flags = TraceContextFlag(ev.flags)
@@ -879,6 +927,7 @@ DECODERS: dict[EventType, Decoder] = {
     EventType.TRACE_CONTEXT: Decoder(TraceContextEvent, _trace_context),
     EventType.H2_FRAMES: Decoder(H2FramesEvent, _h2_frames, min_size=H2FramesEvent.frames.offset),
     EventType.H2_HEADERS: Decoder(H2HeadersEvent, _h2_headers, min_size=H2HeadersEvent.first_piece_ns.offset),
+    EventType.ENGINE_IPC: Decoder(EngineIpcEvent, _engine_ipc),
 }
 
 

@@ -33,6 +33,7 @@ GPU_FN_FIRST_WAIT = 16
 GPU_FN_FIRST_COPY = 32
 GPU_FN_FIRST_MEMORY = 48
 GPU_FN_FIRST_QUERY = 60
+ENGINE_ID_MAX_BYTES = 48
 LLAMA_MAX_RUNS = 16
 TRACEPARENT_MAX_BYTES = 64
 TRACESTATE_MAX_BYTES = 256
@@ -79,6 +80,7 @@ class EventType(enum.IntEnum):
     GPU_KERNEL_NAME = 55
     GPU_SHIM_STATUS = 56
     H2_CONN_CLOSED = 99
+    ENGINE_IPC = 11
 
 
 class UsdtProbe(enum.IntEnum):
@@ -278,9 +280,20 @@ class Counter(enum.IntEnum):
     REQUEST_HEADS_JOINED = 13
     NET_QUEUED = 14
     NET_XMITTED = 15
+    CONNS_ENGINE_IPC = 16
+    ENGINE_IPC_LOST_SYNC = 17
+    ENGINE_IPC_UNREAD = 18
 
 
-COUNTER_MAX = 16  # enum counter_index: table size, not a member
+COUNTER_MAX = 20  # enum counter_index: table size, not a member
+
+
+class EngineIpcKind(enum.IntEnum):
+    """enum engine_ipc_kind"""
+
+    ADD = 1
+    OUTPUT = 2
+    STEP = 3
 
 
 class LlamaStepPhase(enum.IntEnum):
@@ -386,6 +399,15 @@ class FutexWaitFlag(enum.IntFlag):
     SEM_HELD = 0x0010
 
 
+class EngineIpcFlag(enum.IntFlag):
+    """ENGINE_IPC_FLAG_* (#define)"""
+
+    FINISHED = 0x0001
+    ID_CUT = 0x0002
+    GREETING = 0x0004
+    PREEMPTED = 0x0008
+
+
 class TraceContextFlag(enum.IntFlag):
     """TRACE_CONTEXT_FLAG_* (#define)"""
 
@@ -456,6 +478,7 @@ C_PREFIXES: dict[str, str] = {
     "GpuDrmWhat": "GPU_DRM_",
     "LocalIpc": "LOCAL_IPC_",
     "Counter": "COUNTER_",
+    "EngineIpcKind": "ENGINE_IPC_",
     "LlamaStepPhase": "LLAMA_STEP_",
     "H2FrameType": "H2_FRAME_",
     "H2Content": "H2_CONTENT_",
@@ -466,6 +489,7 @@ C_PREFIXES: dict[str, str] = {
     "StackFlag": "STACK_FLAG_",
     "NetFlag": "NET_FLAG_",
     "FutexWaitFlag": "FUTEX_WAIT_FLAG_",
+    "EngineIpcFlag": "ENGINE_IPC_FLAG_",
     "TraceContextFlag": "TRACE_CONTEXT_FLAG_",
     "H2FrameFlag": "H2_FRAME_FLAG_",
     "H2PartFlag": "H2_PART_FLAG_",
@@ -717,6 +741,26 @@ class GpuDrmEvent(ctypes.Structure):
         ("hdr", EventHeader),                               # offset 0, 24 bytes
         ("what", ctypes.c_uint32),                          # offset 24, 4 bytes
         ("pad", ctypes.c_uint32),                           # offset 28, 4 bytes
+    ]
+
+
+class EngineIpcEvent(ctypes.Structure):
+    """struct engine_ipc_event: 112 bytes"""
+
+    _fields_ = [
+        ("hdr", EventHeader),                               # offset 0, 24 bytes
+        ("conn_id", ctypes.c_uint64),                       # offset 24, 8 bytes
+        ("message", ctypes.c_uint32),                       # offset 32, 4 bytes
+        ("kind", ctypes.c_uint16),                          # offset 36, 2 bytes
+        ("dir", ctypes.c_uint8),                            # offset 38, 1 byte
+        ("flags", ctypes.c_uint8),                          # offset 39, 1 byte
+        ("count", ctypes.c_uint32),                         # offset 40, 4 bytes
+        ("index", ctypes.c_uint16),                         # offset 44, 2 bytes
+        ("id_len", ctypes.c_uint8),                         # offset 46, 1 byte
+        ("pad", ctypes.c_uint8),                            # offset 47, 1 byte
+        ("queued_bits", ctypes.c_uint64),                   # offset 48, 8 bytes
+        ("scheduled_bits", ctypes.c_uint64),                # offset 56, 8 bytes
+        ("id", ctypes.c_char * 48),                         # offset 64, 48 bytes
     ]
 
 
