@@ -23,6 +23,7 @@ from inferprobe.collector.model.timeline import Request
 
 SOURCE_USDT = "usdt"
 SOURCE_SOCKETS = "sockets"
+SOURCE_ENGINE_IPC = "engine_ipc"  # read between the engine's processes (collector/ingest/engine_ipc_view.py)
 # socket-only phase names (analyzers/decompose.py), in words for sentences
 SOCKET_PHASE_WORDS = {
     "response_headers": "passes between reading the request and writing the response headers, "
@@ -37,7 +38,9 @@ def request_phases(r: Request) -> tuple[str, list[tuple[str, int]]] | None:
     phases = list(phases_ns(r).items())
     if not phases:
         return None
-    return (SOURCE_USDT if r.server is not None else SOURCE_SOCKETS), phases
+    if r.server is None:
+        return SOURCE_SOCKETS, phases
+    return (SOURCE_ENGINE_IPC if r.correlated_by == SOURCE_ENGINE_IPC else SOURCE_USDT), phases
 
 
 def clip_phases(phases: Sequence[tuple[str, int]], limit_ns: int) -> list[tuple[str, int]]:

@@ -9,7 +9,10 @@ server) is clamped to it, so no phase is negative.
 
 Boundaries, in order (docs/report-json.md, "phases"):
   t_ingress        the socket read that returned the request line
-  ingress          -> request_queued (else request_start): body read, parse, tokenize
+  ingress          -> request_queued (else request_start): body read, parse, tokenize;
+                      with an engine read between its processes (engine_ipc), -> the hand-off
+  handoff          -> the engine's QUEUED (engine_ipc only): the engine loop takes new
+                      requests in between its steps, so this is mostly the step under way
   queue            -> request_scheduled: waiting for a batch slot / KV space
   schedule         -> prefill_start
   prefill          -> prefill_end
@@ -29,7 +32,7 @@ from __future__ import annotations
 
 from inferprobe.collector.model.timeline import Request
 
-TTFT_PHASES = ("ingress", "queue", "schedule", "prefill", "response_headers", "first_token",
+TTFT_PHASES = ("ingress", "handoff", "queue", "schedule", "prefill", "response_headers", "first_token",
                "network_flush")
 PHASES = (*TTFT_PHASES, "decode", "response", "finish")
 
@@ -44,8 +47,11 @@ def _boundaries(r: Request) -> list[tuple[str, int | None]]:
                     ("decode", last_token_write), ("finish", r.t_end_ns)]
         return [("response_headers", r.t_response_start_ns), ("finish", r.t_end_ns)]
     first_emit = s.token_ns[0] if s.token_ns else None
+    queued = s.t_queued_ns if s.t_queued_ns is not None else s.t_start_ns
+    taken_in = [("ingress", s.t_handoff_ns), ("handoff", queued)] if s.t_handoff_ns is not None \
+        else [("ingress", queued)]
     head = [
-        ("ingress", s.t_queued_ns if s.t_queued_ns is not None else s.t_start_ns),
+        *taken_in,
         ("queue", s.t_scheduled_ns),
         ("schedule", s.t_prefill_start_ns),
         ("prefill", s.t_prefill_end_ns),

@@ -14,13 +14,15 @@ from inferprobe.analyzers.engine_metrics import OCCUPANCY
 from inferprobe.analyzers.engine_metrics_section import summary_of
 from inferprobe.analyzers.sections import AnalysisInput, AnalyzerResult, AnalyzerSection, Table, source_states
 from inferprobe.collector.ingest.llama_view import phase_source
-from inferprobe.collector.model.events import LlamaStepRecord, UsdtProbe, UsdtRecord
+from inferprobe.collector.model.events import EngineIpcRecord, LlamaStepRecord, UsdtProbe, UsdtRecord
 
 ANCHOR = "analyzer-phase-sources"
 WHAT = {
     "usdt": "queue, schedule, prefill, first token, decode steps: as the server's probes fired them",
     "engine_uprobes": "queue wait, prefill, decode steps and batch sizes: llama.cpp's engine steps "
                       "(llama_decode or llama_process calls), tied first in, first out",
+    "engine_ipc": "hand-off, queue, prefill, decode steps and batch sizes: the messages between the "
+                  "engine's processes (vLLM's API server and EngineCore), with the engine's own queue times",
     "sockets only": "response headers, first token chunk, decode, finish: on the wire only",
 }
 
@@ -32,6 +34,8 @@ def gauge_sources(inp: AnalysisInput) -> list[str]:
         found.append("usdt")
     if any(isinstance(e, LlamaStepRecord) for e in inp.events):
         found.append("engine_uprobes")
+    if any(isinstance(e, EngineIpcRecord) for e in inp.events):
+        found.append("engine_ipc")
     if summary_of(inp.recording) is not None:
         found.append("engine_metrics")
     return found
@@ -54,7 +58,7 @@ def analyze(inp: AnalysisInput) -> AnalyzerResult | None:
         return None
     counts = Counter(phase_source(r) for r in inp.requests)
     rows = tuple((source, str(counts[source]), WHAT[source])
-                 for source in ("usdt", "engine_uprobes", "sockets only") if counts[source])
+                 for source in ("usdt", "engine_uprobes", "engine_ipc", "sockets only") if counts[source])
     gauges = gauge_sources(inp)
     section = AnalyzerSection(
         anchor=ANCHOR, title="Where the phases came from",

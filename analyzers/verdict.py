@@ -11,12 +11,18 @@ from collections.abc import Collection, Sequence
 
 from inferprobe.analyzers.breakdown import (
     SOCKET_PHASE_WORDS,
+    SOURCE_ENGINE_IPC,
     SOURCE_SOCKETS,
     Breakdown,
 )
 from inferprobe.analyzers.cadence import percentile
 from inferprobe.analyzers.engine_metrics import EngineMetricsSummary
-from inferprobe.analyzers.engine_ttft import engine_advice, engine_ttft_view
+from inferprobe.analyzers.engine_ttft import (
+    ENGINE_KNOBS,
+    ENGINE_NAMES,
+    engine_advice,
+    engine_ttft_view,
+)
 from inferprobe.analyzers.findings import Finding
 from inferprobe.analyzers.timeseries import TimeSeries
 from inferprobe.analyzers.units import ms_text
@@ -48,6 +54,9 @@ PHASE_ADVICE = (
     ("first_token", "sampling and handing the first token to the API layer is slow: look at the "
                     "detokenizer and the queue between engine and API server"),
     ("ingress", "reading the request is slow: large bodies or a slow client upload"),
+    ("handoff", "requests wait for the engine loop to take them in: it admits new requests only "
+                "between steps, so each waits for the step under way; shorter steps (a smaller token "
+                "budget per step, chunked prefill) shorten the wait"),
 )
 
 
@@ -69,6 +78,14 @@ PHASE_MEANING = {
 # (collector/ingest/llama_view.py), where there is no request_queued probe.
 ENGINE_UPROBE_PHASE_MEANING = {
     "queue": "from the request's read to its sequence's first llama.cpp engine step",
+}
+# ... and read from the messages between an engine's processes (vLLM: collector/ingest/engine_ipc_view.py).
+ENGINE_IPC_PHASE_MEANING = {
+    "handoff": "from the API server's hand-off to the engine loop taking the request in",
+    "queue": "from the engine's QUEUED event to its SCHEDULED, vLLM's own time_in_queue",
+    "prefill": "from the engine scheduling the request to the end of the step that gave its first token",
+    "network_flush": "from that step's end to the first token's socket write: the API server's "
+                     "detokenisation and SSE",
 }
 # The queue phase while the engine's waiting-queue gauge stays at 0: the
 # request waited to be taken in, not for room in the batch.
@@ -131,12 +148,18 @@ def ttft_phase_finding(decomp: Breakdown, series: TimeSeries | None, active: Col
                 "from prefill; if requests queue, raise the maximum batch size or add capacity."
             )
     else:
-        meanings = (ENGINE_UPROBE_PHASE_MEANING if "llama" in active and "usdt" not in active
+        meanings = (ENGINE_IPC_PHASE_MEANING if decomp.source == SOURCE_ENGINE_IPC
+                    else ENGINE_UPROBE_PHASE_MEANING if "llama" in active and "usdt" not in active
                     else PHASE_MEANING)
         meaning = f" ({meanings[phase]})" if phase in meanings else ""
         sentence = f"{head} is the {phase.replace('_', ' ')} phase{meaning}{median}{queue}."
+        known = engine.engine if engine is not None and engine.engine in ENGINE_KNOBS else None
         if phase == "queue" and _no_slot_waits(series):
             advice = ADMISSION_ADVICE
+        elif known is not None and phase in ("queue", "prefill"):
+            # the engine's own flags: inferprobe's probes are not something it can load
+            queue_knob, prefill_knob = ENGINE_KNOBS[known]
+            advice = f"in {ENGINE_NAMES[known]}, " + (queue_knob if phase == "queue" else prefill_knob)
         else:
             advice = next((a for word, a in PHASE_ADVICE if word in phase.lower()),
                           f"look at what the server does during '{phase}'")

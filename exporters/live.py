@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from inferprobe.collector.ingest.pipeline import LiveIngest
-from inferprobe.collector.model.events import LlamaStepRecord, UsdtRecord
+from inferprobe.collector.model.events import EngineIpcRecord, LlamaStepRecord, UsdtRecord
 from inferprobe.collector.model.ringbuf_format import iter_ring_records
 from inferprobe.collector.model.timeline import Request
 from inferprobe.collector.processes.containers import ProcessIdentities
@@ -113,6 +113,8 @@ class LiveExport:
                     self.metrics.observe_usdt(ev)
             elif isinstance(ev, LlamaStepRecord) and self.metrics is not None:
                 self.metrics.observe_llama(ev)
+            elif isinstance(ev, EngineIpcRecord) and self.metrics is not None:
+                self.metrics.observe_engine_ipc(ev)
         self.stats.undecodable = self.ingest.undecodable
 
     def _harvest(self) -> None:

@@ -24,7 +24,14 @@ from inferprobe.analyzers.request_analysis import NONE, RequestAnalysis
 from inferprobe.analyzers.scheduler import stall_between
 from inferprobe.collector.errors import InferprobeError
 from inferprobe.collector.ingest.server_view import ServerViewBuilder
-from inferprobe.collector.model.events import LlamaStepPhase, LlamaStepRecord, UsdtProbe, UsdtRecord
+from inferprobe.collector.model.events import (
+    EngineIpcKind,
+    EngineIpcRecord,
+    LlamaStepPhase,
+    LlamaStepRecord,
+    UsdtProbe,
+    UsdtRecord,
+)
 from inferprobe.collector.model.timeline import DecodeStep, Outcome, Request
 from inferprobe.collector.shared_constants import MUTEX_WAIT_THRESHOLD
 from inferprobe.exporters.spans import output_tokens, phases
@@ -136,7 +143,8 @@ class Metrics:
         self.otlp_dropped = Counter("inferprobe_otlp_dropped_traces",
                                     "Traces not delivered to the OTLP backend.", registry=r)
         # source: where the value came from: "usdt" (the server's probes), "engine_metrics"
-        # (the engine's own /metrics, record --engine-metrics), "engine_uprobes" (libllama)
+        # (the engine's own /metrics, record --engine-metrics), "engine_uprobes" (libllama),
+        # "engine_ipc" (vLLM's steps, read between its processes: running requests only)
         self.queue_length = Gauge("scheduler_queue_length", "Requests waiting in the server's scheduler.",
                                   ("target", "source"), registry=r)
         self.occupancy = Gauge("token_occupancy_ratio", "KV-cache token slots in use / capacity.",
@@ -312,6 +320,13 @@ class Metrics:
         if before is not None and (stall := stall_between(before, step)) is not None:
             self.batch_stall.labels(target, "engine_uprobes").observe(stall.duration_ns / 1e9)
         self._llama_last[ev.pid] = step
+
+    # -- an engine's messages between its processes (vLLM: bpf/zmtp.bpf.h) ---------------
+    def observe_engine_ipc(self, ev: EngineIpcRecord) -> None:
+        """Running requests at each engine step: the entries of its outputs message, counted
+        where the engine wrote it (its read by the API server is the same step)."""
+        if ev.kind == EngineIpcKind.STEP and not ev.is_read:
+            self.running.labels(self.target(ev.pid), "engine_ipc").set(ev.count)
 
     # -- the engine's own /metrics ------------------------------------------------
     def observe_engine(self, samples: list) -> None:

@@ -159,9 +159,11 @@ def sequences(steps: list[Step]) -> tuple[list[Sequence], list[DecodeStep]]:
 
 
 def phase_source(r: Request) -> str:
-    """Where a request's phases came from: "usdt", "engine_uprobes" or "sockets only"."""
+    """Where a request's phases came from: "usdt", "engine_uprobes", "engine_ipc" or "sockets only"."""
     if r.server is None:
         return "sockets only"
+    if r.correlated_by == "engine_ipc":
+        return "engine_ipc"
     return SOURCE if r.correlated_by == "fifo" else "usdt"
 
 

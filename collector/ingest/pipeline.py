@@ -19,12 +19,14 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from inferprobe.collector.ingest.correlate import correlate
+from inferprobe.collector.ingest.engine_ipc_view import build_engine_ipc_view
 from inferprobe.collector.ingest.llama_view import build_llama_view
 from inferprobe.collector.ingest.server_view import ServerView, ServerViewBuilder, build_server_view
 from inferprobe.collector.ingest.sessionizer import Sessionizer, effect_order, sessionize
 from inferprobe.collector.model.events import (
     ConnRecord,
     DecodeError,
+    EngineIpcRecord,
     Event,
     H2FramesRecord,
     H2HeadersRecord,
@@ -100,6 +102,11 @@ def ingest(raw_events: Iterable[bytes]) -> Ingested:
     if steps:  # llama.cpp through uprobes: requests the server's USDT probes did not claim
         llama, tied = build_llama_view(steps, requests, session.connections)
         server = merge_views(server, llama)
+        correlated += tied
+    engine_ipc = [ev for ev in events if isinstance(ev, EngineIpcRecord)]
+    if engine_ipc:  # an engine's messages between its processes (vLLM): requests nothing else claimed
+        engine, tied = build_engine_ipc_view(engine_ipc, [r for r in requests if r.server is None])
+        server = merge_views(server, engine)
         correlated += tied
     return Ingested(events=events, undecodable=undecodable, session=session.stats,
                     connections=session.connections, requests=requests, server=server,

@@ -239,3 +239,7 @@ class ServerRequest:
     output_tokens: int | None = None
     status: int | None = None  # 0 ok, 1 aborted by the client, 2 server error, 3 rejected
     steps: list[DecodeStep] = field(default_factory=list)  # the decode steps it took part in
+    # Engines read between their processes (collector/ingest/engine_ipc_view.py): the
+    # engine's own id of the request, and when the API server handed it to the engine.
+    engine_request_id: str | None = None
+    t_handoff_ns: int | None = None
