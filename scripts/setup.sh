@@ -234,6 +234,16 @@ if [[ $FOR == test ]]; then
         || say "warning: llama-server did not build; tests/integration/engines will skip its tests"
 fi
 
+# A real vLLM (its CPU build) for tests/integration/engines/test_vllm_engine_ipc.py:
+# a 3.5 GB venv and the model as safetensors, built once under /var/cache/inferprobe
+# (about 2 minutes), with INFERPROBE_VLLM=1. Not by default: with vLLM's start-up
+# (its model compiles at each start) it adds about 4.5 minutes to a fresh machine's
+# `make test`, past its 25; its tests skip, saying so, where it is not built.
+if [[ $FOR == test && "${INFERPROBE_VLLM:-0}" == 1 ]]; then
+    bash "$ROOT/scripts/setup_vllm.sh" \
+        || say "warning: vLLM did not set up; tests/integration/engines/test_vllm_engine_ipc.py will skip"
+fi
+
 # ---------------------------------------------------------------- 8. CUPTI shim
 
 # probes/cupti/, built from NVIDIA's PyPI headers (no toolkit, no GPU needed),
