@@ -13,6 +13,7 @@ from collections import Counter
 from inferprobe.analyzers.engine_metrics import OCCUPANCY
 from inferprobe.analyzers.engine_metrics_section import summary_of
 from inferprobe.analyzers.sections import AnalysisInput, AnalyzerResult, AnalyzerSection, Table, source_states
+from inferprobe.collector.ingest.engine_ipc_view import KNOWN_LAYOUTS
 from inferprobe.collector.ingest.llama_view import phase_source
 from inferprobe.collector.model.events import EngineIpcRecord, LlamaStepRecord, UsdtProbe, UsdtRecord
 
@@ -53,6 +54,20 @@ def occupancy_sources(inp: AnalysisInput) -> list[str]:
     return found
 
 
+def _notes(inp: AnalysisInput, counts: Counter) -> tuple[str, ...]:
+    notes = []
+    if counts["engine_uprobes"]:
+        notes.append("engine_uprobes ties a request to the sequence that started next in order: a request "
+                     "the engine never decoded shifts the ties after it until one ends without a sequence.")
+    unread = inp.recording.counter("engine_ipc_unread")
+    if unread:
+        # never guessed at: those requests keep the sockets' phases and the engine's scraped histograms
+        notes.append(f"{unread} message(s) between the engine's processes were not in a layout inferprobe "
+                     f"reads ({KNOWN_LAYOUTS}): their requests' phases come from the sockets, and the "
+                     "engine's own histograms where it publishes them.")
+    return tuple(notes)
+
+
 def analyze(inp: AnalysisInput) -> AnalyzerResult | None:
     if not inp.requests:
         return None
@@ -72,7 +87,5 @@ def analyze(inp: AnalysisInput) -> AnalyzerResult | None:
                             ("token_occupancy_ratio", ", ".join(occupancy_sources(inp)) or "none"),
                             ("batch_stall_duration_seconds",
                              ", ".join(g for g in gauges if g != "engine_metrics") or "none")))),
-        notes=("engine_uprobes ties a request to the sequence that started next in order: a request the "
-               "engine never decoded shifts the ties after it until one ends without a sequence.",)
-        if counts["engine_uprobes"] else ())
+        notes=_notes(inp, counts))
     return AnalyzerResult(section=section)
