@@ -1871,7 +1871,10 @@ static __always_inline int chain_scan_zmtp(void *ctx)
         st->ev.hdr.ts_ns = s->ev.exit_ns;
     st->ev.conn_id = s->ev.conn_id;
     st->ev.dir = dir;
-    struct zmtp_walk w = {.st = st, .buf = s->h2_buf, .len = len};
+    st->buf = s->h2_buf;
+    st->at = 0;
+    st->len = len;
+    struct zmtp_walk w = {.st = st};
     /* Each unit moves at least one byte: len + 1 units walk the whole syscall. */
     SCAN_LOOP(len + 1, 1 << 23, zmtp_unit, &w);
     zmtp_entry_done(st);   /* an entry whose last byte was the syscall's last */

@@ -44,11 +44,11 @@ TLS_CHAIN_PROGRAMS = ("classify_request", "classify_response", "scan_header_bloc
 VERIFY_MS = {
     "sock.bpf.o": {"classify_request": 5, "classify_response": 1, "scan_header_block": 25, "scan_body": 16,
                    "gather_iovecs": 392, "gather_window": 414, "scan_fields": 95, "scan_trace_context": 82,
-                   "h2_frames": 38, "scan_event_stream": 65, "scan_zmtp": 40},
+                   "h2_frames": 38, "scan_event_stream": 65, "scan_zmtp": 20},
     "sock_hash.bpf.o": {"classify_request": 74, "classify_response": 1, "scan_header_block": 141,
                         "scan_body": 134, "gather_iovecs": 356, "gather_window": 363, "scan_fields": 583,
                         "scan_trace_context": 287, "h2_frames": 38,
-                        "scan_event_stream": 115, "scan_zmtp": 1},
+                        "scan_event_stream": 115, "scan_zmtp": 2},
 }
 # The read syscalls' entry programs: unloaded where reads are taken at their exit.
 READ_ENTRY_PROGRAMS = ("sys_enter_read", "sys_enter_readv", "sys_enter_recvfrom", "sys_enter_recvmsg")
