@@ -266,6 +266,15 @@ static __always_inline void zmtp_events_unread(struct zmtp_stream *st, u32 cls, 
     st->mode = ZM_ENTRY_REST;
 }
 
+/* An event starts empty: no id, flags or engine times. */
+static __always_inline void zmtp_event_begins(struct zmtp_stream *st)
+{
+    st->ev.flags = 0;
+    st->ev.id_len = 0;
+    st->ev.queued_bits = 0;
+    st->ev.scheduled_bits = 0;
+}
+
 /* An entry whose fields were all walked: its OUTPUT event, and after the
  * message's last entry the STEP event. */
 static __always_inline void zmtp_entry_done(struct zmtp_stream *st)
@@ -280,10 +289,7 @@ static __always_inline void zmtp_entry_done(struct zmtp_stream *st)
         st->mode = ZM_ENTRY;
         return;
     }
-    st->ev.flags = 0;
-    st->ev.id_len = 0;
-    st->ev.queued_bits = 0;
-    st->ev.scheduled_bits = 0;
+    zmtp_event_begins(st);   /* a STEP names no request */
     zmtp_send(st, ENGINE_IPC_STEP, st->ev.index);
     st->mode = ZM_SKIP;
 }
@@ -318,6 +324,19 @@ static __always_inline int zmtp_frame_begins(struct zmtp_stream *st)
     return 0;
 }
 
+/* The value where a request id belongs: a string, taken, then the walk goes
+ * on to `next`; anything else is a layout this walk does not know. */
+static __always_inline void zmtp_id_value(struct zmtp_stream *st, u32 cls, u64 n, u16 next)
+{
+    if (cls != MP_BYTES) {
+        st->mode = ZM_SKIP;
+        count(COUNTER_ENGINE_IPC_UNREAD);
+        return;
+    }
+    zmtp_take_id(st, n);
+    st->mode = next;
+}
+
 /* One msgpack value of the payload, by what the walk expects there. */
 static __always_inline void zmtp_value(struct zmtp_stream *st, u32 cls, u64 n)
 {
@@ -328,21 +347,12 @@ static __always_inline void zmtp_value(struct zmtp_stream *st, u32 cls, u64 n)
         return;
     case ZM_ADD_ARRAY:
         st->mode = cls == MP_ARRAY && n >= 2 ? ZM_ADD_ID : ZM_SKIP;
-        if (st->mode == ZM_ADD_ID) {
-            st->ev.flags = 0;
-            st->ev.index = 0;
-            st->ev.queued_bits = 0;
-            st->ev.scheduled_bits = 0;
-        }
+        if (st->mode == ZM_ADD_ID)
+            zmtp_event_begins(st);
+        st->ev.index = 0;
         return;
     case ZM_ADD_ID:
-        if (cls != MP_BYTES) {
-            st->mode = ZM_SKIP;
-            count(COUNTER_ENGINE_IPC_UNREAD);
-            return;
-        }
-        zmtp_take_id(st, n);
-        st->mode = ZM_ADD_TOKENS;
+        zmtp_id_value(st, cls, n, ZM_ADD_TOKENS);
         return;
     case ZM_ADD_TOKENS:
         zmtp_send(st, ENGINE_IPC_ADD, cls == MP_ARRAY ? (u32)n : 0);
@@ -368,21 +378,12 @@ static __always_inline void zmtp_value(struct zmtp_stream *st, u32 cls, u64 n)
         st->fields = (u16)n;
         st->field = 0;
         st->pending = 0;
-        st->ev.flags = 0;
-        st->ev.id_len = 0;
-        st->ev.queued_bits = 0;
-        st->ev.scheduled_bits = 0;
+        zmtp_event_begins(st);
         st->mode = ZM_ENTRY_ID;
         return;
     case ZM_ENTRY_ID:
-        if (cls != MP_BYTES) {
-            st->mode = ZM_SKIP;
-            count(COUNTER_ENGINE_IPC_UNREAD);
-            return;
-        }
-        zmtp_take_id(st, n);
+        zmtp_id_value(st, cls, n, ZM_ENTRY_TOKENS);
         st->field = 1;
-        st->mode = ZM_ENTRY_TOKENS;
         return;
     case ZM_ENTRY_TOKENS:
         st->ev.count = cls == MP_ARRAY ? (u32)n : 0;

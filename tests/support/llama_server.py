@@ -7,13 +7,12 @@ import http.client
 import json
 import socket
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.support.paths import REPO
-from tests.support.processes import stop_process
+from tests.support.processes import answers_http, stop_process
 
 BUILD = REPO / "scripts" / "build_llama_server.sh"
 
@@ -58,18 +57,8 @@ class LlamaServer:
             [str(binary), "-m", str(model()), "--host", "127.0.0.1", "--port", str(self.port),
              "-np", str(slots), "-c", str(1024 * slots), "-t", str(threads), "--metrics", "--no-webui"],
             stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
-                conn.request("GET", "/health")
-                if conn.getresponse().status == 200:
-                    return
-            except OSError:
-                pass
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.25)
+        if answers_http(self.proc, self.port, "/health", timeout_s=60, poll_s=0.25):
+            return
         self.stop()
         pytest.fail(f"llama-server did not come up: {self.log_path.read_text()[-2000:]}")
 

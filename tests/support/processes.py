@@ -22,6 +22,22 @@ def stop_process(proc: subprocess.Popen, timeout: float = 15) -> None:
         proc.wait()
 
 
+def answers_http(proc: subprocess.Popen, port: int, path: str, timeout_s: float, poll_s: float) -> bool:
+    """Polls GET path on 127.0.0.1:port until it answers 200 (True), the process exits or
+    timeout_s passes (False): how the engine tests wait for a server that loads a model."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+            conn.request("GET", path)
+            if conn.getresponse().status == 200:
+                return True
+        except OSError:
+            pass
+        time.sleep(poll_s)
+    return False
+
+
 def inferprobe_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "inferprobe.cli.main", *args]
 

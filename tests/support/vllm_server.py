@@ -9,7 +9,6 @@ import json
 import os
 import subprocess
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -17,7 +16,7 @@ import pytest
 
 from tests.support.llama_server import free_port
 from tests.support.paths import REPO
-from tests.support.processes import stop_process
+from tests.support.processes import answers_http, stop_process
 
 SETUP = REPO / "scripts" / "setup_vllm.sh"
 MODEL = Path(os.environ.get("INFERPROBE_VLLM_CACHE", "/var/cache/inferprobe/vllm")) / "model"
@@ -78,18 +77,10 @@ class VllmServer:
              "--host", "127.0.0.1", "--port", str(self.port), "--max-num-seqs", str(max_num_seqs),
              "--otlp-traces-endpoint", f"http://127.0.0.1:{otlp_port}/v1/traces"],
             stdout=self.log, stderr=subprocess.STDOUT, env=env)
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"vLLM exited with {self.proc.returncode}: see {log}")
-            try:
-                conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
-                conn.request("GET", "/v1/models")
-                if conn.getresponse().status == 200:
-                    return
-            except OSError:
-                pass
-            time.sleep(2)
+        if answers_http(self.proc, self.port, "/v1/models", timeout_s=START_TIMEOUT_S, poll_s=2):
+            return
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"vLLM exited with {self.proc.returncode}: see {log}")
         self.stop()
         raise RuntimeError(f"vLLM did not answer within {START_TIMEOUT_S} s: see {log}")
 
