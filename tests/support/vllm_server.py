@@ -67,15 +67,15 @@ class RequestSpans:
 
 
 class VllmServer:
-    def __init__(self, log: Path, otlp_port: int, max_num_seqs: int = 4):
+    def __init__(self, log: Path, otlp_port: int | None = None, max_num_seqs: int = 4):
         self.port = free_port()
         self.log = log.open("w")
         env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="2", HF_HUB_OFFLINE="1",
                    OTEL_EXPORTER_OTLP_TRACES_PROTOCOL="http/protobuf", OTEL_BSP_SCHEDULE_DELAY="200")
+        otlp = ["--otlp-traces-endpoint", f"http://127.0.0.1:{otlp_port}/v1/traces"] if otlp_port else []
         self.proc = subprocess.Popen(
             [str(vllm_cli()), "serve", str(MODEL), "--served-model-name", "smol", "--max-model-len", "2048",
-             "--host", "127.0.0.1", "--port", str(self.port), "--max-num-seqs", str(max_num_seqs),
-             "--otlp-traces-endpoint", f"http://127.0.0.1:{otlp_port}/v1/traces"],
+             "--host", "127.0.0.1", "--port", str(self.port), "--max-num-seqs", str(max_num_seqs), *otlp],
             stdout=self.log, stderr=subprocess.STDOUT, env=env)
         if answers_http(self.proc, self.port, "/v1/models", timeout_s=START_TIMEOUT_S, poll_s=2):
             return
