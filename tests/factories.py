@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import itertools
+import struct
 
 from inferprobe.collector.model import events as ev
 
@@ -173,6 +174,25 @@ def usdt(probe: ev.UsdtProbe, *args: int, pid: int = 100, tid: int | None = None
     e.nargs = len(args)
     for i, value in enumerate(args):
         e.args[i] = value
+    return bytes(e)
+
+
+def engine_ipc(kind: ev.EngineIpcKind, request_id: str | None, count: int, *, is_read: bool, ts: int,
+               pid: int = 100, conn_id: int = 90, message: int = 1, index: int = 0,
+               flags: ev.EngineIpcFlag = ev.EngineIpcFlag(0), queued_s: float = 0.0,
+               scheduled_s: float = 0.0) -> bytes:
+    """What bpf/zmtp.bpf.h sends for one ADD, output entry or step end of an engine's messages."""
+    e = ev.EngineIpcEvent()
+    e.hdr.type = ev.EventType.ENGINE_IPC
+    e.hdr.pid = e.hdr.tid = pid
+    e.hdr.ts_ns = ts
+    e.conn_id, e.message, e.kind, e.dir, e.flags = conn_id, message, kind, 0 if is_read else 1, flags
+    e.count, e.index = count, index
+    e.queued_bits = int.from_bytes(struct.pack(">d", queued_s), "big") if queued_s else 0
+    e.scheduled_bits = int.from_bytes(struct.pack(">d", scheduled_s), "big") if scheduled_s else 0
+    raw = (request_id or "").encode()
+    e.id_len = len(raw)
+    e.id = raw
     return bytes(e)
 
 

@@ -94,35 +94,46 @@ def _engine_ns(seconds: float | None) -> int | None:
     return None if seconds is None else round(seconds * 1e9)
 
 
-def gather(records: Iterable[EngineIpcRecord]) -> tuple[dict[str, EngineRequest], list[EngineIpcRecord]]:
-    """Engine requests by id, and the steps' end records (each step once: its write, else its read)."""
-    found: dict[str, EngineRequest] = {}
-    written: dict[str, list[EngineIpcRecord]] = defaultdict(list)
-    read: dict[str, list[EngineIpcRecord]] = defaultdict(list)
-    step_writes: list[EngineIpcRecord] = []
-    step_reads: list[EngineIpcRecord] = []
-    for ev in sorted(records, key=lambda e: e.ts_ns):
+class EngineIpcGather:
+    """Engine requests by id from engine_ipc events fed in time order: for a whole
+    recording (gather()) or a live stream (LiveEngineIpc), which forgets what it tied."""
+
+    def __init__(self, keep_steps: bool = True) -> None:
+        self.keep_steps = keep_steps  # live: no step timeline, so nothing to keep
+        self.found: dict[str, EngineRequest] = {}
+        self._written: dict[str, list[EngineIpcRecord]] = defaultdict(list)
+        self._read: dict[str, list[EngineIpcRecord]] = defaultdict(list)
+        self._last_ns: dict[str, int] = {}  # id -> its last event, for forgetting
+        self.step_writes: list[EngineIpcRecord] = []
+        self.step_reads: list[EngineIpcRecord] = []
+
+    def feed(self, ev: EngineIpcRecord) -> None:
         if ev.kind == EngineIpcKind.STEP:
-            (step_reads if ev.is_read else step_writes).append(ev)
-            continue
+            if self.keep_steps:
+                (self.step_reads if ev.is_read else self.step_writes).append(ev)
+            return
         if ev.request_id is None or EngineIpcFlag.ID_CUT in ev.flags:
-            continue  # an id cut short could be another request's
-        req = found.setdefault(ev.request_id, EngineRequest(ev.request_id))
+            return  # an id cut short could be another request's
+        req = self.found.setdefault(ev.request_id, EngineRequest(ev.request_id))
+        self._last_ns[ev.request_id] = ev.ts_ns
         if ev.kind == EngineIpcKind.ADD:
             req.prompt_tokens = ev.count
             if ev.is_read:
                 req.engine_read_ns, req.engine_pid = ev.ts_ns, ev.pid
             else:
                 req.handoff_ns, req.api_pid, req.api_tid = ev.ts_ns, ev.pid, ev.tid
-        else:
-            (read if ev.is_read else written)[ev.request_id].append(ev)
-            if ev.queued_s is not None and req.queued_ns is None:
-                req.queued_ns = _engine_ns(ev.queued_s)
-            if ev.scheduled_s is not None and req.scheduled_ns is None:
-                req.scheduled_ns = _engine_ns(ev.scheduled_s)
-    for rid, req in found.items():
-        ws, rs = written.get(rid, []), read.get(rid, [])
-        for i in range(max(len(ws), len(rs))):  # the two ends of each output, in order
+            return
+        (self._read if ev.is_read else self._written)[ev.request_id].append(ev)
+        if ev.queued_s is not None and req.queued_ns is None:
+            req.queued_ns = _engine_ns(ev.queued_s)
+        if ev.scheduled_s is not None and req.scheduled_ns is None:
+            req.scheduled_ns = _engine_ns(ev.scheduled_s)
+
+    def pair(self, req: EngineRequest) -> EngineRequest:
+        """Its outputs, each one's two ends (EngineCore's write, the API's read) in order."""
+        ws, rs = self._written.get(req.request_id, []), self._read.get(req.request_id, [])
+        req.outputs = []
+        for i in range(max(len(ws), len(rs))):
             w = ws[i] if i < len(ws) else None
             r = rs[i] if i < len(rs) else None
             one = w or r
@@ -134,7 +145,35 @@ def gather(records: Iterable[EngineIpcRecord]) -> tuple[dict[str, EngineRequest]
                 req.engine_pid = w.pid
             if r is not None and req.api_pid is None:
                 req.api_pid, req.api_tid = r.pid, r.tid
-    return found, (step_writes or step_reads)
+        return req
+
+    def finished(self) -> list[EngineRequest]:
+        """The requests whose last output says they finished, paired."""
+        return [self.pair(req) for rid, req in self.found.items()
+                if (last := self._last_output(rid)) is not None and EngineIpcFlag.FINISHED in last.flags]
+
+    def _last_output(self, request_id: str) -> EngineIpcRecord | None:
+        outputs = self._written.get(request_id) or self._read.get(request_id)
+        return outputs[-1] if outputs else None
+
+    def forget(self, request_id: str) -> None:
+        for table in (self.found, self._written, self._read, self._last_ns):
+            table.pop(request_id, None)
+
+    def forget_before(self, cut_ns: int) -> None:
+        """Requests with no event since cut_ns: a live view's bound."""
+        for rid in [rid for rid, t in self._last_ns.items() if t < cut_ns]:
+            self.forget(rid)
+
+
+def gather(records: Iterable[EngineIpcRecord]) -> tuple[dict[str, EngineRequest], list[EngineIpcRecord]]:
+    """Engine requests by id, and the steps' end records (each step once: its write, else its read)."""
+    g = EngineIpcGather()
+    for ev in sorted(records, key=lambda e: e.ts_ns):
+        g.feed(ev)
+    for req in g.found.values():
+        g.pair(req)
+    return g.found, (g.step_writes or g.step_reads)
 
 
 def build_steps(requests: dict[str, EngineRequest], step_ends: list[EngineIpcRecord]) -> list[DecodeStep]:
@@ -202,6 +241,58 @@ def tie_requests(engine: list[EngineRequest], requests: list[Request]) -> dict[s
     return ties
 
 
+def server_request(n: int, req: EngineRequest, http: Request | None) -> ServerRequest:
+    """The server's view of one engine request (it has outputs), as req_id n; tied to http
+    (Request.server, correlated_by "engine_ipc") where that is given."""
+    pid = req.api_pid if req.api_pid is not None else (req.engine_pid or 0)
+    first_step = req.steps[0] if req.steps else None
+    scheduled = req.scheduled_ns if req.scheduled_ns is not None else (
+        first_step.t_start_ns if first_step else None)
+    queued = req.queued_ns if req.queued_ns is not None else req.engine_read_ns
+    token_ns = [req.output_ns(out) for out in req.outputs for _ in range(max(out.tokens, 1))]
+    finished = req.outputs[-1].finished
+    srv = ServerRequest(
+        pid=pid, req_id=n, tid=req.api_tid,
+        t_start_ns=http.t_ingress_ns if http is not None else req.handoff_ns,
+        prompt_tokens=req.prompt_tokens, t_queued_ns=queued, t_scheduled_ns=scheduled,
+        t_prefill_start_ns=scheduled, t_prefill_end_ns=req.output_ns(req.outputs[0]),
+        token_ns=token_ns, t_end_ns=req.output_ns(req.outputs[-1]) if finished else None,
+        output_tokens=sum(out.tokens for out in req.outputs) if finished else None,
+        status=0 if finished else None, steps=list(req.steps[1:]),
+        engine_request_id=req.request_id, t_handoff_ns=req.handoff_ns)
+    if http is not None:
+        http.server, http.correlated_by = srv, SOURCE
+    return srv
+
+
+class LiveEngineIpc:
+    """The same ties on a live stream (collector/ingest/pipeline.LiveIngest): each engine
+    request that finished is tied when the requests that ended are handed out, then
+    forgotten; what is never tied goes after memory_ns. No step timeline live: each
+    request's hand-off, queue, prefill and tokens (what its span and phases need)."""
+
+    def __init__(self, memory_ns: int) -> None:
+        self.gather = EngineIpcGather(keep_steps=False)
+        self.memory_ns = memory_ns
+        self.tied = 0  # a counter for the req_ids handed out
+
+    def feed(self, ev: EngineIpcRecord) -> None:
+        self.gather.feed(ev)
+
+    def tie(self, ended: list[Request], now_ns: int) -> int:
+        """Ties the ended requests nothing else claimed; returns how many."""
+        untied = [r for r in ended if r.server is None]
+        finished = self.gather.finished() if untied else []
+        ties = tie_requests(finished, untied) if finished else {}
+        by_id = {req.request_id: req for req in finished}
+        for rid, http in ties.items():
+            server_request(self.tied, by_id[rid], http)
+            self.tied += 1
+            self.gather.forget(rid)
+        self.gather.forget_before(now_ns - self.memory_ns)
+        return len(ties)
+
+
 def _queue_depth(view: ServerView, reqs: list[ServerRequest], steps: list[DecodeStep]) -> None:
     """(t, waiting, running) at each step's start, by bisection (see llama_view._queue_depth)."""
     queued = sorted(r.t_queued_ns for r in reqs if r.t_queued_ns is not None and r.t_scheduled_ns is not None)
@@ -233,34 +324,18 @@ def build_engine_ipc_view(records: Iterable[EngineIpcRecord],
     for n, req in enumerate(ordered):
         if not req.outputs:
             continue  # handed over, no output yet (the recording ended) or aborted before any
-        pid = req.api_pid if req.api_pid is not None else (req.engine_pid or 0)
         http = ties.get(req.request_id)
-        first_step = req.steps[0] if req.steps else None
-        scheduled = req.scheduled_ns if req.scheduled_ns is not None else (
-            first_step.t_start_ns if first_step else None)
-        queued = req.queued_ns if req.queued_ns is not None else req.engine_read_ns
-        token_ns = [req.output_ns(out) for out in req.outputs for _ in range(max(out.tokens, 1))]
-        finished = req.outputs[-1].finished
-        srv = ServerRequest(
-            pid=pid, req_id=n, tid=req.api_tid,
-            t_start_ns=http.t_ingress_ns if http is not None else req.handoff_ns,
-            prompt_tokens=req.prompt_tokens, t_queued_ns=queued, t_scheduled_ns=scheduled,
-            t_prefill_start_ns=scheduled, t_prefill_end_ns=req.output_ns(req.outputs[0]),
-            token_ns=token_ns, t_end_ns=req.output_ns(req.outputs[-1]) if finished else None,
-            output_tokens=sum(out.tokens for out in req.outputs) if finished else None,
-            status=0 if finished else None, steps=list(req.steps[1:]),
-            engine_request_id=req.request_id, t_handoff_ns=req.handoff_ns)
+        srv = server_request(n, req, http)
         for step in req.steps:
             step.requests.add(n)
-        view.requests[(pid, n)] = srv
+        view.requests[(srv.pid, n)] = srv
         built.append(srv)
+        queued, scheduled = srv.t_queued_ns, srv.t_scheduled_ns
         if queued is not None and scheduled is not None:
-            view.queue_waits.append(ProbeSpan(pid, req.api_tid or 0, n, queued, max(queued, scheduled)))
+            view.queue_waits.append(ProbeSpan(srv.pid, req.api_tid or 0, n, queued, max(queued, scheduled)))
         if scheduled is not None and srv.t_prefill_end_ns is not None:
-            view.prefills.append(ProbeSpan(pid, req.api_tid or 0, n, scheduled,
+            view.prefills.append(ProbeSpan(srv.pid, req.api_tid or 0, n, scheduled,
                                            srv.t_prefill_end_ns))
-        if http is not None:
-            http.server, http.correlated_by = srv, SOURCE
     view.prefills.sort(key=lambda s: s.end_ns)
     view.queue_waits.sort(key=lambda s: s.end_ns)
     _queue_depth(view, built, view.steps)

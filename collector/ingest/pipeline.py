@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from inferprobe.collector.ingest.correlate import correlate
-from inferprobe.collector.ingest.engine_ipc_view import build_engine_ipc_view
+from inferprobe.collector.ingest.engine_ipc_view import LiveEngineIpc, build_engine_ipc_view
 from inferprobe.collector.ingest.llama_view import build_llama_view
 from inferprobe.collector.ingest.server_view import ServerView, ServerViewBuilder, build_server_view
 from inferprobe.collector.ingest.sessionizer import Sessionizer, effect_order, sessionize
@@ -126,6 +126,7 @@ class LiveIngest:
     def __init__(self, clock: Callable[[], int] = time.monotonic_ns) -> None:
         self.sessionizer = Sessionizer()
         self.server = ServerViewBuilder()
+        self.engine_ipc = LiveEngineIpc(SERVER_MEMORY_NS)  # vLLM's messages between its processes
         self.undecodable = 0
         self._announced = 0  # sessionizer.requests[:_announced] were handed out as started
         self._clock = clock
@@ -151,6 +152,8 @@ class LiveIngest:
         for ev in ready:
             if isinstance(ev, UsdtRecord):
                 self.server.feed(ev)
+            elif isinstance(ev, EngineIpcRecord):
+                self.engine_ipc.feed(ev)
             else:
                 self.sessionizer.feed(ev)
 
@@ -180,6 +183,7 @@ class LiveIngest:
                     if req.server is not None:
                         view.requests.pop((req.server.pid, req.server.req_id), None)
                 self.server.forget_before(cutoff)
+            self.engine_ipc.tie(ended, self._clock())
             closed = [cid for cid, c in s.connections.items()
                       if c.t_close_ns is not None and c.t_close_ns < cutoff]
             for cid in closed:

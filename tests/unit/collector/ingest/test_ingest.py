@@ -14,10 +14,28 @@ from inferprobe.collector.ingest.pipeline import (
     ingest,
 )
 from inferprobe.collector.ingest.server_view import build_server_view
-from inferprobe.collector.model.events import ConnRole, EventType, HttpFlag, HttpKind, HttpMethod
+from inferprobe.collector.model.events import (
+    ConnRole,
+    EngineIpcFlag,
+    EngineIpcKind,
+    EventType,
+    HttpFlag,
+    HttpKind,
+    HttpMethod,
+)
 from inferprobe.collector.model.events import UsdtProbe as P
 
-from tests.factories import conn_close, conn_open, decoded, io, request, sse_chunk, sse_headers, usdt
+from tests.factories import (
+    conn_close,
+    conn_open,
+    decoded,
+    engine_ipc,
+    io,
+    request,
+    sse_chunk,
+    sse_headers,
+    usdt,
+)
 
 MS = 1_000_000
 
@@ -158,3 +176,26 @@ def test_a_request_write_handed_over_a_batch_after_its_response_still_gets_it():
     assert started == [call] and call.outcome == "complete" and call.status == 200
     assert call.t_ingress_ns == t0 + MS and call.t_response_start_ns == t0 + 2 * MS
     assert live.sessionizer.stats.responses_without_request == 0
+
+
+def test_live_ingest_ties_each_request_to_its_engine_request_once_it_finished():
+    """vLLM's hand-off and step outputs (bpf/zmtp.bpf.h), fed live beside the HTTP request
+    they served: the ended request carries the engine's phases, and the engine's state of
+    it is gone."""
+    t0 = 1_000 * MS
+    rid = "chatcmpl-1-0a1b2c3d"
+    engine = [engine_ipc(EngineIpcKind.ADD, rid, 40, is_read=False, ts=t0 + MS // 5),
+              engine_ipc(EngineIpcKind.OUTPUT, rid, 1, is_read=True, ts=t0 + 19 * MS // 10,
+                         queued_s=(t0 + MS // 2) / 1e9, scheduled_s=(t0 + MS) / 1e9),
+              engine_ipc(EngineIpcKind.OUTPUT, rid, 1, is_read=True, ts=t0 + 29 * MS // 10, message=2,
+                         flags=EngineIpcFlag.FINISHED)]
+    live = LiveIngest(clock=lambda: t0 + 60 * MS)
+    live.feed(_streamed(1, 11, t0) + engine)
+    _, ended = live.harvest()
+    (req,) = ended
+    assert req.correlated_by == "engine_ipc" and req.server is not None
+    assert req.server.engine_request_id == rid and req.server.prompt_tokens == 40
+    assert (req.server.t_handoff_ns, req.server.t_queued_ns, req.server.t_scheduled_ns) == (
+        t0 + MS // 5, t0 + MS // 2, t0 + MS)
+    assert req.server.output_tokens == 2
+    assert live.engine_ipc.gather.found == {}
