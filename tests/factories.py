@@ -13,6 +13,7 @@ import struct
 from inferprobe.collector.model import events as ev
 
 NO_FLAGS = ev.HttpFlag(0)
+NO_ENGINE_FLAGS = ev.EngineIpcFlag(0)
 _clock = itertools.count(1_000_000_000, 1_000)
 
 
@@ -179,7 +180,7 @@ def usdt(probe: ev.UsdtProbe, *args: int, pid: int = 100, tid: int | None = None
 
 def engine_ipc(kind: ev.EngineIpcKind, request_id: str | None, count: int, *, is_read: bool, ts: int,
                pid: int = 100, conn_id: int = 90, message: int = 1, index: int = 0,
-               flags: ev.EngineIpcFlag = ev.EngineIpcFlag(0), queued_s: float = 0.0,
+               flags: ev.EngineIpcFlag = NO_ENGINE_FLAGS, queued_s: float = 0.0,
                scheduled_s: float = 0.0) -> bytes:
     """What bpf/zmtp.bpf.h sends for one ADD, output entry or step end of an engine's messages."""
     e = ev.EngineIpcEvent()
