@@ -21,7 +21,7 @@ from inferprobe.collector.model.recording import read_recording
 
 from tests.support.kernel import needs_root
 from tests.support.processes import Recorder
-from tests.support.vllm_server import RequestSpans, VllmServer
+from tests.support.vllm_server import RequestSpans, VllmServer, vllm_cli
 
 pytestmark = [needs_root, pytest.mark.bpf]
 
@@ -35,6 +35,7 @@ def close(ours_ns: int, theirs_s: float) -> bool:
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory) -> dict:
+    vllm_cli()  # skips, saying how to build it, before anything is started
     tmp = tmp_path_factory.mktemp("vllm")
     spans = RequestSpans()
     server = VllmServer(tmp / "vllm.log", spans.port)
