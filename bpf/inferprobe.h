@@ -540,8 +540,8 @@ enum counter_index {
     COUNTER_NET_XMITTED = 15,   /* ... and again at net_dev_xmit (the rest: dropped or re-segmented) */
     COUNTER_CONNS_ENGINE_IPC = 16,  /* closed connections followed as ZeroMQ (ZMTP) streams (bpf/zmtp.bpf.h) */
     COUNTER_ENGINE_IPC_LOST_SYNC = 17, /* ZMTP streams whose frames could no longer be followed */
-    COUNTER_ENGINE_IPC_UNREAD = 18, /* messages of a followed stream whose content was not read to its end
-                                     * (not vLLM's layout, or more values than one syscall's walk takes) */
+    COUNTER_ENGINE_IPC_UNREAD = 18, /* messages of a followed stream that are not in the layout the walk
+                                     * reads (vLLM 0.32's): skipped by their frames, not read */
     COUNTER_MAX = 20,           /* room for the other probe sets' counters */
 };
 
@@ -560,8 +560,7 @@ enum engine_ipc_kind {
 };
 
 #define ENGINE_IPC_FLAG_FINISHED 0x01  /* OUTPUT: the entry has a finish reason (the request's last) */
-#define ENGINE_IPC_FLAG_ID_CUT   0x02  /* the id was longer than ENGINE_ID_MAX_BYTES, or cut by the syscall's end */
-#define ENGINE_IPC_FLAG_GREETING 0x04  /* the stream was followed from its ZMTP greeting, not from mid-stream */
+#define ENGINE_IPC_FLAG_ID_CUT   0x02  /* the id was longer than ENGINE_ID_MAX_BYTES: its start only */
 #define ENGINE_IPC_FLAG_PREEMPTED 0x08 /* OUTPUT: its events say the engine preempted the request */
 
 struct engine_ipc_event {

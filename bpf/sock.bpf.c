@@ -1802,9 +1802,22 @@ static __always_inline void zmtp_connection_closed(u64 conn_id)
 }
 
 #ifdef HAVE_BPF_LOOP
+/* One direction's walk begins afresh, at a frame boundary (or its greeting:
+ * zmtp_unit_step looks at its first byte). */
+static __always_inline struct zmtp_stream *zmtp_stream_begins(u64 conn_id, u32 dir)
+{
+    u32 zero = 0;
+    struct zmtp_stream *blank = bpf_map_lookup_elem(&zmtp_blank, &zero);
+    if (!blank)
+        return 0;
+    struct zmtp_key key = {.conn_id = conn_id, .dir = dir};
+    bpf_map_update_elem(&zmtp_streams, &key, blank, BPF_ANY);
+    return bpf_map_lookup_elem(&zmtp_streams, &key);
+}
+
 /* The connection is ZMTP from here on: marked in socks (no longer counted
- * unrecognised), and both directions' walks begin at a frame boundary. */
-static __always_inline struct zmtp_stream *zmtp_follow(struct scratch *s, u32 dir, int greeting)
+ * unrecognised), and both directions' walks begin. */
+static __always_inline struct zmtp_stream *zmtp_follow(struct scratch *s, u32 dir)
 {
     struct conn_state *state = event_conn(s);
     if (!state)
@@ -1812,19 +1825,8 @@ static __always_inline struct zmtp_stream *zmtp_follow(struct scratch *s, u32 di
     state->zmtp = ZMTP_FOLLOWED;
     state->unrecognised = 0;
     conn_changed(s);
-    u32 zero = 0;
-    struct zmtp_stream *blank = bpf_map_lookup_elem(&zmtp_blank, &zero);
-    if (!blank)
-        return 0;
-    struct zmtp_key key = {.conn_id = s->ev.conn_id, .dir = DIR_READ};
-    bpf_map_update_elem(&zmtp_streams, &key, blank, BPF_ANY);
-    key.dir = DIR_WRITE;
-    bpf_map_update_elem(&zmtp_streams, &key, blank, BPF_ANY);
-    key.dir = dir;
-    struct zmtp_stream *st = bpf_map_lookup_elem(&zmtp_streams, &key);
-    if (st && greeting)
-        st->skip = ZMTP_GREETING_BYTES;
-    return st;
+    zmtp_stream_begins(s->ev.conn_id, dir == DIR_READ ? DIR_WRITE : DIR_READ);
+    return zmtp_stream_begins(s->ev.conn_id, dir);
 }
 
 static __always_inline int chain_scan_zmtp(void *ctx)
@@ -1838,18 +1840,14 @@ static __always_inline int chain_scan_zmtp(void *ctx)
     if (s->zmtp == ZMTP_FOLLOWED) {
         struct zmtp_key key = {.conn_id = s->ev.conn_id, .dir = dir};
         st = bpf_map_lookup_elem(&zmtp_streams, &key);
-        int greeting = 0;
-        if (st && st->mode == ZM_LOST && zmtp_opens(s, s->h2_buf, len, &greeting)) {
-            st = zmtp_follow(s, dir, 0);   /* frames again: followed from here */
-        } else if (!st || st->mode == ZM_LOST) {
-            return 0;
+        if (st && st->mode == ZM_LOST) {
+            if (!zmtp_opens(s, s->h2_buf, len))
+                return 0;
+            st = zmtp_stream_begins(s->ev.conn_id, dir);   /* frames again: this direction from here */
         }
     } else {
-        int greeting = 0;
-        if (zmtp_opens(s, s->h2_buf, len, &greeting)) {
-            st = zmtp_follow(s, dir, greeting);
-            if (st && greeting)
-                st->ev.flags |= ENGINE_IPC_FLAG_GREETING;
+        if (zmtp_opens(s, s->h2_buf, len)) {
+            st = zmtp_follow(s, dir);
         } else {
             struct conn_state *state = event_conn(s);
             if (state && state->zmtp < ZMTP_PROBES_MAX) {

@@ -86,6 +86,7 @@ struct zmtp_stream {
     u8 event_type;     /* ZM_EVENT_*: the current event's type */
     u64 event_bits;    /* ... and its timestamp's bits */
     u8 id_more;        /* bytes of the id still to copy: the syscall ended inside it */
+    u8 started;        /* a byte of this direction was looked at: a greeting can only come first */
     u64 buf;           /* the syscall being walked: its buffer, */
     u32 at;            /* the walk's position in it, */
     u32 len;           /* and its length */
@@ -109,11 +110,16 @@ struct {
     __type(value, struct zmtp_stream);
 } zmtp_blank SEC(".maps");
 
+/* The bpf_loop context of a walk (zmtp_unit): the stream holds the rest. */
 struct zmtp_walk {
     struct zmtp_stream *st;
+};
+
+/* ... and of the tiling probe (zmtp_tile). */
+struct zmtp_tiling {
     u64 buf;
     u32 at, len;
-    u32 ok;            /* the tiling probe: frames seen so far */
+    u32 ok;            /* frames seen so far */
     u32 failed;
 };
 
@@ -121,7 +127,7 @@ struct zmtp_walk {
 static __always_inline u32 mp_header_bytes(u8 b)
 {
     if (b <= 0xc3 || b >= 0xe0)
-        return b == 0xc1 ? 1 : 1;
+        return 1;   /* fixint, fixmap, fixarray, fixstr, nil, bool: the byte is the header */
     switch (b) {
     case 0xc4: case 0xcc: case 0xd0: case 0xd9:
     case 0xd4: case 0xd5: case 0xd6: case 0xd7: case 0xd8:
@@ -147,6 +153,23 @@ static __always_inline u32 be32_at(u8 *h)
 static __always_inline u64 be64_at(u8 *h)
 {
     return ((u64)be32_at(h) << 32) | be32_at(h + 4);
+}
+
+/* A ZMTP frame header, h[0] its flags: its length, whether the flags are
+ * ZMTP's (a command never has MORE), and the payload size it states. */
+static __always_inline u32 zmtp_header_bytes(u8 flags)
+{
+    return flags & ZMTP_LONG ? 9 : 2;
+}
+
+static __always_inline int zmtp_flags_valid(u8 flags)
+{
+    return flags <= 0x07 && (flags & (ZMTP_COMMAND | ZMTP_MORE)) != (ZMTP_COMMAND | ZMTP_MORE);
+}
+
+static __always_inline u64 zmtp_frame_size(u8 *h)
+{
+    return h[0] & ZMTP_LONG ? be64_at(h) : h[1];
 }
 
 /* The value whose header is in h: its class and n (an int's value, a
@@ -213,8 +236,9 @@ static __always_inline int zmtp_take(struct zmtp_stream *st, u32 need, int in_pa
     return st->hdr_len >= need;
 }
 
-/* Copies an id string of n bytes at the walk's position into the event (what
- * this syscall holds of it, at most ENGINE_ID_MAX_BYTES) and skips it. */
+/* An id string of n bytes at the walk's position: its first
+ * ENGINE_ID_MAX_BYTES go into the event (zmtp_copy_id, across syscalls if it
+ * is cut), and the walk skips all of it. */
 static __always_inline void zmtp_take_id(struct zmtp_stream *st, u64 n)
 {
     if (n > ENGINE_ID_MAX_BYTES)
@@ -298,10 +322,9 @@ static __always_inline void zmtp_entry_done(struct zmtp_stream *st)
 static __always_inline int zmtp_frame_begins(struct zmtp_stream *st)
 {
     u8 flags = st->hdr[0];
-    u64 size = flags & ZMTP_LONG ? be64_at(st->hdr) : st->hdr[1];
+    u64 size = zmtp_frame_size(st->hdr);
     st->hdr_len = 0;
-    if (flags > 0x07 || (flags & (ZMTP_COMMAND | ZMTP_MORE)) == (ZMTP_COMMAND | ZMTP_MORE) ||
-        size > 0xffffffffULL) {
+    if (!zmtp_flags_valid(flags) || size > 0xffffffffULL) {
         st->mode = ZM_LOST;
         count(COUNTER_ENGINE_IPC_LOST_SYNC);
         return 1;
@@ -466,6 +489,15 @@ __noinline int zmtp_unit_step(struct zmtp_stream *st)
     zmtp_entry_done(st);
     if (st->at >= st->len || st->mode == ZM_LOST)
         return 1;
+    if (!st->started) {
+        /* A direction followed from its first byte starts with its greeting
+         * (0xff ... 0x7f), which each peer sends its own: skipped, not frames. */
+        u8 first = 0;
+        bpf_probe_read_user(&first, 1, (void *)(st->buf + st->at));
+        st->started = 1;
+        if (first == 0xff)
+            st->skip = ZMTP_GREETING_BYTES;
+    }
     if (st->id_more)
         zmtp_copy_id(st);
     if (st->skip) {
@@ -478,7 +510,7 @@ __noinline int zmtp_unit_step(struct zmtp_stream *st)
         return 0;
     }
     if (!st->frame_left) {
-        if (!zmtp_take(st, 1, 0) || !zmtp_take(st, st->hdr[0] & ZMTP_LONG ? 9 : 2, 0))
+        if (!zmtp_take(st, 1, 0) || !zmtp_take(st, zmtp_header_bytes(st->hdr[0]), 0))
             return 1;
         return zmtp_frame_begins(st);
     }
@@ -520,19 +552,19 @@ SCAN_CALLBACK(zmtp_unit)
  * before a frame that runs past them. */
 SCAN_CALLBACK(zmtp_tile)
 {
-    struct zmtp_walk *w = context;
+    struct zmtp_tiling *w = context;
     if (w->at >= w->len)
         return 1;
     u8 h[9] = {};
     u32 avail = w->len - w->at;
     bpf_probe_read_user(h, avail < 9 ? (avail & 15) : 9, (void *)(w->buf + w->at));
     u8 flags = h[0];
-    u32 header = flags & ZMTP_LONG ? 9 : 2;
-    if (flags > 0x07 || (flags & (ZMTP_COMMAND | ZMTP_MORE)) == (ZMTP_COMMAND | ZMTP_MORE) || avail < header) {
+    u32 header = zmtp_header_bytes(flags);
+    if (!zmtp_flags_valid(flags) || avail < header) {
         w->failed = 1;
         return 1;
     }
-    u64 size = flags & ZMTP_LONG ? be64_at(h) : h[1];
+    u64 size = zmtp_frame_size(h);
     /* A frame of nothing, or a command too short to name itself, is not how ZMTP peers talk. */
     if (size == 0 || (flags & ZMTP_COMMAND && size < 2) || size > 0xffffffffULL) {
         w->failed = 1;
@@ -550,12 +582,11 @@ SCAN_CALLBACK(zmtp_tile)
 }
 
 /* The syscall's bytes start a ZMTP stream: its greeting, or whole frames. */
-static __always_inline int zmtp_opens(struct scratch *s, u64 buf, u32 len, int *greeting)
+static __always_inline int zmtp_opens(struct scratch *s, u64 buf, u32 len)
 {
-    *greeting = s->n >= 10 && s->head[0] == 0xff && s->head[9] == 0x7f;
-    if (*greeting)
+    if (s->n >= 10 && s->head[0] == 0xff && s->head[9] == 0x7f)
         return 1;
-    struct zmtp_walk w = {.buf = buf, .len = len};
+    struct zmtp_tiling w = {.buf = buf, .len = len};
     SCAN_LOOP(len + 1, 1 << 16, zmtp_tile, &w);
     return !w.failed && w.ok && w.at == len;
 }

@@ -404,7 +404,6 @@ class EngineIpcFlag(enum.IntFlag):
 
     FINISHED = 0x0001
     ID_CUT = 0x0002
-    GREETING = 0x0004
     PREEMPTED = 0x0008
 
 

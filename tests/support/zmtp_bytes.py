@@ -44,6 +44,17 @@ def frame(payload: bytes, more: bool = False) -> bytes:
     return bytes([flags | 0x02]) + struct.pack(">Q", len(payload)) + payload
 
 
+def greeting() -> bytes:
+    """ZMTP 3.0's 64-byte greeting (NULL mechanism), which each peer sends first on a new connection."""
+    return b"\xff" + bytes(8) + b"\x7f" + b"\x03\x00" + b"NULL".ljust(20, b"\x00") + b"\x00" + bytes(31)
+
+
+def ready(socket_type: bytes) -> bytes:
+    """The READY command frame that follows the greeting: its one property, the socket type."""
+    body = b"\x05READY" + bytes([11]) + b"Socket-Type" + len(socket_type).to_bytes(4, "big") + socket_type
+    return bytes([0x04, len(body)]) + body
+
+
 def add_request(request_id: str, prompt_tokens: list[int]) -> bytes:
     """An ADD: the type frame, then an EngineCoreRequest (22 fields, the rest left nil)."""
     body = pack([request_id, prompt_tokens] + [None] * 20)

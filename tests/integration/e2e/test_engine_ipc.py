@@ -29,7 +29,17 @@ from tests.support.kernel import needs_root
 from tests.support.node import node_binary
 from tests.support.paths import PROGRAMS
 from tests.support.processes import Recorder, stop_process
-from tests.support.zmtp_bytes import QUEUED, SCHEDULED, add_request, frame, output_entry, outputs, pack
+from tests.support.zmtp_bytes import (
+    QUEUED,
+    SCHEDULED,
+    add_request,
+    frame,
+    greeting,
+    output_entry,
+    outputs,
+    pack,
+    ready,
+)
 
 pytestmark = [needs_root, pytest.mark.bpf]
 
@@ -98,6 +108,26 @@ def _exchange(proc: subprocess.Popen, engine: socket.socket, name: str, cut_read
     _say(proc, f"recv {len(future)}")
 
 
+def _connection_after_attach(proc: subprocess.Popen, accepted: list[socket.socket]) -> None:
+    """A connection made while recording: each peer's greeting and READY first, as ZeroMQ
+    sends them, then one hand-off and one step."""
+    before = len(accepted)
+    _say(proc, "reconnect")
+    while len(accepted) == before:
+        threading.Event().wait(0.01)
+    engine = accepted[-1]
+    _say(proc, f"send {(greeting() + ready(b'DEALER')).hex()}")
+    _read_all(engine, len(greeting() + ready(b"DEALER")))
+    engine.sendall(greeting() + ready(b"ROUTER"))
+    _say(proc, f"recv {len(greeting() + ready(b'ROUTER'))}")
+    msg = add_request("late-9e8d7c6b", PROMPT[:3])
+    _say(proc, f"send {msg.hex()}")
+    _read_all(engine, len(msg))
+    step = outputs([output_entry("late-9e8d7c6b", [SECRET_TOKEN], finished=True)])
+    engine.sendall(step)
+    _say(proc, f"recv {len(step)}")
+
+
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory) -> dict:
     tmp = tmp_path_factory.mktemp("zmtp")
@@ -121,6 +151,7 @@ def recorded(tmp_path_factory) -> dict:
         try:
             _exchange(peers["python"], engines["python"], "py", cut_reads=True)
             _exchange(peers["node"], engines["node"], "js", cut_reads=False)
+            _connection_after_attach(peers["python"], accepted)
         finally:
             rec.stop()
     finally:
@@ -133,10 +164,16 @@ def recorded(tmp_path_factory) -> dict:
             "pids": {name: proc.pid for name, proc in peers.items()}, "recording": read_recording(recording)}
 
 
+def _opened_before(recorded, pid: int) -> list[EngineIpcRecord]:
+    """The process's events on its connection opened before the recorder attached."""
+    late = {e.conn_id for e in recorded["events"] if e.request_id == "late-9e8d7c6b"}
+    return [e for e in recorded["events"] if e.pid == pid and e.conn_id not in late]
+
+
 @pytest.mark.parametrize("name", ["python", "node"])
 def test_hand_offs_name_the_request_and_count_its_prompt(recorded, name):
     pid = recorded["pids"][name]
-    adds = [e for e in recorded["events"] if e.pid == pid and e.kind == EngineIpcKind.ADD]
+    adds = [e for e in _opened_before(recorded, pid) if e.kind == EngineIpcKind.ADD]
     prefix = "py" if name == "python" else "js"
     assert [(e.request_id, e.count, e.is_read) for e in adds] == [
         (f"{prefix}-a-1f2e3d4c", len(PROMPT), False), (f"{prefix}-b-5a6b7c8d", len(PROMPT), False)]
@@ -148,12 +185,12 @@ def test_each_step_gives_its_entries_then_one_step_event(recorded, name):
     prefix = "py" if name == "python" else "js"
     a, b = f"{prefix}-a-1f2e3d4c", f"{prefix}-b-5a6b7c8d"
     seen = [(e.kind, e.request_id, e.count, e.index, EngineIpcFlag.FINISHED in e.flags)
-            for e in recorded["events"] if e.pid == pid and e.kind != EngineIpcKind.ADD]
+            for e in _opened_before(recorded, pid) if e.kind != EngineIpcKind.ADD]
     out, step = EngineIpcKind.OUTPUT, EngineIpcKind.STEP
     assert seen == [(out, a, 1, 0, False), (out, b, 1, 1, False), (step, None, 2, 2, False),
                     (out, a, 2, 0, False), (step, None, 1, 1, False),
                     (out, a, 1, 0, True), (out, b, 1, 1, True), (step, None, 2, 2, False)]
-    steps = [e for e in recorded["events"] if e.pid == pid and e.kind == step]
+    steps = [e for e in _opened_before(recorded, pid) if e.kind == step]
     assert len({e.message for e in steps}) == 3 and all(e.is_read for e in steps)
 
 
@@ -163,6 +200,15 @@ def test_the_engines_own_times_come_through_to_the_bit(recorded, name):
     firsts = [e for e in recorded["events"] if e.pid == pid and e.kind == EngineIpcKind.OUTPUT and e.queued_s]
     assert len(firsts) == 2
     assert all(e.queued_s == T_QUEUED and e.scheduled_s == T_SCHEDULED for e in firsts)
+
+
+def test_a_connection_made_while_recording_is_followed_from_its_greetings(recorded):
+    pid = recorded["pids"]["python"]
+    late = [(e.kind, e.count, e.is_read) for e in recorded["events"]
+            if e.pid == pid and e.request_id == "late-9e8d7c6b"]
+    assert late == [(EngineIpcKind.ADD, 3, False), (EngineIpcKind.OUTPUT, 1, True)]
+    # the greetings were skipped as greetings: the frame walk never lost its place
+    assert recorded["recording"].counter("engine_ipc_lost_sync") == 0
 
 
 def test_no_token_id_leaves_the_kernel(recorded):
