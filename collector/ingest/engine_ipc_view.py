@@ -104,6 +104,7 @@ class EngineIpcGather:
         self._written: dict[str, list[EngineIpcRecord]] = defaultdict(list)
         self._read: dict[str, list[EngineIpcRecord]] = defaultdict(list)
         self._last_ns: dict[str, int] = {}  # id -> its last event, for forgetting
+        self._finished: dict[str, None] = {}  # ids whose last output so far said so, in order
         self.step_writes: list[EngineIpcRecord] = []
         self.step_reads: list[EngineIpcRecord] = []
 
@@ -124,6 +125,8 @@ class EngineIpcGather:
                 req.handoff_ns, req.api_pid, req.api_tid = ev.ts_ns, ev.pid, ev.tid
             return
         (self._read if ev.is_read else self._written)[ev.request_id].append(ev)
+        if EngineIpcFlag.FINISHED in ev.flags:
+            self._finished[ev.request_id] = None
         if ev.queued_s is not None and req.queued_ns is None:
             req.queued_ns = _engine_ns(ev.queued_s)
         if ev.scheduled_s is not None and req.scheduled_ns is None:
@@ -148,16 +151,12 @@ class EngineIpcGather:
         return req
 
     def finished(self) -> list[EngineRequest]:
-        """The requests whose last output says they finished, paired."""
-        return [self.pair(req) for rid, req in self.found.items()
-                if (last := self._last_output(rid)) is not None and EngineIpcFlag.FINISHED in last.flags]
-
-    def _last_output(self, request_id: str) -> EngineIpcRecord | None:
-        outputs = self._written.get(request_id) or self._read.get(request_id)
-        return outputs[-1] if outputs else None
+        """The requests that sent their last output, paired: kept apart as their last
+        output comes, so a live view looks at those only, not at every open request."""
+        return [self.pair(self.found[rid]) for rid in self._finished]
 
     def forget(self, request_id: str) -> None:
-        for table in (self.found, self._written, self._read, self._last_ns):
+        for table in (self.found, self._written, self._read, self._last_ns, self._finished):
             table.pop(request_id, None)
 
     def forget_before(self, cut_ns: int) -> None:
@@ -217,27 +216,31 @@ def _first_write(r: Request) -> int | None:
 
 
 def tie_requests(engine: list[EngineRequest], requests: list[Request]) -> dict[str, Request]:
-    """Each engine request's HTTP request on the API server (module docstring)."""
-    candidates: dict[int, list[Request]] = defaultdict(list)
-    for r in requests:
-        if r.role == "server" and r.method == "POST" and not r.is_error and _first_write(r) is not None:
-            candidates[r.pid].append(r)
+    """Each engine request's HTTP request on the API server (module docstring): the
+    earliest first write at or after its first output read, then the earliest read.
+
+    Each process's candidates are sorted by (first write, ingress) once, and each
+    engine request looks from its first output read on, by bisection: a day's
+    recording holds tens of thousands of both, and a scan of every candidate for each
+    was quadratic (see llama_view._queue_depth)."""
+    candidates: dict[int, list[tuple[int, int, int, Request]]] = defaultdict(list)
+    for i, r in enumerate(requests):
+        first = _first_write(r)
+        if r.role == "server" and r.method == "POST" and not r.is_error and first is not None:
+            candidates[r.pid].append((first, r.t_ingress_ns, i, r))
+    for by_first in candidates.values():
+        by_first.sort(key=lambda c: c[:3])
     ties: dict[str, Request] = {}
     taken: set[int] = set()
     for req in sorted((e for e in engine if e.first_read_ns is not None), key=lambda e: e.first_read_ns or 0):
         handoff = req.handoff_ns if req.handoff_ns is not None else req.engine_read_ns
-        best = None
-        for r in candidates.get(req.api_pid or -1, []):
-            first = _first_write(r)
-            if (id(r) in taken or first is None or first < (req.first_read_ns or 0)
-                    or (handoff is not None and r.t_ingress_ns > handoff)
-                    or not _open_at(r, req.last_read_ns)):
+        by_first = candidates.get(req.api_pid or -1, [])
+        for _, ingress, i, r in by_first[bisect_left(by_first, (req.first_read_ns or 0,)):]:
+            if i in taken or (handoff is not None and ingress > handoff) or not _open_at(r, req.last_read_ns):
                 continue
-            if best is None or (first, r.t_ingress_ns) < (_first_write(best) or 0, best.t_ingress_ns):
-                best = r
-        if best is not None:
-            taken.add(id(best))
-            ties[req.request_id] = best
+            taken.add(i)
+            ties[req.request_id] = r
+            break
     return ties
 
 
