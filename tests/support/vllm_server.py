@@ -9,12 +9,12 @@ import json
 import os
 import subprocess
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from tests.support.llama_server import free_port
+from tests.support.otlp_sink import OtlpTraceSink
 from tests.support.paths import REPO
 from tests.support.processes import answers_http, stop_process
 
@@ -30,40 +30,18 @@ def vllm_cli() -> Path:
     return Path(out.stdout.strip())
 
 
-class RequestSpans:
+class RequestSpans(OtlpTraceSink):
     """An OTLP/HTTP traces endpoint keeping each vLLM llm_request span's attributes by request id."""
 
     def __init__(self) -> None:
-        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-
-        sink = self
         self.by_id: dict[str, dict] = {}
+        super().__init__()
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802 - http.server's name
-                raw = self.rfile.read(int(self.headers["Content-Length"]))
-                body = ExportTraceServiceRequest.FromString(raw)
-                for resource in body.resource_spans:
-                    for scope in resource.scope_spans:
-                        for span in scope.spans:
-                            attrs = {a.key: (a.value.double_value or a.value.int_value
-                                             or a.value.string_value) for a in span.attributes}
-                            if "gen_ai.request.id" in attrs:
-                                sink.by_id[str(attrs["gen_ai.request.id"])] = attrs
-                self.send_response(200)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+    def receive(self, span) -> None:
+        attrs = {a.key: (a.value.double_value or a.value.int_value or a.value.string_value)
+                 for a in span.attributes}
+        if "gen_ai.request.id" in attrs:
+            self.by_id[str(attrs["gen_ai.request.id"])] = attrs
 
 
 class VllmServer:

@@ -8,9 +8,9 @@ import subprocess
 import threading
 import time
 import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from tests.support.otlp_sink import OtlpTraceSink
 from tests.support.processes import inferprobe_cmd
 
 
@@ -79,41 +79,18 @@ def metric(port: int, name: str) -> float | None:
     return None
 
 
-class OtlpSink:
+class OtlpSink(OtlpTraceSink):
     """An OTLP/HTTP traces endpoint on a fixed port that keeps the trace ids it received."""
 
     def __init__(self, port: int):
-        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-
-        sink = self
         self.trace_ids: set[bytes] = set()
         self.spans_by_kind: dict[int, int] = {}   # SpanKind number (2 server, 3 client) -> spans
         self.started = time.monotonic_ns()
+        super().__init__(port)
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802 - http.server's name
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                request = ExportTraceServiceRequest.FromString(body)
-                for resource_spans in request.resource_spans:
-                    for scope_spans in resource_spans.scope_spans:
-                        sink.trace_ids.update(span.trace_id for span in scope_spans.spans)
-                        for span in scope_spans.spans:
-                            sink.spans_by_kind[span.kind] = sink.spans_by_kind.get(span.kind, 0) + 1
-                self.send_response(200)
-                self.send_header("Content-Type", "application/x-protobuf")
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+    def receive(self, span) -> None:
+        self.trace_ids.add(span.trace_id)
+        self.spans_by_kind[span.kind] = self.spans_by_kind.get(span.kind, 0) + 1
 
 
 def hold_uprobe(path: str, offset: int, ref_ctr_offset: int) -> int:
