@@ -481,7 +481,8 @@ static __always_inline void zmtp_value(struct zmtp_stream *st, u32 cls, u64 n)
  * checks once, on its own, whatever the state of the walk that calls it:
  * inlined into the bpf_loop callback, its branches were walked again for
  * each state the loop's iterations could reach (466,000 instructions, 0.8 s
- * of start-up; now 16,800 and 20 ms for the whole program). Everything it needs is in the stream's state. */
+ * of start-up; now 16,677 and 13 ms for the whole program). Everything it
+ * needs is in the stream's state. */
 __noinline int zmtp_unit_step(struct zmtp_stream *st)
 {
     if (!st)
