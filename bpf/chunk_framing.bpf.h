@@ -128,11 +128,14 @@ static __always_inline int framing_chains(struct scratch *s, u32 count, u32 more
 
 /* The framing buffers of the first `count` iovecs, when they chain
  * (s->frame_word: 0 for every buffer to read). */
-static __always_inline void find_framing(struct scratch *s, u32 count, u32 more)
+STEP_VERIFIED_ALONE int find_framing(struct scratch *s, u32 count, u32 more)
 {
+    if (!s)
+        return 0;
     mark_framing(s, count);
     if (!framing_chains(s, count, more))
         __builtin_memset(s->frame_word, 0, sizeof(s->frame_word));
+    return 0;
 }
 
 #endif /* INFERPROBE_CHUNK_FRAMING_BPF_H */

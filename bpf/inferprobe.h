@@ -141,7 +141,7 @@ enum http_method {
 #define HTTP_FLAG_CHUNKED_END    0x0010 /* the last chunk "0\r\n\r\n" ends this write */
 #define HTTP_FLAG_CONN_CLOSE     0x0020 /* Connection: close */
 #define HTTP_FLAG_HAS_LENGTH     0x0040 /* content_length is valid */
-#define HTTP_FLAG_VECTORED       0x0080 /* readv/writev/sendmsg/recvmsg: the first 8 iovecs were scanned */
+#define HTTP_FLAG_VECTORED       0x0080 /* readv/writev/sendmsg/recvmsg: the first MAX_IOVECS iovecs were scanned */
 #define HTTP_FLAG_BEGAN_UNSEEN   0x0100 /* the syscall was under way when tracing began: ts_ns is its exit */
 #define HTTP_FLAG_NDJSON_STREAM  0x0200 /* Content-Type: application/x-ndjson, ndjson, jsonl, x-jsonlines */
 #define HTTP_FLAG_LAST_CHUNK     0x0400 /* the last chunk's "0\r\n" line, without the blank line that ends the body */

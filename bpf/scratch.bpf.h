@@ -21,8 +21,15 @@
 #define SCRATCH_MASK (SCRATCH_BYTES - 1)
 /* Iovecs copied into the head: hyper (Rust) writes each chunk as three (size
  * line, data, CRLF), so two token chunks it queued and wrote at once, or a
- * token, [DONE] and the last chunk, take six or seven. */
+ * token, [DONE] and the last chunk, take six or seven; Node, corked, writes
+ * four chunks as sixteen. Sixteen where each iovec's copy is verified once
+ * (gather_step, a global function: HAVE_BPF_LOOP); eight where it is inlined
+ * sixteen times over (the verifier gives up on sixteen). */
+#ifdef HAVE_BPF_LOOP
+#define MAX_IOVECS 16
+#else
 #define MAX_IOVECS 8
+#endif
 #define H2_NO_PART 0xff
 
 /* What a connection's response body is (conn_state.body, pending_io.body,
@@ -134,6 +141,16 @@ struct scratch {
     u32 h2_scan_aws;    /* its stream is an AWS event stream: scan_event_stream reads it */
     struct h2_frames_event h2ev;
     struct user_iovec iovs[MAX_IOVECS];   /* copy_iovecs: the next iovecs, read at once */
+    /* copy_iovecs' walk, for gather_step (gather.bpf.h): the iovec at, how
+     * many were read into iovs[], the bytes still moved past the head's and
+     * where the head is filled to, the skip of the first, and how far the
+     * walk went (the iovecs done). */
+    u32 gather_k;
+    u32 gather_count;
+    u64 gather_remaining;
+    u64 gather_first_skip;
+    u32 gather_copied;
+    u32 gather_walked;
     u64 frame_word[MAX_IOVECS];           /* find_framing: a framing buffer's bytes, 0: read it */
     u8 frame_role[MAX_IOVECS];            /* enum frame_role, for framing_chains */
 };
