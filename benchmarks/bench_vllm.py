@@ -2,7 +2,7 @@
 """What tracing costs an unmodified vLLM, now that its engine's messages are read too.
 
 vLLM's API server hands each request to EngineCore and reads every engine step's
-outputs back over ZeroMQ; the kernel walks those messages in place (bpf/zmtp.bpf.h).
+outputs back over ZeroMQ; the kernel walks those messages in place (bpf/protocols/zmtp.bpf.h).
 This benchmark starts vLLM's CPU build (scripts/setup_vllm.sh) on --max-num-seqs 4,
 drives closed bursts of --streams streamed chat completions, and alternates rounds:
 

@@ -153,7 +153,7 @@ enum http_method {
 
 /* io_event.stream_flags: stream shapes the sixteen HTTP flags have no room for */
 #define STREAM_FLAG_AWS_EVENTS   0x01 /* Content-Type: application/vnd.amazon.eventstream (Bedrock): sse_events
-                                       * counts its token messages (bpf/event_stream.bpf.h) */
+                                       * counts its token messages (bpf/protocols/event_stream.bpf.h) */
 #define STREAM_FLAG_EXCEPTION    0x02 /* an event stream message of :message-type exception in this write:
                                        * its :exception-type (e.g. throttlingException) in event_name */
 
@@ -525,7 +525,7 @@ enum counter_index {
     COUNTER_CONNS_UNRECOGNISED = 6, /* closed connections that moved bytes but never a request line
                                      * nor TLS plaintext the classifier read (TLS not hooked? HTTP/2?) */
     COUNTER_TLS_UNTIED = 7,     /* TLS sessions whose socket could not be found: no peer, no network data */
-    COUNTER_H2_LOST_SYNC = 8,   /* HTTP/2 connections whose frames could no longer be followed (bpf/http2.bpf.h) */
+    COUNTER_H2_LOST_SYNC = 8,   /* HTTP/2 connections whose frames could no longer be followed (bpf/protocols/http2.bpf.h) */
     COUNTER_H2_PIECES_LOST = 9, /* HTTP/2 header block pieces the h2_header_pieces ring had no room for */
     COUNTER_CONNS_LOCAL_IPC = 10, /* Unix-domain connections that moved bytes but never a request line,
                                    * closed or given up on: processes of this host talking (vLLM's ZMQ) */
@@ -538,7 +538,7 @@ enum counter_index {
                                         * (write) and were joined in the kernel before being classified */
     COUNTER_NET_QUEUED = 14,    /* segments of traced connections seen at net_dev_queue */
     COUNTER_NET_XMITTED = 15,   /* ... and again at net_dev_xmit (the rest: dropped or re-segmented) */
-    COUNTER_CONNS_ENGINE_IPC = 16,  /* closed connections followed as ZeroMQ (ZMTP) streams (bpf/zmtp.bpf.h) */
+    COUNTER_CONNS_ENGINE_IPC = 16,  /* closed connections followed as ZeroMQ (ZMTP) streams (bpf/protocols/zmtp.bpf.h) */
     COUNTER_ENGINE_IPC_LOST_SYNC = 17, /* ZMTP streams whose frames could no longer be followed */
     COUNTER_ENGINE_IPC_UNREAD = 18, /* messages of a followed stream that are not in the layout the walk
                                      * reads (vLLM 0.32's): skipped by their frames, not read */
@@ -546,7 +546,7 @@ enum counter_index {
 };
 
 /* ---------------------------------------------------------------- engine IPC
- * bpf/zmtp.bpf.h: what crosses an inference engine's ZeroMQ connections
+ * bpf/protocols/zmtp.bpf.h: what crosses an inference engine's ZeroMQ connections
  * between its own processes, read where the syscalls move it. vLLM V1's API
  * server hands each request to EngineCore as an ADD message, and EngineCore
  * sends each step's outputs back (msgpack, vllm/v1/engine/__init__.py). Only
@@ -615,7 +615,7 @@ struct llama_step_event {
     struct llama_run runs[LLAMA_MAX_RUNS];
 };
 
-/* W3C trace context (bpf/trace_context.bpf.h, docs/trace-context.md): the
+/* W3C trace context (bpf/protocols/trace_context.bpf.h, docs/trace-context.md): the
  * values of a request's traceparent and tracestate headers, wherever they
  * stand in its header block, also past the head and in later reads or
  * writes of the same request. The only header values besides the
@@ -648,7 +648,7 @@ struct trace_context_event {
 };
 
 /* ------------------------------------------------------------ HTTP/2 (96-111)
- * bpf/http2.bpf.h walks the frames of a connection that began with the
+ * bpf/protocols/http2.bpf.h walks the frames of a connection that began with the
  * HTTP/2 preface (h2c, or h2 over TLS), per direction, across syscalls and
  * iovecs. One h2_frames_event per syscall (more when it carries more than
  * H2_FRAMES_PER_EVENT frames) lists the parts of frames it carried: only

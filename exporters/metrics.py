@@ -321,7 +321,7 @@ class Metrics:
             self.batch_stall.labels(target, "engine_uprobes").observe(stall.duration_ns / 1e9)
         self._llama_last[ev.pid] = step
 
-    # -- an engine's messages between its processes (vLLM: bpf/zmtp.bpf.h) ---------------
+    # -- an engine's messages between its processes (vLLM: bpf/protocols/zmtp.bpf.h) ---------------
     def observe_engine_ipc(self, ev: EngineIpcRecord) -> None:
         """Running requests at each engine step: the entries of its outputs message, counted
         where the engine wrote it (its read by the API server is the same step)."""

@@ -4,7 +4,7 @@
 # clang compiles each source once, against a vmlinux.h that bpftool dumps from
 # this kernel's BTF; libbpf relocates the kernel-type accesses for whichever
 # kernel loads the object later (CO-RE), so the objects travel. Rerun after
-# changing bpf/*.bpf.c or bpf/*.h: it rebuilds only what is older than its inputs.
+# changing bpf/'s sources or headers: it rebuilds only what is older than its inputs.
 #
 # Needs clang (14 or newer), libbpf's headers (libbpf-dev) and bpftool, at build
 # time only. Usage: scripts/build_bpf.sh [--clean]
@@ -54,8 +54,9 @@ for entry in "${OBJECTS[@]}"; do
     flags=()
     [[ "$spec" == *" "* ]] && read -r -a flags <<< "${spec#* }"
     obj="$OUT/$name.bpf.o"
-    # Rebuilt when any source or header in bpf/ (sock.bpf.c includes .c parts) or this script is newer.
-    if [[ -f "$obj" ]] && [[ -z "$(find "$SRC" -maxdepth 1 \( -name '*.h' -o -name '*.bpf.c' \) -newer "$obj")" ]] \
+    # Rebuilt when any source or header under bpf/ (sock.bpf.c includes .c parts and
+    # bpf/protocols/) or this script is newer.
+    if [[ -f "$obj" ]] && [[ -z "$(find "$SRC" -path "$OUT" -prune -o \( -name '*.h' -o -name '*.bpf.c' \) -newer "$obj" -print)" ]] \
         && [[ ! "${BASH_SOURCE[0]}" -nt "$obj" ]]; then
         continue
     fi

@@ -182,7 +182,7 @@ def engine_ipc(kind: ev.EngineIpcKind, request_id: str | None, count: int, *, is
                pid: int = 100, conn_id: int = 90, message: int = 1, index: int = 0,
                flags: ev.EngineIpcFlag = NO_ENGINE_FLAGS, queued_s: float = 0.0,
                scheduled_s: float = 0.0) -> bytes:
-    """What bpf/zmtp.bpf.h sends for one ADD, output entry or step end of an engine's messages."""
+    """What bpf/protocols/zmtp.bpf.h sends for one ADD, output entry or step end of an engine's messages."""
     e = ev.EngineIpcEvent()
     e.hdr.type = ev.EventType.ENGINE_IPC
     e.hdr.pid = e.hdr.tid = pid

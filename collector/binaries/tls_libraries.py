@@ -1,7 +1,7 @@
 """The TLS libraries a process uses, and which of them inferprobe can read.
 
 A process's plaintext is read where it enters and leaves its TLS library
-(bpf/sock.bpf.c, "TLS"), so the first question about an encrypted
+(bpf/tls.bpf.c), so the first question about an encrypted
 connection is which library it goes through:
 
 - OpenSSL 1.1 and 3.x as a shared library, libssl.so.* (Python's _ssl,
@@ -17,7 +17,7 @@ connection is which library it goes through:
   program or Python extension that uses it (granian, hf_xet, uv, Rust LLM
   gateways). Where the file keeps its symbols (.symtab), its plaintext
   functions are found by their mangled names and hooked (`rustls_functions`,
-  the programs in bpf/sock.bpf.c's "rustls"). Most shipped files are
+  the programs in bpf/tls.bpf.c's "rustls"). Most shipped files are
   stripped: `linked_tls` then finds rustls by the source paths its panic
   messages leave in the file ("rustls-0.23.46/src/conn.rs"), for doctor to
   name.
@@ -43,7 +43,7 @@ from inferprobe.collector.binaries.elf_symbols import (
 )
 from inferprobe.collector.processes.proc_maps import executable_files
 
-# What each hooked OpenSSL function is, for the programs in sock.bpf.c.
+# What each hooked OpenSSL function is, for the programs in bpf/tls.bpf.c.
 OPENSSL_ENTRY_PROGRAMS = {
     "SSL_read": "tls_ssl_read_enter",
     "SSL_read_ex": "tls_ssl_read_ex_enter",

@@ -1,4 +1,4 @@
-"""An engine's own messages between its processes (bpf/zmtp.bpf.h) -> the server's
+"""An engine's own messages between its processes (bpf/protocols/zmtp.bpf.h) -> the server's
 view: the same ServerRequest, DecodeStep and gauges the USDT probes make, so
 every analyzer reads them unchanged.
 

@@ -1,6 +1,6 @@
 """HTTP/2 header blocks, from the kernel's pieces to the fields inferprobe keeps.
 
-bpf/sock.bpf.c sends each HEADERS, CONTINUATION and PUSH_PROMISE payload,
+bpf/classifier_chain.bpf.c sends each HEADERS, CONTINUATION and PUSH_PROMISE payload,
 as far as each syscall carried it, through the h2_header_pieces ring, which
 nothing records. Here the pieces of each connection and direction are put
 back together in order (a payload split across syscalls, a block split
@@ -53,7 +53,7 @@ from inferprobe.collector.model.layout_generated import (
 )
 from inferprobe.collector.model.ringbuf_format import frame_records, iter_ring_records
 
-# As many as the kernel walks at once (h2_conns in bpf/sock.bpf.c).
+# As many as the kernel walks at once (h2_conns in bpf/classifier_chain.bpf.c).
 MAX_CONNECTIONS = 16384
 
 NDJSON_TYPES = (b"application/x-ndjson", b"application/ndjson", b"application/jsonl",

@@ -1,7 +1,7 @@
 """HTTP/2 streams into Request timelines: every stream a request.
 
 Fed by the sessionizer with the h2_frames events of the kernel's frame walk
-(bpf/http2.bpf.h) and the h2_headers events decoded from their header
+(bpf/protocols/http2.bpf.h) and the h2_headers events decoded from their header
 blocks (collector/ingest/h2_header_blocks.py), in the order their bytes moved
 (sessionizer.effect_order). Rules (RFC 9113, and gRPC over HTTP/2):
 - the request half's HEADERS (a server's reads, a client's writes) opens a

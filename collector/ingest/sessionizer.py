@@ -209,7 +209,7 @@ class Sessionizer:
     def _on_tls_tied(self, ev: ConnRecord) -> None:
         """A TLS session whose requests began under an id of their own (a client's
         first write over a memory BIO: Node, asyncio) was tied to its socket at its
-        first read (bpf/sock.bpf.c, tls_tie_late). The connection opened at that
+        first read (bpf/tls.bpf.c, tls_tie_late). The connection opened at that
         (pid, fd) is the session's: its peer and connect times go to the session's
         id, and the socket's own id, which carried only ciphertext, is dropped."""
         carrier = self._open_at.get((ev.pid, ev.fd))

@@ -1,7 +1,7 @@
 """W3C trace context (https://www.w3.org/TR/trace-context/): a request's
 traceparent and tracestate header values, checked before anything uses them.
 
-The kernel copies the two values as sent (bpf/trace_context.bpf.h, for
+The kernel copies the two values as sent (bpf/protocols/trace_context.bpf.h, for
 HTTP/1; the HTTP/2 path reads them from HPACK); this module is the one place
 that decides what they mean. A traceparent is
 

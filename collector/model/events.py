@@ -220,7 +220,7 @@ class IoRecord:
 @dataclass(frozen=True, slots=True)
 class TraceContextRecord:
     """A request's W3C traceparent and tracestate header values as the kernel
-    copied them (bpf/trace_context.bpf.h): raw text, checked by
+    copied them (bpf/protocols/trace_context.bpf.h): raw text, checked by
     collector/ingest/trace_context.py, never trusted as sent."""
 
     type: EventType
@@ -507,7 +507,7 @@ class LlamaStepRecord:
 
 @dataclass(frozen=True, slots=True)
 class EngineIpcRecord:
-    """What crossed an engine's ZeroMQ connection between its processes (bpf/zmtp.bpf.h):
+    """What crossed an engine's ZeroMQ connection between its processes (bpf/protocols/zmtp.bpf.h):
     a request handed to the engine (ADD), one request's entry in a step's outputs
     (OUTPUT), or the end of a step's outputs (STEP). ts_ns: a read's return or a
     write's start, so both ends of one message are seen, each at its process."""
@@ -530,7 +530,7 @@ class EngineIpcRecord:
 
 @dataclass(frozen=True, slots=True)
 class H2FramePart:
-    """What one syscall carried of one HTTP/2 frame (bpf/http2.bpf.h)."""
+    """What one syscall carried of one HTTP/2 frame (bpf/protocols/http2.bpf.h)."""
 
     stream_id: int
     length: int  # the frame's payload length

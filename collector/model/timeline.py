@@ -82,7 +82,7 @@ class Request:
     host: str | None = None  # the Host it named (HTTP/1: its first 32 bytes, no port): a client's endpoint
     # W3C trace context of the request (docs/trace-context.md): its traceparent's
     # trace-id and parent-id (32 and 16 lower-case hex digits) and flags, where a
-    # valid one was read (HTTP/1: bpf/trace_context.bpf.h; HTTP/2: HPACK), and its
+    # valid one was read (HTTP/1: bpf/protocols/trace_context.bpf.h; HTTP/2: HPACK), and its
     # tracestate as sent (whole list members, at most TRACESTATE_MAX_BYTES).
     # A server request's caller, or the context a client wrote into its own call.
     trace_id: str | None = None

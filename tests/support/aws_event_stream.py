@@ -1,7 +1,7 @@
 """AWS event stream messages (application/vnd.amazon.eventstream), as Bedrock writes them.
 
 For the test servers that speak Bedrock's wire format and the kernel tests of
-bpf/event_stream.bpf.h. A message: total length and headers length
+bpf/protocols/event_stream.bpf.h. A message: total length and headers length
 (big-endian u32), the CRC32 of those 8 bytes, the headers, the payload, the
 CRC32 of everything before it. A header: name length (u8), name, type 7 (a
 string), value length (big-endian u16), value. botocore and the AWS SDK for

@@ -1,5 +1,5 @@
 """vLLM V1's messages between its API server and EngineCore, as bytes on the wire: ZMTP 3
-frames around msgpack (vllm/v1/engine/__init__.py; bpf/zmtp.bpf.h reads them).
+frames around msgpack (vllm/v1/engine/__init__.py; bpf/protocols/zmtp.bpf.h reads them).
 
 Written here rather than with the msgpack package: the tests need the exact encodings
 vLLM's msgspec writes (array16 headers, str8 ids, float64 timestamps), and byte offsets

@@ -1,6 +1,6 @@
 """The TLS probe set: the plaintext of encrypted connections, at the TLS library.
 
-Its programs are in bpf/sock.bpf.c (section "TLS"; this set is part_of the
+Its programs are in bpf/tls.bpf.c (a part of bpf/sock.bpf.c; this set is part_of the
 sockets set's object and turns them on with tls_probes): they hand each
 SSL_read/SSL_write's plaintext to the socket set's classifier, through a
 kprobe-type copy of its tail-call chain (loaded by the sockets set).

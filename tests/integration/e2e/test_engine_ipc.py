@@ -1,4 +1,4 @@
-"""An engine's messages between its processes, read in the kernel (bpf/zmtp.bpf.h).
+"""An engine's messages between its processes, read in the kernel (bpf/protocols/zmtp.bpf.h).
 
 vLLM's API server hands each request to EngineCore and reads each step's outputs back
 over ZeroMQ. Here a traced process plays the API server's end of such a connection,

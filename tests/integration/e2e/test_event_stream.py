@@ -1,4 +1,5 @@
-"""AWS event streams (Bedrock): bpf/event_stream.bpf.h against exact bytes, and servers that speak them.
+"""AWS event streams (Bedrock): bpf/protocols/event_stream.bpf.h against exact bytes, and
+servers that speak them.
 
 A scripted server answers with Bedrock's wire format, message by message
 and coalesced, plain and vectored, over a real TCP connection; the tracer's

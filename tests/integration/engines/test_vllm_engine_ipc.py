@@ -1,5 +1,5 @@
 """Unmodified vLLM: each request's queue and prefill read from what crosses between its
-API server and EngineCore (bpf/zmtp.bpf.h, collector/ingest/engine_ipc_view.py), against
+API server and EngineCore (bpf/protocols/zmtp.bpf.h, collector/ingest/engine_ipc_view.py), against
 vLLM's own per-request timings, its OTLP llm_request spans (gen_ai.latency.time_in_queue,
 time_in_model_prefill).
 

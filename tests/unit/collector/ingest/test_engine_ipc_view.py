@@ -1,5 +1,5 @@
 """vLLM's hand-offs and step outputs -> requests, phases, steps and ties
-(collector/ingest/engine_ipc_view.py), on records as bpf/zmtp.bpf.h sends them."""
+(collector/ingest/engine_ipc_view.py), on records as bpf/protocols/zmtp.bpf.h sends them."""
 
 from __future__ import annotations
 

@@ -179,7 +179,7 @@ def test_a_request_write_handed_over_a_batch_after_its_response_still_gets_it():
 
 
 def test_live_ingest_ties_each_request_to_its_engine_request_once_it_finished():
-    """vLLM's hand-off and step outputs (bpf/zmtp.bpf.h), fed live beside the HTTP request
+    """vLLM's hand-off and step outputs (bpf/protocols/zmtp.bpf.h), fed live beside the HTTP request
     they served: the ended request carries the engine's phases, and the engine's state of
     it is gone."""
     t0 = 1_000 * MS
