@@ -62,15 +62,25 @@ enum frame_expect { EXPECT_SIZE = 0, EXPECT_CRLF_AFTER_SIZE, EXPECT_PAYLOAD, EXP
  * role by its length and its neighbours' (s->frame_role, s->frame_word:
  * the bytes it must hold). Every k is tried, the CRLFs of the chunk before
  * too (a CRLF never fits as a size: its payload would have to be 16-255
- * bytes with two more 2-byte buffers after it). No early exit: with one,
- * or a `continue`, clang rolled the loop back up and the verifier lost its
- * bound. */
+ * bytes with two more 2-byte buffers after it). Inlined (sock_hash.bpf.o),
+ * no early exit: with one, or a `continue`, clang rolled the loop back up
+ * and the verifier lost its bound. In a global function (find_framing in
+ * sock.bpf.o) the verifier checks the loop once whatever its shape, so it
+ * stops after the last iovec: a Node chunk's four, not all sixteen (the
+ * rounds past `count` cost ~60 ns a write and change nothing). */
+#ifdef HAVE_BPF_LOOP
+#define FRAMING_STOP_AT(done) if (done) break
+#else
+#define FRAMING_STOP_AT(done)
+#endif
+
 static __always_inline void mark_framing(struct scratch *s, u32 count)
 {
     __builtin_memset(s->frame_word, 0, sizeof(s->frame_word));
     __builtin_memset(s->frame_role, 0, sizeof(s->frame_role));
 #pragma unroll
     for (u32 k = 0; k + 2 < MAX_IOVECS; k++) {
+        FRAMING_STOP_AT(k + 2 >= count);   /* every test below needs k + 2 < count */
         u64 size_len = s->iovs[k].len, next = s->iovs[k + 1].len, after = s->iovs[k + 2].len;
         u32 four = k + 3 < count && k + 3 < MAX_IOVECS;
         if (k + 2 < count && four && next == 2 && after && size_fits(size_len, after, 0) &&
@@ -102,6 +112,7 @@ static __always_inline int framing_chains(struct scratch *s, u32 count, u32 more
     u32 expect = EXPECT_SIZE, broken = 0;
 #pragma unroll
     for (u32 k = 0; k < MAX_IOVECS; k++) {
+        FRAMING_STOP_AT(k >= count);   /* a round past count changes nothing */
         if (k < count) {
             u8 role = s->frame_role[k];
             if (expect == EXPECT_SIZE) {
