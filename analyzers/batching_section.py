@@ -7,6 +7,9 @@ show one computed model.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from inferprobe.analyzers.batching import BatchingAdvice
 from inferprobe.analyzers.batching_replay import Prediction
 from inferprobe.analyzers.findings import Finding
@@ -104,7 +107,7 @@ def advice_sentence(advice: BatchingAdvice) -> str | None:
             f"the target.")
 
 
-def section(advice: BatchingAdvice, meta: dict) -> AnalyzerSection:
+def section(advice: BatchingAdvice, meta: Mapping[str, Any]) -> AnalyzerSection:
     sources = source_states(meta, ["usdt", "llama"])
     if advice.cannot is not None or advice.model is None:
         return AnalyzerSection(anchor=ANCHOR, title="Batching", sources=sources,

@@ -22,28 +22,26 @@ def explain(recording: Recording, requests: Sequence[Request],
     if requests:
         return None
     meta = recording.meta
-    pids = ", ".join(str(t.get("pid")) for t in meta.get("targets", [])) or "?"
-    if not meta.get("listening"):
-        hint = meta.get("listening_ancestor")
-        where = (f"; the listening process is PID {hint['pid']}, the {hint['relation']} of the one you "
-                 f"gave: record -p {hint['pid']}" if hint else "")
+    pids = ", ".join(str(t.pid) for t in meta.targets) or "?"
+    hint = meta.serving_ancestor
+    if not meta.listening:
+        where = (f"; the listening process is PID {hint.pid}, the {hint.relation} of the one you "
+                 f"gave: record -p {hint.pid}" if hint else "")
         return (f"No HTTP request: pid {pids} held no listening socket and made no outbound HTTP/1.x call "
                 f"while recording{where} (inferprobe sees the requests a process serves and the calls it "
                 "makes; a batch job shows only its locks, stacks, GPU calls and off-CPU time).")
-    hint = meta.get("listening_ancestor")
-    if hint and (hint.get("shared") or hint.get("listens_too")) and \
-            not any(c.role == "server" for c in connections):
+    if hint and (hint.shared or hint.listens_too) and not any(c.role == "server" for c in connections):
         # An engine's child (vLLM's EngineCore) inherited its parent's socket, or listens
         # only for its parent's IPC: its connections are no sign of TLS or HTTP/2, nor is it idle.
-        sockets = _listed(meta.get("listening", []))
-        why = (f"its listening socket ({sockets}) is inherited from PID {hint['pid']}, the "
-               f"{hint['relation']} of the one you gave, which holds it too and serves it"
-               if hint.get("shared") else
-               f"PID {hint['pid']}, the {hint['relation']} of the one you gave, listens too "
-               f"({_listed(hint['its_listening'])}) and is likely the process that serves, the "
+        sockets = _listed(meta.listening)
+        why = (f"its listening socket ({sockets}) is inherited from PID {hint.pid}, the "
+               f"{hint.relation} of the one you gave, which holds it too and serves it"
+               if hint.shared else
+               f"PID {hint.pid}, the {hint.relation} of the one you gave, listens too "
+               f"({_listed(list(hint.its_listening))}) and is likely the process that serves, the "
                f"pid you gave listening for its IPC ({sockets}), as an engine's worker does")
         return (f"No HTTP request: pid {pids} accepted no connection while recording; {why}: "
-                f"record -p {hint['pid']} (its children are followed).")
+                f"record -p {hint.pid} (its children are followed).")
     skipped = recording.counter("io_skipped")
     ipc = unread_traffic.local_ipc_connections(recording)
     self_pairs = unread_traffic.self_pair_ends(recording)

@@ -35,7 +35,7 @@ from inferprobe.collector.ingest.pipeline import ingest
 from inferprobe.collector.ingest.server_view import ServerView
 from inferprobe.collector.model.events import GpuRecord, UsdtRecord
 from inferprobe.collector.model.process_identity import identities_from_snapshot
-from inferprobe.collector.model.recording import Recording, target_names
+from inferprobe.collector.model.recording import Recording
 from inferprobe.collector.model.timeline import Connection, Request, SessionStats
 
 
@@ -94,10 +94,8 @@ class ReportData:
 
     @property
     def probe_sets(self) -> dict:
-        sets = self.recording.meta.get("probe_sets", {})
-        if isinstance(sets, list):  # recordings from before probe sets had reasons
-            return {"active": {name: "" for name in sets}, "inactive": {}}
-        return sets
+        sets = self.recording.meta.probe_sets
+        return {"active": dict(sets.active), "inactive": dict(sets.inactive)}
 
     @property
     def lost_events(self) -> int:
@@ -153,11 +151,10 @@ def build(recording: Recording, mutex_threshold: float = lock_analysis.DEFAULT_M
     gpu = summarize_gpu(
         [ev for ev in decoded if isinstance(ev, GpuRecord)], recording.snapshots.get("gpu"), requests,
         server.steps, int(final["duration_s"] * 1e9) if "duration_s" in final else None,
-        recording.meta.get("probe_sets", {}).get("active", {}).get("gpu")
-        if isinstance(recording.meta.get("probe_sets"), dict) else None)
+        recording.meta.probe_sets.active.get("gpu"))
     network_findings = network_analysis.findings(network)
     calls = client_calls.group(requests, ingested.connections)
-    hops = proxy_hops.analyze(requests, ingested.connections.values(), target_names(recording.meta))
+    hops = proxy_hops.analyze(requests, ingested.connections.values(), recording.meta.target_names)
     hop_ties = list(hops.ties) if hops is not None else []
     # The server-side verdicts (where a served request's time went) read served requests
     # only: a client's outbound call spends that time in its peer (analyzers/client_section.py),
@@ -166,8 +163,8 @@ def build(recording: Recording, mutex_threshold: float = lock_analysis.DEFAULT_M
     headline = headline_of(requests, hop_ties)
     at_ttft = requests_at_ttft_percentiles(served)
     breakdown = break_down(served, at_ttft)
-    series = over_time(served, usdt, recording.meta.get("started_monotonic_ns"))
-    active_sets = recording.meta.get("probe_sets", {}).get("active", {})
+    series = over_time(served, usdt, recording.meta.started_monotonic_ns)
+    active_sets = recording.meta.probe_sets.active
     findings = FindingList(verdict.core_findings(served, breakdown, series, active_sets, engine_metrics))
     sections = []
     batching = advise(server, requests, target, current_setting) if server.steps else None

@@ -9,13 +9,14 @@ AnalyzerResult | None` and list it in analyzers/registry.py.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from inferprobe.analyzers.findings import Finding
 from inferprobe.collector.model.events import Event
 from inferprobe.collector.model.recording import Recording
+from inferprobe.collector.model.recording_meta import RecordingMeta
 from inferprobe.collector.model.timeline import Request
 
 if TYPE_CHECKING:
@@ -114,22 +115,19 @@ class AnalyzerResult:
 NOT_RECORDED = "not in this recording (not requested, or an older inferprobe)"
 
 
-def source_states(meta: dict, names: Sequence[str]) -> tuple[SourceState, ...]:
+def source_states(meta: Mapping[str, Any], names: Sequence[str]) -> tuple[SourceState, ...]:
     """The named probe sets' state from the recording's metadata."""
-    sets = meta.get("probe_sets") or {}
-    active = sets.get("active") or {}
-    inactive = sets.get("inactive") or {}
+    sets = RecordingMeta.of(meta).probe_sets
     out = []
     for name in names:
-        if name in active:
-            out.append(SourceState(name, True, str(active[name])))
-        elif name in inactive:
-            out.append(SourceState(name, False, str(inactive[name])))
+        if name in sets.active:
+            out.append(SourceState(name, True, str(sets.active[name])))
+        elif name in sets.inactive:
+            out.append(SourceState(name, False, str(sets.inactive[name])))
         else:
             out.append(SourceState(name, False, NOT_RECORDED))
     return tuple(out)
 
 
-def probe_set_present(meta: dict, name: str) -> bool:
-    sets = meta.get("probe_sets") or {}
-    return name in (sets.get("active") or {}) or name in (sets.get("inactive") or {})
+def probe_set_present(meta: Mapping[str, Any], name: str) -> bool:
+    return RecordingMeta.of(meta).probe_sets.present(name)

@@ -22,6 +22,7 @@ from inferprobe.collector.attach import attach_failures
 from inferprobe.collector.attach.engine_scrape import Scraper
 from inferprobe.collector.errors import TargetProblem
 from inferprobe.collector.model.recording import RecordingWriter
+from inferprobe.collector.model.recording_meta import RecordingMeta
 from inferprobe.collector.processes import targets as target_procs
 from inferprobe.collector.processes.containers import ProcessIdentities, any_in_container
 from inferprobe.collector.shared_constants import OPT_IN_FLAGS
@@ -39,26 +40,23 @@ Examples:
 """
 
 
-def _no_listener_note(meta: dict) -> str | None:
+def _no_listener_note(meta: RecordingMeta) -> str | None:
     """One line for a target that serves nothing (yet): a batch job, a client, or the wrong pid."""
-    hint = meta.get("listening_ancestor")
-    if meta["listening"]:
-        if hint and (hint.get("shared") or hint.get("listens_too")):
-            pids = ", ".join(str(t["pid"]) for t in meta["targets"])
-            whose = (f"only shares its listening socket with PID {hint['pid']}, its {hint['relation']}"
-                     if hint.get("shared") else
-                     f"has a listening {hint['relation']}, PID {hint['pid']} "
-                     f"({', '.join(hint['its_listening'])})")
+    hint = meta.serving_ancestor
+    pids = ", ".join(str(t.pid) for t in meta.targets)
+    if meta.listening:
+        if hint and (hint.shared or hint.listens_too):
+            whose = (f"only shares its listening socket with PID {hint.pid}, its {hint.relation}"
+                     if hint.shared else
+                     f"has a listening {hint.relation}, PID {hint.pid} ({', '.join(hint.its_listening)})")
             return (f"pid {pids} {whose}: if it accepts nothing (an engine's worker, such as vLLM's "
-                    f"EngineCore), the process that serves HTTP is PID {hint['pid']} "
-                    f"(record -p {hint['pid']})")
+                    f"EngineCore), the process that serves HTTP is PID {hint.pid} (record -p {hint.pid})")
         return None
-    pids = ", ".join(str(t["pid"]) for t in meta["targets"])
     note = (f"pid {pids} holds no listening socket: its outbound HTTP calls are recorded (client role), "
             "requests it serves appear once it listens; its threads' locks, stacks, GPU calls and "
             "off-CPU time are recorded as usual")
     if hint:
-        note += f" (the listening process is PID {hint['pid']}, the {hint['relation']} of the one you gave)"
+        note += f" (the listening process is PID {hint.pid}, the {hint.relation} of the one you gave)"
     return note
 
 
@@ -232,7 +230,7 @@ def record(pids, all_hosts, ports, comm, cgroup, duration, output, ringbuf_mb,
             click.echo(f"inferprobe: {line}")
         if engine is not None:
             click.echo(f"inferprobe: scraping engine metrics at {engine[0]} ({engine[1]})")
-        if filters is None and (note := _no_listener_note(meta)) is not None:
+        if filters is None and (note := _no_listener_note(RecordingMeta(meta))) is not None:
             click.echo(f"inferprobe: note: {note}")
         sys.stdout.flush()
         status_line = sys.stderr.isatty()

@@ -59,7 +59,7 @@ def report(recording, last, ring_dir, fmt, output, mutex_threshold) -> None:
         click.echo(f"inferprobe: {note}", err=True)
     if data.recording.problem:
         click.echo(f"inferprobe: warning: {recording or ring_dir}: {data.recording.problem}", err=True)
-    if earlier := data.recording.meta.get("window", {}).get("earlier_runs"):
+    if earlier := data.recording.meta.earlier_runs:
         click.echo(f"inferprobe: note: the window also covers {len(earlier)} earlier agent run(s) "
                    f"({', '.join(earlier)}: the agent restarted), not in this report: "
                    f"`inferprobe report FILE` reads each of their segments in {ring_dir}", err=True)

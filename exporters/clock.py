@@ -24,7 +24,11 @@ from __future__ import annotations
 import bisect
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
+
+from inferprobe.collector.model.recording_meta import RecordingMeta
 
 MAX_SLEW_PPM = 500  # adjtimex limit on frequency correction
 
@@ -93,11 +97,12 @@ class WallClock:
             return monotonic_ns + self.samples[max(i, 0)].offset_ns
 
     @classmethod
-    def from_recording(cls, meta: dict, stats: list[dict]) -> WallClock:
+    def from_recording(cls, meta: Mapping[str, Any], stats: list[dict]) -> WallClock:
         """The start offset from the meta, then every re-check stored with the stats."""
+        typed = RecordingMeta.of(meta)
         clock = cls()
-        if "realtime_offset_ns" in meta:
-            clock.add(OffsetSample(int(meta.get("started_monotonic_ns", 0)), int(meta["realtime_offset_ns"])))
+        if typed.realtime_offset_ns is not None:
+            clock.add(OffsetSample(typed.started_monotonic_ns or 0, typed.realtime_offset_ns))
         for s in stats:
             c = s.get("clock")
             if isinstance(c, dict) and "offset_ns" in c:

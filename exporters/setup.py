@@ -6,10 +6,11 @@ recording without them ~10 MB resident (prometheus_client alone 9 MB)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from inferprobe.collector.errors import InferprobeError
-from inferprobe.collector.model.recording import target_names
+from inferprobe.collector.model.recording_meta import RecordingMeta
 from inferprobe.collector.processes.containers import ProcessIdentities
 from inferprobe.exporters.clock import WallClock
 from inferprobe.exporters.spans import Attributes, server_info
@@ -25,7 +26,8 @@ class ExportProblem(InferprobeError):
     exit_code = 6
 
 
-def make_shipper(meta: dict, clock: WallClock, opts: dict, live: bool) -> tuple[SpanShipper, str]:
+def make_shipper(meta: Mapping[str, Any], clock: WallClock, opts: dict,
+                 live: bool) -> tuple[SpanShipper, str]:
     """A shipper for the OTLP flags in opts; returns it and the endpoint it sends to."""
     from inferprobe.exporters.otlp import SpanShipper, make_exporter, resolve_settings, resource_attributes
 
@@ -37,7 +39,7 @@ def make_shipper(meta: dict, clock: WallClock, opts: dict, live: bool) -> tuple[
         certificate=opts.get("otlp_certificate"),
         insecure=opts.get("otlp_insecure"),
     )
-    names = target_names(meta)
+    names = RecordingMeta.of(meta).target_names
     default_name = next(iter(names.values()), "unknown")
     service = opts.get("service_name") or default_name
 
@@ -56,10 +58,10 @@ def make_shipper(meta: dict, clock: WallClock, opts: dict, live: bool) -> tuple[
     return shipper, f"{settings.endpoint} ({settings.protocol})"
 
 
-def make_metrics(meta: dict) -> Metrics:
+def make_metrics(meta: Mapping[str, Any]) -> Metrics:
     from inferprobe.exporters.metrics import Metrics
 
-    return Metrics(target_names(meta))
+    return Metrics(RecordingMeta.of(meta).target_names)
 
 
 def bind_prometheus(address: str | None, container_label: bool = False) -> Metrics | None:
@@ -74,7 +76,7 @@ def bind_prometheus(address: str | None, container_label: bool = False) -> Metri
     return metrics
 
 
-def start_live_export(meta: dict, metrics: Metrics | None, otlp: bool, opts: dict,
+def start_live_export(meta: Mapping[str, Any], metrics: Metrics | None, otlp: bool, opts: dict,
                       identities: ProcessIdentities | None = None):
     """The LiveExport for `record`, or None when neither --otlp nor --prometheus was given.
     identities: where each process runs (the recorder's, shared so each is read once)."""
@@ -84,6 +86,6 @@ def start_live_export(meta: dict, metrics: Metrics | None, otlp: bool, opts: dic
 
     clock = WallClock.from_recording(meta, [])
     if metrics is not None:
-        metrics.set_targets(target_names(meta))
+        metrics.set_targets(RecordingMeta.of(meta).target_names)
     shipper = make_shipper(meta, clock, opts, live=True)[0] if otlp else None
     return LiveExport(clock, shipper=shipper, metrics=metrics, identities=identities)

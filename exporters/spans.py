@@ -20,13 +20,15 @@ send them, so no prompt, completion or model name can appear.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from inferprobe.analyzers.client_calls import ClientCall
 from inferprobe.analyzers.decompose import phases_ns
 from inferprobe.analyzers.llm_apis import llm_api
 from inferprobe.analyzers.request_analysis import NONE, RequestAnalysis
+from inferprobe.collector.model.recording_meta import RecordingMeta
 from inferprobe.collector.model.timeline import Outcome, Request, WaitInterval
 
 DEFAULT_MAX_TOKEN_EVENTS = 256
@@ -344,9 +346,9 @@ def call_trace(call: ClientCall, analyses: Sequence[RequestAnalysis],
     return root
 
 
-def server_info(meta: dict) -> ServerInfo:
+def server_info(meta: Mapping[str, Any]) -> ServerInfo:
     """The one TCP listener the recorder saw; none when there were several or none."""
-    tcp = [entry.split(" ", 1)[1].rpartition(":") for entry in meta.get("listening", [])
+    tcp = [entry.split(" ", 1)[1].rpartition(":") for entry in RecordingMeta.of(meta).listening
            if entry.startswith("tcp")]
     ports = {int(port) for _host, _, port in tcp}
     hosts = {host.strip("[]") for host, _, _port in tcp}

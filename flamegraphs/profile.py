@@ -47,10 +47,11 @@ def snapshot_of(recording: Recording, kind: str) -> dict:
 
 
 def _when(recording: Recording) -> str:
-    meta = recording.meta
     try:
-        wall_ns = int(meta["started_monotonic_ns"]) + int(meta["realtime_offset_ns"])
-    except (KeyError, TypeError, ValueError):
+        wall_ns = recording.meta.started_wall_ns
+    except (TypeError, ValueError):   # a header whose clock fields are not numbers
+        return "time unknown"
+    if wall_ns is None:
         return "time unknown"
     return dt.datetime.fromtimestamp(wall_ns / 1e9, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 

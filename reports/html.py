@@ -170,7 +170,7 @@ def render_html(data: ReportData, progress: Progress | None = None) -> str:
     progress = progress or (lambda _msg: None)
     rec = data.recording
     meta = rec.meta
-    targets = ", ".join(f"{t.get('comm', '?')} ({t.get('pid', '?')})" for t in meta.get("targets", []))
+    targets = ", ".join(f"{t.comm} ({t.pid})" for t in meta.targets)
     titles = {ANCHOR_VERDICT: "Verdict", ANCHOR_DECOMPOSITION: "Latency decomposition",
               ANCHOR_DISTRIBUTIONS: "Distributions", ANCHOR_OVER_TIME: "Over time",
               ANCHOR_FACTS: "Recording facts"}
@@ -179,7 +179,7 @@ def render_html(data: ReportData, progress: Progress | None = None) -> str:
                  *[s.anchor for s in data.sections], ANCHOR_FACTS]
     body = [
         "<header><h1>Why is latency high?</h1>",
-        f'<p class="sub">inferprobe report · host {_e(meta.get("host", "?"))} · targets {_e(targets or "?")}'
+        f'<p class="sub">inferprobe report · host {_e(meta.host or "?")} · targets {_e(targets or "?")}'
         f" · {data.overall.requests} requests</p></header>",
         "<nav>" + "".join(f'<a href="#{a}">{_e(titles[a])}</a>' for a in nav_order) + "</nav>",
     ]
@@ -198,8 +198,8 @@ def render_html(data: ReportData, progress: Progress | None = None) -> str:
     templates = resources.files("inferprobe.reports") / "templates"
     page = Template((templates / "report.html").read_text())
     return page.substitute(
-        title=_e(f"inferprobe report: {meta.get('host', '?')}"),
-        version=_e(meta.get("inferprobe_version", "?")),
+        title=_e(f"inferprobe report: {meta.host or '?'}"),
+        version=_e(meta.inferprobe_version or "?"),
         css=(templates / "report.css").read_text(),
         body="\n".join(body),
     )

@@ -230,7 +230,7 @@ def to_json(data: ReportData) -> dict:
             "path": str(rec.path),
             "complete": rec.complete,
             "problem": rec.problem,
-            "meta": rec.meta,
+            "meta": rec.meta.as_json(),
             "final": rec.final,
             "events": len(rec.events),
             "undecodable_events": data.undecodable_events,

@@ -50,9 +50,9 @@ def section_markdown(data: ReportData, anchor: str) -> str:
 
 def render_markdown(data: ReportData) -> str:
     meta = data.recording.meta
-    targets = ", ".join(f"{t.get('comm', '?')} ({t.get('pid', '?')})" for t in meta.get("targets", []))
+    targets = ", ".join(f"{t.comm} ({t.pid})" for t in meta.targets)
     out = ["# Why is latency high?", "",
-           f"inferprobe report · host {meta.get('host', '?')} · targets {targets or '?'} · "
+           f"inferprobe report · host {meta.host or '?'} · targets {targets or '?'} · "
            f"{data.overall.requests} requests", ""]
     out.extend(f"> **Warning:** {w}" for w in tables.warnings(data))
     out.extend(f"> Note: {n}" for n in tables.notes(data))

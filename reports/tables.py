@@ -10,6 +10,7 @@ from inferprobe.analyzers.cadence import CadenceSummary, Distribution
 from inferprobe.analyzers.report_data import ReportData
 from inferprobe.analyzers.sections import Table
 from inferprobe.analyzers.units import ms
+from inferprobe.collector.model.recording_meta import RecordingMeta
 
 
 def _dist(name: str, d: Distribution) -> tuple[str, ...]:
@@ -132,32 +133,32 @@ def waterfall_table(data: ReportData) -> Table | None:
                  columns=("request", "TTFT", *names, "token chunks", "outcome"), rows=tuple(rows))
 
 
-def _wall_clock(meta: dict) -> str:
-    start = meta.get("started_monotonic_ns")
-    offset = meta.get("realtime_offset_ns")
-    if start is None or offset is None:
+def _wall_clock(meta: RecordingMeta) -> str:
+    if meta.started_wall_ns is None:
         return "-"
-    when = dt.datetime.fromtimestamp((start + offset) / 1e9, tz=dt.UTC)
+    when = dt.datetime.fromtimestamp(meta.started_wall_ns / 1e9, tz=dt.UTC)
     return when.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _or_dash(value: object) -> str:
+    return "-" if value is None else str(value)
 
 
 def facts_table(data: ReportData) -> Table:
     rec = data.recording
     meta = rec.meta
     final = rec.final or {}
-    sets = meta.get("probe_sets") or {}
-    active = sets.get("active") or {}
-    inactive = sets.get("inactive") or {}
-    targets = ", ".join(f"{t.get('comm', '?')} (pid {t.get('pid', '?')})" for t in meta.get("targets", []))
+    sets = meta.probe_sets
+    active, inactive = sets.active, sets.inactive
+    targets = ", ".join(f"{t.comm} (pid {t.pid})" for t in meta.targets)
     duration = final.get("duration_s")
-    command = meta.get("command_line")
+    command = meta.command_line
+    loader, loader_version = meta.loader   # bcc's, in recordings made before the move to libbpf
     rows = (
-        ("host", str(meta.get("host", "-"))),
-        ("kernel", str(meta.get("kernel", "-"))),
-        # Recordings made before the move to libbpf (2026-12) name bcc's version instead.
-        ("libbpf version", str(meta["libbpf_version"])) if "libbpf_version" in meta
-        else ("bcc version", str(meta.get("bcc_version", "-"))),
-        ("inferprobe version", str(meta.get("inferprobe_version", "-"))),
+        ("host", _or_dash(meta.host)),
+        ("kernel", _or_dash(meta.kernel)),
+        (f"{loader} version", _or_dash(loader_version)),
+        ("inferprobe version", _or_dash(meta.inferprobe_version)),
         ("target processes", targets or "-"),
         ("started", _wall_clock(meta)),
         ("duration", "-" if duration is None else f"{duration:.1f} s"),

@@ -54,12 +54,12 @@ def _latency_table(title: str, s: CadenceSummary) -> Table:
 def render_text(data: ReportData, console: Console) -> None:
     rec = data.recording
     meta = rec.meta
-    targets = ", ".join(f"{t['comm']}({t['pid']})" for t in meta.get("targets", []))
+    targets = ", ".join(f"{t.comm}({t.pid})" for t in meta.targets)
     duration = (rec.final or {}).get("duration_s")
     console.print(f"[bold]inferprobe report[/bold]  {rec.path}")
     render_verdict(data, console)
     console.print(
-        f"host {meta.get('host', '?')}  kernel {meta.get('kernel', '?')}  targets {targets}  "
+        f"host {meta.host or '?'}  kernel {meta.kernel or '?'}  targets {targets}  "
         f"duration {'-' if duration is None else f'{duration:.1f} s'}"
     )
     # The same warnings as the HTML and Markdown reports: a damaged recording,

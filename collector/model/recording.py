@@ -36,6 +36,7 @@ from typing import BinaryIO
 
 from inferprobe.collector.errors import RecordingProblem
 from inferprobe.collector.model.events import LAYOUT_VERSION
+from inferprobe.collector.model.recording_meta import RecordingMeta
 from inferprobe.collector.model.ringbuf_format import iter_ring_records
 
 MAGIC = b"INFPRB\r\n"
@@ -142,13 +143,16 @@ class RecordingWriter:
 @dataclass
 class Recording:
     path: Path
-    meta: dict
+    meta: RecordingMeta   # a dict given here is wrapped (collector/model/recording_meta.py)
     events: list[bytes] = field(default_factory=list)
     stats: list[dict] = field(default_factory=list)
     final: dict | None = None
     snapshots: dict[str, dict] = field(default_factory=dict)  # probe set -> aggregates
     engine_scrapes: list[dict] = field(default_factory=list)  # the engine's /metrics, by time
     problem: str | None = None  # why reading stopped early, if it did
+
+    def __post_init__(self) -> None:
+        self.meta = RecordingMeta.of(self.meta)
 
     @property
     def complete(self) -> bool:
@@ -170,11 +174,6 @@ class Recording:
         return self.counter("lost_events")
 
 
-def target_names(meta: dict) -> dict[int, str]:
-    """Each target's name (its comm) by pid, as the recorder listed them."""
-    return {int(t["pid"]): t.get("comm") or "unknown" for t in meta.get("targets", []) if "pid" in t}
-
-
 def iter_events(payload: bytes) -> Iterator[bytes]:
     offset = 0
     end = len(payload)
@@ -189,7 +188,7 @@ def iter_events(payload: bytes) -> Iterator[bytes]:
         raise ValueError("trailing bytes after the last event")
 
 
-def check_layout(path: Path, meta: dict) -> None:
+def check_layout(path: Path, meta: RecordingMeta) -> None:
     """Refuses events of a layout newer than this inferprobe's decoders.
 
     The file format can stay the same while the events inside change
@@ -199,7 +198,7 @@ def check_layout(path: Path, meta: dict) -> None:
     as today: events shorter than today's struct are counted as undecodable
     (layout 2 only appended fields to io_event), except layout 3's I/O events,
     which lack only layout 4's first_piece_ns (collector/model/events.py DECODERS)."""
-    layout = meta.get("layout_version")
+    layout = meta.layout_version
     if layout is None:
         return
     if not isinstance(layout, int) or isinstance(layout, bool):
@@ -234,9 +233,12 @@ def read_recording(path: str | os.PathLike) -> Recording:
             )
         meta_raw = f.read(meta_len)
         try:
-            meta = json.loads(meta_raw)
+            raw = json.loads(meta_raw)
         except (ValueError, UnicodeDecodeError):
             raise RecordingProblem(f"{path} has a corrupt header (metadata unreadable)") from None
+        if not isinstance(raw, dict):
+            raise RecordingProblem(f"{path} has a corrupt header (metadata is not a JSON object)")
+        meta = RecordingMeta(raw)
         check_layout(path, meta)
         rec = Recording(path=path, meta=meta)
         offset = FILE_HEADER.size + meta_len

@@ -144,8 +144,8 @@ def read_window(directory: Path, last_s: float, now: float | None = None) -> Rec
     parts, unread = _read_segments(chosen)
     chosen = chosen[:len(parts)]
     first, last = parts[0], parts[-1]
-    merged = Recording(path=directory, meta=dict(first.meta))
-    merged.meta["window"] = {"last_s": last_s, "segments": [s.path.name for s in chosen], "run": run}
+    window: dict = {"last_s": last_s, "segments": [s.path.name for s in chosen], "run": run}
+    merged = Recording(path=directory, meta=first.meta)
     for part in parts:
         merged.events.extend(part.events)
         merged.stats.extend(part.stats)
@@ -167,11 +167,12 @@ def read_window(directory: Path, last_s: float, now: float | None = None) -> Rec
     # is said: what came before it is in the window, nothing after.
     if last.problem is not None and last.problem != NO_END_RECORD:
         problems.append(f"{chosen[-1].path.name}: {last.problem}; read up to there")
-    merged.meta["window"]["complete"] = not problems
+    window["complete"] = not problems
     merged.problem = "; ".join(problems) or None
     earlier = sorted({s.run for s in segments if s.run != run and _written_within(s, now, last_s)})
     if earlier:   # an agent restarted within the window: connection ids restart, runs are not merged
-        merged.meta["window"]["earlier_runs"] = earlier
+        window["earlier_runs"] = earlier
+    merged.meta = merged.meta.with_fields(window=window)
     return merged
 
 
