@@ -20,7 +20,6 @@ from inferprobe.collector.model.events import (
     Event,
     FutexWaitRecord,
     IoRecord,
-    UsdtProbe,
     UsdtRecord,
 )
 from inferprobe.collector.model.timeline import Request
@@ -141,11 +140,11 @@ class LiveWindow:
                 self.locks.add_wait(ev)
             return
         if isinstance(ev, UsdtRecord):
-            if ev.probe == UsdtProbe.QUEUE_DEPTH and len(ev.args) >= 2:
-                self.queue = (int(ev.args[0]), int(ev.args[1]))
+            if (queue := ev.queue_depth) is not None:
+                self.queue = queue
                 self.gauge_source = "usdt"
-            elif ev.probe == UsdtProbe.KV_USAGE and len(ev.args) >= 2 and ev.args[1] > 0:
-                self.kv = ev.args[0] / ev.args[1]
+            elif (used := ev.kv_used) is not None:
+                self.kv = used
                 self.gauge_source = "usdt"
             return
         if isinstance(ev, ConnRecord | IoRecord):

@@ -106,10 +106,9 @@ def summarize_scheduler(view: ServerView) -> SchedulerSummary:
     if view.queue_depth:
         out.queue_length = downsample_max([(t, waiting) for t, waiting, _ in view.queue_depth])
         out.queue_length_max = max(waiting for _, waiting, _ in view.queue_depth)
-    ratios = [(t, used / cap) for t, used, cap in view.kv_usage if cap > 0]
-    if ratios:
-        out.occupancy = downsample_max(ratios)
-        out.occupancy_max = max(r for _, r in ratios)
+    if view.kv_usage:
+        out.occupancy = downsample_max(view.kv_usage)
+        out.occupancy_max = max(share for _, share in view.kv_usage)
     out.stalls = find_stalls(view.steps)
     out.stall_ns = Distribution.of(s.duration_ns for s in out.stalls)
     out.steps = len(view.steps)

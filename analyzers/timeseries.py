@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from inferprobe.analyzers.cadence import percentile
-from inferprobe.collector.model.events import UsdtProbe, UsdtRecord
+from inferprobe.collector.model.events import UsdtRecord
 from inferprobe.collector.model.timeline import Request
 
 TARGET_BINS = 60
@@ -88,11 +88,11 @@ def over_time(
     )
     waiting, running, kv = [], [], []
     for e in sorted(usdt, key=lambda e: e.ts_ns):
-        if e.probe == UsdtProbe.QUEUE_DEPTH and len(e.args) >= 2:
-            waiting.append((round(at(e.ts_ns), 6), int(e.args[0])))
-            running.append((round(at(e.ts_ns), 6), int(e.args[1])))
-        elif e.probe == UsdtProbe.KV_USAGE and len(e.args) >= 2 and e.args[1] > 0:
-            kv.append((round(at(e.ts_ns), 6), e.args[0] / e.args[1]))
+        if (queue := e.queue_depth) is not None:
+            waiting.append((round(at(e.ts_ns), 6), queue[0]))
+            running.append((round(at(e.ts_ns), 6), queue[1]))
+        elif (used := e.kv_used) is not None:
+            kv.append((round(at(e.ts_ns), 6), used))
     return TimeSeries(
         t0_ns=t0_ns, span_s=span_s, bin_s=width, ttft_points=tuple(sorted(ttft)), bins=bins,
         queue_waiting=tuple(waiting), queue_running=tuple(running), kv_occupancy=tuple(kv),

@@ -13,7 +13,7 @@ from inferprobe.analyzers.sections import (
     probe_set_present,
     source_states,
 )
-from inferprobe.collector.model.events import UsdtProbe, UsdtRecord
+from inferprobe.collector.model.events import UsdtRecord
 
 
 def analyze(inp: AnalysisInput) -> AnalyzerResult | None:
@@ -22,10 +22,10 @@ def analyze(inp: AnalysisInput) -> AnalyzerResult | None:
         return None
     usdt = [e for e in inp.events if isinstance(e, UsdtRecord)]
     fired = Counter(e.probe.name.lower() for e in usdt)
-    waiting = [e.args[0] for e in usdt if e.probe == UsdtProbe.QUEUE_DEPTH and e.args]
-    running = [e.args[1] for e in usdt if e.probe == UsdtProbe.QUEUE_DEPTH and len(e.args) > 1]
-    kv = [e.args[0] / e.args[1] for e in usdt
-          if e.probe == UsdtProbe.KV_USAGE and len(e.args) > 1 and e.args[1] > 0]
+    queues = [queue for e in usdt if (queue := e.queue_depth) is not None]
+    waiting = [w for w, _ in queues]
+    running = [r for _, r in queues]
+    kv = [used for e in usdt if (used := e.kv_used) is not None]
     rows = [
         ("probe events", str(len(usdt))),
         ("waiting queue peak", str(max(waiting)) if waiting else "no queue_depth probe fired"),

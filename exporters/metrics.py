@@ -277,12 +277,11 @@ class Metrics:
     # -- USDT -------------------------------------------------------------------
     def observe_usdt(self, ev: UsdtRecord) -> None:
         target = self.target(ev.pid)
-        args = ev.args
-        if ev.probe == UsdtProbe.QUEUE_DEPTH and len(args) >= 2:
-            self.queue_length.labels(target, "usdt").set(args[0])
-            self.running.labels(target, "usdt").set(args[1])
-        elif ev.probe == UsdtProbe.KV_USAGE and len(args) >= 2 and args[1] > 0:
-            self.occupancy.labels(target, "usdt").set(args[0] / args[1])
+        if (queue := ev.queue_depth) is not None:
+            self.queue_length.labels(target, "usdt").set(queue[0])
+            self.running.labels(target, "usdt").set(queue[1])
+        elif (used := ev.kv_used) is not None:
+            self.occupancy.labels(target, "usdt").set(used)
         self._observe_usdt_step(ev, target)
 
     def _observe_usdt_step(self, ev: UsdtRecord, target: str) -> None:

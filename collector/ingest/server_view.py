@@ -27,7 +27,7 @@ class ServerView:
     prefills: list[ProbeSpan] = field(default_factory=list)  # by end time
     queue_waits: list[ProbeSpan] = field(default_factory=list)  # request_queued .. request_scheduled
     queue_depth: list[tuple[int, int, int]] = field(default_factory=list)  # (ts, waiting, running)
-    kv_usage: list[tuple[int, int, int]] = field(default_factory=list)  # (ts, used, capacity)
+    kv_usage: list[tuple[int, float]] = field(default_factory=list)  # (ts, share of the KV cache in use)
     probes_seen: set[str] = field(default_factory=set)
 
     @property
@@ -113,10 +113,10 @@ class ServerViewBuilder:
             ended = self._open_steps.pop((ev.pid, ev.args[0]), None)
             if ended is not None:
                 ended.t_end_ns = ev.ts_ns
-        elif p == UsdtProbe.QUEUE_DEPTH:
-            self.view.queue_depth.append((ev.ts_ns, ev.args[0], ev.args[1]))
-        elif p == UsdtProbe.KV_USAGE:
-            self.view.kv_usage.append((ev.ts_ns, ev.args[0], ev.args[1]))
+        elif (queue := ev.queue_depth) is not None:
+            self.view.queue_depth.append((ev.ts_ns, *queue))
+        elif (used := ev.kv_used) is not None:
+            self.view.kv_usage.append((ev.ts_ns, used))
 
     def _pair(self, ev: UsdtRecord) -> None:
         """Each start with the next end of the same request: a start fired

@@ -245,6 +245,23 @@ class UsdtRecord:
     probe: UsdtProbe
     args: tuple[int, ...]  # in the probe's documented order
 
+    # The engine's gauges, read here once for the report, the live view and the metrics
+    # (docs/usdt-probes.md: queue_depth(waiting, running), kv_usage(used, total)).
+    @property
+    def queue_depth(self) -> tuple[int, int] | None:
+        """(waiting, running) of a queue_depth probe; None for any other probe."""
+        if self.probe != UsdtProbe.QUEUE_DEPTH or len(self.args) < 2:
+            return None
+        return int(self.args[0]), int(self.args[1])
+
+    @property
+    def kv_used(self) -> float | None:
+        """The share of the KV cache in use, of a kv_usage probe; None for any other probe,
+        or a total of 0."""
+        if self.probe != UsdtProbe.KV_USAGE or len(self.args) < 2 or self.args[1] <= 0:
+            return None
+        return self.args[0] / self.args[1]
+
 
 @dataclass(frozen=True, slots=True)
 class StackSampleRecord:
