@@ -135,23 +135,6 @@ def _listening_inodes(pid: int) -> dict[int, int]:
     return found
 
 
-def _socket_inodes(pid: int) -> set[int]:
-    found: set[int] = set()
-    try:
-        entries = os.scandir(PROC / str(pid) / "fd")
-    except OSError:
-        return found
-    with entries:
-        for entry in entries:
-            try:
-                link = os.readlink(entry.path)
-            except OSError:
-                continue
-            if link.startswith("socket:["):
-                found.add(int(link[8:-1]))
-    return found
-
-
 def own_host_pid() -> int:
     """This process's pid as /proc (and so the kernel's pid_tgid, with a host /proc) names it:
     inside a pid namespace that keeps the host's /proc mounted, os.getpid() is the
@@ -220,7 +203,7 @@ class ListenerScan:
             for inode in new:
                 self.owners[inode] = set()
             for pid in unattributed:
-                for inode in _socket_inodes(pid) & new:
+                for inode in set(target_procs.socket_inodes(pid).values()) & new:
                     self.owners[inode].add(pid)
         self.ports = {inode: listening[inode] for inode in self.owners}
         serving: dict[int, set[int]] = {}

@@ -60,19 +60,21 @@ def with_descendants(pids: list[int]) -> list[int]:
 
 
 def _sockets(pid: int) -> dict[int, int]:
-    """fd -> socket inode for every socket pid holds open."""
+    """fd -> socket inode for every socket pid holds open: the one reader of /proc/PID/fd's
+    socket links (host-wide discovery walks every process's with it)."""
     found: dict[int, int] = {}
     try:
-        entries = list((PROC / str(pid) / "fd").iterdir())
+        entries = os.scandir(PROC / str(pid) / "fd")
     except OSError:
         return found
-    for entry in entries:
-        try:
-            link = os.readlink(entry)
-        except OSError:
-            continue
-        if link.startswith("socket:["):
-            found[int(entry.name)] = int(link[8:-1])
+    with entries:
+        for entry in entries:
+            try:
+                link = os.readlink(entry.path)
+            except OSError:
+                continue   # closed meanwhile
+            if link.startswith("socket:["):
+                found[int(entry.name)] = int(link[8:-1])
     return found
 
 
