@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from inferprobe.analyzers.locks import LockAnalysis
     from inferprobe.analyzers.network import ConnectionNetwork
     from inferprobe.analyzers.proxy_hops import ProxyHops
-    from inferprobe.flamegraphs.profile import Profile
+    from inferprobe.analyzers.stack_profile import Profile
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from inferprobe.analyzers import stack_fold as fold
 from inferprobe.analyzers.sections import (
     AnalysisInput,
     AnalyzerResult,
@@ -16,8 +17,7 @@ from inferprobe.analyzers.sections import (
     Table,
     source_states,
 )
-from inferprobe.flamegraphs import fold
-from inferprobe.flamegraphs.profile import KIND_TITLES, SETS, load, truncated_share
+from inferprobe.analyzers.stack_profile import KIND_TITLES, SETS, load, truncated_share
 
 ANCHORS = {"cpu": "analyzer-flame-cpu", "offcpu": "analyzer-flame-offcpu"}
 TOP_FRAMES = 10

@@ -109,8 +109,9 @@ def overhead(args) -> dict:
 
 
 def render_timing(n_samples: int = 100_000, distinct: int = 5000) -> dict:
+    from inferprobe.analyzers import stack_fold as fold
     from inferprobe.collector.binaries.symbolizer import Symbolizer
-    from inferprobe.flamegraphs import fold, speedscope, svg
+    from inferprobe.flamegraphs import speedscope, svg
 
     sym = Symbolizer()
     pid = os.getpid()

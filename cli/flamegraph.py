@@ -7,9 +7,9 @@ from pathlib import Path
 
 import click
 
+from inferprobe.analyzers import stack_fold as fold
 from inferprobe.collector.errors import InferprobeError
 from inferprobe.collector.model.recording import read_recording
-from inferprobe.flamegraphs import fold
 
 EXAMPLES = """
 \b
@@ -54,7 +54,7 @@ def flamegraph(recording, kind, phase, fmt, group, baseline, width, output) -> N
     and stacks cut short by code without frame pointers start with
     `[truncated]`. Widths are samples (on-CPU) or microseconds off the CPU.
     """
-    from inferprobe.flamegraphs.profile import load
+    from inferprobe.analyzers.stack_profile import load
 
     profile = load(read_recording(recording), kind, phase=phase, group=group)
     if fmt == "folded":

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from inferprobe.flamegraphs.fold import Stacks
+from inferprobe.analyzers.stack_fold import Stacks
 
 SCHEMA = "https://www.speedscope.app/file-format-schema.json"
 

@@ -20,7 +20,7 @@ import zlib
 from dataclasses import dataclass, field
 from xml.sax.saxutils import escape, quoteattr
 
-from inferprobe.flamegraphs.fold import Stacks
+from inferprobe.analyzers.stack_fold import Stacks
 
 FRAME_H = 17
 HEADER_H = 66

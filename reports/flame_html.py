@@ -9,8 +9,9 @@ MAX_SVG_BYTES, so a long deep profile cannot make the report unwieldy.
 
 from __future__ import annotations
 
+from inferprobe.analyzers import stack_fold as fold
 from inferprobe.analyzers.sections import FlameGraph
-from inferprobe.flamegraphs import fold, svg
+from inferprobe.flamegraphs import svg
 
 MIN_SHARES = (0.001, 0.005, 0.01, 0.05)  # tried in order until the SVG fits
 MAX_SVG_BYTES = 3_000_000

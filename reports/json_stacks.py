@@ -4,9 +4,9 @@ process, how its Python frames were named, with the reason wherever they were no
 
 from __future__ import annotations
 
+from inferprobe.analyzers.stack_profile import SETS
 from inferprobe.analyzers.stacks_section import naming_notes, python_naming
 from inferprobe.collector.model.recording import Recording
-from inferprobe.flamegraphs.profile import SETS
 
 
 def stacks_json(recording: Recording) -> dict | None:

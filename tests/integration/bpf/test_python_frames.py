@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from inferprobe.analyzers import stack_fold as fold
 from inferprobe.collector.model.recording import read_recording
-from inferprobe.flamegraphs import fold
 
 from tests.support.cli import json_report
 from tests.support.kernel import needs_root
@@ -338,8 +338,8 @@ def test_off_cpu_sleep_is_under_the_python_function_that_slept(tmp_path):
 
 
 def test_per_phase_graph_keeps_the_python_frames(tmp_path):
+    from inferprobe.analyzers import stack_profile as profile
     from inferprobe.collector.model.recording import read_recording as read
-    from inferprobe.flamegraphs import profile
 
     python = INTERPRETERS["debian-3.11"] or INTERPRETERS["pyenv-3.11"]
     if python is None:

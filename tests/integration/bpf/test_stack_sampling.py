@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from inferprobe.analyzers import stack_fold as fold
 from inferprobe.collector.model.recording import read_recording
-from inferprobe.flamegraphs import fold
 
 from tests.programs.build import Program, build
 from tests.support.kernel import needs_root

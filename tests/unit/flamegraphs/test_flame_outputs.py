@@ -8,7 +8,8 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from inferprobe.flamegraphs import fold, speedscope, svg
+from inferprobe.analyzers import stack_fold as fold
+from inferprobe.flamegraphs import speedscope, svg
 
 
 def _profile(seed: int = 7, stacks: int = 300) -> fold.Stacks:

@@ -18,9 +18,9 @@ from inferprobe.analyzers.findings import Finding
 from inferprobe.analyzers.network import ConnectionNetwork
 from inferprobe.analyzers.report_data import ReportData, build
 from inferprobe.analyzers.sections import AnalyzerSection, FlameGraph, SourceState
+from inferprobe.analyzers.stack_profile import Profile
 from inferprobe.analyzers.units import ms
 from inferprobe.collector.model.events import GpuCopyKind, GpuFunction
-from inferprobe.flamegraphs.profile import Profile
 from inferprobe.reports.html import render_html
 from inferprobe.reports.json_report import to_json
 from inferprobe.reports.markdown import render_markdown

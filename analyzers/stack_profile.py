@@ -9,11 +9,11 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass, field
 
+from inferprobe.analyzers import stack_fold as fold
+from inferprobe.analyzers.stack_fold import Stacks
 from inferprobe.collector.errors import RecordingProblem
 from inferprobe.collector.model.recording import Recording
 from inferprobe.collector.model.stack_markers import NATIVE_GAP, TRUNCATED
-from inferprobe.flamegraphs import fold
-from inferprobe.flamegraphs.fold import Stacks
 
 SETS = {"cpu": "profile", "offcpu": "offcpu"}
 KIND_TITLES = {"cpu": "On-CPU", "offcpu": "Off-CPU"}
@@ -72,7 +72,7 @@ def load(recording: Recording, kind: str, phase: str | None = None, group: str =
     if phase is None:
         stacks = fold.from_snapshot(snap, group)
     else:
-        from inferprobe.flamegraphs.phases import stacks_for_phase
+        from inferprobe.analyzers.stack_phases import stacks_for_phase
 
         stacks = stacks_for_phase(recording, snap, kind, phase, group)
     unit = snap.get("unit", "samples")

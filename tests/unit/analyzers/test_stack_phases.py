@@ -1,11 +1,11 @@
-"""Which phase a thread was in at an instant (flamegraphs/phases.py), from the
+"""Which phase a thread was in at an instant (analyzers/stack_phases.py), from the
 ingest stage's requests and server view; no root needed."""
 
 from __future__ import annotations
 
+from inferprobe.analyzers.stack_phases import PhaseTagger
 from inferprobe.collector.ingest.pipeline import ingest
 from inferprobe.collector.model.events import UsdtProbe as P
-from inferprobe.flamegraphs.phases import PhaseTagger
 
 from tests.factories import conn_open, request, sse_chunk, sse_headers, usdt
 

@@ -23,12 +23,12 @@ from __future__ import annotations
 import bisect
 from collections import defaultdict
 
+from inferprobe.analyzers import stack_fold as fold
+from inferprobe.analyzers.stack_fold import Stacks
 from inferprobe.collector.errors import RecordingProblem
 from inferprobe.collector.ingest.pipeline import Ingested, ingest
 from inferprobe.collector.model.events import EventType, HttpKind, IoRecord, StackSampleRecord, UsdtProbe
 from inferprobe.collector.model.recording import Recording
-from inferprobe.flamegraphs import fold
-from inferprobe.flamegraphs.fold import Stacks
 
 ORDER = ("network-write", "ingress", "prefill", "decode", "queued")
 SAMPLE_TYPES = {"cpu": EventType.CPU_SAMPLE, "offcpu": EventType.OFFCPU_SAMPLE}
