@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import http.client
+import os
+import signal
 import subprocess
 import sys
 import threading
@@ -20,6 +22,25 @@ def stop_process(proc: subprocess.Popen, timeout: float = 15) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+
+
+def stop_namespace_init(init_pid: int, unshare: subprocess.Popen, timeout: float = 15) -> None:
+    """Stops a server that is pid 1 of its own pid namespace (its host pid), and the
+    `unshare --fork` above it. unshare passes no signal on, so stopping it alone waited out
+    stop_process's timeout before its SIGKILL; and pid 1 of a namespace gets only the signals
+    it handles (pid_namespaces(7)): SIGTERM where it has a handler, else SIGKILL."""
+    sigterm_caught = False
+    try:
+        for line in Path(f"/proc/{init_pid}/status").read_text().splitlines():
+            if line.startswith("SigCgt:"):
+                sigterm_caught = bool(int(line.split()[1], 16) & (1 << (signal.SIGTERM - 1)))
+        os.kill(init_pid, signal.SIGTERM if sigterm_caught else signal.SIGKILL)
+    except (FileNotFoundError, ProcessLookupError):
+        pass  # it has exited already
+    try:
+        unshare.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        stop_process(unshare, timeout=0)
 
 
 def answers_http(proc: subprocess.Popen, port: int, path: str, timeout_s: float, poll_s: float) -> bool:

@@ -24,7 +24,7 @@ from inferprobe.collector.model.recording import read_recording
 from tests.support.cli import json_report
 from tests.support.kernel import needs_root
 from tests.support.paths import SERVERS
-from tests.support.processes import Recorder, ServerProcess, stop_process
+from tests.support.processes import Recorder, ServerProcess, stop_namespace_init, stop_process
 
 pytestmark = [needs_root, pytest.mark.bpf]
 
@@ -83,7 +83,7 @@ class NamespacedServer:
                        check=True, timeout=60)
 
     def stop(self) -> None:
-        stop_process(self.proc)
+        stop_namespace_init(self.pid, self.proc)
 
 
 def test_record_all_finds_servers_before_after_attach_and_in_other_namespaces(tmp_path):

@@ -37,7 +37,7 @@ from tests.support.go import build_go_program
 from tests.support.kernel import needs_root
 from tests.support.node import node_binary
 from tests.support.paths import PROGRAMS, SERVERS
-from tests.support.processes import Recorder, inferprobe_cmd, stop_process
+from tests.support.processes import Recorder, inferprobe_cmd, stop_namespace_init, stop_process
 
 pytestmark = [needs_root, pytest.mark.bpf]
 
@@ -78,6 +78,7 @@ class Server:
                  cgroup_name: str | None = None):
         self.name, self.contained = name, contained
         self.cgroup_dir: Path | None = None
+        self.pid = 0  # the listening process's host pid, once it is up
         if contained:
             cgroup_name = cgroup_name or f"inferprobe-test-{name}-{uuid.uuid4().hex[:8]}"
             self.cgroup_dir = cgroup2_root() / cgroup_name
@@ -107,7 +108,10 @@ class Server:
         return "/" + self.cgroup_dir.name if self.cgroup_dir else own_cgroup(os.getpid())
 
     def stop(self) -> None:
-        stop_process(self.proc)
+        if self.contained and self.pid:
+            stop_namespace_init(self.pid, self.proc)
+        else:
+            stop_process(self.proc)
         if self.cgroup_dir is not None:
             for _ in range(50):  # the group empties as its processes are reaped
                 try:
