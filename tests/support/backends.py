@@ -2,7 +2,7 @@
 
 Both run on 127.0.0.1 with their storage in a temporary directory and are
 stopped by the fixtures that start them. scripts/setup.sh installs both
-(Phoenix in .venv-phoenix, Prometheus from Debian).
+(Phoenix in /var/cache/inferprobe/phoenix-venv, Prometheus from Debian).
 """
 
 from __future__ import annotations
@@ -17,10 +17,9 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from tests.support.paths import REPO
 from tests.support.processes import stop_process
 
-PHOENIX_PYTHON = Path(os.environ.get("PHOENIX_VENV", REPO / ".venv-phoenix")) / "bin" / "python"
+PHOENIX_PYTHON = Path(os.environ.get("PHOENIX_VENV", "/var/cache/inferprobe/phoenix-venv")) / "bin" / "python"
 
 
 def free_port() -> int:
