@@ -24,10 +24,15 @@ from inferprobe.analyzers.engine_iterations import (
     peak_overlap,
     read_trace,
 )
+from inferprobe.analyzers.findings import Finding
 from inferprobe.analyzers.step_model import MIN_BATCH_SIZES, CannotFit, fit
+from inferprobe.analyzers.units import ms_text
 from inferprobe.collector.ingest.server_view import ServerView
 from inferprobe.collector.model.timeline import Request
 
+ANCHOR = "analyzer-batching"  # the report section (reports/sections/batching.py)
+# A setting that moves a p99 by at least this share of today's is worth a finding.
+WORTH_SAYING = 0.20
 MAX_SETTING = 64  # the sweep's ceiling: no engine here batches more sequences a step than this
 # Requests one replay sends at most: 5 replicas x up to 64 settings of them keep `report` to
 # seconds on an agent's busy ring segment.
@@ -247,3 +252,43 @@ def _peak_in_flight(requests: Sequence[Request], until_ns: int) -> int:
 
 def _with_current(trace: EngineTrace, current: int) -> EngineTrace:
     return replace(trace, current=current, current_binding=True)
+
+
+def shown(advice: BatchingAdvice | None) -> bool:
+    """Whether the report says anything of batching: there is advice, or at least an engine
+    it could not model (and why)."""
+    return advice is not None and not (advice.engine is None and advice.cannot is not None)
+
+
+def _p99(p: Prediction, name: str) -> float | None:
+    return p.ttft_ns.p99 if name == "TTFT" else p.itl_ns.p99
+
+
+def finding(advice: BatchingAdvice) -> Finding | None:
+    """Batching is a cause when another cap would move a p99 by a fifth or more (without a
+    target to weigh TTFT against ITL, each is weighed alone)."""
+    current = advice.current
+    if current is None or advice.engine is None or advice.measured is None:
+        return None
+    best: tuple[float, Prediction, str, str, str] | None = None  # gain, setting, name, other, of
+    for p in advice.predictions:
+        for name, other, of in (("TTFT", "ITL", "p99 TTFT"), ("ITL", "TTFT", "p99 inter-token latency")):
+            now, then = _p99(current, name), _p99(p, name)
+            if now and then is not None and not advice.extrapolated(p.setting):
+                gain = (now - then) / now
+                if gain >= WORTH_SAYING and (best is None or gain > best[0]):
+                    best = (gain, p, name, other, of)
+    if best is None:
+        return None
+    gain, p, name, other, of = best
+    e = advice.engine
+    sentence = (f"batching: replayed at {e.flag(p.setting)} instead of {e.flag(current.setting)}, this "
+                f"recording's requests would see p99 {name} {ms_text(_p99(p, name))} instead of "
+                f"{ms_text(_p99(current, name))} (p99 {other} {ms_text(_p99(current, other))} -> "
+                f"{ms_text(_p99(p, other))})")
+    return Finding(kind="batching.setting", sentence=sentence, source="batching",
+                   recommendation=f"weigh TTFT against ITL with `inferprobe advise FILE --ttft-p99 T "
+                                  f"--itl-p99 T`: it names the {e.knob} that meets both at the best "
+                                  f"throughput",
+                   share=min(1.0, gain), of=of, evidence=ANCHOR,
+                   figures={"setting": p.setting, "current": current.setting})

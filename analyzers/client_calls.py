@@ -30,10 +30,12 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from inferprobe.analyzers.findings import Finding
 from inferprobe.analyzers.units import duration
 from inferprobe.collector.ingest.sessionizer import ERROR_BODY_UNREAD
 from inferprobe.collector.model.timeline import Connection, Outcome, Request
 
+ANCHOR = "analyzer-client-calls"  # the report section (reports/sections/client_calls.py)
 RETRY_WINDOW_NS = 60_000_000_000
 RETRIED_STATUSES = frozenset({408, 409, 429}) | frozenset(range(500, 600))
 # What a client is told by each status an SDK retries on.
@@ -228,3 +230,51 @@ def slow_calls(calls: Sequence[ClientCall], limit: int = 5) -> list[ClientCall]:
     retried = [c for c in calls if len(c.attempts) > 1]
     rest = sorted((c for c in calls if len(c.attempts) == 1), key=lambda c: -c.duration_ns)
     return sorted(retried, key=lambda c: -c.duration_ns)[:limit] + rest[: max(0, limit - len(retried))]
+
+
+def retry_advice(retried: list[ClientCall]) -> str:
+    """Advice for what the failed attempts were: timed out waiting, or answered with a status."""
+    failed = [a for c in retried for a in c.attempts[:-1]]
+    timed_out = sum(1 for a in failed if a.timed_out)
+    statuses: dict[int, int] = defaultdict(int)
+    for a in failed:
+        if a.request.status is not None and a.request.status >= 400:
+            statuses[a.request.status] += 1
+    advice = []
+    if statuses:
+        said = ", ".join(f"{n} answered {status}"
+                         + (f" ({TURNED_AWAY[status]})" if status in TURNED_AWAY else "")
+                         for status, n in sorted(statuses.items()))
+        advice.append(f"The peer turned attempts away ({said}) and the SDK retried after its backoff: the "
+                      "cure is on the peer's side (its rate limit or quota, its capacity, or spreading the "
+                      "load), and the backoff is the SDK's (and the retry-after the peer sent).")
+    if timed_out:
+        advice.append(f"{timed_out} attempt(s) were closed by the client while waiting for the first byte: "
+                      "the SDK's timeout. Compare it with the server's TTFT under load (a timeout below the "
+                      "p99 TTFT retries the slowest requests), and check the peer's queue.")
+    if not advice:
+        advice.append("The failed attempts broke off mid-answer: look at the peer and the network.")
+    return " ".join(advice)
+
+
+def retries_finding(calls: Sequence[ClientCall]) -> Finding | None:
+    """Retried calls as a finding: the failed attempts and the backoff are time the caller
+    waited for nothing, as a share of all call time."""
+    retried = [c for c in calls if len(c.attempts) > 1]
+    if not retried:
+        return None
+    lost = sum(c.attempts[-1].t_start_ns - c.t_start_ns for c in retried)
+    total = sum(c.duration_ns for c in calls)
+    worst = max(retried, key=lambda c: c.duration_ns)
+    return Finding(
+        kind="client.retries",
+        sentence=(f"{len(retried)} of {len(calls)} outbound calls were retried: their failed attempts "
+                  f"and backoff took {duration(lost)}, {100 * lost / total:.0f} % of all call time "
+                  f"(worst: {worst.explain()})."),
+        source="client_calls",
+        recommendation=retry_advice(retried),
+        share=min(1.0, lost / total) if total else None,
+        of="outbound call time",
+        evidence=ANCHOR,
+        value=float(len(retried)),
+    )

@@ -12,19 +12,19 @@ from dataclasses import dataclass, field
 from inferprobe.analyzers import client_calls, no_requests, proxy_hops, unread_traffic, verdict
 from inferprobe.analyzers import locks as lock_analysis
 from inferprobe.analyzers import network as network_analysis
+from inferprobe.analyzers.analysis_input import AnalysisInput
 from inferprobe.analyzers.batching import BatchingAdvice, Target, advise
 from inferprobe.analyzers.breakdown import Breakdown, break_down
 from inferprobe.analyzers.by_container import CgroupGroup, attach_identities, by_cgroup
 from inferprobe.analyzers.cadence import CadenceSummary, by_endpoint, by_model, summarize
 from inferprobe.analyzers.engine_metrics import EngineMetricsSummary
-from inferprobe.analyzers.engine_metrics_section import summary_of as engine_metrics_of
+from inferprobe.analyzers.engine_metrics_ttft import summary_of as engine_metrics_of
 from inferprobe.analyzers.findings import Finding, FindingList
 from inferprobe.analyzers.gpu import GpuSummary, summarize_gpu
 from inferprobe.analyzers.proxy_hops import ProxyHops, Tie
-from inferprobe.analyzers.registry import ANALYZERS
+from inferprobe.analyzers.registry import FINDERS
 from inferprobe.analyzers.request_analysis import RequestAnalysis, per_request
 from inferprobe.analyzers.scheduler import SchedulerSummary, stall_ns_by_request, summarize_scheduler
-from inferprobe.analyzers.sections import AnalysisInput, AnalyzerSection
 from inferprobe.analyzers.timeseries import TimeSeries, over_time
 from inferprobe.analyzers.ttft_percentiles import (
     AtTtftPercentile,
@@ -54,12 +54,14 @@ class ReportData:
     stall_ns: dict[tuple[int, int], int]  # (pid, req_id) -> time spent in stalled batches
     decomposition: dict[int, AtTtftPercentile]  # percentile -> the request at that TTFT percentile
     network: list[network_analysis.ConnectionNetwork]  # per connection, from the network set
+    # What the findings beyond the core ones were found in (analyzers/registry.py), and what the
+    # report's analyzer sections are built from (reports/sections/registry.py).
+    analysis_input: AnalysisInput
     network_findings: list[Finding] = field(default_factory=list)  # per connection, unranked
     per_request: list[RequestAnalysis] = field(default_factory=list)  # aligned with requests
-    # the HTML/Markdown report (reports/): phase split drawn, series, analyzer sections, verdict
+    # the HTML/Markdown report (reports/): phase split drawn, series, verdict
     breakdown: Breakdown | None = None
     series: TimeSeries | None = None
-    sections: list[AnalyzerSection] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)  # ranked, largest share first
     locks: lock_analysis.LockAnalysis | None = None
     gpu: GpuSummary | None = None  # None without the gpu probe set
@@ -157,7 +159,7 @@ def build(recording: Recording, mutex_threshold: float = lock_analysis.DEFAULT_M
     hops = proxy_hops.analyze(requests, ingested.connections.values(), recording.meta.target_names)
     hop_ties = list(hops.ties) if hops is not None else []
     # The server-side verdicts (where a served request's time went) read served requests
-    # only: a client's outbound call spends that time in its peer (analyzers/client_section.py),
+    # only: a client's outbound call spends that time in its peer (analyzers/client_calls.py),
     # and a proxy's request in its backend (analyzers/proxy_hops.py, whose finding is the proxy's).
     served = proxy_hops.engine_side(requests, hop_ties)
     headline = headline_of(requests, hop_ties)
@@ -166,18 +168,13 @@ def build(recording: Recording, mutex_threshold: float = lock_analysis.DEFAULT_M
     series = over_time(served, usdt, recording.meta.started_monotonic_ns)
     active_sets = recording.meta.probe_sets.active
     findings = FindingList(verdict.core_findings(served, breakdown, series, active_sets, engine_metrics))
-    sections = []
     batching = advise(server, requests, target, current_setting) if server.steps else None
     inp = AnalysisInput(recording=recording, requests=requests, events=decoded, locks=locks,
                         network=network, network_findings=network_findings, gpu=gpu, client_calls=calls,
                         batching=batching,
                         proxy_hops=hops)
-    for analyze in ANALYZERS:
-        result = analyze(inp)
-        if result is not None:
-            if result.section is not None:
-                sections.append(result.section)
-            findings.extend(result.findings)
+    for find in FINDERS:
+        findings.extend(find(inp))
     return ReportData(
         recording=recording,
         requests=requests,
@@ -206,7 +203,7 @@ def build(recording: Recording, mutex_threshold: float = lock_analysis.DEFAULT_M
         client_calls=calls,
         breakdown=breakdown,
         series=series,
-        sections=sections,
+        analysis_input=inp,
         findings=findings.ranked(),
         locks=locks,
         gpu=gpu,

@@ -16,10 +16,10 @@ from collections.abc import Sequence
 
 from inferprobe.analyzers.breakdown import Breakdown
 from inferprobe.analyzers.cadence import Distribution
-from inferprobe.analyzers.sections import BarChart, ScatterChart
 from inferprobe.analyzers.timeseries import TimeSeries
 from inferprobe.analyzers.units import ms
 from inferprobe.collector.errors import InferprobeError
+from inferprobe.reports.sections.model import BarChart, ScatterChart
 
 WIDTH_IN = 8.0
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7",

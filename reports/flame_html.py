@@ -1,5 +1,5 @@
 """The flame graph pictures of the HTML report, drawn from the folded stacks
-the analysis kept (analyzers/stacks_section.py) by flamegraphs/svg.py.
+the analysis kept (analyzers/stack_profile.py, reports/sections/stacks.py) by flamegraphs/svg.py.
 
 The picture is capped: frames narrower than a share of the total are cut
 (fold.prune) before drawing, and the cut is raised while the SVG stays above
@@ -10,8 +10,8 @@ MAX_SVG_BYTES, so a long deep profile cannot make the report unwieldy.
 from __future__ import annotations
 
 from inferprobe.analyzers import stack_fold as fold
-from inferprobe.analyzers.sections import FlameGraph
 from inferprobe.flamegraphs import svg
+from inferprobe.reports.sections.model import FlameGraph
 
 MIN_SHARES = (0.001, 0.005, 0.01, 0.05)  # tried in order until the SVG fits
 MAX_SVG_BYTES = 3_000_000

@@ -9,13 +9,12 @@ printed.
 from __future__ import annotations
 
 import html
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from importlib import resources
 from string import Template
 
 from inferprobe.analyzers.findings import Finding
 from inferprobe.analyzers.report_data import ReportData
-from inferprobe.analyzers.sections import AnalyzerSection, Table
 from inferprobe.analyzers.verdict import (
     ANCHOR_DECOMPOSITION,
     ANCHOR_DISTRIBUTIONS,
@@ -24,6 +23,8 @@ from inferprobe.analyzers.verdict import (
     ANCHOR_VERDICT,
 )
 from inferprobe.reports import charts, flame_html, tables
+from inferprobe.reports.sections.model import AnalyzerSection, Table
+from inferprobe.reports.sections.registry import sections_of
 
 Progress = Callable[[str], None]
 
@@ -166,17 +167,21 @@ def _analyzer_section(sec: AnalyzerSection) -> str:
     return "".join(parts)
 
 
-def render_html(data: ReportData, progress: Progress | None = None) -> str:
+def render_html(data: ReportData, progress: Progress | None = None,
+                sections: Sequence[AnalyzerSection] | None = None) -> str:
+    """The report as one HTML page; `sections`, the analyzer sections, are built from data
+    unless given."""
     progress = progress or (lambda _msg: None)
+    sections = sections_of(data) if sections is None else sections
     rec = data.recording
     meta = rec.meta
     targets = ", ".join(f"{t.comm} ({t.pid})" for t in meta.targets)
     titles = {ANCHOR_VERDICT: "Verdict", ANCHOR_DECOMPOSITION: "Latency decomposition",
               ANCHOR_DISTRIBUTIONS: "Distributions", ANCHOR_OVER_TIME: "Over time",
               ANCHOR_FACTS: "Recording facts"}
-    titles.update({s.anchor: s.title for s in data.sections})
+    titles.update({s.anchor: s.title for s in sections})
     nav_order = [ANCHOR_VERDICT, ANCHOR_DECOMPOSITION, ANCHOR_DISTRIBUTIONS, ANCHOR_OVER_TIME,
-                 *[s.anchor for s in data.sections], ANCHOR_FACTS]
+                 *[s.anchor for s in sections], ANCHOR_FACTS]
     body = [
         "<header><h1>Why is latency high?</h1>",
         f'<p class="sub">inferprobe report · host {_e(meta.host or "?")} · targets {_e(targets or "?")}'
@@ -190,7 +195,7 @@ def render_html(data: ReportData, progress: Progress | None = None) -> str:
     body.append(_distributions(data, progress))
     body.append(_over_time(data, progress))
     progress("rendering analyzer sections")
-    body.extend(_analyzer_section(s) for s in data.sections)
+    body.extend(_analyzer_section(s) for s in sections)
     body.append(f'<section id="{ANCHOR_FACTS}"><h2>Recording facts</h2>'
                 f"{render_table(tables.facts_table(data), 'facts')}</section>")
     body.append("<footer>Times are from the kernel's monotonic clock, taken at syscall entry and exit "

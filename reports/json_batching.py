@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from inferprobe.analyzers.batching import BatchingAdvice
 from inferprobe.analyzers.batching_replay import Prediction
-from inferprobe.analyzers.batching_section import advice_sentence
 from inferprobe.analyzers.step_model import LinearFit
+from inferprobe.reports.sections.batching import advice_sentence
 
 
 def _fit(f: LinearFit | None) -> dict | None:

@@ -1,11 +1,11 @@
 """The `stacks` object of the JSON report (recordings made with --profile / --offcpu): per
 process, how its Python frames were named, with the reason wherever they were not
-(analyzers/stacks_section.py; docs/report-json.md)."""
+(analyzers/python_naming.py; docs/report-json.md)."""
 
 from __future__ import annotations
 
+from inferprobe.analyzers.python_naming import naming_notes, python_naming
 from inferprobe.analyzers.stack_profile import SETS
-from inferprobe.analyzers.stacks_section import naming_notes, python_naming
 from inferprobe.collector.model.recording import Recording
 
 

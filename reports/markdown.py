@@ -6,10 +6,13 @@ the same bytes (no render time, fixed ordering, fixed number formats).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from inferprobe.analyzers.report_data import ReportData
-from inferprobe.analyzers.sections import AnalyzerSection, Table
 from inferprobe.analyzers.units import ms
 from inferprobe.reports import tables
+from inferprobe.reports.sections.model import AnalyzerSection, Table
+from inferprobe.reports.sections.registry import sections_of
 
 
 def _cell(text: str) -> str:
@@ -45,10 +48,12 @@ def _section(sec: AnalyzerSection) -> list[str]:
 
 def section_markdown(data: ReportData, anchor: str) -> str:
     """One analyzer section alone (`inferprobe advise --format md`)."""
-    return "\n".join(line for sec in data.sections if sec.anchor == anchor for line in _section(sec))
+    return "\n".join(line for sec in sections_of(data) if sec.anchor == anchor for line in _section(sec))
 
 
-def render_markdown(data: ReportData) -> str:
+def render_markdown(data: ReportData, sections: Sequence[AnalyzerSection] | None = None) -> str:
+    """The report as Markdown; `sections`, the analyzer sections, are built from data unless given."""
+    sections = sections_of(data) if sections is None else sections
     meta = data.recording.meta
     targets = ", ".join(f"{t.comm} ({t.pid})" for t in meta.targets)
     out = ["# Why is latency high?", "",
@@ -99,7 +104,7 @@ def render_markdown(data: ReportData) -> str:
         if s.kv_peak is not None:
             out += [f"Token (KV) occupancy peak: {s.kv_peak * 100:.0f} %.", ""]
 
-    for sec in data.sections:
+    for sec in sections:
         out.extend(_section(sec))
     out += ["## Recording facts", ""]
     out.extend(render_table(tables.facts_table(data)))

@@ -8,9 +8,9 @@ import datetime as dt
 from inferprobe.analyzers.breakdown import SOURCE_SOCKETS, SOURCE_USDT
 from inferprobe.analyzers.cadence import CadenceSummary, Distribution
 from inferprobe.analyzers.report_data import ReportData
-from inferprobe.analyzers.sections import Table
 from inferprobe.analyzers.units import ms
 from inferprobe.collector.model.recording_meta import RecordingMeta
+from inferprobe.reports.sections.model import Table
 
 
 def _dist(name: str, d: Distribution) -> tuple[str, ...]:

@@ -7,19 +7,23 @@ the lock, GPU and flame graph sections have modules of their own.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from rich.console import Console
 from rich.table import Table
 
-from inferprobe.analyzers.batching_section import ANCHOR as BATCHING_ANCHOR
+from inferprobe.analyzers.batching import ANCHOR as BATCHING_ANCHOR
 from inferprobe.analyzers.cadence import CadenceSummary, Distribution
-from inferprobe.analyzers.client_section import ANCHOR as CLIENT_CALLS_ANCHOR
+from inferprobe.analyzers.client_calls import ANCHOR as CLIENT_CALLS_ANCHOR
 from inferprobe.analyzers.decompose import TTFT_PHASES
-from inferprobe.analyzers.engine_metrics_section import ANCHOR as ENGINE_METRICS_ANCHOR
-from inferprobe.analyzers.phase_sources import ANCHOR as PHASE_SOURCES_ANCHOR
+from inferprobe.analyzers.engine_metrics_ttft import ANCHOR as ENGINE_METRICS_ANCHOR
 from inferprobe.analyzers.proxy_hops import ANCHOR as PROXY_HOPS_ANCHOR
 from inferprobe.analyzers.report_data import ReportData
 from inferprobe.analyzers.units import ms
 from inferprobe.reports import tables
+from inferprobe.reports.sections.model import AnalyzerSection
+from inferprobe.reports.sections.phase_sources import ANCHOR as PHASE_SOURCES_ANCHOR
+from inferprobe.reports.sections.registry import sections_of
 from inferprobe.reports.terminal_gpu import render_gpu
 from inferprobe.reports.terminal_locks import render_locks
 from inferprobe.reports.terminal_stacks import render_stacks
@@ -51,7 +55,11 @@ def _latency_table(title: str, s: CadenceSummary) -> Table:
     return table
 
 
-def render_text(data: ReportData, console: Console) -> None:
+def render_text(data: ReportData, console: Console,
+                sections: Sequence[AnalyzerSection] | None = None) -> None:
+    """The report in the terminal; `sections`, the analyzer sections, are built from data unless
+    given."""
+    sections = sections_of(data) if sections is None else sections
     rec = data.recording
     meta = rec.meta
     targets = ", ".join(f"{t.comm}({t.pid})" for t in meta.targets)
@@ -95,15 +103,14 @@ def render_text(data: ReportData, console: Console) -> None:
     _render_probe_sets(data, console)
     _render_decomposition(data, console)
     _render_scheduler(data, console)
-    # The outbound calls (analyzers/client_section.py), a proxy's hops (proxy_section.py);
-    # where the phases came from and the engine's own /metrics (analyzers/phase_sources.py,
-    # engine_metrics_section.py).
-    _render_sections(data, console, (CLIENT_CALLS_ANCHOR, PROXY_HOPS_ANCHOR, PHASE_SOURCES_ANCHOR,
-                                     ENGINE_METRICS_ANCHOR, BATCHING_ANCHOR))
+    # The outbound calls, a proxy's hops, where the phases came from, the engine's own
+    # /metrics and batching (reports/sections/).
+    _render_sections(sections, console, (CLIENT_CALLS_ANCHOR, PROXY_HOPS_ANCHOR, PHASE_SOURCES_ANCHOR,
+                                         ENGINE_METRICS_ANCHOR, BATCHING_ANCHOR))
     _render_network(data, console)
     render_locks(data, console)
     render_gpu(data.gpu, console)
-    render_stacks(data, console)
+    render_stacks(sections, console)
 
 
 def _render_network(data: ReportData, console: Console) -> None:
@@ -178,10 +185,10 @@ def _render_scheduler(data: ReportData, console: Console) -> None:
     )
 
 
-def _render_sections(data: ReportData, console: Console, anchors: tuple[str, ...]) -> None:
+def _render_sections(sections: Sequence[AnalyzerSection], console: Console, anchors: tuple[str, ...]) -> None:
     """Analyzer sections the terminal prints as every output draws them: a title and
     summary, their tables, their notes."""
-    for sec in data.sections:
+    for sec in sections:
         if sec.anchor in anchors:
             console.print(f"[bold]{sec.title}[/bold]: {sec.summary}")
             for t in sec.tables:
@@ -192,7 +199,7 @@ def _render_sections(data: ReportData, console: Console, anchors: tuple[str, ...
 
 def render_section(data: ReportData, anchor: str, console: Console) -> None:
     """One analyzer section alone (`inferprobe advise`)."""
-    _render_sections(data, console, (anchor,))
+    _render_sections(sections_of(data), console, (anchor,))
 
 
 def render_verdict(data: ReportData, console: Console) -> None:

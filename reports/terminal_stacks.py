@@ -3,16 +3,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from inferprobe.analyzers.report_data import ReportData
-from inferprobe.analyzers.stacks_section import ANCHORS
+from inferprobe.reports.sections.model import AnalyzerSection
+from inferprobe.reports.sections.stacks import ANCHORS
 
 
-def render_stacks(data: ReportData, console: Console) -> None:
-    for sec in data.sections:
+def render_stacks(sections: Sequence[AnalyzerSection], console: Console) -> None:
+    for sec in sections:
         if sec.anchor not in ANCHORS.values():
             continue
         states = ", ".join(f"{s.name} {'on' if s.active else 'off'}" for s in sec.sources)

@@ -77,7 +77,7 @@ def test_a_connection_a_pool_opened_ahead_gives_its_attempt_no_connect_phase():
 
 
 def test_retry_advice_names_an_answered_status_and_a_timeout_apart():
-    from inferprobe.analyzers.client_section import retry_advice
+    from inferprobe.analyzers.client_calls import retry_advice
     requests, connections = the_12_second_call()
     (timed,) = group(requests, connections)
     assert "the SDK's timeout" in retry_advice([timed]) and "turned" not in retry_advice([timed])

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from inferprobe.analyzers.engine_metrics import OCCUPANCY, QUEUE, RUNNING, gauge_values, summarize
-from inferprobe.analyzers.engine_metrics_section import ttft_disagreement
+from inferprobe.analyzers.engine_metrics_ttft import ttft_disagreement
 from inferprobe.collector.attach.engine_scrape import parse_exposition
 from inferprobe.collector.model.timeline import Outcome, Request
 
@@ -113,7 +113,9 @@ def test_scrapes_round_trip_through_a_recording_into_every_output(tmp_path):
     assert out["gauges"]["scheduler_queue_length"]["metric"] == "sglang:num_queue_reqs"
     assert out["gauges"]["scheduler_queue_length"]["max"] == 12
     assert out["ttft"]["count"] == 4
-    section = next(s for s in data.sections if s.anchor == "analyzer-engine-metrics")
+    from inferprobe.reports.sections.registry import sections_of
+
+    section = next(s for s in sections_of(data) if s.anchor == "analyzer-engine-metrics")
     assert any("3 series past the per-scrape cap" in n for n in section.notes)
     buf = io.StringIO()
     render_text(data, Console(file=buf, width=150))

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from inferprobe.analyzers.phase_sources import analyze
-from inferprobe.analyzers.sections import AnalysisInput
+from inferprobe.analyzers.analysis_input import AnalysisInput
 from inferprobe.collector.ingest.llama_view import build_llama_view
 from inferprobe.collector.model.events import EventType, LlamaRunRecord, LlamaStepPhase, LlamaStepRecord
 from inferprobe.collector.model.recording import Recording
 from inferprobe.collector.model.timeline import Outcome, Request
+from inferprobe.reports.sections.phase_sources import build
 
 MS = 1_000_000
 
@@ -25,12 +25,12 @@ def test_engine_uprobe_requests_and_socket_only_ones_are_counted_apart():
              LlamaStepRecord(EventType.LLAMA_STEP, 7, 8, 110 * MS, LlamaStepPhase.RETURN, 0, (), False, 0, 0)]
     tied, untied = _req(1, 50), _req(2, 700)
     build_llama_view(steps, [tied, untied])
-    result = analyze(AnalysisInput(recording=Recording(path=Path("r.ipr"), meta={}), requests=[tied, untied],
-                                   events=steps))
-    assert result is not None and result.section is not None
-    by_source = {row[0]: row[1] for row in result.section.tables[0].rows}
+    section = build(AnalysisInput(recording=Recording(path=Path("r.ipr"), meta={}), requests=[tied, untied],
+                                  events=steps))
+    assert section is not None
+    by_source = {row[0]: row[1] for row in section.tables[0].rows}
     assert by_source == {"engine_uprobes": "1", "sockets only": "1"}
-    gauges = dict(result.section.tables[1].rows)
+    gauges = dict(section.tables[1].rows)
     assert gauges["batch_stall_duration_seconds"] == "engine_uprobes"
     assert gauges["token_occupancy_ratio"] == "none"  # llama.cpp's steps do not say it
 
@@ -39,9 +39,9 @@ def test_occupancy_comes_from_an_engine_that_publishes_its_kv_use():
     samples = [["vllm:kv_cache_usage_perc", {"engine": "0"}, 0.42], ["vllm:num_requests_waiting", {}, 1.0]]
     scrapes = [{"t_ns": t, "url": "http://h:8000/metrics", "samples": samples} for t in (1, 2)]
     recording = Recording(path=Path("r.ipr"), meta={}, engine_scrapes=scrapes)
-    result = analyze(AnalysisInput(recording=recording, requests=[_req(1, 50)], events=[]))
-    assert result is not None and result.section is not None
-    gauges = dict(result.section.tables[1].rows)
+    section = build(AnalysisInput(recording=recording, requests=[_req(1, 50)], events=[]))
+    assert section is not None
+    gauges = dict(section.tables[1].rows)
     assert gauges["token_occupancy_ratio"] == "engine_metrics"
     assert gauges["scheduler_queue_length, running requests"] == "engine_metrics"
 

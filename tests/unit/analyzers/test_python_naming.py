@@ -1,4 +1,4 @@
-"""Per-process Python frame naming in the report (analyzers/stacks_section.py): every process
+"""Per-process Python frame naming in the report (analyzers/python_naming.py): every process
 of a stack snapshot says whether its Python frames were named, from when, its share of samples
 with them, and why not wherever they were not, in the terminal report and in the JSON report's
 `stacks` (reports/json_stacks.py). Recordings built in memory: no root, no kernel."""
@@ -9,8 +9,8 @@ import io
 
 from rich.console import Console
 
+from inferprobe.analyzers.python_naming import naming_notes, python_naming
 from inferprobe.analyzers.report_data import build
-from inferprobe.analyzers.stacks_section import naming_notes, python_naming
 from inferprobe.reports.json_report import to_json
 from inferprobe.reports.terminal import render_text
 

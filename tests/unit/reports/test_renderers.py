@@ -17,13 +17,13 @@ from rich.console import Console
 from inferprobe.analyzers.findings import Finding
 from inferprobe.analyzers.network import ConnectionNetwork
 from inferprobe.analyzers.report_data import ReportData, build
-from inferprobe.analyzers.sections import AnalyzerSection, FlameGraph, SourceState
 from inferprobe.analyzers.stack_profile import Profile
 from inferprobe.analyzers.units import ms
 from inferprobe.collector.model.events import GpuCopyKind, GpuFunction
 from inferprobe.reports.html import render_html
 from inferprobe.reports.json_report import to_json
 from inferprobe.reports.markdown import render_markdown
+from inferprobe.reports.sections.model import AnalyzerSection, FlameGraph, SourceState
 from inferprobe.reports.terminal import render_text
 
 from tests.factories import MS, gpu_call, gpu_launches, recording, sse_exchange
@@ -46,9 +46,9 @@ def model() -> ReportData:
     return build(recording(_streams()))
 
 
-def _terminal(data: ReportData) -> str:
+def _terminal(data: ReportData, sections: list[AnalyzerSection] | None = None) -> str:
     out = io.StringIO()
-    render_text(data, Console(file=out, width=400))  # wide: no sentence is wrapped
+    render_text(data, Console(file=out, width=400), sections)  # wide: no sentence is wrapped
     return out.getvalue()
 
 
@@ -183,13 +183,14 @@ def test_flame_graphs_are_drawn_by_the_html_renderer_only(model):
         anchor="analyzer-flame-cpu", title="On-CPU flame graph", summary="Where the threads ran.",
         sources=(SourceState("profile", True, "99 Hz"),),
         flame=FlameGraph(Profile("cpu", stacks, "samples", "On-CPU flame graph: server", ""), "run.ipr"))
-    data = dataclasses.replace(model, sections=[section])
+    data, sections = model, [section]
     import lxml.html
 
-    found = lxml.html.document_fromstring(render_html(data)).get_element_by_id("analyzer-flame-cpu")
+    found = lxml.html.document_fromstring(render_html(data, sections=sections)).get_element_by_id(
+        "analyzer-flame-cpu")
     (svg,) = found.xpath(".//*[local-name()='svg']")
     assert {g.get("data-name") for g in svg.iter() if g.get("class") == "f"} >= {"burn_a", "burn_b"}
     assert "`inferprobe flamegraph run.ipr --kind cpu` draws the whole graph" in found.text_content()
-    md = render_markdown(data)
+    md = render_markdown(data, sections)
     assert "draws this as an interactive flame graph" in md and "<svg" not in md
-    assert "<svg" not in _terminal(data) and "On-CPU flame graph" in _terminal(data)
+    assert "<svg" not in _terminal(data, sections) and "On-CPU flame graph" in _terminal(data, sections)

@@ -4,19 +4,18 @@ from __future__ import annotations
 
 from collections import Counter
 
-from inferprobe.analyzers.sections import (
-    AnalysisInput,
-    AnalyzerResult,
+from inferprobe.analyzers.analysis_input import AnalysisInput
+from inferprobe.collector.model.events import UsdtRecord
+from inferprobe.reports.sections.model import (
     AnalyzerSection,
     BarChart,
     Table,
     probe_set_present,
     source_states,
 )
-from inferprobe.collector.model.events import UsdtRecord
 
 
-def analyze(inp: AnalysisInput) -> AnalyzerResult | None:
+def build(inp: AnalysisInput) -> AnalyzerSection | None:
     meta = inp.recording.meta
     if not probe_set_present(meta, "usdt"):
         return None
@@ -36,7 +35,7 @@ def analyze(inp: AnalysisInput) -> AnalyzerResult | None:
     if fired:
         charts = (BarChart(title="Probe firings", value_label="events (count)",
                            bars=tuple(sorted(fired.items(), key=lambda kv: (-kv[1], kv[0])))),)
-    section = AnalyzerSection(
+    return AnalyzerSection(
         anchor="analyzer-usdt",
         title="Server probes (USDT)",
         summary="Queueing, scheduling, prefill and decode steps as the server reported them through "
@@ -45,4 +44,3 @@ def analyze(inp: AnalysisInput) -> AnalyzerResult | None:
         tables=(Table(caption="Server gauges", columns=("measure", "value"), rows=tuple(rows)),),
         charts=charts,
     )
-    return AnalyzerResult(section=section)

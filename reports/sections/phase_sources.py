@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from collections import Counter
 
+from inferprobe.analyzers.analysis_input import AnalysisInput
 from inferprobe.analyzers.engine_metrics import OCCUPANCY
-from inferprobe.analyzers.engine_metrics_section import summary_of
-from inferprobe.analyzers.sections import AnalysisInput, AnalyzerResult, AnalyzerSection, Table, source_states
+from inferprobe.analyzers.engine_metrics_ttft import summary_of
 from inferprobe.collector.ingest.engine_ipc_view import KNOWN_LAYOUTS
 from inferprobe.collector.ingest.llama_view import phase_source
 from inferprobe.collector.model.events import EngineIpcRecord, LlamaStepRecord, UsdtProbe, UsdtRecord
+from inferprobe.reports.sections.model import AnalyzerSection, Table, source_states
 
 ANCHOR = "analyzer-phase-sources"
 WHAT = {
@@ -68,14 +69,14 @@ def _notes(inp: AnalysisInput, counts: Counter) -> tuple[str, ...]:
     return tuple(notes)
 
 
-def analyze(inp: AnalysisInput) -> AnalyzerResult | None:
+def build(inp: AnalysisInput) -> AnalyzerSection | None:
     if not inp.requests:
         return None
     counts = Counter(phase_source(r) for r in inp.requests)
     rows = tuple((source, str(counts[source]), WHAT[source])
                  for source in ("usdt", "engine_uprobes", "engine_ipc", "sockets only") if counts[source])
     gauges = gauge_sources(inp)
-    section = AnalyzerSection(
+    return AnalyzerSection(
         anchor=ANCHOR, title="Where the phases came from",
         summary=("Each request's phases, and the scheduler gauges, by the source they were measured at "
                  "(docs/engines.md)."),
@@ -88,4 +89,3 @@ def analyze(inp: AnalysisInput) -> AnalyzerResult | None:
                             ("batch_stall_duration_seconds",
                              ", ".join(g for g in gauges if g != "engine_metrics") or "none")))),
         notes=_notes(inp, counts))
-    return AnalyzerResult(section=section)

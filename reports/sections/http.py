@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from collections import Counter
 
-from inferprobe.analyzers.sections import AnalysisInput, AnalyzerResult, AnalyzerSection, Table, source_states
+from inferprobe.analyzers.analysis_input import AnalysisInput
+from inferprobe.reports.sections.model import AnalyzerSection, Table, source_states
 
 
-def analyze(inp: AnalysisInput) -> AnalyzerResult:
+def build(inp: AnalysisInput) -> AnalyzerSection:
     reqs = inp.requests
     statuses = Counter(str(r.status) if r.status is not None else "none" for r in reqs)
     outcomes = Counter(r.outcome.value for r in reqs)
@@ -23,7 +24,7 @@ def analyze(inp: AnalysisInput) -> AnalyzerResult:
         ("outcomes", ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items()))),
         ("status codes", ", ".join(f"{k}: {v}" for k, v in sorted(statuses.items()))),
     )
-    section = AnalyzerSection(
+    return AnalyzerSection(
         anchor="analyzer-sockets",
         title="HTTP over sockets",
         summary="Requests, responses and token chunks as the kernel saw them on the server's sockets.",
@@ -35,4 +36,3 @@ def analyze(inp: AnalysisInput) -> AnalyzerResult:
             "the socket: the server's USDT probes split them.",
         ),
     )
-    return AnalyzerResult(section=section)

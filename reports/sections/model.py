@@ -1,48 +1,24 @@
-"""What an analyzer hands the report: one section of evidence and its findings.
+"""One section of evidence in the report: what the section builders of
+reports/sections/ make from the analyzers' results.
 
 The HTML, Markdown and terminal outputs render any AnalyzerSection the same
 way (a summary, the probe sources it read and whether they were active,
-tables, bar charts), so an analyzer added later (locks, off-CPU, network,
-GPU) needs no change in reports/: write `analyze(AnalysisInput) ->
-AnalyzerResult | None` and list it in analyzers/registry.py.
+tables, charts), so a section added later needs no change in the
+renderers: write `build(AnalysisInput) -> AnalyzerSection | None` and list
+it in reports/sections/registry.py (its findings, if any, are the
+analyzer's: analyzers/registry.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from inferprobe.analyzers.findings import Finding
-from inferprobe.collector.model.events import Event
-from inferprobe.collector.model.recording import Recording
 from inferprobe.collector.model.recording_meta import RecordingMeta
-from inferprobe.collector.model.timeline import Request
 
 if TYPE_CHECKING:
-    from inferprobe.analyzers.batching import BatchingAdvice
-    from inferprobe.analyzers.client_calls import ClientCall
-    from inferprobe.analyzers.gpu import GpuSummary
-    from inferprobe.analyzers.locks import LockAnalysis
-    from inferprobe.analyzers.network import ConnectionNetwork
-    from inferprobe.analyzers.proxy_hops import ProxyHops
     from inferprobe.analyzers.stack_profile import Profile
-
-
-@dataclass(frozen=True)
-class AnalysisInput:
-    recording: Recording
-    requests: Sequence[Request]  # sorted by ingress
-    events: Sequence[Event]  # every decodable event, in recording order
-    # Results of the analyzers that report_data.build runs before the sections
-    # (None when the recording has nothing for them).
-    locks: LockAnalysis | None = None
-    network: list[ConnectionNetwork] | None = None
-    network_findings: Sequence[Finding] = ()  # analyzers/network.py's, once for every output
-    gpu: GpuSummary | None = None
-    client_calls: Sequence[ClientCall] = ()  # analyzers/client_calls.py: the targets' outbound calls
-    batching: BatchingAdvice | None = None  # analyzers/batching.py: None without an engine step timeline
-    proxy_hops: ProxyHops | None = None  # analyzers/proxy_hops.py: None without a traced proxy + backend
 
 
 @dataclass(frozen=True)
@@ -104,12 +80,6 @@ class AnalyzerSection:
     # and the terminal show the tables instead. None: no stacks to draw.
     flame: FlameGraph | None = None
     scatters: tuple[ScatterChart, ...] = ()
-
-
-@dataclass(frozen=True)
-class AnalyzerResult:
-    section: AnalyzerSection | None
-    findings: tuple[Finding, ...] = field(default_factory=tuple)
 
 
 NOT_RECORDED = "not in this recording (not requested, or an older inferprobe)"

@@ -1,4 +1,5 @@
-"""The report's batching section and its verdict finding, from BatchingAdvice.
+"""The report's batching section, from BatchingAdvice (its verdict finding is
+analyzers/batching.py's).
 
 The same section is what `inferprobe advise` prints (with the setting it
 chose for the target), so the terminal, HTML, Markdown and JSON outputs all
@@ -10,22 +11,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from inferprobe.analyzers.batching import BatchingAdvice
+from inferprobe.analyzers.analysis_input import AnalysisInput
+from inferprobe.analyzers.batching import ANCHOR, BatchingAdvice, shown
 from inferprobe.analyzers.batching_replay import Prediction
-from inferprobe.analyzers.findings import Finding
-from inferprobe.analyzers.sections import (
-    AnalysisInput,
-    AnalyzerResult,
-    AnalyzerSection,
-    ScatterChart,
-    Table,
-    source_states,
-)
 from inferprobe.analyzers.units import ms, ms_text
+from inferprobe.reports.sections.model import AnalyzerSection, ScatterChart, Table, source_states
 
-ANCHOR = "analyzer-batching"
-# A setting that moves a p99 by at least this share of today's is worth a finding.
-WORTH_SAYING = 0.20
 TERM_UNITS = {"decode_seqs": "a sequence decoded", "prefill_tokens": "a prompt token",
               "prefill_seqs": "a prompt in the step", "context_tokens": "1,000 cached positions attended"}
 
@@ -129,44 +120,9 @@ def section(advice: BatchingAdvice, meta: Mapping[str, Any]) -> AnalyzerSection:
         scatters=(scatter,) if scatter is not None else (), notes=tuple(notes))
 
 
-def _p99(p: Prediction, name: str) -> float | None:
-    return p.ttft_ns.p99 if name == "TTFT" else p.itl_ns.p99
-
-
-def finding(advice: BatchingAdvice) -> Finding | None:
-    """Batching is a cause when another cap would move a p99 by a fifth or more (without a
-    target to weigh TTFT against ITL, each is weighed alone)."""
-    current = advice.current
-    if current is None or advice.engine is None or advice.measured is None:
-        return None
-    best: tuple[float, Prediction, str, str, str] | None = None  # gain, setting, name, other, of
-    for p in advice.predictions:
-        for name, other, of in (("TTFT", "ITL", "p99 TTFT"), ("ITL", "TTFT", "p99 inter-token latency")):
-            now, then = _p99(current, name), _p99(p, name)
-            if now and then is not None and not advice.extrapolated(p.setting):
-                gain = (now - then) / now
-                if gain >= WORTH_SAYING and (best is None or gain > best[0]):
-                    best = (gain, p, name, other, of)
-    if best is None:
-        return None
-    gain, p, name, other, of = best
-    e = advice.engine
-    sentence = (f"batching: replayed at {e.flag(p.setting)} instead of {e.flag(current.setting)}, this "
-                f"recording's requests would see p99 {name} {ms_text(_p99(p, name))} instead of "
-                f"{ms_text(_p99(current, name))} (p99 {other} {ms_text(_p99(current, other))} -> "
-                f"{ms_text(_p99(p, other))})")
-    return Finding(kind="batching.setting", sentence=sentence, source="batching",
-                   recommendation=f"weigh TTFT against ITL with `inferprobe advise FILE --ttft-p99 T "
-                                  f"--itl-p99 T`: it names the {e.knob} that meets both at the best "
-                                  f"throughput",
-                   share=min(1.0, gain), of=of, evidence=ANCHOR,
-                   figures={"setting": p.setting, "current": current.setting})
-
-
-def analyze(inp: AnalysisInput) -> AnalyzerResult | None:
+def build(inp: AnalysisInput) -> AnalyzerSection | None:
     advice = inp.batching
-    if advice is None or (advice.engine is None and advice.cannot is not None):
+    if not shown(advice):
         return None
-    found = finding(advice)
-    return AnalyzerResult(section=section(advice, inp.recording.meta),
-                          findings=(found,) if found is not None else ())
+    assert advice is not None
+    return section(advice, inp.recording.meta)

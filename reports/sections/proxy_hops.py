@@ -1,11 +1,12 @@
 """The proxy hops section: each traced hop of the recording's client requests side by
-side (analyzers/proxy_hops.py ties them), and the proxy's finding where it bunches tokens."""
+side (analyzers/proxy_hops.py ties them, and makes the proxy's finding where it bunches tokens)."""
 
 from __future__ import annotations
 
+from inferprobe.analyzers.analysis_input import AnalysisInput
 from inferprobe.analyzers.proxy_hops import ANCHOR, HopStats
-from inferprobe.analyzers.sections import AnalysisInput, AnalyzerResult, AnalyzerSection, Table, source_states
 from inferprobe.analyzers.units import ms
+from inferprobe.reports.sections.model import AnalyzerSection, Table, source_states
 
 
 def _row(hop: HopStats) -> tuple[str, ...]:
@@ -16,12 +17,12 @@ def _row(hop: HopStats) -> tuple[str, ...]:
             ms(hop.ttft_ns.p99), ms(hop.itl_ns.p50), ms(hop.itl_ns.p99), per_write)
 
 
-def analyze(inp: AnalysisInput) -> AnalyzerResult | None:
+def build(inp: AnalysisInput) -> AnalyzerSection | None:
     hops = inp.proxy_hops
     if hops is None:
         return None
     proxies = sorted({t.proxy_pid for t in hops.ties})
-    section = AnalyzerSection(
+    return AnalyzerSection(
         anchor=ANCHOR,
         title="Proxy hops",
         summary=(f"{len(hops.ties)} connection(s) from the traced proxy "
@@ -36,4 +37,3 @@ def analyze(inp: AnalysisInput) -> AnalyzerResult | None:
                "backend accepted. A hop through a process that is not traced, or across a network "
                "address translation, is not tied, and its requests count as served.",),
     )
-    return AnalyzerResult(section=section, findings=hops.findings)

@@ -1,5 +1,5 @@
-"""The engine-metrics section: the engine's own gauges beside the wire's
-numbers, and a finding when its TTFT histogram disagrees with the wire's.
+"""Whether the engine's own TTFT histogram agrees with the wire's: a finding
+where it does not.
 
 The wire's TTFT runs from the request's read to its first token chunk's
 write. An engine's own TTFT starts where the engine first sees the request:
@@ -14,24 +14,19 @@ from __future__ import annotations
 
 import statistics
 
-from inferprobe.analyzers.engine_metrics import GAUGES, OCCUPANCY, EngineMetricsSummary, summarize
+from inferprobe.analyzers.engine_metrics import EngineMetricsSummary, summarize
 from inferprobe.analyzers.findings import Finding
-from inferprobe.analyzers.sections import AnalysisInput, AnalyzerResult, AnalyzerSection, SourceState, Table
 from inferprobe.analyzers.units import ms
 from inferprobe.collector.model.recording import Recording
 from inferprobe.collector.model.timeline import Request
 
-ANCHOR = "analyzer-engine-metrics"
+ANCHOR = "analyzer-engine-metrics"  # the report section (reports/sections/engine_metrics.py)
 AGREEMENT_MARGIN = 0.10
 MIN_OBSERVATIONS = 5  # fewer requests in the engine's histogram say too little
 
 
 def summary_of(recording: Recording) -> EngineMetricsSummary | None:
     return summarize(recording.engine_scrapes, (recording.final or {}).get("engine_metrics"))
-
-
-def _value(gauge: str, v: float) -> str:
-    return f"{v * 100:.0f} %" if gauge == OCCUPANCY else f"{v:g}"
 
 
 def wire_ttft_median_ns(requests: list[Request], summary: EngineMetricsSummary) -> float | None:
@@ -69,43 +64,3 @@ def ttft_disagreement(summary: EngineMetricsSummary, requests: list[Request]) ->
         share=min(1.0, gap / wire), of="p50 TTFT", evidence=ANCHOR,
         value=gap / 1e9, figures={"engine_p50_s": engine, "wire_p50_s": wire / 1e9,
                                   "engine_bucket_s": [bounds[0], bounds[1]], "observations": hist.count})
-
-
-def analyze(inp: AnalysisInput) -> AnalyzerResult | None:
-    summary = summary_of(inp.recording)
-    if summary is None:
-        return None
-    rows = [(gauge, summary.series[gauge].metric, _value(gauge, summary.series[gauge].peak),
-             _value(gauge, summary.series[gauge].last))
-            for gauge in GAUGES if gauge in summary.series]
-    rows.append(("batch_stall_duration_seconds", "(no engine publishes it)", "-", "-"))
-    tables = [Table(caption=f"Engine gauges ({summary.engine or 'unknown engine'}, {summary.url})",
-                    columns=("gauge", "engine metric", "peak", "last"), rows=tuple(rows))]
-    findings: tuple[Finding, ...] = ()
-    notes = []
-    if summary.ttft is not None and summary.ttft.count > 0:
-        wire = wire_ttft_median_ns(list(inp.requests), summary)
-        engine_p50 = summary.ttft.quantile(0.5)
-        tables.append(Table(caption="TTFT: the engine's histogram and the wire",
-                            columns=("source", "p50 (ms)", "requests"),
-                            rows=((summary.ttft.metric, ms(None if engine_p50 is None else engine_p50 * 1e9),
-                                   f"{summary.ttft.count:.0f}"),
-                                  ("wire (read -> first token chunk)", ms(wire), "-"))))
-        found = ttft_disagreement(summary, list(inp.requests))
-        if found is not None:
-            findings = (found,)
-    stats = summary.stats
-    for key, what in (("series_dropped", "series past the per-scrape cap"),
-                      ("scrapes_dropped", "scrapes past the recording's sample cap"),
-                      ("failures", "failed scrapes")):
-        if stats.get(key):
-            notes.append(f"{stats[key]} {what} were not recorded")
-    notes.append("Engine gauges are sampled every 250 ms: a queue that fills and drains between two "
-                 "scrapes is not seen; they carry no per-request phase.")
-    section = AnalyzerSection(
-        anchor=ANCHOR, title="Engine metrics",
-        summary=(f"The engine's own Prometheus endpoint, scraped {summary.scrapes} times while recording, "
-                 "mapped onto the design card's gauges (docs/engines.md)."),
-        sources=(SourceState("engine_metrics", True, summary.url),),
-        tables=tuple(tables), notes=tuple(notes))
-    return AnalyzerResult(section=section, findings=findings)
