@@ -61,7 +61,7 @@ class SwitchedTracer(DrainedTracer):
         self.attached = on
 
     def switch(self, state: str) -> None:
-        from inferprobe.collector.attach.loader import add_targets, remove_targets
+        from inferprobe.collector.attach.target_bitmap import add_targets, remove_targets
 
         self._attach(state != "detached")
         (add_targets if state == "traced" else remove_targets)(self.tracer.bpf, [self.pid])

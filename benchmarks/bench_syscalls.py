@@ -62,7 +62,7 @@ from bench_support import (
     stop_process,
 )
 
-from inferprobe.collector.attach import loader
+from inferprobe.collector.attach import built_objects
 
 MODES = ("untraced", "empty", "traced")
 SHAPES = ("write", "writev", "sendmsg", "writev16")
@@ -72,12 +72,12 @@ SOURCE = REPO / "benchmarks" / "native" / "http_pingpong.c"
 @contextlib.contextmanager
 def bpf_source(source: Path):
     """Loads the probes from another copy of bpf/ meanwhile."""
-    before = loader.BPF_DIR
-    loader.BPF_DIR = source
+    before = built_objects.BPF_DIR
+    built_objects.BPF_DIR = source
     try:
         yield
     finally:
-        loader.BPF_DIR = before
+        built_objects.BPF_DIR = before
 
 
 def program_times(bpf) -> dict[str, tuple[int, int]]:
@@ -289,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
                                       for name in workloads), flush=True)
             in_kernel = measure_in_kernel(app, workloads, args.requests * 4)
             if args.bpf_dir:
-                compare_trees(app, workloads, [loader.BPF_DIR, *(d.resolve() for d in args.bpf_dir)],
+                compare_trees(app, workloads, [built_objects.BPF_DIR, *(d.resolve() for d in args.bpf_dir)],
                               args.rounds, args.requests * 4)
         finally:
             app.close()

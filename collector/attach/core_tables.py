@@ -19,9 +19,9 @@ import errno
 import os
 from collections.abc import Iterator
 from functools import lru_cache
-from typing import Any
+from typing import Any, Protocol
 
-from inferprobe.collector.attach import libbpf
+from inferprobe.collector.attach import libbpf_library as libbpf
 
 # BTF kinds (include/uapi/linux/btf.h)
 INT, PTR, ARRAY, STRUCT, UNION, ENUM, FWD, TYPEDEF, VOLATILE, CONST, RESTRICT = range(1, 12)
@@ -228,7 +228,17 @@ class CoreTable:
             yield int(address)
 
 
-def table(obj: libbpf.BpfObject, name: str) -> CoreTable:
+class LoadedObject(Protocol):
+    """What a table needs of a loaded object (collector/attach/libbpf.py's BpfObject)."""
+
+    ptr: int | None
+
+    def _map(self, name: str) -> int: ...
+
+    def map_fd(self, name: str) -> int: ...
+
+
+def table(obj: LoadedObject, name: str) -> CoreTable:
     """The named map of a loaded object as a CoreTable."""
     lib = libbpf.library()
     ptr = obj._map(name)

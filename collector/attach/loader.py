@@ -11,34 +11,25 @@ collector works on decoded events and never needs it.
 from __future__ import annotations
 
 import ctypes
-import errno
 import os
-import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from inferprobe.collector.attach import libbpf, preflight
+from inferprobe.collector.attach import preflight
+from inferprobe.collector.attach.built_objects import built_object
 from inferprobe.collector.attach.libbpf import BpfObject, LibbpfError
-from inferprobe.collector.attach.probe_sets import ProbeSet, TargetContext, available_sets
+from inferprobe.collector.attach.preflight import ensure_kernel_version
+from inferprobe.collector.attach.probe_sets import ProbeSet, TargetContext
+from inferprobe.collector.attach.probe_sets.registry import available_sets
+from inferprobe.collector.attach.target_bitmap import add_targets
 from inferprobe.collector.errors import EnvironmentProblem, TargetProblem
 from inferprobe.collector.model.events import COUNTER_MAX, Counter
 from inferprobe.collector.model.ringbuf_format import iter_ring_records
 from inferprobe.collector.processes import targets as target_procs
 
-BPF_DIR = Path(__file__).resolve().parents[2] / "bpf"
 TRACEFS = Path("/sys/kernel/tracing")
 DEFAULT_SETS = ("sockets", "usdt")
-
-
-def built_object(name: str) -> Path:
-    """A BPF object built ahead of time (scripts/build_bpf.sh), by file name.
-    Installed: inferprobe/bpf/build next to inferprobe/collector. Source tree: ../bpf/build."""
-    path = BPF_DIR / "build" / name
-    if not path.is_file():
-        raise EnvironmentProblem(f"the built BPF object {path} is missing: run 'make setup' "
-                                 "(scripts/build_bpf.sh builds it with clang and libbpf's headers)")
-    return path
 
 
 def load_core_object(probe_set: ProbeSet, shared: dict[str, int], ringbuf_pages: int,
@@ -83,19 +74,6 @@ def ensure_tracefs() -> None:
         )
 
 
-# The oldest kernel the built objects load on: the BPF ring buffer (5.8) carries every event.
-OLDEST_KERNEL = (5, 8)
-
-
-def ensure_kernel_version(release: str | None = None) -> None:
-    release = release or os.uname().release
-    found = re.match(r"(\d+)\.(\d+)", release)
-    if found is None or tuple(map(int, found.groups())) < OLDEST_KERNEL:
-        raise EnvironmentProblem(
-            f"Linux {release} is older than {OLDEST_KERNEL[0]}.{OLDEST_KERNEL[1]}, the first with the BPF "
-            "ring buffer that every inferprobe program writes to: run it on a newer kernel")
-
-
 def ensure_privileges() -> None:
     if os.geteuid() != 0:
         raise EnvironmentProblem(
@@ -113,45 +91,6 @@ def wakeup_bytes(ringbuf_pages: int, cpus: int | None = None) -> int:
     cpus = cpus or os.cpu_count() or 1
     ring = ringbuf_pages * PAGE_SIZE
     return max(4096, min(256 * 1024, ring // (WAKEUP_SHARE_PER_CPU * cpus)))
-
-
-def add_targets(bpf, pids: list[int]) -> None:
-    """Sets the pids' bits in the kernel's target bitmap (common.bpf.h), which
-    covers every pid a 64-bit kernel can hand out (PID_MAX_LIMIT, 1 << 22)."""
-    _set_target_bits(bpf, pids, True)
-
-
-def remove_targets(bpf, pids: list[int]) -> None:
-    """Clears the pids' bits: the programs then treat them as any other process."""
-    _set_target_bits(bpf, pids, False)
-
-
-def _set_target_bits(bpf, pids: list[int], on: bool) -> None:
-    bitmap = bpf[b"targets"]
-    for pid in pids:
-        word = ctypes.c_int(pid // 64)
-        value, bit = bitmap[word].value, 1 << (pid % 64)
-        bitmap[word] = ctypes.c_uint64(value | bit if on else value & ~bit)
-
-
-def target_pids(bpf) -> list[int]:
-    """Every pid set in the kernel's target bitmap: the targets, and the
-    processes and threads the kernel saw them fork since."""
-    bitmap = bpf[b"targets"]
-    words = bitmap.max_entries
-    keys = (ctypes.c_uint32 * words)()
-    values = (ctypes.c_uint64 * words)()
-    count = ctypes.c_uint32(words)
-    batch = ctypes.c_uint32(0)
-    # One BPF_MAP_LOOKUP_BATCH for the whole 512 KiB, not 65536 lookups: this
-    # runs about once a second while recording.
-    if libbpf.library().bpf_map_lookup_batch(bitmap.map_fd, None, ctypes.byref(batch), keys, values,
-                                             ctypes.byref(count), None) != 0 \
-            and ctypes.get_errno() != errno.ENOENT:
-        raise OSError(ctypes.get_errno(), "reading the target bitmap failed")
-    return [index * 64 + bit
-            for index, word in enumerate(memoryview(values).cast("B").cast("Q")[:count.value]) if word
-            for bit in range(64) if word >> bit & 1]
 
 
 @dataclass

@@ -21,12 +21,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from inferprobe.collector.attach.libbpf_library import BTF_VMLINUX
+from inferprobe.collector.errors import EnvironmentProblem
+
 CAP_SYS_ADMIN = 21
 CAP_PERFMON = 38
 CAP_BPF = 39
 
 TRACEFS_MOUNTS = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
-BTF_VMLINUX = "/sys/kernel/btf/vmlinux"
 UPROBE_TYPE = "/sys/bus/event_source/devices/uprobe/type"
 SETUP_FIX = "sudo make setup"
 
@@ -198,9 +200,6 @@ def check_btf() -> Check:
 def check_kernel() -> Check:
     """The BPF ring buffer every program writes to: Linux 5.8."""
     name = "kernel"
-    from inferprobe.collector.attach.loader import OLDEST_KERNEL, ensure_kernel_version
-    from inferprobe.collector.errors import EnvironmentProblem
-
     try:
         ensure_kernel_version()
     except EnvironmentProblem as exc:
@@ -235,8 +234,8 @@ def check_tracepoint_program() -> Check:
     a connect() of this process to a closed port is one event in the ring."""
     name = "tracepoint program"
     try:
+        from inferprobe.collector.attach.built_objects import built_object
         from inferprobe.collector.attach.libbpf import BpfObject, LibbpfError
-        from inferprobe.collector.attach.loader import built_object
         from inferprobe.collector.model.events import Counter
 
         core = BpfObject(built_object("sock_hash.bpf.o"))
@@ -293,8 +292,8 @@ def check_libbpf() -> Check:
     """libbpf loads the programs built ahead of time (bpf/build, scripts/build_bpf.sh)."""
     name = "libbpf"
     try:
+        from inferprobe.collector.attach.built_objects import BPF_DIR
         from inferprobe.collector.attach.libbpf import LibbpfError, library
-        from inferprobe.collector.attach.loader import BPF_DIR
 
         try:
             lib = library()
@@ -351,3 +350,16 @@ def run_all() -> list[Check]:
 def tracing_ready(checks: list[Check]) -> bool:
     """True when every required check passed."""
     return all(c.ok for c in checks if c.required)
+
+
+# The oldest kernel the built objects load on: the BPF ring buffer (5.8) carries every event.
+OLDEST_KERNEL = (5, 8)
+
+
+def ensure_kernel_version(release: str | None = None) -> None:
+    release = release or os.uname().release
+    found = re.match(r"(\d+)\.(\d+)", release)
+    if found is None or tuple(map(int, found.groups())) < OLDEST_KERNEL:
+        raise EnvironmentProblem(
+            f"Linux {release} is older than {OLDEST_KERNEL[0]}.{OLDEST_KERNEL[1]}, the first with the BPF "
+            "ring buffer that every inferprobe program writes to: run it on a newer kernel")

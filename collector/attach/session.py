@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from inferprobe.collector.attach.event_stream import EventStream
-from inferprobe.collector.attach.libbpf import libbpf_version
+from inferprobe.collector.attach.libbpf_library import libbpf_version
 from inferprobe.collector.model.events import LAYOUT_VERSION
 from inferprobe.collector.processes import targets as target_procs
 

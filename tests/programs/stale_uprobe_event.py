@@ -28,8 +28,8 @@ from pathlib import Path
 from elftools.elf.elffile import ELFFile
 
 from inferprobe.collector.attach import tracefs_uprobes
+from inferprobe.collector.attach.built_objects import BPF_DIR
 from inferprobe.collector.attach.libbpf import BpfObject
-from inferprobe.collector.attach.loader import BPF_DIR
 from inferprobe.collector.attach.uprobe_attach import _file_offset
 
 CALLS = 100

@@ -44,7 +44,7 @@ import hashlib
 import os
 import re
 
-from inferprobe.collector.attach.libbpf import holds_cap_sys_admin
+from inferprobe.collector.attach.libbpf_library import holds_cap_sys_admin
 
 # The kernel's MAX_EVENT_NAME_LEN is 64, terminator included; bcc appends "_bcc_<its pid>".
 MAX_EVENT_NAME = 63

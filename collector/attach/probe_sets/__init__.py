@@ -15,8 +15,8 @@ host-wide sets' programs live in sock.bpf.o, because they read and change
 its per-connection state; such a set only configures and attaches them.
 
 A new set: write bpf/<name>.bpf.c (include "common.bpf.h"), add it to
-scripts/build_bpf.sh, subclass ProbeSet here with core_object, and list it in
-available_sets().
+scripts/build_bpf.sh, subclass ProbeSet (here) with core_object in a module of
+this folder, and list it in registry.py.
 """
 
 from __future__ import annotations
@@ -89,19 +89,3 @@ class ProbeSet:
 
     def release(self) -> None:
         """Drops native handles; called just before the BPF programs are detached."""
-
-
-def available_sets() -> dict[str, type[ProbeSet]]:
-    from inferprobe.collector.attach.probe_sets.gpu import GpuProbes
-    from inferprobe.collector.attach.probe_sets.host_wide import HostWideProbes
-    from inferprobe.collector.attach.probe_sets.llama import LlamaProbes
-    from inferprobe.collector.attach.probe_sets.locks import LockProbes
-    from inferprobe.collector.attach.probe_sets.network import NetworkProbes
-    from inferprobe.collector.attach.probe_sets.sockets import SocketProbes
-    from inferprobe.collector.attach.probe_sets.stacks import OffcpuProbes, ProfileProbes
-    from inferprobe.collector.attach.probe_sets.tls import TlsProbes
-    from inferprobe.collector.attach.probe_sets.usdt import UsdtProbes
-
-    # sockets first: the TLS set loads into the chain the sockets set set up.
-    return {cls.name: cls for cls in (SocketProbes, TlsProbes, UsdtProbes, NetworkProbes, ProfileProbes,
-                                      OffcpuProbes, LockProbes, GpuProbes, LlamaProbes, HostWideProbes)}

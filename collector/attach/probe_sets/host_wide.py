@@ -179,7 +179,7 @@ class HostWideProbes(ProbeSet):
         return f"host-wide: following pid {pid} ({a.comm}), seen to {a.how}{where}"
 
     def _scan(self, bpf) -> list[str]:
-        from inferprobe.collector.attach.loader import add_targets
+        from inferprobe.collector.attach.target_bitmap import add_targets
 
         serving = self.scanner.scan()
         found = [pid for pid in host_wide.matching_listeners(self.filters, serving)
@@ -194,7 +194,7 @@ class HostWideProbes(ProbeSet):
 
     def _release_non_http(self, bpf) -> list[str]:
         """Stops following processes whose connections carry no HTTP."""
-        from inferprobe.collector.attach.loader import remove_targets
+        from inferprobe.collector.attach.target_bitmap import remove_targets
 
         unrecognised: dict[int, int] = {}
         socks = bpf[b"socks"]

@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 from inferprobe.collector.attach.libbpf import BpfObject
-from inferprobe.collector.attach.preflight import BTF_VMLINUX
+from inferprobe.collector.attach.libbpf_library import BTF_VMLINUX
 from inferprobe.collector.attach.probe_sets import ProbeSet, TargetContext
 from inferprobe.collector.model.layout_generated import LocalIpc
 from inferprobe.collector.processes import targets as target_procs

@@ -77,7 +77,7 @@ class _StackSet(ProbeSet):
         core.set_constant(f"{self.prefix}_stream", self.stream)
 
     def _remember_targets(self, bpf) -> None:
-        from inferprobe.collector.attach.loader import target_pids
+        from inferprobe.collector.attach.target_bitmap import target_pids
 
         # the targets map also holds thread ids: only thread group leaders have maps of their own
         leaders = [pid for pid in target_pids(bpf) if Path(f"/proc/{pid}/task/{pid}").exists()]

@@ -100,7 +100,7 @@ class UsdtProbes(ProbeSet):
         is new (a worker, an adopted server) or mapped a file with probes since (an import)."""
         if self.core is None:
             return None
-        from inferprobe.collector.attach.loader import target_pids
+        from inferprobe.collector.attach.target_bitmap import target_pids
 
         # The kernel's bitmap holds threads' tids too; /proc lists processes only.
         current = set(target_pids(bpf)) & {int(entry) for entry in os.listdir("/proc") if entry.isdigit()}

@@ -17,7 +17,7 @@ import subprocess
 import pytest
 from elftools.elf.elffile import ELFFile
 
-from inferprobe.collector.attach.loader import BPF_DIR
+from inferprobe.collector.attach.built_objects import BPF_DIR
 from inferprobe.collector.model import layout_generated
 
 pytestmark = [pytest.mark.bpf]

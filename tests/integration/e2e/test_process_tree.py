@@ -77,7 +77,8 @@ sys.stdin.readline()
 
 
 def test_the_kernel_target_set_follows_forks_and_exits():
-    from inferprobe.collector.attach.loader import load_tracer, target_pids
+    from inferprobe.collector.attach.loader import load_tracer
+    from inferprobe.collector.attach.target_bitmap import target_pids
 
     proc = subprocess.Popen([sys.executable, "-c", FORKER], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True)

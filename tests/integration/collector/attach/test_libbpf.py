@@ -14,8 +14,8 @@ import subprocess
 
 import pytest
 
+from inferprobe.collector.attach.built_objects import built_object
 from inferprobe.collector.attach.libbpf import BpfObject, LibbpfError, map_id_of_fd
-from inferprobe.collector.attach.loader import built_object
 
 from tests.support.kernel import needs_root
 

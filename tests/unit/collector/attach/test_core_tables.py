@@ -8,9 +8,9 @@ import ctypes
 
 import pytest
 
+from inferprobe.collector.attach.built_objects import BPF_DIR
 from inferprobe.collector.attach.core_tables import BtfTypes
 from inferprobe.collector.attach.libbpf import BpfObject, library
-from inferprobe.collector.attach.loader import BPF_DIR
 from inferprobe.collector.model.layout_generated import OffcpuValue, StackKey
 
 OFFCPU = BPF_DIR / "build" / "offcpu.bpf.o"

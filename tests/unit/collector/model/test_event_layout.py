@@ -18,7 +18,7 @@ import subprocess
 
 import pytest
 
-from inferprobe.collector.attach.loader import BPF_DIR
+from inferprobe.collector.attach.built_objects import BPF_DIR
 from inferprobe.collector.model import events, layout_generated
 
 CC = shutil.which("cc") or shutil.which("gcc")
