@@ -25,6 +25,8 @@ from itertools import pairwise
 from pathlib import Path
 from urllib.parse import urlsplit
 
+# Nearest rank, as every figure of the report: the client's p99 and the tracer's are one statistic.
+from inferprobe.analyzers.cadence import percentile
 from inferprobe.collector.errors import InferprobeError
 from inferprobe.demo.sse_client import ClientResult, run_load
 
@@ -105,17 +107,6 @@ def token_events(result: ClientResult) -> list[int]:
         if choices and choices[0].get("finish_reason") is None:
             times.append(t_ns)
     return times
-
-
-def percentile(values: list[float], p: float) -> float | None:
-    """Linear-interpolated percentile (p in 0..100); None for no data."""
-    if not values:
-        return None
-    s = sorted(values)
-    k = (len(s) - 1) * p / 100.0
-    lo = int(k)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (k - lo)
 
 
 def _ok(r: ClientResult) -> bool:

@@ -18,7 +18,8 @@ import json
 import sys
 import time
 
-from inferprobe.demo.loadgen import percentile, summarize
+from inferprobe.analyzers.cadence import percentile
+from inferprobe.demo.loadgen import summarize
 from inferprobe.demo.sse_client import (
     ClientResult,
     ProtocolError,
