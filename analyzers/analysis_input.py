@@ -15,6 +15,7 @@ from inferprobe.collector.model.timeline import Request
 if TYPE_CHECKING:
     from inferprobe.analyzers.batching import BatchingAdvice
     from inferprobe.analyzers.client_calls import ClientCall
+    from inferprobe.analyzers.engine_metrics import EngineMetricsSummary
     from inferprobe.analyzers.findings import Finding
     from inferprobe.analyzers.gpu import GpuSummary
     from inferprobe.analyzers.locks import LockAnalysis
@@ -36,3 +37,5 @@ class AnalysisInput:
     client_calls: Sequence[ClientCall] = ()  # analyzers/client_calls.py: the targets' outbound calls
     batching: BatchingAdvice | None = None  # analyzers/batching.py: None without an engine step timeline
     proxy_hops: ProxyHops | None = None  # analyzers/proxy_hops.py: None without a traced proxy + backend
+    # the engine's own /metrics as scraped (engine_metrics_ttft.summary_of): None without scrapes
+    engine_metrics: EngineMetricsSummary | None = None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import TypeGuard
 
 from inferprobe.analyzers.batching_replay import Prediction, StepModel, replay
 from inferprobe.analyzers.cadence import Distribution, percentile
@@ -254,7 +255,7 @@ def _with_current(trace: EngineTrace, current: int) -> EngineTrace:
     return replace(trace, current=current, current_binding=True)
 
 
-def shown(advice: BatchingAdvice | None) -> bool:
+def shown(advice: BatchingAdvice | None) -> TypeGuard[BatchingAdvice]:
     """Whether the report says anything of batching: there is advice, or at least an engine
     it could not model (and why)."""
     return advice is not None and not (advice.engine is None and advice.cannot is not None)

@@ -32,12 +32,11 @@ def _proxy_hops(inp: AnalysisInput) -> Sequence[Finding]:
 
 
 def _batching(inp: AnalysisInput) -> Sequence[Finding]:
-    return _one(batching_finding(inp.batching)) if inp.batching is not None and batching_shown(inp.batching) \
-        else ()
+    return _one(batching_finding(inp.batching)) if batching_shown(inp.batching) else ()
 
 
 def _engine_metrics(inp: AnalysisInput) -> Sequence[Finding]:
-    summary = engine_metrics_ttft.summary_of(inp.recording)
+    summary = inp.engine_metrics
     if summary is None or summary.ttft is None or summary.ttft.count <= 0:
         return ()
     return _one(engine_metrics_ttft.ttft_disagreement(summary, list(inp.requests)))

@@ -171,8 +171,7 @@ def build(recording: Recording, mutex_threshold: float = lock_analysis.DEFAULT_M
     batching = advise(server, requests, target, current_setting) if server.steps else None
     inp = AnalysisInput(recording=recording, requests=requests, events=decoded, locks=locks,
                         network=network, network_findings=network_findings, gpu=gpu, client_calls=calls,
-                        batching=batching,
-                        proxy_hops=hops)
+                        batching=batching, proxy_hops=hops, engine_metrics=engine_metrics)
     for find in FINDERS:
         findings.extend(find(inp))
     return ReportData(

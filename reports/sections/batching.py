@@ -122,7 +122,4 @@ def section(advice: BatchingAdvice, meta: Mapping[str, Any]) -> AnalyzerSection:
 
 def build(inp: AnalysisInput) -> AnalyzerSection | None:
     advice = inp.batching
-    if not shown(advice):
-        return None
-    assert advice is not None
-    return section(advice, inp.recording.meta)
+    return section(advice, inp.recording.meta) if shown(advice) else None

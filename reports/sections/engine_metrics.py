@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from inferprobe.analyzers.analysis_input import AnalysisInput
 from inferprobe.analyzers.engine_metrics import GAUGES, OCCUPANCY
-from inferprobe.analyzers.engine_metrics_ttft import ANCHOR, summary_of, wire_ttft_median_ns
+from inferprobe.analyzers.engine_metrics_ttft import ANCHOR, wire_ttft_median_ns
 from inferprobe.analyzers.units import ms
 from inferprobe.reports.sections.model import AnalyzerSection, SourceState, Table
 
@@ -16,7 +16,7 @@ def _value(gauge: str, v: float) -> str:
 
 
 def build(inp: AnalysisInput) -> AnalyzerSection | None:
-    summary = summary_of(inp.recording)
+    summary = inp.engine_metrics
     if summary is None:
         return None
     rows = [(gauge, summary.series[gauge].metric, _value(gauge, summary.series[gauge].peak),

@@ -12,7 +12,6 @@ from collections import Counter
 
 from inferprobe.analyzers.analysis_input import AnalysisInput
 from inferprobe.analyzers.engine_metrics import OCCUPANCY
-from inferprobe.analyzers.engine_metrics_ttft import summary_of
 from inferprobe.collector.ingest.engine_ipc_view import KNOWN_LAYOUTS
 from inferprobe.collector.ingest.llama_view import phase_source
 from inferprobe.collector.model.events import EngineIpcRecord, LlamaStepRecord, UsdtProbe, UsdtRecord
@@ -38,7 +37,7 @@ def gauge_sources(inp: AnalysisInput) -> list[str]:
         found.append("engine_uprobes")
     if any(isinstance(e, EngineIpcRecord) for e in inp.events):
         found.append("engine_ipc")
-    if summary_of(inp.recording) is not None:
+    if inp.engine_metrics is not None:
         found.append("engine_metrics")
     return found
 
@@ -49,7 +48,7 @@ def occupancy_sources(inp: AnalysisInput) -> list[str]:
     found = []
     if any(isinstance(e, UsdtRecord) and e.probe == UsdtProbe.KV_USAGE for e in inp.events):
         found.append("usdt")
-    summary = summary_of(inp.recording)
+    summary = inp.engine_metrics
     if summary is not None and OCCUPANCY in summary.series:
         found.append("engine_metrics")
     return found

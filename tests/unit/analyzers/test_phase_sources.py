@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from inferprobe.analyzers.analysis_input import AnalysisInput
+from inferprobe.analyzers.engine_metrics_ttft import summary_of
 from inferprobe.collector.ingest.llama_view import build_llama_view
 from inferprobe.collector.model.events import EventType, LlamaRunRecord, LlamaStepPhase, LlamaStepRecord
 from inferprobe.collector.model.recording import Recording
@@ -39,7 +40,8 @@ def test_occupancy_comes_from_an_engine_that_publishes_its_kv_use():
     samples = [["vllm:kv_cache_usage_perc", {"engine": "0"}, 0.42], ["vllm:num_requests_waiting", {}, 1.0]]
     scrapes = [{"t_ns": t, "url": "http://h:8000/metrics", "samples": samples} for t in (1, 2)]
     recording = Recording(path=Path("r.ipr"), meta={}, engine_scrapes=scrapes)
-    section = build(AnalysisInput(recording=recording, requests=[_req(1, 50)], events=[]))
+    section = build(AnalysisInput(recording=recording, requests=[_req(1, 50)], events=[],
+                                  engine_metrics=summary_of(recording)))   # as report_data.build hands it
     assert section is not None
     gauges = dict(section.tables[1].rows)
     assert gauges["token_occupancy_ratio"] == "engine_metrics"
