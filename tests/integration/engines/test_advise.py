@@ -19,6 +19,7 @@ of one setting agree to within a few per cent."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -192,8 +193,10 @@ def _run_at(rec: Recorded, setting: int) -> Measured:
 SPEED_DRIFT = 0.15
 
 
+@functools.cache
 def _decode_step_ms(recording: Path) -> dict[int, list[float]]:
-    """Durations of the steps that carried no prompt, by batch size, in time order."""
+    """Durations of the steps that carried no prompt, by batch size, in time order. Each
+    premise check reads them; a written recording does not change, so it is built once."""
     from inferprobe.analyzers import report_data
     from inferprobe.collector.model.recording import read_recording
 
