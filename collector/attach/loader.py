@@ -18,8 +18,8 @@ from pathlib import Path
 
 from inferprobe.collector.attach import preflight
 from inferprobe.collector.attach.built_objects import built_object
+from inferprobe.collector.attach.kernel_version import ensure_kernel_version
 from inferprobe.collector.attach.libbpf import BpfObject, LibbpfError
-from inferprobe.collector.attach.preflight import ensure_kernel_version
 from inferprobe.collector.attach.probe_sets import ProbeSet, TargetContext
 from inferprobe.collector.attach.probe_sets.registry import available_sets
 from inferprobe.collector.attach.target_bitmap import add_targets

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from inferprobe.collector.attach.kernel_version import OLDEST_KERNEL, ensure_kernel_version
 from inferprobe.collector.attach.libbpf_library import BTF_VMLINUX
 from inferprobe.collector.errors import EnvironmentProblem
 
@@ -350,16 +351,3 @@ def run_all() -> list[Check]:
 def tracing_ready(checks: list[Check]) -> bool:
     """True when every required check passed."""
     return all(c.ok for c in checks if c.required)
-
-
-# The oldest kernel the built objects load on: the BPF ring buffer (5.8) carries every event.
-OLDEST_KERNEL = (5, 8)
-
-
-def ensure_kernel_version(release: str | None = None) -> None:
-    release = release or os.uname().release
-    found = re.match(r"(\d+)\.(\d+)", release)
-    if found is None or tuple(map(int, found.groups())) < OLDEST_KERNEL:
-        raise EnvironmentProblem(
-            f"Linux {release} is older than {OLDEST_KERNEL[0]}.{OLDEST_KERNEL[1]}, the first with the BPF "
-            "ring buffer that every inferprobe program writes to: run it on a newer kernel")

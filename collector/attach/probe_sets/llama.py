@@ -98,7 +98,7 @@ class LlamaProbes(ProbeSet):
         self._scanned: dict[int, set[tuple[int, int]]] = {}  # pid -> files whose symbols were read
 
     def prepare(self, ctx: TargetContext) -> str | None:
-        from inferprobe.collector.attach.probe_sets.sockets import kernel_at_least
+        from inferprobe.collector.attach.kernel_version import kernel_at_least
 
         if not kernel_at_least(BPF_LOOP_KERNEL):
             return (f"reading a batch needs bpf_loop, Linux {BPF_LOOP_KERNEL[0]}.{BPF_LOOP_KERNEL[1]}+ "

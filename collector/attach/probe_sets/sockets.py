@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import ctypes
 import os
-import re
 from pathlib import Path
 
+from inferprobe.collector.attach.kernel_version import kernel_at_least
 from inferprobe.collector.attach.libbpf import BpfObject
 from inferprobe.collector.attach.libbpf_library import BTF_VMLINUX
 from inferprobe.collector.attach.probe_sets import ProbeSet, TargetContext
@@ -172,11 +172,6 @@ class SocketProbes(ProbeSet):
         return {"open_unrecognised": len(unread) - self_pairs - local_ipc - tls_no_plaintext,
                 "open_local_ipc": local_ipc, "open_self_pairs": self_pairs,
                 "open_tls_no_plaintext": tls_no_plaintext}
-
-
-def kernel_at_least(minimum: tuple[int, int], release: str | None = None) -> bool:
-    version = re.match(r"(\d+)\.(\d+)", release or os.uname().release)
-    return version is not None and tuple(map(int, version.groups())) >= minimum
 
 
 def task_storage_usable(release: str | None = None) -> bool:

@@ -76,7 +76,7 @@ def test_doctor_says_where_thread_state_lives_and_whether_blocked_reads_are_rebu
 
 
 def test_kernels_without_the_bpf_ring_buffer_are_refused_in_one_sentence():
-    from inferprobe.collector.attach.preflight import ensure_kernel_version
+    from inferprobe.collector.attach.kernel_version import ensure_kernel_version
     from inferprobe.collector.errors import EnvironmentProblem
 
     ensure_kernel_version("5.8.0")
