@@ -16,8 +16,10 @@ The engine it simulates (docs/advise.md says where real engines differ):
 
 Clients are replayed as recorded (engine_iterations.py says how a client's
 requests are told): a request that followed another of its client is sent
-its recorded pause after the replayed response ended (a closed loop); a
-client's first request at its recorded time.
+its recorded pause after the replayed response ended (a closed loop), ready
+for the engine as long before or after the next step's start as it was in
+the recording (its race with that step, engine_iterations._ready_after_next_step);
+a client's first request at its recorded time.
 """
 
 from __future__ import annotations
@@ -120,8 +122,10 @@ def _replay_once(trace: EngineTrace, model: StepModel, setting: int, rng: random
     t0 = min((w.arrival_ns for w in trace.work), default=0)
 
     def send(item: WorkItem, at: float) -> None:
-        seq = _Seq(item, at + trace.before_engine_ns, prompt_left=item.prompt_tokens,
-                   tokens_left=item.output_tokens)
+        ready(item, at + trace.before_engine_ns)
+
+    def ready(item: WorkItem, at: float) -> None:
+        seq = _Seq(item, at, prompt_left=item.prompt_tokens, tokens_left=item.output_tokens)
         heapq.heappush(pending, (seq.ready_ns, item.key, seq))
 
     # a client's first request at its recorded time, its next ones as its responses end
@@ -158,7 +162,10 @@ def _replay_once(trace: EngineTrace, model: StepModel, setting: int, rng: random
             done.append(seq)
             end = seq.token_ns[-1] + trace.engine_to_wire_ns + trace.tail_ns
             for nxt in followers.pop(seq.item.key, ()):
-                send(nxt, end + nxt.think_ns)
+                if nxt.ready_after_step_ns is not None:  # the race with the next step, as run
+                    ready(nxt, t + nxt.ready_after_step_ns)
+                else:
+                    send(nxt, end + nxt.think_ns)
     return _predict(trace, setting, done)
 
 

@@ -12,8 +12,8 @@ together, the fit trading one against the other): a step never gets cheaper
 by carrying more. What is left is fitted by least squares.
 
 A batch size is not only a number in a formula: the kernels an engine runs
-change with it (the demo server's CPU matmuls take a faster path from four
-sequences on, so a step of four costs less than a step of three). So the
+change with it (the demo server's CPU matmuls change path at four sequences:
+its steps of 3 and 4 took 61 and 88 ms, of 1 and 2 52 and 56). So the
 fit is calibrated per batch size where the recording has steps of that size,
 apart for steps that carried prompt tokens and steps that did not (a prompt
 changes what dominates a step): each keeps the ratios of its steps'
@@ -22,7 +22,8 @@ what the replay draws from; a size with fewer than TAIL_STEPS steps, too few
 to show its own tail, draws the spread of all the sizes of its kind, as time
 added to its own level (see _with_tail). A size with too few steps takes the ratios of
 all the sizes of its kind; past the largest size recorded, the largest
-size's: that is an extrapolation, and every output says so.
+size's, and each sequence more costs what one more cost between the sizes
+recorded (_marginal_ns): that is an extrapolation, and every output says so.
 
 Its error is measured, not assumed: five-fold cross-validation over the
 recording's steps (each step predicted by a fit that did not see it).
@@ -67,11 +68,18 @@ class LinearFit:
     group_ratios: tuple[tuple[tuple[int, bool], tuple[float, ...]], ...] = ()
     # the same groups' median measured step times, ns (what _with_tail scales spreads by)
     group_times_ns: tuple[tuple[tuple[int, bool], float], ...] = ()
+    # the cost of one more sequence past the largest size recorded (see _marginal_ns)
+    marginal_ns: float | None = None
 
     def predict(self, features: dict[str, float]) -> float:
-        """The linear part alone."""
-        return self.intercept_ns + sum(c * features.get(t, 0.0) for t, c in zip(self.terms, self.coef_ns,
-                                                                               strict=True))
+        """The linear part alone; past the largest size recorded, each sequence more at
+        marginal_ns rather than at the fitted coefficient."""
+        linear = self.intercept_ns + sum(c * features.get(t, 0.0) for t, c in zip(self.terms, self.coef_ns,
+                                                                                 strict=True))
+        if self.marginal_ns is None or self.group is None or not self.group_ratios:
+            return linear
+        beyond = features.get(self.group, 0.0) - max(size for (size, _), _ in self.group_ratios)
+        return linear + (self.marginal_ns - self.coefficient(self.group)) * beyond if beyond > 0 else linear
 
     def ratios_for(self, features: dict[str, float]) -> tuple[float, ...]:
         """The measured / fitted ratios of steps like this one: of its batch size and kind (with
@@ -221,6 +229,34 @@ def _groups(model: LinearFit, samples: Sequence[dict[str, float]], ys: Sequence[
             tuple((key, float(percentile([y for _, y in steps], 50) or 0.0)) for key, steps in kept))
 
 
+def _marginal_ns(model: LinearFit, samples: Sequence[dict[str, float]], ys: Sequence[float]) -> float | None:
+    """The cost of one more sequence in a step, for sizes past those recorded: the median of
+    the costs between each two sizes recorded next to each other (steps without a prompt,
+    MIN_GROUP of each at least, net of the fit's other terms).
+
+    A least-squares slope over the sizes recorded carries on whatever happened between them:
+    the demo server's CPU matmuls take another path from four sequences on (its steps of 1, 2,
+    3, 4: 52, 56, 61, 88 ms, a jump of 27 ms at 4), and the fitted 12 ms per sequence put its
+    steps of 7 at 124 ms where they took 105-108 (CI and local runs, 2026-12-06; 5 ms a
+    sequence on either side of the jump). A median of the steps between sizes is the cost the
+    sizes share, and a jump is one of them. None where fewer than two such steps are seen."""
+    group = model.group
+    if group is None:
+        return None
+    rest = {t: c for t, c in zip(model.terms, model.coef_ns, strict=True) if t != group}
+    by: dict[int, list[float]] = {}
+    for s, y in zip(samples, ys, strict=True):
+        if not _prefilling(s):
+            others = sum(c * s.get(t, 0.0) for t, c in rest.items())
+            by.setdefault(int(s.get(group, 0.0)), []).append(y - others)
+    level = {size: float(percentile(v, 50) or 0.0) for size, v in sorted(by.items()) if len(v) >= MIN_GROUP}
+    sizes = sorted(level)
+    slopes = [(level[b] - level[a]) / (b - a) for a, b in zip(sizes, sizes[1:], strict=False)]
+    if len(slopes) < 2:
+        return None
+    return max(0.0, float(percentile(slopes, 50) or 0.0))
+
+
 def _linear(what: str, samples: Sequence[dict[str, float]], ys: Sequence[float], terms: list[str],
             group: str | None) -> tuple[LinearFit, list[str]]:
     kept, intercept, coef, dropped = _fit_terms(samples, ys, terms)
@@ -228,7 +264,7 @@ def _linear(what: str, samples: Sequence[dict[str, float]], ys: Sequence[float],
     ratios, times = _groups(model, samples, ys, group)
     return LinearFit(what, model.terms, intercept, model.coef_ns, (), len(samples), 0.0, 0.0,
                      tuple(y / p for s, y in zip(samples, ys, strict=True) if (p := model.predict(s)) > 0),
-                     group, ratios, times), dropped
+                     group, ratios, times, _marginal_ns(model, samples, ys)), dropped
 
 
 def fit(what: str, samples: Sequence[dict[str, float]], ys: Sequence[float],
@@ -253,4 +289,5 @@ def fit(what: str, samples: Sequence[dict[str, float]], ys: Sequence[float],
     return LinearFit(what, model.terms, model.intercept_ns, model.coef_ns, tuple(dropped + negative),
                      model.samples, float(percentile(errors, 50) or 0.0),
                      float(percentile(errors, 90) or 0.0),
-                     model.residual_ratios, group, model.group_ratios, model.group_times_ns)
+                     model.residual_ratios, group, model.group_ratios, model.group_times_ns,
+                     model.marginal_ns)

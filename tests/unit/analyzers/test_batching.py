@@ -90,6 +90,23 @@ def test_a_size_with_few_steps_draws_the_other_sizes_slow_steps_as_time_added_to
     assert max(model.predict(three) * r for r in model.ratios_for(three)) == pytest.approx(35 * MS, rel=0.02)
 
 
+def test_past_the_largest_size_recorded_a_sequence_more_costs_what_one_cost_between_sizes():
+    """Steps of 1, 2, 3 sequences: 50, 55, 60 ms; of 4: 85 (a kernel that changes path at 4, as
+    the demo server's matmuls do). A least-squares slope (11 ms a sequence) would carry the jump
+    on, to ~120 ms at 7; one sequence more costs 5 ms on either side of it, so 85 + 3 x 5."""
+    samples, ys = [], []
+    for size, ms in ((1, 50), (2, 55), (3, 60), (4, 85)):
+        for _ in range(30):
+            samples.append({"decode_seqs": float(size)})
+            ys.append(ms * MS)
+    model = fit("decode turn", samples, ys, ("decode_seqs",), group="decode_seqs")
+    assert model.marginal_ns == pytest.approx(5 * MS)
+    assert model.typical({"decode_seqs": 7.0}) == pytest.approx(100 * MS, rel=0.03)
+    # within the sizes recorded, the fit is calibrated on each size's own steps, as before
+    assert model.typical({"decode_seqs": 4.0}) == pytest.approx(85 * MS, rel=1e-6)
+    assert model.typical({"decode_seqs": 2.0}) == pytest.approx(55 * MS, rel=1e-6)
+
+
 def test_too_few_steps_cannot_be_fitted():
     samples, ys = _steps(10)
     with pytest.raises(CannotFit, match="10 step samples"):
@@ -145,6 +162,24 @@ def test_a_clients_next_request_that_arrives_between_steps_joins_the_next_one():
     assert joined.ttft_ns.max == 11 * MS and joined.queue_ns.max == 2 * MS  # back at 8, in at 10
     late = replay(_trace(LLAMA_CPP, work), StepModel(_constant(10)), setting=2)
     assert late.ttft_ns.max == 19 * MS and late.queue_ns.max == 9 * MS
+
+
+def test_a_clients_next_request_races_the_next_step_as_it_did_in_the_recording():
+    """As above (steps of 10 ms, the first one-token answer at 7 ms), but where the recording
+    says when the client's next request was ready, from the start of the step after its last
+    answer: 1 ms before it started, it is in that step (10..20, compute to 19: its token at 19,
+    its send at 9 with no time before the engine: TTFT 10 ms); 1 ms after, it waits for the
+    next one."""
+    def work(after_step_ms: int) -> list[WorkItem]:
+        return [WorkItem(0, None, 0, 0, 5, 1), WorkItem(1, None, 0, 0, 5, 6),
+                WorkItem(2, 0, 0, 50 * MS, 5, 3, ready_after_step_ns=after_step_ms * MS)]
+
+    gaps = ((3 * MS,), (1 * MS,))
+    early = replay(_trace(LLAMA_CPP, work(-1), between=gaps), StepModel(_constant(10)), setting=2)
+    assert early.ttft_ns.max == 10 * MS and early.queue_ns.max == 1 * MS  # ready at 9, in at 10
+    late = replay(_trace(LLAMA_CPP, work(1), between=gaps), StepModel(_constant(10)), setting=2)
+    assert late.ttft_ns.max == 18 * MS and late.queue_ns.max == 9 * MS  # ready at 11, in at 20
+    # the recorded pause (50 ms) is not used where the race is known
 
 
 def test_between_steps_is_measured_after_steps_that_ended_a_request_apart():
@@ -229,3 +264,25 @@ def test_a_clients_requests_are_told_by_their_connection_or_by_reconnecting_at_o
     assert by[key[id(served[2])]] == (5, 1.0)  # B's second follows its first, 1 ms pause
     assert by[key[id(served[3])]] == (0, 2.0)  # A's second follows its first on the connection
     assert all(served[k].conn not in (4, 5) for k in chains)  # neither newcomer follows anyone
+
+
+def test_the_race_with_the_next_step_is_read_from_when_the_request_was_ready():
+    """A client's second request, queued (the engine's own mark) 0.5 ms before the step after
+    its first answer started; another's, known only by its ingress, taken 0.3 ms before the
+    engine as the quickest start says, 2 ms after that step started."""
+    from inferprobe.analyzers.engine_iterations import _ready_after_next_step
+    from inferprobe.collector.model.timeline import ServerRequest
+
+    def served(conn: int, ingress_ms: float, last_token_ms: float, queued_ms: float | None = None):
+        r = _req(conn, ingress_ms, last_token_ms + 1)
+        r.server = ServerRequest(pid=1, req_id=conn * 100 + int(ingress_ms),
+                                 token_ns=[int(last_token_ms * MS)],
+                                 t_queued_ns=None if queued_ms is None else int(queued_ms * MS))
+        return r
+
+    # client 1's first answer at 40, the next step at 50; client 2's at 60, the next at 70
+    requests = [served(1, 0, 40), served(2, 0, 60), served(1, 41, 90, queued_ms=49.5), served(2, 71.7, 120)]
+    chains = {2: (0, 1 * MS), 3: (1, 11 * MS)}
+    step_starts = [int(ms * MS) for ms in (0, 10, 20, 30, 50, 60, 70, 80)]
+    assert _ready_after_next_step(requests, chains, step_starts, before_ns=int(0.3 * MS)) == {
+        2: -MS // 2, 3: 2 * MS}
