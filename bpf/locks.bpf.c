@@ -35,6 +35,7 @@
  * out of the load there by the same set.
  */
 #include "common.bpf.h"
+#include "offcpu_periods.bpf.h"
 #include "python_stacks.bpf.h"
 
 const volatile u64 lock_floor_ns = 10000;
@@ -517,11 +518,8 @@ int lock_enter_futex_wake(struct trace_event_raw_sys_enter *args)
 
 /* ---------------------------------------------------------------- off-CPU */
 
-/* sched_switch's prev_state is the tracepoint's own argument (the state the
- * task is switched out in), not a task_struct read. */
-#define LK_TASK_STATE_MASK 0xff
-#define LK_TASK_UNINTERRUPTIBLE 0x2
-
+/* What a period is, why it began and which are kept: bpf/offcpu_periods.bpf.h,
+ * shared with the off-CPU profile (offcpu.bpf.c). */
 SEC("tracepoint/sched/sched_switch")
 int lock_sched_switch(struct trace_event_raw_sched_switch *args)
 {
@@ -534,17 +532,10 @@ int lock_sched_switch(struct trace_event_raw_sched_switch *args)
         off.ts_ns = now;
         off.tgid = id >> 32;
         off.waker_stack_id = -1;
-        long state = args->prev_state & LK_TASK_STATE_MASK;
-        if (state == 0)
-            off.reason = OFFCPU_PREEMPTED;
-        else if (state & LK_TASK_UNINTERRUPTIBLE)
-            off.reason = OFFCPU_IO;
-        else if (bpf_map_lookup_elem(&lock_pending, &prev))
+        off.reason = offcpu_reason_of(args->prev_state);
+        if (off.reason == OFFCPU_SLEEP && bpf_map_lookup_elem(&lock_pending, &prev))
             off.reason = OFFCPU_FUTEX;
-        else
-            off.reason = OFFCPU_SLEEP;
-        if (off.reason == OFFCPU_PREEMPTED)
-            off.wake_ns = now;  /* runnable from the start: all runqueue delay */
+        off.wake_ns = offcpu_wake_at_switch_out(off.reason, now);
         if (bpf_map_update_elem(&lock_offcpu, &prev, &off, BPF_ANY) != 0)
             lock_count(LOCK_COUNTER_MAP_FULL, 1);
     }
@@ -553,10 +544,9 @@ int lock_sched_switch(struct trace_event_raw_sched_switch *args)
     struct lk_off *off = bpf_map_lookup_elem(&lock_offcpu, &next);
     if (!off)
         return 0;
-    u64 wake = off->wake_ns ? off->wake_ns : now;
-    u64 blocked = off->reason == OFFCPU_PREEMPTED ? 0 : wake - off->ts_ns;
-    u64 runq = now - wake;
-    if (blocked < offcpu_floor_ns && runq < offcpu_floor_ns) {
+    u64 blocked, runq;
+    offcpu_period_split(off->ts_ns, off->wake_ns, now, &blocked, &runq);
+    if (!offcpu_period_kept(blocked, runq, offcpu_floor_ns)) {
         lock_count(LOCK_COUNTER_OFFCPU_SHORT, 1);
         bpf_map_delete_elem(&lock_offcpu, &next);
         return 0;

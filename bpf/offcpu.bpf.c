@@ -7,7 +7,8 @@
  * switched in again, the period it was off the CPU is added, in
  * microseconds, to its stack's entry in offcpu_counts, if it lasted at least
  * OFFCPU_MIN_NS: lock waits, I/O, sleeps and run-queue waits all show up
- * with their real weight.
+ * with their real weight. What a period is and which are kept is
+ * bpf/offcpu_periods.bpf.h, shared with the lock set's off-CPU events.
  *
  * Built ahead of time (CO-RE, libbpf; common.bpf.h). The two fields
  * read of sched_switch (prev_state, next_pid) are CO-RE relocated, so no
@@ -17,6 +18,7 @@
  *   offcpu_stream         also send each period as a stack_sample_event
  */
 #include "common.bpf.h"
+#include "offcpu_periods.bpf.h"
 #include "python_stacks.bpf.h"
 
 #define OFFCPU_STACK_SLOTS 16384
@@ -92,10 +94,7 @@ int offcpu_on_switch(struct trace_event_raw_sched_switch *args)
         start.user_stack_id = bpf_get_stackid(args, &offcpu_stacks, BPF_F_USER_STACK);
         start.kernel_stack_id = bpf_get_stackid(args, &offcpu_stacks, 0);
         start.python_stack_id = python_stack_id(tgid, (u32)id);
-        /* No sleep-state bit (the low byte; 0x100 is the "preempted" mark on
-         * newer kernels): the thread was runnable and preempted, not waiting. */
-        long prev_state = args->prev_state;
-        if ((prev_state & 0xff) == 0)
+        if (offcpu_reason_of(args->prev_state) == OFFCPU_PREEMPTED)
             start.flags = STACK_FLAG_PREEMPTED;
         u32 prev_tid = (u32)id;
         if (bpf_map_update_elem(&offcpu_start, &prev_tid, &start, BPF_ANY) != 0)
@@ -107,8 +106,12 @@ int offcpu_on_switch(struct trace_event_raw_sched_switch *args)
     struct offcpu_start_t *start = bpf_map_lookup_elem(&offcpu_start, &next_tid);
     if (!start)
         return 0;
-    u64 delta = now - start->ts_ns;
-    if (delta < offcpu_min_ns) {
+    /* no sched_waking here: a sleeping thread's period counts as blocked all along */
+    u32 reason = start->flags & STACK_FLAG_PREEMPTED ? OFFCPU_PREEMPTED : OFFCPU_SLEEP;
+    u64 blocked, runq;
+    offcpu_period_split(start->ts_ns, offcpu_wake_at_switch_out(reason, start->ts_ns), now, &blocked, &runq);
+    u64 delta = blocked + runq;
+    if (!offcpu_period_kept(blocked, runq, offcpu_min_ns)) {
         offcpu_count(STACK_COUNTER_SHORT);
         bpf_map_delete_elem(&offcpu_start, &next_tid);
         return 0;
