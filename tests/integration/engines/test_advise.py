@@ -293,6 +293,15 @@ def _tail_changed(recording: Path, at_b: Path, itl_p99_ns: int) -> str | None:
             f"{p99_b:.1f} ms in {at_b.name} ({len(b_times)})")
 
 
+def _keep_figures(path: Path, predicted: dict, measured: Measured) -> None:
+    """Each check's prediction and measured intervals beside its recordings, passed or not:
+    how near the bounds a run came is what tells a sound check from a lucky one."""
+    path.write_text(json.dumps({
+        "predicted_ms": {k: predicted[k]["p99"] / 1e6 for k in ("ttft_ns", "itl_ns")},
+        "measured_p99_interval_ms": {"ttft_ns": [v / 1e6 for v in measured.ttft_p99_interval_ns],
+                                     "itl_ns": [v / 1e6 for v in measured.itl_p99_interval_ns]}}))
+
+
 def _within(predicted: float, measured: tuple[int, int], bound: float) -> bool:
     """Within the bound of the measured p99, taken as the interval it is known to (its
     order statistics, batching_load.p99_interval): the bound is the model's error, not
@@ -308,6 +317,7 @@ def test_the_replay_of_the_recorded_setting_matches_what_was_measured(recorded):
     assert advice["current_setting"] == recorded.engine.recorded and advice["current_setting_binding"], advice
     assert advice["batch_sizes_seen"] == list(range(1, recorded.engine.recorded + 1)), advice
     at_a = _prediction(advice, recorded.engine.recorded)
+    _keep_figures(recorded.tmp / "check-a.json", at_a, a)
     if (drift := _speed_changed(recorded.recording)) is not None:
         pytest.skip(f"{drift}: the replay assumes an engine of one speed ({at_a['ttft_ns']['p99'] / 1e6:.0f} "
                     f"ms p99 TTFT predicted, {a.ttft_p99_ns / 1e6:.0f} measured)")
@@ -331,6 +341,7 @@ def _check_advised(recorded: Recorded, ttft_target: int, itl_target: int, more: 
     predicted = _prediction(advice, b)
     at_b = _run_at(recorded, b)
     report = (b, predicted, at_b.as_text())
+    _keep_figures(recorded.tmp / f"check-b{b}.json", predicted, at_b)
     if (drift := _speed_changed(recorded.recording, recorded.tmp / f"b{b}.ipr")) is not None:
         pytest.skip(f"{drift}: the replay assumes an engine of one speed; predicted at B {report}")
     if (noise := _noise_changed(recorded.recording, recorded.tmp / f"b{b}.ipr")) is not None:
