@@ -76,10 +76,20 @@ class LinearFit:
         marginal_ns rather than at the fitted coefficient."""
         linear = self.intercept_ns + sum(c * features.get(t, 0.0) for t, c in zip(self.terms, self.coef_ns,
                                                                                  strict=True))
-        if self.marginal_ns is None or self.group is None or not self.group_ratios:
+        if self._past_largest is None or self.group is None:
             return linear
-        beyond = features.get(self.group, 0.0) - max(size for (size, _), _ in self.group_ratios)
-        return linear + (self.marginal_ns - self.coefficient(self.group)) * beyond if beyond > 0 else linear
+        largest, extra_ns = self._past_largest
+        beyond = features.get(self.group, 0.0) - largest
+        return linear + extra_ns * beyond if beyond > 0 else linear
+
+    @cached_property
+    def _past_largest(self) -> tuple[int, float] | None:
+        """The largest size recorded, and what a sequence past it costs beyond the fitted
+        coefficient; worked out once, not at every step the replay times."""
+        if self.marginal_ns is None or self.group is None or not self.group_ratios:
+            return None
+        return (max(size for (size, _), _ in self.group_ratios),
+                self.marginal_ns - self.coefficient(self.group))
 
     def ratios_for(self, features: dict[str, float]) -> tuple[float, ...]:
         """The measured / fitted ratios of steps like this one: of its batch size and kind (with
