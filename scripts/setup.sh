@@ -104,12 +104,27 @@ fi
 
 # ---------------------------------------------------------------- 4. BPF objects built ahead
 
-# Before the python package: a copy install (below) carries them.
-# The BPF objects need only clang and bpftool: they build while pip installs (about 10 s
-# of a clean clone's set-up), and are waited for before anything else needs them.
+# The BPF objects need only clang and bpftool: they build while pip creates the venv and
+# installs (about 10 s of a clean clone's set-up), and are waited for (bpf_built) before
+# anything needs them: a copy install of the package, which carries them, or the end of
+# the Python part.
 BPF_LOG="$(mktemp)"
+trap 'rm -f "$BPF_LOG"' EXIT
 bash "$ROOT/scripts/build_bpf.sh" >"$BPF_LOG" 2>&1 &
 BPF_BUILD=$!
+BPF_WAITED=0
+
+bpf_built() {
+    ((BPF_WAITED)) && return 0
+    BPF_WAITED=1
+    if wait "$BPF_BUILD"; then
+        cat "$BPF_LOG"
+        say "bpf: built objects in bpf/build up to date"
+    else
+        cat "$BPF_LOG" >&2
+        die "the BPF objects did not build (scripts/build_bpf.sh said why above)"
+    fi
+}
 
 # ---------------------------------------------------------------- 4b. venv
 
@@ -177,6 +192,7 @@ install_demo_deps() {
 if [[ -f "$STAMP" && "$(head -n 1 "$STAMP")" == "$want_stamp" ]] && imports_ok; then
     if [[ "$(sed -n 2p "$STAMP")" == copy ]]; then
         # A copied install goes stale with every source edit: refresh it.
+        bpf_built
         "${PIP_INSTALL[@]}" --no-deps --force-reinstall "$ROOT"
         say "python package: refreshed the installed copy"
     else
@@ -192,6 +208,7 @@ else
         # which every later run of this script refreshes (make test runs it).
         say "python package: editable install unusable, installing a copy instead"
         mode=copy
+        bpf_built
         "${PIP_INSTALL[@]}" "$ROOT[test,demo]" "$TORCH_PIN"
         imports_ok || die "inferprobe still does not import from $VENV after pip install"
     fi
@@ -208,15 +225,7 @@ fi
 # meet the tracer's. Kept outside the checkout, as the other test backends are, so
 # that a fresh clone does not spend a minute installing it again (68 s here);
 # reinstalled only when the pinned version changes.
-if wait "$BPF_BUILD"; then
-    cat "$BPF_LOG"
-    rm -f "$BPF_LOG"
-    say "bpf: built objects in bpf/build up to date"
-else
-    cat "$BPF_LOG" >&2
-    rm -f "$BPF_LOG"
-    die "the BPF objects did not build (scripts/build_bpf.sh said why above)"
-fi
+bpf_built
 
 PHOENIX_VENV="${PHOENIX_VENV:-/var/cache/inferprobe/phoenix-venv}"
 PHOENIX_SPEC="arize-phoenix==20.26.1"
