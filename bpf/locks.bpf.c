@@ -1,9 +1,12 @@
-/* locks.bpf.c: futex waits and off-CPU time of the target's threads.
+/* locks.bpf.c: futex waits of the target's threads, and who ended them.
  *
- * Tracepoints only (syscalls:*futex*, sched:sched_switch, sched:sched_waking,
- * lock:contention_*). Every wait is summed in kernel maps; only waits of at
- * least LOCK_FLOOR_NS become events, so a hot, uncontended path costs a map
- * update and nothing in user space.
+ * Tracepoints only (syscalls:*futex*, lock:contention_*). Every wait is
+ * summed in kernel maps; only waits of at least LOCK_FLOOR_NS become events,
+ * so a hot, uncontended path costs a map update and nothing in user space.
+ * The set's off-CPU periods (why a thread was off the CPU, and who woke it)
+ * come from the one off-CPU tracker, bpf/offcpu.bpf.c, which this set turns
+ * on (offcpu_events) and which reads this object's lock_pending: the maps both
+ * read are bpf/lock_state.bpf.h.
  *
  * Which code waited: the user registers at the syscall (bpf_task_pt_regs,
  * the architecture's ABI, not a kernel struct read through headers) give the
@@ -30,17 +33,16 @@
  *
  * Built ahead of time (CO-RE, libbpf; common.bpf.h). Settings, written
  * by collector/attach/probe_sets/locks.py before load: lock_floor_ns,
- * lock_scan_floor_ns, offcpu_floor_ns. The programs on tracepoints a kernel
+ * lock_scan_floor_ns. The programs on tracepoints a kernel
  * may lack (futex_waitv, futex_wait/futex_wake, lock:contention_*) are left
  * out of the load there by the same set.
  */
 #include "common.bpf.h"
-#include "offcpu_periods.bpf.h"
+#include "lock_state.bpf.h"
 #include "python_stacks.bpf.h"
 
 const volatile u64 lock_floor_ns = 10000;
 const volatile u64 lock_scan_floor_ns = 50000;
-const volatile u64 offcpu_floor_ns = 50000;
 
 /* futex(2) ops; the PRIVATE (128) and CLOCK_REALTIME (256) bits masked off. */
 #define LK_FUTEX_CMD_MASK 0x7f
@@ -58,15 +60,6 @@ const volatile u64 offcpu_floor_ns = 50000;
 #define LK_FUTEX_LOCK_PI2 13
 #define LK_OP_FUTEX_WAITV 0x100  /* our own op codes for the other wait syscalls */
 #define LK_OP_FUTEX2_WAIT 0x101
-
-struct lk_pending {
-    u64 start_ns;
-    u64 uaddr;
-    u32 op;
-    u32 val;
-    u32 flags;
-    u32 pad;
-};
 
 struct lk_addr_key {
     u32 tgid;
@@ -95,28 +88,11 @@ struct lk_waker {
     u64 scan[LOCK_SCAN_HITS];
 };
 
-struct lk_off {
-    u64 ts_ns;       /* switched out */
-    u64 wake_ns;     /* sched_waking (0: not yet) */
-    u32 reason;
-    u32 tgid;
-    u32 waker_tid;
-    u32 waker_pid;
-    s32 waker_stack_id;
-    u32 pad;
-};
-
 struct lk_scan_buf {
     u64 words[LOCK_SCAN_WORDS];
     u64 n;
 };
 
-struct {   /* tid -> wait in progress */
-    __uint(type, BPF_MAP_TYPE_LRU_HASH);
-    __uint(max_entries, 65536);
-    __type(key, u32);
-    __type(value, struct lk_pending);
-} lock_pending SEC(".maps");
 struct {
     __uint(type, BPF_MAP_TYPE_LRU_HASH);
     __uint(max_entries, 16384);
@@ -135,12 +111,6 @@ struct {
     __type(key, struct lk_addr_key);
     __type(value, struct lk_waker);
 } lock_last_waker SEC(".maps");
-struct {   /* tid -> off CPU since */
-    __uint(type, BPF_MAP_TYPE_LRU_HASH);
-    __uint(max_entries, 65536);
-    __type(key, u32);
-    __type(value, struct lk_off);
-} lock_offcpu SEC(".maps");
 struct {
     __uint(type, BPF_MAP_TYPE_LRU_HASH);
     __uint(max_entries, 65536);
@@ -159,24 +129,12 @@ struct {   /* tid -> sem in sem_trywait */
     __type(key, u32);
     __type(value, u64);
 } lock_sem_trying SEC(".maps");
-struct {
-    __uint(type, BPF_MAP_TYPE_STACK_TRACE);
-    __uint(max_entries, 16384);
-    __type(key, u32);
-    __uint(value_size, PERF_MAX_STACK_DEPTH * sizeof(u64));
-} lock_stacks SEC(".maps");
 struct {   /* addr >> 16 of code */
     __uint(type, BPF_MAP_TYPE_HASH);
     __uint(max_entries, LOCK_EXEC_GRANULES);
     __type(key, u64);
     __type(value, u8);
 } lock_exec SEC(".maps");
-struct {
-    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-    __uint(max_entries, LOCK_COUNTER_MAX);
-    __type(key, u32);
-    __type(value, u64);
-} lock_counters SEC(".maps");
 struct {
     __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
     __uint(max_entries, 1);
@@ -189,13 +147,6 @@ struct {
     __type(key, u32);
     __type(value, struct futex_wait_event);
 } lock_event_buf SEC(".maps");
-
-static __always_inline void lock_count(u32 index, u64 by)
-{
-    u64 *value = bpf_map_lookup_elem(&lock_counters, &index);
-    if (value)
-        *value += by;
-}
 
 static __always_inline int lk_is_wait(u32 cmd)
 {
@@ -513,79 +464,6 @@ int lock_enter_futex_wake(struct trace_event_raw_sys_enter *args)
     if (!is_target(id >> 32))
         return 0;
     lk_note_wake(args, id, (u64)args->args[0]);
-    return 0;
-}
-
-/* ---------------------------------------------------------------- off-CPU */
-
-/* What a period is, why it began and which are kept: bpf/offcpu_periods.bpf.h,
- * shared with the off-CPU profile (offcpu.bpf.c). */
-SEC("tracepoint/sched/sched_switch")
-int lock_sched_switch(struct trace_event_raw_sched_switch *args)
-{
-    u64 now = bpf_ktime_get_ns();
-    u64 id = bpf_get_current_pid_tgid();
-    u32 prev = args->prev_pid;
-    /* current is still prev here: its tgid tells us whether it is a target */
-    if (prev != 0 && is_target(id >> 32)) {
-        struct lk_off off = {};
-        off.ts_ns = now;
-        off.tgid = id >> 32;
-        off.waker_stack_id = -1;
-        off.reason = offcpu_reason_of(args->prev_state);
-        if (off.reason == OFFCPU_SLEEP && bpf_map_lookup_elem(&lock_pending, &prev))
-            off.reason = OFFCPU_FUTEX;
-        off.wake_ns = offcpu_wake_at_switch_out(off.reason, now);
-        if (bpf_map_update_elem(&lock_offcpu, &prev, &off, BPF_ANY) != 0)
-            lock_count(LOCK_COUNTER_MAP_FULL, 1);
-    }
-
-    u32 next = args->next_pid;
-    struct lk_off *off = bpf_map_lookup_elem(&lock_offcpu, &next);
-    if (!off)
-        return 0;
-    u64 blocked, runq;
-    offcpu_period_split(off->ts_ns, off->wake_ns, now, &blocked, &runq);
-    if (!offcpu_period_kept(blocked, runq, offcpu_floor_ns)) {
-        lock_count(LOCK_COUNTER_OFFCPU_SHORT, 1);
-        bpf_map_delete_elem(&lock_offcpu, &next);
-        return 0;
-    }
-    struct offcpu_event ev = {};
-    ev.hdr.type = EVENT_OFFCPU;
-    ev.hdr.pid = off->tgid;
-    ev.hdr.tid = next;
-    ev.hdr.cpu = bpf_get_smp_processor_id();
-    ev.hdr.ts_ns = off->ts_ns;
-    ev.blocked_ns = blocked;
-    ev.runq_ns = runq;
-    ev.reason = off->reason;
-    ev.waker_tid = off->waker_tid;
-    ev.waker_pid = off->waker_pid;
-    ev.waker_stack_id = off->waker_stack_id;
-    bpf_map_delete_elem(&lock_offcpu, &next);
-    send_event(&ev, sizeof(ev));
-    return 0;
-}
-
-/* sched_waking runs in the waker's context (sched_wakeup may run on the
- * wakee's CPU, in whatever task is current there). */
-SEC("tracepoint/sched/sched_waking")
-int lock_sched_waking(struct trace_event_raw_sched_wakeup_template *args)
-{
-    u32 wakee = args->pid;
-    struct lk_off *off = bpf_map_lookup_elem(&lock_offcpu, &wakee);
-    if (!off || off->wake_ns)
-        return 0;
-    u64 now = bpf_ktime_get_ns();
-    u64 id = bpf_get_current_pid_tgid();
-    off->wake_ns = now;
-    off->waker_tid = (u32)id;
-    off->waker_pid = id >> 32;
-    /* the waker's stack only for long blocks: a stack walk per wake-up would
-     * cost the ping-pong workloads the most */
-    if (now - off->ts_ns >= offcpu_floor_ns)
-        off->waker_stack_id = bpf_get_stackid(args, &lock_stacks, BPF_F_USER_STACK);
     return 0;
 }
 

@@ -1,17 +1,17 @@
 /* offcpu_periods.bpf.h: a target thread's time off the CPU, one convention.
  *
- * Two probe sets watch sched_switch: the off-CPU profile (offcpu.bpf.c: where
- * threads wait, weighted by how long) and the lock set (locks.bpf.c: why,
- * and who woke them). Each is loaded on its own, so each has its program; what
- * a period is, why it began and which periods are kept is written once, here.
+ * The off-CPU tracker (offcpu.bpf.c) keeps one record per period for both of
+ * its users, the off-CPU profile (where threads wait, weighted by how long) and
+ * the lock set's events (why, and who woke them). What a period is, why it
+ * began and which periods are kept is written here.
  *
  * A period runs from the switch-out to the switch-in. Its reason comes from
  * the state the thread was switched out in (sched_switch's own prev_state,
  * CO-RE relocated): no sleep bit in the low byte means it was still runnable
  * and preempted (0x100 is the "preempted" mark of newer kernels), D state is
  * uninterruptible (disk, page faults), anything else an interruptible sleep
- * (the lock set tells a futex wait from the others by its own map). It is
- * split at the wake-up, where one is seen (sched_waking, the lock set): before
+ * (a futex wait is told from the others by the lock set's lock_pending). It is
+ * split at the wake-up, where one is seen (sched_waking, for the events): before
  * it the thread was blocked, after it runnable but waiting for a CPU. A
  * preempted thread was runnable all along; without a wake-up seen, a sleeping
  * one was blocked all along. A period is kept when either part reaches the

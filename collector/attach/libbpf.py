@@ -86,6 +86,8 @@ class BpfObject:
         self._shareable: list[str] | None = None
         self.constants: dict[str, int] = {}   # the read-only settings written before load
         self.parts: list[BpfObject] = []   # copies that loaded some of its programs (load_apart)
+        self._reused: set[str] = set()   # maps handed over from an object loaded before
+        self._attached: dict[str, Link] = {}   # program -> its link from attach()
 
     def _map(self, name: str) -> int:
         assert self.ptr is not None, "the object is closed"
@@ -99,6 +101,7 @@ class BpfObject:
         if library().bpf_map__reuse_fd(self._map(name), fd) != 0:
             raise LibbpfError(f"{self.path.name}: map {name} cannot take fd {fd} "
                               f"({os.strerror(ctypes.get_errno())})")
+        self._reused.add(name)
 
     def map_fd(self, name: str) -> int:
         return library().bpf_map__fd(self._map(name))
@@ -161,7 +164,10 @@ class BpfObject:
         raise LibbpfError(f"{self.path.name} has no read-only global {name}")
 
     def set_max_entries(self, name: str, entries: int) -> None:
-        """Before load: the size of one of the object's own maps (a ring's bytes)."""
+        """Before load: the size of one of the object's own maps (a ring's bytes).
+        A map reused from an object loaded before keeps the size it was made with."""
+        if name in self._reused:
+            return
         if library().bpf_map__set_max_entries(self._map(name), entries) != 0:
             raise LibbpfError(f"{self.path.name}: map {name} cannot hold {entries} entries "
                               f"({os.strerror(ctypes.get_errno())})")
@@ -307,12 +313,16 @@ class BpfObject:
         return link
 
     def attach(self, program: str) -> Link:
-        """Attaches program where its section names (SEC("tracepoint/cat/name"), ...)."""
+        """Attaches program where its section names (SEC("tracepoint/cat/name"), ...),
+        once: an object several sets use (ProbeSet.uses_objects) may be asked twice."""
+        if (done := self._attached.get(program)) is not None and done.ptr is not None:
+            return done
         with _Messages() as lines:
             ptr = library().bpf_program__attach(self._program(program))
         if not ptr:
             raise _failure(f"libbpf could not attach {program}", lines, ctypes.get_errno())
-        return self._keep(Link(ptr, program))
+        self._attached[program] = self._keep(Link(ptr, program))
+        return self._attached[program]
 
     def attach_tracepoint(self, program: str, category: str, event: str) -> Link:
         with _Messages() as lines:
@@ -342,6 +352,7 @@ class BpfObject:
         """Detaches what is still attached (at once: destroy_all), then frees the object."""
         destroy_all([link for link in self.links if link.ptr is not None])
         self.links.clear()
+        self._attached.clear()
         self._tables.clear()
         self.close_parts()
         if self.ptr is not None:

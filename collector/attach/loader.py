@@ -32,16 +32,18 @@ TRACEFS = Path("/sys/kernel/tracing")
 DEFAULT_SETS = ("sockets", "usdt")
 
 
-def load_core_object(probe_set: ProbeSet, shared: dict[str, int], ringbuf_pages: int,
-                     parts: tuple[ProbeSet, ...] = ()) -> BpfObject:
-    """Opens a set's built object, gives it the maps loaded before it, lets the set
-    (then each set that is part of it) configure it, and loads it.
+def load_core_object(object_name: str, users: list[tuple[ProbeSet, bool]], shared: dict[str, int],
+                     ringbuf_pages: int) -> BpfObject:
+    """Opens a built object, gives it the maps loaded before it, lets each set
+    that uses it configure it, and loads it. users: (set, whether it is the
+    object's owner or part of it) in load order; the others only use some of its
+    programs (ProbeSet.uses_objects) and turn on their part (configure_use).
 
     A map is one map across objects by its name: the event ring, the target
     filter and the counters (made by the first object, the sockets set's),
     and what several sets share, such as the Python stack maps of
     bpf/python_stacks.bpf.h. shared (name -> fd) grows with each object loaded."""
-    core = BpfObject(built_object(probe_set.core_object))
+    core = BpfObject(built_object(object_name))
     try:
         names = core.shareable_maps()
         for map_name in names:
@@ -50,17 +52,69 @@ def load_core_object(probe_set: ProbeSet, shared: dict[str, int], ringbuf_pages:
         if "events" in names and "events" not in shared:
             core.set_max_entries("events", ringbuf_pages * PAGE_SIZE)   # the ring's bytes
         core.set_constant("ringbuf_wakeup_bytes", wakeup_bytes(ringbuf_pages))
-        probe_set.configure(core)
-        for part in parts:
-            part.configure(core)
+        for probe_set, owns in users:
+            if owns:
+                probe_set.configure(core)
+            else:
+                probe_set.configure_use(core)
         core.load()
-        probe_set.finish_load(core)
+        for probe_set, owns in users:
+            if owns and probe_set.core_object == object_name:
+                probe_set.finish_load(core)
     except Exception:
         core.close()
         raise
     for map_name in names:
         shared.setdefault(map_name, core.map_fd(map_name))
     return core
+
+
+def load_objects(active: dict[str, ProbeSet], ringbuf_pages: int) -> list[BpfObject]:
+    """Every built object the active sets need, each loaded once, in the sets'
+    order (the sockets set's first: it makes the shared maps). An object one set
+    owns (core_object) may hold the programs of sets that are part of it
+    (part_of) and serve sets that use some of its programs (uses_objects): the
+    off-CPU tracker serves the off-CPU profile and the lock set. Each set's
+    `core` and `used` are set; on a failure what was loaded is closed."""
+    shared: dict[str, int] = {}
+    loaded: dict[str, BpfObject] = {}
+    try:
+        for probe_set in active.values():
+            for object_name in (*probe_set.uses_objects, probe_set.core_object):
+                if not object_name or object_name in loaded:
+                    continue
+                loaded[object_name] = load_core_object(object_name, _users(active, object_name), shared,
+                                                       ringbuf_pages)
+    except Exception:
+        close_objects(list(loaded.values()))
+        raise
+    for probe_set in active.values():
+        if probe_set.core_object:
+            probe_set.core = loaded[probe_set.core_object]
+        probe_set.used = {name: loaded[name] for name in probe_set.uses_objects}
+    for probe_set in active.values():
+        if probe_set.part_of:
+            probe_set.core = active[probe_set.part_of].core
+    return list(loaded.values())
+
+
+def _users(active: dict[str, ProbeSet], object_name: str) -> list[tuple[ProbeSet, bool]]:
+    """The sets an object serves, in load order, each with whether it owns the
+    object (its core_object, or part_of the set whose it is)."""
+    owner = next((s.name for s in active.values() if s.core_object == object_name), None)
+    users = []
+    for probe_set in active.values():
+        owns = probe_set.core_object == object_name or (owner is not None and probe_set.part_of == owner)
+        if owns or object_name in probe_set.uses_objects:
+            users.append((probe_set, owns))
+    return users
+
+
+def close_objects(objects: list[BpfObject]) -> None:
+    """Detaches and frees objects: the last loaded first, the sockets set's
+    (whose maps the others share) last."""
+    for core in reversed(objects):
+        core.close()
 
 
 def ensure_tracefs() -> None:
@@ -98,6 +152,7 @@ class LoadedTracer:
     """The loaded, attached probe sets of one recording session."""
 
     bpf: BpfObject  # the sockets set's object, which holds the shared maps
+    objects: list[BpfObject]  # every object loaded, in load order (bpf first)
     pids: list[int]
     active: dict[str, ProbeSet]
     ringbuf_pages: int
@@ -137,10 +192,10 @@ class LoadedTracer:
         return totals
 
     def table(self, name: str):
-        """A map by name, in whichever set's object has it (core_tables.CoreTable)."""
-        for probe_set in self.active.values():
-            if probe_set.core is not None and name in probe_set.core.shareable_maps():
-                return probe_set.core[name]
+        """A map by name, in whichever object has it (core_tables.CoreTable)."""
+        for core in self.objects:
+            if core.ptr is not None and name in core.shareable_maps():
+                return core[name]
         raise KeyError(name)
 
     def has_map(self, name: bytes) -> bool:
@@ -189,21 +244,18 @@ class LoadedTracer:
         after close() needs the detach done. Returns the child's pid, or None."""
         from inferprobe.collector.attach.detach_on_exit import hand_over_probes
 
-        objects = [probe_set.core for probe_set in self.active.values() if probe_set.core is not None]
-        if any(link.after_destroy is not None for core in objects for link in core.links):
+        if any(link.after_destroy is not None for core in self.objects for link in core.links):
             return None
         return hand_over_probes()
 
     def close(self) -> None:
         """Detaches and frees every object: the others first, the sockets set's
-        (whose maps they share) last. A set that is part of another's object
-        only lets go of it."""
+        (whose maps they share) last."""
         for probe_set in self.active.values():
             probe_set.release()
-        for probe_set in reversed(self.active.values()):
-            if probe_set.core is not None and not probe_set.part_of:
-                probe_set.core.close()
-            probe_set.core = None
+        close_objects(self.objects)
+        for probe_set in self.active.values():
+            probe_set.core, probe_set.used = None, {}
 
 
 def load_tracer(
@@ -257,24 +309,19 @@ def load_tracer(
 
     prepared = time.monotonic()
     verified = prepared
+    objects: list[BpfObject] = []
     try:
-        shared: dict[str, int] = {}
-        for probe_set in active.values():   # sockets first: its object makes the shared maps
-            if probe_set.core_object:
-                parts = tuple(s for s in active.values() if s.part_of == probe_set.name)
-                probe_set.core = load_core_object(probe_set, shared, ringbuf_pages, parts)
-                for part in parts:
-                    part.core = probe_set.core
+        objects = load_objects(active, ringbuf_pages)
         bpf = active["sockets"].core
         assert bpf is not None, "the sockets set always has its object"
         verified = time.monotonic()
         for probe_set in active.values():
             probe_set.after_load(bpf, ctx)
     except EnvironmentProblem:
-        _close_all(active)
+        close_objects(objects)
         raise   # already one sentence with its fix (a built object missing)
     except (LibbpfError, OSError) as err:   # what libbpf or the kernel refused, in its words
-        _close_all(active)
+        close_objects(objects)
         raise EnvironmentProblem(f"the BPF programs did not load or attach ({err}); "
                                  "run 'inferprobe doctor' to see what is missing") from None
 
@@ -287,16 +334,8 @@ def load_tracer(
     add_targets(bpf, target_procs.with_descendants(pids))
     attached = time.monotonic()
     startup_s = {"prepare": prepared - started, "verify": verified - prepared, "attach": attached - verified}
-    return LoadedTracer(bpf=bpf, pids=all_pids, active=active, ringbuf_pages=ringbuf_pages,
+    return LoadedTracer(bpf=bpf, objects=objects, pids=all_pids, active=active, ringbuf_pages=ringbuf_pages,
                         inactive=inactive, ctx=ctx, startup_s={k: round(v, 3) for k, v in startup_s.items()})
-
-
-def _close_all(active: dict[str, ProbeSet]) -> None:
-    """After a failed start: whatever was loaded and attached goes again."""
-    for probe_set in reversed(active.values()):
-        if probe_set.core is not None and not probe_set.part_of:
-            probe_set.core.close()
-        probe_set.core = None
 
 
 assert COUNTER_MAX >= len(Counter)

@@ -12,7 +12,11 @@ The sockets set's object is loaded first and makes the maps every set shares
 each later object is handed them (collector/attach/loader.py). A set may
 also be a part of another set's object (part_of): the TLS, network and
 host-wide sets' programs live in sock.bpf.o, because they read and change
-its per-connection state; such a set only configures and attaches them.
+its per-connection state; such a set only configures and attaches them. And a
+set may use some programs of an object that serves several sets
+(uses_objects): the off-CPU tracker, bpf/offcpu.bpf.c, is the off-CPU
+profile's object and also gives the lock set its off-CPU periods; it is loaded
+once, with the parts of whichever sets are on (configure_use).
 
 A new set: write bpf/<name>.bpf.c (include "common.bpf.h"), add it to
 scripts/build_bpf.sh, subclass ProbeSet (here) with core_object in a module of
@@ -48,6 +52,11 @@ class ProbeSet:
     # which this set configures (before load) and attaches, but does not own.
     part_of: str = ""
     core: BpfObject | None = None
+    # Built objects of which this set also uses some programs (attached once,
+    # whichever sets ask: BpfObject.attach), loaded for it whether or not their
+    # owner set is on; `used` holds them by name once loaded.
+    uses_objects: tuple[str, ...] = ()
+    used: dict[str, BpfObject] = {}
     description: str = ""
     observed_types: tuple[int, ...] = ()  # event types passed to observe() while recording
     # Maps holding in-flight state (per connection, thread, pending call): the
@@ -63,6 +72,10 @@ class ProbeSet:
         after that set's own configure): its read-only settings, and the
         programs it does not need or this kernel cannot run left out
         (BpfObject.set_autoload)."""
+
+    def configure_use(self, core: BpfObject) -> None:
+        """Between open and load of an object in uses_objects: turns on this
+        set's part of it (its read-only settings, the sizes of its maps)."""
 
     def finish_load(self, core: BpfObject) -> None:
         """Right after core_object loaded: loads what it left out of its own load

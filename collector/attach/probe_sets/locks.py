@@ -4,10 +4,12 @@ Kernel side: every futex wait of a target thread is summed per address in
 kernel maps; waits of at least the floor become FUTEX_WAIT events with the
 waiting code's instruction pointer, a frame-pointer stack, candidate return
 addresses from a stack scan, and the thread (and code) whose FUTEX_WAKE
-released it. sched_switch / sched_waking give off-CPU periods by reason and
-runqueue delay. Uprobes on each target's libc semaphore functions
-(collector/attach/probe_sets/semaphores.py) tell a wait on a semaphore the waiter
-took itself (a signal) from one on a semaphore another thread holds.
+released it. Its off-CPU periods by reason and runqueue delay come from the
+off-CPU tracker (bpf/offcpu.bpf.c, sched_switch / sched_waking), which this set
+uses with its events part on, whether or not the off-CPU profile is on too.
+Uprobes on each target's libc semaphore functions
+(collector/attach/probe_sets/semaphores.py) tell a wait on a semaphore the
+waiter took itself (a signal) from one on a semaphore another thread holds.
 
 User side, at record time: every code address the events mention is named
 (collector/binaries/symbolizer.py) while the process still exists, and stored in the
@@ -46,7 +48,12 @@ MAX_STACK_DEPTH = 127  # a stack map's depth (PERF_MAX_STACK_DEPTH)
 
 # bpf/locks.bpf.c's tracepoint programs, attached where their sections say; and those
 # on tracepoints a kernel may lack, by the feature prepare() looks for (the rest stay unloaded).
-TRACEPOINT_PROGRAMS = ["lock_enter_futex", "lock_exit_futex", "lock_sched_switch", "lock_sched_waking"]
+TRACEPOINT_PROGRAMS = ["lock_enter_futex", "lock_exit_futex"]
+# The off-CPU tracker and the programs of it this set uses.
+OFFCPU_TRACKER = "offcpu.bpf.o"
+TRACKER_PROGRAMS = ["offcpu_on_switch", "offcpu_on_waking"]
+# The sizes of bpf/lock_state.bpf.h's maps, in both objects that define them.
+LOCK_STATE_SIZES = {"lock_pending": 65536, "lock_stacks": 16384}
 OPTIONAL_PROGRAMS = {
     "futex_waitv": ["lock_enter_futex_waitv", "lock_exit_futex_waitv"],
     "futex2": ["lock_enter_futex_wait", "lock_exit_futex_wait", "lock_enter_futex_wake"],
@@ -80,10 +87,16 @@ def _tracepoint(name: str) -> bool:
     return (TRACEFS_EVENTS / name).is_dir()
 
 
+def _size_lock_state(core: BpfObject) -> None:
+    for name, entries in LOCK_STATE_SIZES.items():
+        core.set_max_entries(name, entries)
+
+
 class LockProbes(ProbeSet):
     name = "locks"
-    state_maps = ("lock_pending", "lock_offcpu", "lock_klock_start", "lock_sem_trying")
+    state_maps = ("lock_pending", "offcpu_start", "lock_klock_start", "lock_sem_trying")
     core_object = "locks.bpf.o"
+    uses_objects = (OFFCPU_TRACKER,)
     description = ("futex waits (lock vs handoff; libc semaphore uprobes), off-CPU time by reason, "
                    "runqueue delay")
     observed_types = (EventType.FUTEX_WAIT, EventType.OFFCPU)
@@ -123,10 +136,16 @@ class LockProbes(ProbeSet):
     def configure(self, core: BpfObject) -> None:
         core.set_constant("lock_floor_ns", self.floor_ns)
         core.set_constant("lock_scan_floor_ns", self.scan_floor_ns)
-        core.set_constant("offcpu_floor_ns", self.offcpu_floor_ns)
+        _size_lock_state(core)
         for feature, programs in OPTIONAL_PROGRAMS.items():
             for program in programs:
                 core.set_autoload(program, self.have.get(feature, False))
+
+    def configure_use(self, core: BpfObject) -> None:
+        """The off-CPU tracker: its events part, with this set's floor."""
+        core.set_constant("offcpu_events", True)
+        core.set_constant("offcpu_floor_ns", self.offcpu_floor_ns)
+        _size_lock_state(core)
 
     def after_load(self, bpf, ctx: TargetContext) -> None:
         assert self.core is not None, "the loader loads core_object before after_load"
@@ -134,6 +153,8 @@ class LockProbes(ProbeSet):
         for program in TRACEPOINT_PROGRAMS + [p for feature, programs in OPTIONAL_PROGRAMS.items()
                                               if self.have.get(feature) for p in programs]:
             bpf.attach(program)
+        for program in TRACKER_PROGRAMS:
+            self.used[OFFCPU_TRACKER].attach(program)
         granules = sorted({g for lo, hi in self.exec_ranges
                            for g in range(lo >> LOCK_EXEC_GRANULE_SHIFT,
                                           ((hi - 1) >> LOCK_EXEC_GRANULE_SHIFT) + 1)})

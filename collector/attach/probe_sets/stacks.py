@@ -1,5 +1,5 @@
 """Stack probe sets: on-CPU sampling (bpf/profile.bpf.c) and off-CPU waits
-(bpf/offcpu.bpf.c).
+(the profile part of the off-CPU tracker, bpf/offcpu.bpf.c).
 
 Both count samples per stack in the kernel, in objects built ahead of time
 (CO-RE, loaded with libbpf: core_object); the Python stack maps of
@@ -46,6 +46,9 @@ from inferprobe.collector.model.stack_markers import PYTHON_LOST
 SWITCH_FORMAT = Path("/sys/kernel/tracing/events/sched/sched_switch/format")
 DEFAULT_HZ = 49
 DEFAULT_OFFCPU_MIN_US = 1000
+# The sizes of the profile's maps in the off-CPU tracker (bpf/offcpu.bpf.c), which
+# leaves them at one entry for a recording that uses only the lock set's part.
+OFFCPU_PROFILE_SIZES = {"offcpu_stacks": 16384, "offcpu_counts": 65536}
 LOST_COLLISION = "[lost: stack map collision]"
 LOST_STACK = "[lost: no user stack]"
 PREEMPTED = "[preempted: runnable, waiting for a CPU]"
@@ -275,8 +278,12 @@ class OffcpuProbes(_StackSet):
         return None
 
     def configure(self, core: BpfObject) -> None:
+        """The off-CPU tracker's profile part (the lock set may turn on its events part)."""
         super().configure(core)
+        core.set_constant("offcpu_profile", True)
         core.set_constant("offcpu_min_ns", self.min_us * 1000)
+        for name, entries in OFFCPU_PROFILE_SIZES.items():
+            core.set_max_entries(name, entries)
 
     def after_load(self, bpf, ctx: TargetContext) -> None:
         assert self.core is not None, "the loader loads core_object before after_load"

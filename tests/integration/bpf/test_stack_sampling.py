@@ -3,6 +3,7 @@ what the traced programs measured themselves."""
 
 from __future__ import annotations
 
+import json
 import math
 import platform
 import re
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from inferprobe.analyzers import stack_fold as fold
+from inferprobe.collector.model.events import OffcpuReason, OffcpuRecord, decode
 from inferprobe.collector.model.recording import read_recording
 
 from tests.programs.build import Program, build
@@ -90,6 +92,50 @@ def test_off_cpu_sleep_shows_with_its_weight(tmp_path):
     assert any(f.endswith("_[k]") for f in leafward), "no kernel frames under the sleep"
     assert leafward.index("wait_for_batch") < leafward.index("do_nanosleep_[k]") if (
         "do_nanosleep_[k]" in leafward) else True
+
+
+def _programs_on_tracepoints(pid: int) -> list[str]:
+    """The tracepoints of the BPF programs process pid has attached, one entry per
+    program, as the kernel lists them (bpftool perf: each perf event's program)."""
+    listed = subprocess.run(["bpftool", "-j", "perf", "show"], capture_output=True, text=True, check=True)
+    return [e["tracepoint"] for e in json.loads(listed.stdout or "[]")
+            if e.get("pid") == pid and e.get("fd_type") == "tracepoint"]
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="sleeper.c makes its syscall in x86-64 assembly")
+def test_the_profile_and_the_lock_set_share_one_off_cpu_tracker(tmp_path):
+    """--offcpu --locks: one sched_switch program (bpf/offcpu.bpf.c) gives both the
+    profile's weights and the lock set's off-CPU events, and each agrees with the
+    program's own clock."""
+    prog = Program(build("sleeper", tmp_path))
+    out_path = tmp_path / "both.ipr"
+    try:
+        rec = Recorder([prog.pid], out_path, "--no-listen-check", "--no-usdt", "-d", "3",
+                       "--offcpu", "--locks")
+        attached = _programs_on_tracepoints(rec.proc.pid)
+        rec.proc.wait(timeout=60)
+        assert rec.proc.returncode == 0, rec.proc.stderr.read()
+    finally:
+        out = prog.stop()
+    assert attached.count("sched_switch") == 1, attached
+    assert attached.count("sched_waking") == 1, attached
+    periods_all, mean_us = re.search(r"periods=(\d+) mean_us=([\d.]+)", out).groups()
+    recording = read_recording(out_path)
+    waits = [s for s in recording.snapshots["offcpu"]["stacks"]
+             if "wait_for_batch" in s["frames"] and not s["flags"]]
+    profiled = sum(s["periods"] for s in waits)
+    assert 12 <= profiled <= 15, profiled
+    assert sum(s["weight"] for s in waits) / profiled == pytest.approx(float(mean_us), rel=0.05)
+    # The lock set's events of the same sleeps: a nanosleep is an interruptible sleep, not a futex
+    # wait, and each blocks at least its 200 ms; the program's own mean, within 5 %.
+    sleeps = [e for e in map(decode, recording.events)
+              if isinstance(e, OffcpuRecord) and e.pid == prog.pid and e.blocked_ns >= 150_000_000]
+    assert 12 <= len(sleeps) <= 15, len(sleeps)
+    assert {e.reason for e in sleeps} == {OffcpuReason.SLEEP}
+    blocked = [e.blocked_ns for e in sleeps]
+    assert all(200_000_000 <= ns <= 200_000_000 * 1.03 for ns in blocked), blocked
+    mean_event_us = sum(e.blocked_ns + e.runq_ns for e in sleeps) / len(sleeps) / 1000
+    assert mean_event_us == pytest.approx(float(mean_us), rel=0.05)
 
 
 def _has_frame_pointers(python: str) -> bool:

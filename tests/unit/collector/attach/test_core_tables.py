@@ -44,10 +44,11 @@ def test_a_maps_key_and_value_types_are_the_c_structs():
         assert _layout(value) == _layout(OffcpuValue)
         tid_key, start = _map_types(obj, "offcpu_start")
         assert tid_key is ctypes.c_uint32
-        # struct offcpu_start_t (offcpu.bpf.c): u64, then u32 and s32 fields, 32 bytes
-        assert ctypes.sizeof(start) == 32
+        # struct offcpu_start_t (offcpu.bpf.c): u64, then u32 and s32 fields, a u64 and more, 56 bytes
+        assert ctypes.sizeof(start) == 56
         assert [(n, o, s) for n, o, s, _ in _layout(start)][:4] == [
             ("ts_ns", 0, 8), ("tgid", 8, 4), ("user_stack_id", 12, 4), ("kernel_stack_id", 16, 4)]
+        assert ("wake_ns", 32, 8) in [(n, o, s) for n, o, s, _ in _layout(start)]   # a u64 after seven u32s
         assert dict((n, signed) for n, _, _, signed in _layout(start))["user_stack_id"] is True
     finally:
         obj.close()
