@@ -18,15 +18,19 @@ For a server under load run benchmarks/bench_overhead.py --record-arg=--locks
 
 --baseline DIR adds, to each round, a phase traced by another checkout's recorder
 (bench_support.baseline_env): the locks programs of two trees on the same
-process, in the same run.
+process, in the same run. --record-arg passes more to `record` (--offcpu: the
+off-CPU profile too, on the same tracker). --bpf-stats adds the kernel's own
+time per handoff of each traced phase, in all and per program
+(kernel.bpf_stats_enabled, which costs a little itself).
 
 Usage (root): .venv/bin/python benchmarks/bench_locks.py [--handoffs 200000] [--rounds 3] [--python-lock]
-              [--baseline DIR]
+              [--baseline DIR] [--record-arg=--offcpu] [--bpf-stats]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shutil
 import signal
 import statistics
@@ -36,7 +40,13 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_support import REPO, baseline_env  # noqa: E402
+from bench_support import (  # noqa: E402
+    REPO,
+    baseline_env,
+    bpf_stats_enabled,
+    program_names,
+    program_times_by_id,
+)
 
 SOURCE = REPO / "benchmarks" / "native" / "futex_pingpong.c"
 # Same protocol as futex_pingpong: "ready", then per line N on stdin, the ns N operations took.
@@ -69,9 +79,11 @@ def run_phase(proc: subprocess.Popen, handoffs: int) -> float:
     return int(proc.stdout.readline()) / 1e9
 
 
-def attach(pid: int, output: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+def attach(pid: int, output: Path, env: dict[str, str] | None = None,
+           extra: tuple[str, ...] = ()) -> subprocess.Popen:
     rec = subprocess.Popen(
-        [sys.executable, "-m", "inferprobe.cli.main", "record", "-p", str(pid), "--locks", "-o", str(output)],
+        [sys.executable, "-m", "inferprobe.cli.main", "record", "-p", str(pid), "--locks", *extra,
+         "-o", str(output)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     for line in rec.stdout:
         if line.startswith("inferprobe: attached"):
@@ -86,6 +98,8 @@ def main() -> int:
     ap.add_argument("--python-lock", action="store_true",
                     help="time threading.Lock acquire+release in Python instead of the ping-pong")
     ap.add_argument("--baseline", type=Path, help="another checkout whose recorder traces a phase too")
+    ap.add_argument("--record-arg", action="append", default=[], help="passed on to `record` (repeatable)")
+    ap.add_argument("--bpf-stats", action="store_true", help="the kernel's time per handoff, per program")
     args = ap.parse_args()
     what = "threading.Lock acquire+release" if args.python_lock else "futex ping-pong"
     unit = "operation" if args.python_lock else "handoff"
@@ -100,11 +114,18 @@ def main() -> int:
             tracers["traced (baseline)"] = baseline_env(args.baseline.resolve(), tmp)
         plain: list[float] = []
         traced: dict[str, list[float]] = {name: [] for name in tracers}
+        kernel_ns: dict[str, list[float]] = {name: [] for name in tracers}
         for i in range(args.rounds):
             plain.append(run_phase(proc, args.handoffs))
             for name, env in tracers.items():
-                rec = attach(proc.pid, tmp / f"r{i}-{len(traced[name])}{bool(env)}.ipr", env)
-                traced[name].append(run_phase(proc, args.handoffs))
+                rec = attach(proc.pid, tmp / f"r{i}-{len(traced[name])}{bool(env)}.ipr", env,
+                             tuple(args.record_arg))
+                with bpf_stats_enabled() if args.bpf_stats else contextlib.nullcontext():
+                    before = program_times_by_id(rec.pid)
+                    traced[name].append(run_phase(proc, args.handoffs))
+                    after = program_times_by_id(rec.pid)
+                if args.bpf_stats:
+                    kernel_ns[name].append(_kernel_per_handoff(before, after, args.handoffs))
                 rec.send_signal(signal.SIGTERM)
                 out, _ = rec.communicate(timeout=120)
                 print(f"round {i + 1}: untraced {plain[-1]:.3f} s, {name} {traced[name][-1]:.3f} s"
@@ -116,7 +137,23 @@ def main() -> int:
         per_handoff_us = (t - p) / args.handoffs * 1e6
         print(f"{what}, {args.handoffs} {unit}s: untraced {p:.3f} s, {name} {t:.3f} s, "
               f"ratio {t / p:.2f} ({per_handoff_us:+.2f} us per {unit})")
+        if kernel_ns[name]:
+            print(f"  {name}: BPF programs {statistics.median(kernel_ns[name]):.0f} ns per {unit} "
+                  f"(rounds: {', '.join(f'{v:.0f}' for v in kernel_ns[name])})")
     return 0
+
+
+def _kernel_per_handoff(before: dict, after: dict, handoffs: int) -> float:
+    """The kernel's time in the recorder's programs per handoff, printed per program too."""
+    names = program_names()
+    total = 0
+    for prog_id, (ns, runs) in sorted(after.items(), key=lambda kv: -kv[1][0]):
+        ns0, runs0 = before.get(prog_id, (0, 0))
+        if runs > runs0:
+            total += ns - ns0
+            print(f"    {names.get(prog_id, prog_id)}: {(ns - ns0) / handoffs:.0f} ns per handoff, "
+                  f"{(runs - runs0) / handoffs:.2f} runs, {(ns - ns0) / (runs - runs0):.0f} ns a run")
+    return total / handoffs
 
 
 if __name__ == "__main__":
