@@ -5,8 +5,8 @@
  * so a hot, uncontended path costs a map update and nothing in user space.
  * The set's off-CPU periods (why a thread was off the CPU, and who woke it)
  * come from the one off-CPU tracker, bpf/offcpu.bpf.c, which this set turns
- * on (offcpu_events) and which reads this object's lock_pending: the maps both
- * read are bpf/lock_state.bpf.h.
+ * on (offcpu_events); it reads lock_pending, which this object's futex hooks
+ * write: the maps both objects share are bpf/lock_state.bpf.h.
  *
  * Which code waited: the user registers at the syscall (bpf_task_pt_regs,
  * the architecture's ABI, not a kernel struct read through headers) give the

@@ -165,8 +165,13 @@ class BpfObject:
 
     def set_max_entries(self, name: str, entries: int) -> None:
         """Before load: the size of one of the object's own maps (a ring's bytes).
-        A map reused from an object loaded before keeps the size it was made with."""
+        A map reused from an object loaded before has its size already: asking for
+        another is a mistake in the load order, said rather than ignored."""
         if name in self._reused:
+            made = library().bpf_map__max_entries(self._map(name))
+            if made != entries:
+                raise LibbpfError(f"{self.path.name}: map {name} was made with {made} entries by an "
+                                  f"object loaded before, not the {entries} asked for here")
             return
         if library().bpf_map__set_max_entries(self._map(name), entries) != 0:
             raise LibbpfError(f"{self.path.name}: map {name} cannot hold {entries} entries "

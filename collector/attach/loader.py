@@ -99,15 +99,16 @@ def load_objects(active: dict[str, ProbeSet], ringbuf_pages: int) -> list[BpfObj
 
 
 def _users(active: dict[str, ProbeSet], object_name: str) -> list[tuple[ProbeSet, bool]]:
-    """The sets an object serves, in load order, each with whether it owns the
-    object (its core_object, or part_of the set whose it is)."""
+    """The sets an object serves, each with whether it owns the object (its
+    core_object, or part_of the set whose it is): the owners first, in load
+    order (the owner, then its parts), then the sets that use some of it."""
     owner = next((s.name for s in active.values() if s.core_object == object_name), None)
     users = []
     for probe_set in active.values():
         owns = probe_set.core_object == object_name or (owner is not None and probe_set.part_of == owner)
         if owns or object_name in probe_set.uses_objects:
             users.append((probe_set, owns))
-    return users
+    return sorted(users, key=lambda user: not user[1])
 
 
 def close_objects(objects: list[BpfObject]) -> None:

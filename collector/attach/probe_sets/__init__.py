@@ -25,7 +25,9 @@ this folder, and list it in registry.py.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from inferprobe.collector.attach.attach_failures import AttachFailures
 from inferprobe.collector.attach.libbpf import BpfObject
@@ -56,7 +58,7 @@ class ProbeSet:
     # whichever sets ask: BpfObject.attach), loaded for it whether or not their
     # owner set is on; `used` holds them by name once loaded.
     uses_objects: tuple[str, ...] = ()
-    used: dict[str, BpfObject] = {}
+    used: Mapping[str, BpfObject] = MappingProxyType({})
     description: str = ""
     observed_types: tuple[int, ...] = ()  # event types passed to observe() while recording
     # Maps holding in-flight state (per connection, thread, pending call): the

@@ -127,13 +127,15 @@ def test_the_profile_and_the_lock_set_share_one_off_cpu_tracker(tmp_path):
     assert 12 <= profiled <= 15, profiled
     assert sum(s["weight"] for s in waits) / profiled == pytest.approx(float(mean_us), rel=0.05)
     # The lock set's events of the same sleeps: a nanosleep is an interruptible sleep, not a futex
-    # wait, and each blocks at least its 200 ms; the program's own mean, within 5 %.
+    # wait, and each blocks its 200 ms (less the microseconds between arming the timer and the
+    # switch-out, which the timer's slack may not make up: 100 us allowed); the program's own
+    # mean, within 5 %.
     sleeps = [e for e in map(decode, recording.events)
               if isinstance(e, OffcpuRecord) and e.pid == prog.pid and e.blocked_ns >= 150_000_000]
     assert 12 <= len(sleeps) <= 15, len(sleeps)
     assert {e.reason for e in sleeps} == {OffcpuReason.SLEEP}
     blocked = [e.blocked_ns for e in sleeps]
-    assert all(200_000_000 <= ns <= 200_000_000 * 1.03 for ns in blocked), blocked
+    assert all(199_900_000 <= ns <= 200_000_000 * 1.03 for ns in blocked), blocked
     mean_event_us = sum(e.blocked_ns + e.runq_ns for e in sleeps) / len(sleeps) / 1000
     assert mean_event_us == pytest.approx(float(mean_us), rel=0.05)
 

@@ -46,6 +46,9 @@ def test_a_reused_map_is_the_one_the_loaded_object_uses():
     core = BpfObject(built_object("usdt.bpf.o"))
     try:
         core.reuse_map("events", ring)
+        core.set_max_entries("events", 64 * 4096)   # the size it was made with: nothing to do
+        with pytest.raises(LibbpfError, match="made with 262144 entries by an object loaded before"):
+            core.set_max_entries("events", 128 * 4096)
         core.load()
         assert core.map_id("events") == map_id_of_fd(ring)
         assert core.map_id("counters") != map_id_of_fd(ring)

@@ -48,7 +48,8 @@ def test_a_maps_key_and_value_types_are_the_c_structs():
         assert ctypes.sizeof(start) == 56
         assert [(n, o, s) for n, o, s, _ in _layout(start)][:4] == [
             ("ts_ns", 0, 8), ("tgid", 8, 4), ("user_stack_id", 12, 4), ("kernel_stack_id", 16, 4)]
-        assert ("wake_ns", 32, 8) in [(n, o, s) for n, o, s, _ in _layout(start)]   # a u64 after seven u32s
+        # a u64 after six 4-byte fields, which bring it to 32: its own alignment, no padding
+        assert ("wake_ns", 32, 8) in [(n, o, s) for n, o, s, _ in _layout(start)]
         assert dict((n, signed) for n, _, _, signed in _layout(start))["user_stack_id"] is True
     finally:
         obj.close()
