@@ -126,9 +126,9 @@ static __always_inline void offcpu_switch_out(struct trace_event_raw_sched_switc
  * blocked all along, and is kept when all of it reaches offcpu_min_ns. */
 static __always_inline void offcpu_profile_period(struct offcpu_start_t *start, u32 tid, u64 now)
 {
-    u32 reason = start->reason == OFFCPU_PREEMPTED ? OFFCPU_PREEMPTED : OFFCPU_SLEEP;
     u64 blocked, runq;
-    offcpu_period_split(start->ts_ns, offcpu_wake_at_switch_out(reason, start->ts_ns), now, &blocked, &runq);
+    offcpu_period_split(start->ts_ns, offcpu_wake_at_switch_out(start->reason, start->ts_ns), now, &blocked,
+                        &runq);
     if (!offcpu_period_kept(blocked, runq, offcpu_min_ns)) {
         offcpu_count(STACK_COUNTER_SHORT);
         return;
