@@ -65,6 +65,16 @@ def test_on_cpu_shares_match_the_programs_own_cpu_clock(tmp_path):
     assert counters["collisions"] <= 0.01 * counters["samples"], counters
 
 
+def _sleeper_mean_us(out: str) -> float:
+    """What sleeper.c measured itself: the mean of its sleeps, in microseconds."""
+    return float(re.search(r"periods=\d+ mean_us=([\d.]+)", out).group(1))
+
+
+def _sleep_waits(snap: dict) -> list[dict]:
+    """The off-CPU stacks blocked in the sleep itself (not preempted somewhere inside the function)."""
+    return [s for s in snap["stacks"] if "wait_for_batch" in s["frames"] and not s["flags"]]
+
+
 @pytest.mark.skipif(platform.machine() != "x86_64", reason="sleeper.c makes its syscall in x86-64 assembly")
 def test_off_cpu_sleep_shows_with_its_weight(tmp_path):
     prog = Program(build("sleeper", tmp_path))
@@ -72,11 +82,10 @@ def test_off_cpu_sleep_shows_with_its_weight(tmp_path):
         snaps = _record(prog.pid, tmp_path / "sleep.ipr", 3, "--offcpu")
     finally:
         out = prog.stop()
-    periods_all, mean_us = re.search(r"periods=(\d+) mean_us=([\d.]+)", out).groups()
+    mean_us = _sleeper_mean_us(out)
     snap = snaps["offcpu"]
     assert snap["unit"] == "us"
-    # blocked in the sleep itself (not preempted somewhere inside the function)
-    waits = [s for s in snap["stacks"] if "wait_for_batch" in s["frames"] and not s["flags"]]
+    waits = _sleep_waits(snap)
     assert waits, f"no off-CPU stack through wait_for_batch: {[s['frames'] for s in snap['stacks']][:5]}"
     periods = sum(s["periods"] for s in waits)
     weight_us = sum(s["weight"] for s in waits)
@@ -87,7 +96,7 @@ def test_off_cpu_sleep_shows_with_its_weight(tmp_path):
     assert 200_000 <= weight_us / periods <= 200_000 * 1.03
     # the program's own clock also counts syscall entry/exit and preemptions after the
     # wake-up (kept apart as [preempted] periods): the same within 5 %
-    assert weight_us / periods == pytest.approx(float(mean_us), rel=0.05)
+    assert weight_us / periods == pytest.approx(mean_us, rel=0.05)
     leafward = waits[0]["frames"]
     assert any(f.endswith("_[k]") for f in leafward), "no kernel frames under the sleep"
     assert leafward.index("wait_for_batch") < leafward.index("do_nanosleep_[k]") if (
@@ -119,13 +128,12 @@ def test_the_profile_and_the_lock_set_share_one_off_cpu_tracker(tmp_path):
         out = prog.stop()
     assert attached.count("sched_switch") == 1, attached
     assert attached.count("sched_waking") == 1, attached
-    periods_all, mean_us = re.search(r"periods=(\d+) mean_us=([\d.]+)", out).groups()
+    mean_us = _sleeper_mean_us(out)
     recording = read_recording(out_path)
-    waits = [s for s in recording.snapshots["offcpu"]["stacks"]
-             if "wait_for_batch" in s["frames"] and not s["flags"]]
+    waits = _sleep_waits(recording.snapshots["offcpu"])
     profiled = sum(s["periods"] for s in waits)
     assert 12 <= profiled <= 15, profiled
-    assert sum(s["weight"] for s in waits) / profiled == pytest.approx(float(mean_us), rel=0.05)
+    assert sum(s["weight"] for s in waits) / profiled == pytest.approx(mean_us, rel=0.05)
     # The lock set's events of the same sleeps: a nanosleep is an interruptible sleep, not a futex
     # wait, and each blocks its 200 ms (less the microseconds between arming the timer and the
     # switch-out, which the timer's slack may not make up: 100 us allowed); the program's own
@@ -137,7 +145,7 @@ def test_the_profile_and_the_lock_set_share_one_off_cpu_tracker(tmp_path):
     blocked = [e.blocked_ns for e in sleeps]
     assert all(199_900_000 <= ns <= 200_000_000 * 1.03 for ns in blocked), blocked
     mean_event_us = sum(e.blocked_ns + e.runq_ns for e in sleeps) / len(sleeps) / 1000
-    assert mean_event_us == pytest.approx(float(mean_us), rel=0.05)
+    assert mean_event_us == pytest.approx(mean_us, rel=0.05)
 
 
 def _has_frame_pointers(python: str) -> bool:
