@@ -32,6 +32,7 @@ from pathlib import Path
 
 from bench_support import (
     Recorder,
+    bpf_ns_between,
     bpf_stats_enabled,
     per_program,
     program_names,
@@ -101,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         target.kill()
     programs = {names.get(i, str(i)).removeprefix("tracepoint__syscalls__"): cost
                 for i, cost in per_program(before, after, args.calls).items()}
-    bpf_ns = sum(ns - before.get(i, (0, 0))[0] for i, (ns, _) in after.items()) / args.calls
+    bpf_ns = bpf_ns_between(before, after) / args.calls
     summary = {"untraced_ns_per_round_trip": untraced_ns, "traced_ns_per_round_trip": traced_ns,
                "ratio": round(untraced_ns / traced_ns, 3), "bpf_ns_per_round_trip": round(bpf_ns),
                "requests_recorded": len(report["requests"]),

@@ -43,7 +43,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_support import (  # noqa: E402
     REPO,
     baseline_env,
+    bpf_ns_between,
     bpf_stats_enabled,
+    per_program,
     program_names,
     program_times_by_id,
 )
@@ -144,17 +146,13 @@ def main() -> int:
 
 
 def _kernel_per_handoff(before: dict, after: dict, handoffs: int) -> float:
-    """The kernel's time in the recorder's programs per handoff, printed per program too."""
+    """The kernel's time in the recorder's programs per handoff, printed per program too
+    (bench_support.per_program, as the other benchmarks print it)."""
     names = program_names()
-    total = 0
-    for prog_id, (ns, runs) in sorted(after.items(), key=lambda kv: -kv[1][0]):
-        ns0, runs0 = before.get(prog_id, (0, 0))
-        if runs > runs0:
-            total += ns - ns0
-            print(f"    {names.get(prog_id, prog_id)}: {(ns - ns0) / handoffs:.0f} ns per handoff, "
-                  f"{(runs - runs0) / handoffs:.2f} runs, {(ns - ns0) / (runs - runs0):.0f} ns a run")
-    return total / handoffs
-
+    for prog_id, cost in per_program(before, after, handoffs).items():
+        print(f"    {names.get(prog_id, prog_id)}: {cost['ns_per_run']} ns a run, "
+              f"{cost['runs_per_request']} runs per handoff")
+    return bpf_ns_between(before, after) / handoffs
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -120,11 +120,17 @@ def traced_run(pid: int, output: Path, stderr_path: Path, load, per: str, stats:
     units = max(result[per], 1)
     result[f"recorder_cpu_us_per_{per.rstrip('s')}"] = round(recorder_cpu * 1e6 / units, 1)
     if stats:
-        total_ns = sum(ns - before.get(i, (0, 0))[0] for i, (ns, _) in after.items())
+        total_ns = bpf_ns_between(before, after)
         result["bpf_ns_total"] = total_ns
         result["programs"] = {names.get(prog_id, str(prog_id)).removeprefix("tracepoint__syscalls__"): cost
                               for prog_id, cost in per_program(before, after, units).items()}
     return result
+
+
+def bpf_ns_between(before: dict, after: dict) -> int:
+    """The kernel's time in all the programs between two readings keyed alike
+    (program_times_by_id), programs loaded since included."""
+    return sum(ns - before.get(key, (0, 0))[0] for key, (ns, _) in after.items())
 
 
 def per_program(before: dict, after: dict, n: int) -> dict:
