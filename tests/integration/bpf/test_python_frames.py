@@ -263,7 +263,11 @@ def test_a_process_that_execs_python_after_attach_gets_python_frames_and_says_si
     assert total > 200 and named >= 0.5 * total, (named, total)
     (proc,) = [p for p in json_report(out)["stacks"]["cpu"]["processes"] if p["pid"] == launcher.pid]
     assert proc["walked_from_s"] == info["python_walked_from_s"] and "bash" in proc["unwalked_before"], proc
-    assert proc["python_named_share"] == pytest.approx(named / total, abs=1e-3)
+    # the report's share counts every stack with a Python frame, the burner's start-up
+    # (imports, <module>) as well as its burn_* functions: the same count here
+    with_python = sum(s["weight"] for s in stacks if _python_function(tuple(s["frames"])) is not None)
+    assert proc["python_named_share"] == pytest.approx(with_python / total, abs=1e-4)
+    assert with_python >= named
 
 
 @pytest.mark.skipif(shutil.which("unshare") is None, reason="no unshare(1) to make a pid namespace")
