@@ -6,7 +6,7 @@ For each engine: one recording under a fixed closed-loop load at setting A,
 where the clients outnumber A's places; `inferprobe advise` on it for two
 targets A misses, one TTFT-bound (a p99 TTFT A cannot reach: more places) and
 one ITL-bound (a p99 ITL A cannot reach: fewer); then the same load at each
-advised setting B, recorded as A was (see _run_at). What the clients measured themselves (their own
+advised setting B, recorded as A was (see _record). What the clients measured themselves (their own
 CLOCK_MONOTONIC: send -> first token event, gaps between token events) must
 be within 20 % of the prediction at B, and the replay of A within 10 % of
 what was measured at A (the issue's bounds). A measured p99 over ~100 requests
@@ -142,6 +142,21 @@ class Recorded:
     tmp: Path
 
 
+def _record(engine: Engine, setting: int, tmp: Path, name: str) -> tuple[Path, Measured]:
+    """The load at one setting, recorded (NAME.ipr): on this 2-core host the recorder's own
+    work takes CPU from the engine (llama.cpp's steps ran 15 % slower recorded), so every
+    setting is run under the same conditions as the recording the predictions come from."""
+    path = tmp / f"{name}.ipr"
+    with engine.start(setting, tmp / f"server-{name}.log") as (pid, port):
+        _warm(port)
+        rec = Recorder([pid], path)
+        try:
+            measured = closed_loop(engine.shape, port, engine.keep_alive)
+        finally:
+            rec.stop()
+    return path, measured
+
+
 @pytest.fixture(scope="module", params=sorted(ENGINES))
 def recorded(request, tmp_path_factory) -> Recorded:
     if request.param == "demo":
@@ -149,14 +164,8 @@ def recorded(request, tmp_path_factory) -> Recorded:
             pytest.skip(f"the demo extra is not installed ({', '.join(missing)} missing): run make setup")
     engine = ENGINES[request.param]
     tmp = tmp_path_factory.mktemp(f"advise-{engine.name}")
-    with engine.start(engine.recorded, tmp / "server-A.log") as (pid, port):
-        _warm(port)
-        rec = Recorder([pid], tmp / "a.ipr")
-        try:
-            measured = closed_loop(engine.shape, port, engine.keep_alive)
-        finally:
-            rec.stop()
-    return Recorded(engine, tmp / "a.ipr", measured, tmp)
+    path, measured = _record(engine, engine.recorded, tmp, "a")
+    return Recorded(engine, path, measured, tmp)
 
 
 def _advise(recording: Path, ttft_ns: int, itl_ns: int) -> dict:
@@ -171,26 +180,22 @@ def _prediction(advice: dict, setting: int) -> dict:
     return next(p for p in advice["predictions"] if p["setting"] == setting)
 
 
-def _run_at(rec: Recorded, setting: int) -> Measured:
-    """The load at another setting, recorded like A: on this 2-core host the recorder's own
-    work takes CPU from the engine (llama.cpp's steps ran 15 % slower recorded), so B is run
-    under the same conditions as the recording its prediction came from."""
-    with rec.engine.start(setting, rec.tmp / f"server-{setting}.log") as (pid, port):
-        _warm(port)
-        recorder = Recorder([pid], rec.tmp / f"b{setting}.ipr")
-        try:
-            return closed_loop(rec.engine.shape, port, rec.engine.keep_alive)
-        finally:
-            recorder.stop()
-
-
 # The replay's premise: the engine steps at one speed, in the recording and at B. The demo
 # server's decode steps were seen to slow down by 38 % within one 50-second run (CI,
 # 2026-12-03: 80 -> 110 ms at batch 4), and a later run of it to take 35 % longer for a step
 # of one sequence than the recording minutes before; no model of the recording predicts
 # that, so where the engine's own steps (the tracer's measure) show it, the check says so
-# and is skipped rather than judged.
+# and is skipped rather than judged. The host's slow spells come in stretches of seconds,
+# not only as a drift from the start to the end: llama.cpp's steps of 3 took 41-45 ms
+# instead of 31-34 for ten seconds in the middle of the recording at A in two suite runs
+# (2026-12-06: one or two eighths of its steps 26-27 % over the run's median; the demo's
+# steps of 4 33 % over in a third run, sampled each second meanwhile: the engine had its
+# core to itself at 1.00 CPU and no other process ran on it), so each eighth of a run is
+# compared with the whole. Runs every other premise check passed had eighths within 0-12 %
+# of their whole; the demo's two runs at 2 places on one afternoon came to 16 % in their
+# third eighth both, and were skipped too.
 SPEED_DRIFT = 0.15
+STRETCHES = 8  # a run in eighths: 30-300 steps each of the size it ran most
 
 
 @functools.cache
@@ -213,12 +218,14 @@ def _speed_changed(*recordings: Path) -> str | None:
     steps = [_decode_step_ms(r) for r in recordings]
     for rec, by in zip(recordings, steps, strict=True):
         size, times = max(by.items(), key=lambda kv: len(kv[1]))
-        quarter = len(times) // 4
-        if quarter >= 5:
-            first, last = median_high(times[:quarter]), median_high(times[-quarter:])
-            if abs(last / first - 1) > SPEED_DRIFT:
-                return (f"the engine's steps of {size} went from {first:.0f} to {last:.0f} ms within "
-                        f"{rec.name}")
+        stretch = len(times) // STRETCHES
+        if stretch >= 5:
+            whole = median_high(times)
+            for k in range(STRETCHES):
+                part = median_high(times[k * stretch:(k + 1) * stretch])
+                if abs(part / whole - 1) > SPEED_DRIFT:
+                    return (f"the engine's steps of {size} took {part:.0f} ms in eighth {k + 1} of "
+                            f"{rec.name} against {whole:.0f} ms over all of it")
     # Across runs, the steps of one sequence alone (each run's first client, before the
     # others start) are the same work whatever the setting; bigger batches are not (a
     # larger llama.cpp -np also gives it a larger KV cache to attend over).
@@ -339,15 +346,15 @@ def _check_advised(recorded: Recorded, ttft_target: int, itl_target: int, more: 
     flag = "-np" if recorded.engine.name == "llama.cpp" else "--max-batch-size"
     assert advised["flag"] == f"{flag} {b}" and advised["flag"] in advised["sentence"], advised
     predicted = _prediction(advice, b)
-    at_b = _run_at(recorded, b)
+    run_b, at_b = _record(recorded.engine, b, recorded.tmp, f"b{b}")
     report = (b, predicted, at_b.as_text())
     _keep_figures(recorded.tmp / f"check-b{b}.json", predicted, at_b)
-    if (drift := _speed_changed(recorded.recording, recorded.tmp / f"b{b}.ipr")) is not None:
+    if (drift := _speed_changed(recorded.recording, run_b)) is not None:
         pytest.skip(f"{drift}: the replay assumes an engine of one speed; predicted at B {report}")
-    if (noise := _noise_changed(recorded.recording, recorded.tmp / f"b{b}.ipr")) is not None:
+    if (noise := _noise_changed(recorded.recording, run_b)) is not None:
         pytest.skip(f"{noise}: the replay assumes a host that disturbs it alike; predicted at B {report}")
     assert _within(predicted["ttft_ns"]["p99"], at_b.ttft_p99_interval_ns, AT_ADVISED), report
-    if (tail := _tail_changed(recorded.recording, recorded.tmp / f"b{b}.ipr", at_b.itl_p99_ns)) is not None:
+    if (tail := _tail_changed(recorded.recording, run_b, at_b.itl_p99_ns)) is not None:
         pytest.skip(f"{tail}: the replay carries the recording's steps over; predicted at B {report}")
     assert _within(predicted["itl_ns"]["p99"], at_b.itl_p99_interval_ns, AT_ADVISED), report
 
