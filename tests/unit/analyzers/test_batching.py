@@ -90,16 +90,18 @@ def test_a_size_with_few_steps_draws_the_other_sizes_slow_steps_as_time_added_to
     assert max(model.predict(three) * r for r in model.ratios_for(three)) == pytest.approx(35 * MS, rel=0.02)
 
 
+def _decode_fit_at(level_ms: dict[int, float]) -> LinearFit:
+    """A decode fit on 30 steps of each batch size, each taking its size's level."""
+    samples = [{"decode_seqs": float(size)} for size in level_ms for _ in range(30)]
+    ys = [ms * MS for ms in level_ms.values() for _ in range(30)]
+    return fit("decode turn", samples, ys, ("decode_seqs",), group="decode_seqs")
+
+
 def test_past_the_largest_size_recorded_a_sequence_more_costs_what_one_cost_between_sizes():
     """Steps of 1, 2, 3 sequences: 50, 55, 60 ms; of 4: 85 (a kernel that changes path at 4, as
     the demo server's matmuls do). A least-squares slope (11 ms a sequence) would carry the jump
     on, to ~120 ms at 7; one sequence more costs 5 ms on either side of it, so 85 + 3 x 5."""
-    samples, ys = [], []
-    for size, ms in ((1, 50), (2, 55), (3, 60), (4, 85)):
-        for _ in range(30):
-            samples.append({"decode_seqs": float(size)})
-            ys.append(ms * MS)
-    model = fit("decode turn", samples, ys, ("decode_seqs",), group="decode_seqs")
+    model = _decode_fit_at({1: 50, 2: 55, 3: 60, 4: 85})
     assert model.marginal_ns == pytest.approx(5 * MS)
     assert model.typical({"decode_seqs": 7.0}) == pytest.approx(100 * MS, rel=0.03)
     # within the sizes recorded, the fit is calibrated on each size's own steps, as before
@@ -115,12 +117,7 @@ def test_a_sequence_more_never_costs_more_than_the_average_one_did():
     batch amortizes what a step reads once (the weights) over more sequences, so a sequence past
     the largest size costs at most what the average one did from the smallest size to the
     largest: (83 - 54) / 3 ms, and the steps of 7 come to 107."""
-    samples, ys = [], []
-    for size, ms in ((1, 54), (2, 87), (3, 110), (4, 83)):
-        for _ in range(30):
-            samples.append({"decode_seqs": float(size)})
-            ys.append(ms * MS)
-    model = fit("decode turn", samples, ys, ("decode_seqs",), group="decode_seqs")
+    model = _decode_fit_at({1: 54, 2: 87, 3: 110, 4: 83})
     assert model.marginal_ns == pytest.approx(29 / 3 * MS)
     assert model.typical({"decode_seqs": 7.0}) == pytest.approx(108 * MS, rel=0.02)
 
