@@ -23,8 +23,8 @@ to show its own tail, draws the spread of all the sizes of its kind, as time
 added to its own level (see _with_tail). A size with too few steps takes the ratios of
 all the sizes of its kind; past the largest size recorded, the largest
 size's, and each sequence more costs what one more cost between the sizes
-recorded (_marginal_ns), never more than the average sequence did from the
-smallest size to the largest: that is an extrapolation, and every output says so.
+recorded (_marginal_ns), never more than the average extra sequence did from
+the smallest size to the largest: that is an extrapolation, and every output says so.
 
 Its error is measured, not assumed: five-fold cross-validation over the
 recording's steps (each step predicted by a fit that did not see it).
@@ -252,12 +252,14 @@ def _marginal_ns(model: LinearFit, samples: Sequence[dict[str, float]], ys: Sequ
     sequence on either side of the jump). A median of the steps between sizes is the cost the
     sizes share, and a jump is one of them. None where fewer than two such steps are seen.
 
-    It is capped at what the average sequence cost from the smallest size to the largest: a
+    It is capped at the average extra cost of a sequence from the smallest size to the
+    largest ((level at the largest - level at the smallest) / their difference in size): a
     batch amortizes what a step reads once (the weights) over more sequences, so one more
     costs less as the batch fills, not more. The demo's steps of 1, 2, 3, 4 also came out at
     54, 87, 110, 83 ms (2026-12-06: its path at 4 cheaper than at 2 or 3); the median of 33,
     23 and -27 ms put its steps of 7 at 150 ms where they took 108, and its p99 TTFT at 7
-    places 24 % over the bound checked; capped at (83 - 54) / 3 ms, 107 ms."""
+    places 24 % over the bound checked; capped (7.9 ms, net of the cached-position term),
+    at 112 ms."""
     group = model.group
     if group is None:
         return None

@@ -190,10 +190,11 @@ def _prediction(advice: dict, setting: int) -> dict:
 # instead of 31-34 for ten seconds in the middle of the recording at A in two suite runs
 # (2026-12-06: one or two eighths of its steps 26-27 % over the run's median; the demo's
 # steps of 4 33 % over in a third run, sampled each second meanwhile: the engine had its
-# core to itself at 1.00 CPU and no other process ran on it), so each eighth of a run is
-# compared with the whole. Runs every other premise check passed had eighths within 0-12 %
-# of their whole; the demo's two runs at 2 places on one afternoon came to 16 % in their
-# third eighth both, and were skipped too.
+# core to itself at 1.00 CPU and no other process ran on it). So a run's last quarter is
+# compared with its first (a drift), and each eighth with the whole (a spell: a drift of
+# 80 -> 110 ms spread evenly puts no eighth 15 % off the whole). Runs every other premise
+# check passed had eighths within 0-12 % of their whole; the demo's two runs at 2 places
+# on one afternoon came to 16 % in their third eighth both, and were skipped too.
 SPEED_DRIFT = 0.15
 STRETCHES = 8  # a run in eighths: 30-300 steps each of the size it ran most
 
@@ -219,13 +220,17 @@ def _speed_changed(*recordings: Path) -> str | None:
     for rec, by in zip(recordings, steps, strict=True):
         size, times = max(by.items(), key=lambda kv: len(kv[1]))
         stretch = len(times) // STRETCHES
-        if stretch >= 5:
-            whole = median_high(times)
-            for k in range(STRETCHES):
-                part = median_high(times[k * stretch:(k + 1) * stretch])
-                if abs(part / whole - 1) > SPEED_DRIFT:
-                    return (f"the engine's steps of {size} took {part:.0f} ms in eighth {k + 1} of "
-                            f"{rec.name} against {whole:.0f} ms over all of it")
+        if stretch < 5:
+            continue
+        first, last = median_high(times[:2 * stretch]), median_high(times[-2 * stretch:])
+        if abs(last / first - 1) > SPEED_DRIFT:
+            return f"the engine's steps of {size} went from {first:.0f} to {last:.0f} ms within {rec.name}"
+        whole = median_high(times)
+        parts = [median_high(times[k * stretch:(k + 1) * stretch]) for k in range(STRETCHES)]
+        worst = max(range(STRETCHES), key=lambda k: abs(parts[k] / whole - 1))
+        if abs(parts[worst] / whole - 1) > SPEED_DRIFT:
+            return (f"the engine's steps of {size} took {parts[worst]:.0f} ms in eighth {worst + 1} of "
+                    f"{rec.name} against {whole:.0f} ms over all of it")
     # Across runs, the steps of one sequence alone (each run's first client, before the
     # others start) are the same work whatever the setting; bigger batches are not (a
     # larger llama.cpp -np also gives it a larger KV cache to attend over).

@@ -109,17 +109,17 @@ def test_past_the_largest_size_recorded_a_sequence_more_costs_what_one_cost_betw
     assert model.typical({"decode_seqs": 2.0}) == pytest.approx(55 * MS, rel=1e-6)
 
 
-def test_a_sequence_more_never_costs_more_than_the_average_one_did():
-    """Steps of 1, 2, 3, 4 sequences: 54, 87, 110, 83 ms (the demo server on 2026-12-06: its
-    kernels' path at 4 is cheaper than at 2 or 3). Between sizes one more cost 33, 23 and -27 ms,
-    a median of 23; carried on from 83 in that recording, it put the steps of 7 at 150 ms, where
-    they took 108. A
-    batch amortizes what a step reads once (the weights) over more sequences, so a sequence past
-    the largest size costs at most what the average one did from the smallest size to the
-    largest: (83 - 54) / 3 ms, and the steps of 7 come to 107."""
+def test_a_sequence_more_never_costs_more_than_the_average_extra_one_did():
+    """Steps of 1, 2, 3, 4 sequences: 54, 87, 110, 83 ms (the demo server's medians on
+    2026-12-06: its kernels' path at 4 is cheaper than at 2 or 3). Between sizes one more cost
+    33, 23 and -27 ms, a median of 23, which puts the steps of 7 at 140 ms here (in the real
+    recording, at 150 where they took 108). A batch amortizes what a step reads once (the
+    weights) over more sequences, so a sequence past the largest size costs at most the
+    average extra cost of one from the smallest size to the largest, (83 - 54) / 3 ms: the
+    steps of 7 come to 107 (that cost scaled, as the step, by size 4's measured / fitted)."""
     model = _decode_fit_at({1: 54, 2: 87, 3: 110, 4: 83})
     assert model.marginal_ns == pytest.approx(29 / 3 * MS)
-    assert model.typical({"decode_seqs": 7.0}) == pytest.approx(108 * MS, rel=0.02)
+    assert model.typical({"decode_seqs": 7.0}) == pytest.approx(107 * MS, rel=0.01)
 
 
 def test_too_few_steps_cannot_be_fitted():
