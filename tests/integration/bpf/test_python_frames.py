@@ -267,7 +267,6 @@ def test_a_process_that_execs_python_after_attach_gets_python_frames_and_says_si
     # (imports, <module>) as well as its burn_* functions: the same count here
     with_python = sum(s["weight"] for s in stacks if _python_function(tuple(s["frames"])) is not None)
     assert proc["python_named_share"] == pytest.approx(with_python / total, abs=1e-4)
-    assert with_python >= named
 
 
 @pytest.mark.skipif(shutil.which("unshare") is None, reason="no unshare(1) to make a pid namespace")
