@@ -214,11 +214,17 @@ def _decode_step_ms(recording: Path) -> dict[int, list[float]]:
     return by
 
 
+def _most_run(by: dict[int, list[float]]) -> tuple[int, list[float]]:
+    """The batch size a run ran most (without a prompt), and its steps: what each premise
+    check compares, being the size a run's p99s are mostly made of."""
+    return max(by.items(), key=lambda kv: len(kv[1]))
+
+
 def _speed_changed(*recordings: Path) -> str | None:
     """Why the engine's speed was not one over these recordings, or None."""
     steps = [_decode_step_ms(r) for r in recordings]
     for rec, by in zip(recordings, steps, strict=True):
-        size, times = max(by.items(), key=lambda kv: len(kv[1]))
+        size, times = _most_run(by)
         stretch = len(times) // STRETCHES
         if stretch < 5:
             continue
@@ -264,7 +270,7 @@ def _slow_share(recording: Path) -> tuple[int, float] | None:
     by = _decode_step_ms(recording)
     if not by:
         return None
-    size, times = max(by.items(), key=lambda kv: len(kv[1]))
+    size, times = _most_run(by)
     if len(times) < 100:
         return None
     mid = median_high(times)
@@ -293,7 +299,7 @@ def _tail_changed(recording: Path, at_b: Path, itl_p99_ns: int) -> str | None:
     at_a, at_b_steps = _decode_step_ms(recording), _decode_step_ms(at_b)
     if not at_b_steps:
         return None
-    size, b_times = max(at_b_steps.items(), key=lambda kv: len(kv[1]))
+    size, b_times = _most_run(at_b_steps)
     a_times = at_a.get(size, [])
     if len(a_times) < TAIL_STEPS or len(b_times) < TAIL_STEPS:
         return None
