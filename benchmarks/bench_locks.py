@@ -154,5 +154,6 @@ def _kernel_per_handoff(before: dict, after: dict, handoffs: int) -> float:
               f"{cost['runs_per_request']} runs per handoff")
     return bpf_ns_between(before, after) / handoffs
 
+
 if __name__ == "__main__":
     sys.exit(main())
